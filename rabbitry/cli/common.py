@@ -1,0 +1,83 @@
+"""Options and error handling shared by the verb modules."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rabbitry.errors import RabbitryError, SpecError
+from rabbitry.uri import mask_text
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CHANGES = 2
+
+
+def spec_options(func: F) -> F:
+    """``SPEC`` argument plus ``--var k=v`` and ``--var-file``, as every spec-reading verb takes."""
+    func = click.option(
+        "--var-file",
+        "var_files",
+        multiple=True,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="YAML file of template variables (repeatable; later files win).",
+    )(func)
+    func = click.option(
+        "--var",
+        "variables",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Template variable (repeatable; wins over --var-file).",
+    )(func)
+    func = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))(
+        func
+    )
+    return func
+
+
+def parse_vars(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--var {pair!r}: expected KEY=VALUE")
+        out[name] = value
+    return out
+
+
+def err(message: str) -> None:
+    click.echo(mask_text(message), err=True)
+
+
+def color_enabled() -> bool:
+    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def run_guarded(group: click.Group) -> None:
+    try:
+        rc = group.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        err("Aborted.")
+        sys.exit(EXIT_ERROR)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        # Usage errors exit 1 like every other error (terraform-style: 2 means "changes").
+        exc.show()
+        sys.exit(EXIT_ERROR)
+    except SpecError as exc:
+        for problem in exc.problems:
+            err(f"{problem.severity}: {problem}")
+        sys.exit(EXIT_ERROR)
+    except RabbitryError as exc:
+        err(f"error: {exc}")
+        sys.exit(EXIT_ERROR)
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -1,0 +1,352 @@
+"""The primitives a topology is made of, in the broker's own vocabulary.
+
+Everything the spec declares (including delay, retry and sharding patterns) expands into these
+objects; the broker state is read into the same objects, so the planner compares like with like.
+Arguments keep the broker's names (``x-message-ttl``) and JSON values. Nothing here talks to a
+broker or rejects what a broker could hold: strict checks of user input live in the spec model.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+JSON: TypeAlias = Any
+ResourceKey: TypeAlias = tuple[str, ...]
+"""Identity of one broker object: ``(kind, vhost, ...)``; users and global parameters use vhost ''."""
+
+
+class ExchangeType(str, enum.Enum):
+    """Exchange types rabbitry can declare (the last two need their plugins)."""
+
+    DIRECT = "direct"
+    FANOUT = "fanout"
+    TOPIC = "topic"
+    HEADERS = "headers"
+    CONSISTENT_HASH = "x-consistent-hash"
+    MODULUS_HASH = "x-modulus-hash"
+
+
+class QueueType(str, enum.Enum):
+    """Queue types; the broker cannot change one into another in place."""
+
+    CLASSIC = "classic"
+    QUORUM = "quorum"
+    STREAM = "stream"
+
+
+class DestinationType(str, enum.Enum):
+    """What a binding delivers to."""
+
+    QUEUE = "queue"
+    EXCHANGE = "exchange"
+
+
+class ApplyTo(str, enum.Enum):
+    """Which objects a policy applies to (3.10 knows the first three only)."""
+
+    ALL = "all"
+    QUEUES = "queues"
+    EXCHANGES = "exchanges"
+    CLASSIC_QUEUES = "classic_queues"
+    QUORUM_QUEUES = "quorum_queues"
+    STREAMS = "streams"
+
+
+def canonical_json(value: JSON) -> str:
+    """One text per JSON value: keys sorted, integral floats as ints, so equal values compare equal."""
+    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"))
+
+
+def _normalize(value: JSON) -> JSON:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def same_json(a: JSON, b: JSON) -> bool:
+    """JSON equality that ignores key order and 1 vs 1.0."""
+    return canonical_json(a) == canonical_json(b)
+
+
+class Primitive(BaseModel):
+    """Base of every primitive: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    kind: ClassVar[str]
+
+    def identity(self) -> tuple[str, ...]:
+        """The fields that name this object within its vhost."""
+        raise NotImplementedError
+
+    def key(self, vhost: str) -> ResourceKey:
+        return (self.kind, vhost, *self.identity())
+
+    def settings(self) -> JSON:
+        """What is compared to decide whether the broker's object matches the desired one."""
+        return self.model_dump(mode="json")
+
+
+class Exchange(Primitive):
+    """An exchange; ``arguments`` carries ``alternate-exchange`` and plugin arguments."""
+
+    kind: ClassVar[str] = "exchange"
+    name: str
+    type: ExchangeType = ExchangeType.DIRECT
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, JSON] = Field(default_factory=dict)
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+class Queue(Primitive):
+    """A queue; ``type`` is kept out of ``arguments`` (it is ``x-queue-type`` on the wire)."""
+
+    kind: ClassVar[str] = "queue"
+    name: str
+    type: QueueType = QueueType.CLASSIC
+    durable: bool = True
+    auto_delete: bool = False
+    arguments: dict[str, JSON] = Field(default_factory=dict)
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def wire_arguments(self) -> dict[str, JSON]:
+        """Arguments as declared on the broker, ``x-queue-type`` included."""
+        return {**self.arguments, "x-queue-type": self.type.value}
+
+
+class Binding(Primitive):
+    """A binding; its identity is all of it, so a changed binding is a delete plus a create."""
+
+    kind: ClassVar[str] = "binding"
+    source: str
+    destination: str
+    destination_type: DestinationType = DestinationType.QUEUE
+    routing_key: str = ""
+    arguments: dict[str, JSON] = Field(default_factory=dict)
+
+    def identity(self) -> tuple[str, ...]:
+        return (
+            self.source,
+            self.destination_type.value,
+            self.destination,
+            self.routing_key,
+            canonical_json(self.arguments),
+        )
+
+
+class Policy(Primitive):
+    """A user policy: changed in place by the broker."""
+
+    kind: ClassVar[str] = "policy"
+    name: str
+    pattern: str
+    apply_to: ApplyTo = ApplyTo.ALL
+    priority: int = 0
+    definition: dict[str, JSON]
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+class OperatorPolicy(Policy):
+    """An operator policy: caps that users' policies cannot override."""
+
+    kind: ClassVar[str] = "operator_policy"
+    apply_to: ApplyTo = ApplyTo.QUEUES
+
+
+class Parameter(Primitive):
+    """A vhost-scoped runtime parameter (federation upstreams and upstream sets, shovels)."""
+
+    kind: ClassVar[str] = "parameter"
+    component: str
+    name: str
+    value: JSON
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.component, self.name)
+
+
+class Permission(Primitive):
+    """A user's configure/write/read regexes in one vhost."""
+
+    kind: ClassVar[str] = "permission"
+    user: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.user,)
+
+
+class TopicPermission(Primitive):
+    """A user's write/read patterns on the routing keys of one topic exchange."""
+
+    kind: ClassVar[str] = "topic_permission"
+    user: str
+    exchange: str
+    write: str = ".*"
+    read: str = ".*"
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.user, self.exchange)
+
+
+class User(Primitive):
+    """A broker user. The password is a secret: never printed, compared through its hash."""
+
+    kind: ClassVar[str] = "user"
+    name: str
+    password: SecretStr | None = None
+    password_hash: str | None = None
+    hashing_algorithm: str = "rabbit_password_hashing_sha256"
+    tags: tuple[str, ...] = ()
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def settings(self) -> JSON:
+        # The password itself never leaves this object; the planner checks it against the hash.
+        return {"tags": sorted(self.tags)}
+
+
+class GlobalParameter(Primitive):
+    """A cluster-wide runtime parameter."""
+
+    kind: ClassVar[str] = "global_parameter"
+    name: str
+    value: JSON
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+class Vhost(Primitive):
+    """A virtual host and everything declared inside it."""
+
+    kind: ClassVar[str] = "vhost"
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: QueueType | None = None
+    exchanges: tuple[Exchange, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    operator_policies: tuple[OperatorPolicy, ...] = ()
+    parameters: tuple[Parameter, ...] = ()
+    permissions: tuple[Permission, ...] = ()
+    topic_permissions: tuple[TopicPermission, ...] = ()
+
+    def identity(self) -> tuple[str, ...]:
+        return ()
+
+    def key(self, vhost: str = "") -> ResourceKey:
+        return ("vhost", self.name)
+
+    def settings(self) -> JSON:
+        out: dict[str, JSON] = {"description": self.description, "tags": sorted(self.tags)}
+        if self.default_queue_type is not None:
+            out["default_queue_type"] = self.default_queue_type.value
+        return out
+
+    def members(self) -> Iterator[Primitive]:
+        """Everything inside the vhost, in the order the broker needs them created."""
+        yield from self.permissions
+        yield from self.topic_permissions
+        yield from self.exchanges
+        yield from self.queues
+        yield from self.bindings
+        yield from self.policies
+        yield from self.operator_policies
+        yield from self.parameters
+
+
+Resource: TypeAlias = Primitive
+"""Any primitive, as the planner sees it."""
+
+GLOBAL = ""
+"""The vhost slot of keys for users and global parameters."""
+
+
+class Topology(Primitive):
+    """The whole expanded topology of one spec (``name`` names the stack that owns it)."""
+
+    kind: ClassVar[str] = "topology"
+    name: str = "default"
+    vhosts: tuple[Vhost, ...] = ()
+    users: tuple[User, ...] = ()
+    global_parameters: tuple[GlobalParameter, ...] = ()
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def resources(self) -> dict[ResourceKey, Primitive]:
+        """Every object by key, vhosts first, in creation order."""
+        out: dict[ResourceKey, Primitive] = {}
+        for user in self.users:
+            out[user.key(GLOBAL)] = user
+        for param in self.global_parameters:
+            out[param.key(GLOBAL)] = param
+        for vhost in self.vhosts:
+            out[vhost.key()] = vhost
+            for member in vhost.members():
+                out[member.key(vhost.name)] = member
+        return out
+
+    def vhost(self, name: str) -> Vhost | None:
+        return next((v for v in self.vhosts if v.name == name), None)
+
+
+KIND_ORDER: tuple[str, ...] = (
+    "vhost",
+    "user",
+    "permission",
+    "topic_permission",
+    "exchange",
+    "queue",
+    "binding",
+    "policy",
+    "operator_policy",
+    "parameter",
+    "global_parameter",
+)
+"""Dependency order for creation; deletion runs it backwards."""
+
+
+def describe_key(key: ResourceKey) -> str:
+    """A short human name for a key: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
+    kind, vhost, *rest = key
+    where = f"{vhost}/" if vhost else ""
+    if kind == "vhost":
+        return f"vhost {vhost}"
+    if kind == "binding":
+        source, dtype, dest, rk, args = rest
+        shown_source = source or "(default exchange)"
+        extra = f" {args}" if args != "{}" else ""
+        return f"binding {where}{shown_source} -> {dtype} {dest} [{rk}]{extra}"
+    if kind == "parameter":
+        component, name = rest
+        return f"parameter {where}{component}/{name}"
+    if kind == "topic_permission":
+        user, exchange = rest
+        return f"topic_permission {where}{user}@{exchange}"
+    return f"{kind.replace('_', ' ')} {where}{'/'.join(rest)}"
