@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 JSON: TypeAlias = Any
 ResourceKey: TypeAlias = tuple[str, ...]
-"""Identity of one broker object: ``(kind, vhost, ...)``; users and global parameters use vhost ''."""
+"""Identity of one broker object: ``(kind, vhost, ...)``; cluster-wide objects use vhost ''."""
 
 
-class ExchangeType(str, enum.Enum):
+class ExchangeType(enum.StrEnum):
     """Exchange types rabbitry can declare (the last two need their plugins)."""
 
     DIRECT = "direct"
@@ -31,7 +31,7 @@ class ExchangeType(str, enum.Enum):
     MODULUS_HASH = "x-modulus-hash"
 
 
-class QueueType(str, enum.Enum):
+class QueueType(enum.StrEnum):
     """Queue types; the broker cannot change one into another in place."""
 
     CLASSIC = "classic"
@@ -39,14 +39,14 @@ class QueueType(str, enum.Enum):
     STREAM = "stream"
 
 
-class DestinationType(str, enum.Enum):
+class DestinationType(enum.StrEnum):
     """What a binding delivers to."""
 
     QUEUE = "queue"
     EXCHANGE = "exchange"
 
 
-class ApplyTo(str, enum.Enum):
+class ApplyTo(enum.StrEnum):
     """Which objects a policy applies to (3.10 knows the first three only)."""
 
     ALL = "all"
@@ -58,7 +58,7 @@ class ApplyTo(str, enum.Enum):
 
 
 def canonical_json(value: JSON) -> str:
-    """One text per JSON value: keys sorted, integral floats as ints, so equal values compare equal."""
+    """One text per JSON value: keys sorted, integral floats as ints, so equal values match."""
     return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"))
 
 
@@ -333,7 +333,7 @@ KIND_ORDER: tuple[str, ...] = (
 
 
 def describe_key(key: ResourceKey) -> str:
-    """A short human name for a key: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
+    """A short human name: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
     kind, vhost, *rest = key
     where = f"{vhost}/" if vhost else ""
     if kind == "vhost":

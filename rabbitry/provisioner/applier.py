@@ -1,0 +1,460 @@
+"""Carry out a ``Plan`` against the management API, in dependency order.
+
+- Everything the flags do not allow is refused before the first request, so a refused apply
+  changes nothing.
+- The ownership record is extended with the keys about to be created *before* any change, so a
+  run that dies half-way still owns what it made; the next plan repairs the rest.
+- Creations go through one definitions import per vhost (the broker's own bulk path, the fastest
+  there is); since that import silently skips what it cannot create, the created objects are
+  read back and checked. Updates and deletions are one request per object.
+- Queues are only deleted (prune or replace) when empty, unless ``force``; classic queues use the
+  broker's atomic ``if-empty`` delete, quorum and stream queues (which do not support it) an exact
+  AMQP count.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rabbitry.errors import ApplyError, BrokerError, PlanError
+from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.provisioner.ownership import record_name
+from rabbitry.provisioner.planner import Action, Change, Plan, managed_after
+from rabbitry.provisioner.state import observed_vhost
+from rabbitry.topology.primitives import (
+    Binding,
+    Exchange,
+    GlobalParameter,
+    OperatorPolicy,
+    Parameter,
+    Permission,
+    Policy,
+    Primitive,
+    Queue,
+    QueueType,
+    ResourceKey,
+    TopicPermission,
+    User,
+    Vhost,
+)
+
+MessageCounter = Callable[[str, str], tuple[int, int]]
+"""(vhost, queue) -> (messages, consumers), exact; used before deleting quorum/stream queues."""
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """What the user allowed on the command line."""
+
+    allow_replace: bool = False
+    prune: bool = False
+    force: bool = False
+
+
+@dataclass
+class ApplyResult:
+    """What an apply did; ``skipped`` lists deletions left for ``--prune``."""
+
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.done)
+
+
+def refusals(plan: Plan, options: ApplyOptions) -> list[str]:
+    """Every reason the plan cannot run with these options; empty means go."""
+    problems: list[str] = []
+    for change in plan.changes:
+        if change.action is Action.REPLACE:
+            why = "; ".join(change.reasons)
+            if not options.allow_replace:
+                problems.append(
+                    f"{change.title} cannot change in place ({why}): it must be deleted and"
+                    " declared again; run apply with --allow-replace to do that"
+                )
+            elif change.kind == "queue" and change.messages and not options.force:
+                problems.append(
+                    f"{change.title} holds {change.messages} message(s) and must be replaced"
+                    f" ({why}); drain it first, or add --force to discard them"
+                )
+            if change.kind == "queue" and change.consumers and not options.force:
+                problems.append(
+                    f"{change.title} has {change.consumers} consumer(s) that replacing it would"
+                    " cancel; stop them first or add --force"
+                )
+        prune_queue = change.action is Action.DELETE and options.prune and change.kind == "queue"
+        if prune_queue and change.messages and not options.force:
+            problems.append(
+                f"{change.title} holds {change.messages} message(s): prune refuses to delete"
+                " a queue that is not empty; drain it first, or add --force"
+            )
+    return problems
+
+
+def _exchange_doc(e: Exchange) -> dict[str, Any]:
+    return {
+        "name": e.name,
+        "type": e.type.value,
+        "durable": e.durable,
+        "auto_delete": e.auto_delete,
+        "internal": e.internal,
+        "arguments": e.arguments,
+    }
+
+
+def _queue_doc(queue: Queue) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "arguments": queue.wire_arguments(),
+    }
+
+
+def _binding_doc(b: Binding) -> dict[str, Any]:
+    return {
+        "source": b.source,
+        "destination": b.destination,
+        "destination_type": b.destination_type.value,
+        "routing_key": b.routing_key,
+        "arguments": b.arguments,
+    }
+
+
+def _policy_body(p: Policy) -> dict[str, Any]:
+    return {
+        "pattern": p.pattern,
+        "apply-to": p.apply_to.value,
+        "priority": p.priority,
+        "definition": p.definition,
+    }
+
+
+def definitions_for(resources: Iterable[Primitive]) -> dict[str, list[dict[str, Any]]]:
+    """A per-vhost definitions document creating exactly these objects."""
+    doc: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in resources:
+        if isinstance(r, Exchange):
+            doc["exchanges"].append(_exchange_doc(r))
+        elif isinstance(r, Queue):
+            doc["queues"].append(_queue_doc(r))
+        elif isinstance(r, Binding):
+            doc["bindings"].append(_binding_doc(r))
+        elif isinstance(r, OperatorPolicy):
+            raise TypeError("operator policies are not part of a vhost definitions import")
+        elif isinstance(r, Policy):
+            doc["policies"].append({"name": r.name, **_policy_body(r)})
+        elif isinstance(r, Parameter):
+            doc["parameters"].append({"component": r.component, "name": r.name, "value": r.value})
+        else:
+            raise TypeError(f"{type(r).__name__} is not part of a vhost definitions import")
+    return dict(doc)
+
+
+BATCHED = (Exchange, Queue, Binding, Parameter)
+"""Kinds created through the definitions import (policies too, but not operator policies)."""
+
+
+class Applier:
+    """Runs one plan; keeps a log of what it did so a failure can say so."""
+
+    def __init__(
+        self,
+        client: ManagementClient,
+        plan: Plan,
+        count_messages: MessageCounter | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.plan = plan
+        self.count_messages = count_messages
+        self.progress = progress or (lambda _line: None)
+        self.result = ApplyResult()
+        self.deleted: set[ResourceKey] = set()
+
+    def _done(self, line: str) -> None:
+        self.result.done.append(line)
+        self.progress(line)
+
+    # -- one object at a time ------------------------------------------------------------------
+
+    def put(self, vhost: str, resource: Primitive) -> None:
+        c, v = self.client, q(vhost)
+        if isinstance(resource, Vhost):
+            body: dict[str, Any] = {
+                "description": resource.description,
+                "tags": ",".join(resource.tags),
+            }
+            if resource.default_queue_type is not None:
+                body["default_queue_type"] = resource.default_queue_type.value
+            c.put(f"/vhosts/{q(resource.name)}", body)
+        elif isinstance(resource, User):
+            body = {"tags": ",".join(resource.tags)}
+            if resource.password is not None:
+                body["password"] = resource.password.get_secret_value()
+            elif resource.password_hash is not None:
+                body["password_hash"] = resource.password_hash
+                body["hashing_algorithm"] = resource.hashing_algorithm
+            else:
+                body["password_hash"] = ""  # no password: the user can only use other mechanisms
+            c.put(f"/users/{q(resource.name)}", body)
+        elif isinstance(resource, Permission):
+            c.put(
+                f"/permissions/{v}/{q(resource.user)}",
+                {"configure": resource.configure, "write": resource.write, "read": resource.read},
+            )
+        elif isinstance(resource, TopicPermission):
+            c.put(
+                f"/topic-permissions/{v}/{q(resource.user)}",
+                {"exchange": resource.exchange, "write": resource.write, "read": resource.read},
+            )
+        elif isinstance(resource, OperatorPolicy):
+            c.put(f"/operator-policies/{v}/{q(resource.name)}", _policy_body(resource))
+        elif isinstance(resource, Policy):
+            c.put(f"/policies/{v}/{q(resource.name)}", _policy_body(resource))
+        elif isinstance(resource, Parameter):
+            c.put(
+                f"/parameters/{q(resource.component)}/{v}/{q(resource.name)}",
+                {
+                    "component": resource.component,
+                    "vhost": vhost,
+                    "name": resource.name,
+                    "value": resource.value,
+                },
+            )
+        elif isinstance(resource, GlobalParameter):
+            c.put_global_parameter(resource.name, resource.value)
+        elif isinstance(resource, Exchange):
+            body = _exchange_doc(resource)
+            del body["name"]
+            c.put(f"/exchanges/{v}/{q(resource.name)}", body)
+        elif isinstance(resource, Queue):
+            body = _queue_doc(resource)
+            del body["name"]
+            c.put(f"/queues/{v}/{q(resource.name)}", body)
+        elif isinstance(resource, Binding):
+            kind = "q" if resource.destination_type.value == "queue" else "e"
+            c.request(
+                "POST",
+                f"/bindings/{v}/e/{q(resource.source)}/{kind}/{q(resource.destination)}",
+                json={"routing_key": resource.routing_key, "arguments": resource.arguments},
+            )
+        else:
+            raise TypeError(f"cannot apply {type(resource).__name__}")
+
+    def delete(self, change: Change, force: bool) -> None:
+        c, vhost = self.client, change.vhost
+        v = q(vhost)
+        observed = change.observed
+        if isinstance(observed, Vhost):
+            c.delete(f"/vhosts/{q(observed.name)}")
+        elif isinstance(observed, User):
+            c.delete(f"/users/{q(observed.name)}")
+        elif isinstance(observed, Permission):
+            c.delete(f"/permissions/{v}/{q(observed.user)}")
+        elif isinstance(observed, TopicPermission):
+            # The API deletes all of a user's topic permissions in a vhost at once; put back
+            # the ones for other exchanges.
+            others = [
+                p
+                for p in c.topic_permissions(vhost)
+                if p["user"] == observed.user and p["exchange"] != observed.exchange
+            ]
+            c.delete(f"/topic-permissions/{v}/{q(observed.user)}")
+            for p in others:
+                c.put(
+                    f"/topic-permissions/{v}/{q(observed.user)}",
+                    {k: p[k] for k in ("exchange", "write", "read")},
+                )
+        elif isinstance(observed, OperatorPolicy):
+            c.delete(f"/operator-policies/{v}/{q(observed.name)}")
+        elif isinstance(observed, Policy):
+            c.delete(f"/policies/{v}/{q(observed.name)}")
+        elif isinstance(observed, Parameter):
+            c.delete(f"/parameters/{q(observed.component)}/{v}/{q(observed.name)}")
+        elif isinstance(observed, GlobalParameter):
+            c.delete(f"/global-parameters/{q(observed.name)}")
+        elif isinstance(observed, Exchange):
+            c.delete(f"/exchanges/{v}/{q(observed.name)}")
+        elif isinstance(observed, Queue):
+            self._delete_queue(vhost, observed, force)
+        elif isinstance(observed, Binding):
+            self._delete_binding(vhost, observed)
+        else:
+            raise TypeError(f"cannot delete {type(observed).__name__}")
+
+    def _delete_queue(self, vhost: str, queue: Queue, force: bool) -> None:
+        path = f"/queues/{q(vhost)}/{q(queue.name)}"
+        if force:
+            self.client.delete(path)
+            return
+        if queue.type is QueueType.CLASSIC:
+            # Atomic on the broker: refuses if a message arrived since the plan was made.
+            response = self.client.request(
+                "DELETE", path, params={"if-empty": "true"}, allow=(400, 404)
+            )
+            if response.status_code == 400:
+                raise BrokerError(
+                    f"queue {vhost}/{queue.name} is not empty (a message arrived after the plan);"
+                    " nothing was deleted: drain it or use --force"
+                )
+            return
+        if self.count_messages is None:
+            raise BrokerError(
+                f"queue {vhost}/{queue.name} is a {queue.type.value} queue, which the broker cannot"
+                " delete only-if-empty; give an AMQP URL (--url or RABBITRY_URL) so rabbitry can"
+                " count its messages exactly, or use --force"
+            )
+        messages, _consumers = self.count_messages(vhost, queue.name)
+        if messages:
+            raise BrokerError(
+                f"queue {vhost}/{queue.name} holds {messages} message(s); nothing was deleted:"
+                " drain it or use --force"
+            )
+        self.client.delete(path)
+
+    def _delete_binding(self, vhost: str, binding: Binding) -> None:
+        kind = "q" if binding.destination_type.value == "queue" else "e"
+        base = f"/bindings/{q(vhost)}/e/{q(binding.source)}/{kind}/{q(binding.destination)}"
+        want = Binding(
+            source=binding.source,
+            destination=binding.destination,
+            destination_type=binding.destination_type,
+            routing_key=binding.routing_key,
+            arguments=binding.arguments,
+        ).identity()
+        for item in self.client.get(base):
+            found = Binding(
+                source=item["source"],
+                destination=item["destination"],
+                destination_type=item["destination_type"],
+                routing_key=item.get("routing_key", ""),
+                arguments=item.get("arguments") or {},
+            ).identity()
+            if found == want:
+                # Bindings with arguments are addressed by the broker's properties key (a hash
+                # of the arguments), never by the routing key alone.
+                self.client.delete(f"{base}/{q(item['properties_key'])}")
+                return
+
+    # -- the whole plan ------------------------------------------------------------------------
+
+    def run(self, options: ApplyOptions) -> ApplyResult:
+        plan = self.plan
+        problems = refusals(plan, options)
+        if problems:
+            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
+        record = plan.record
+        deletions = plan.by_action(Action.DELETE)
+        if not options.prune:
+            self.result.skipped = [c.title for c in deletions]
+            deletions = []
+        todo = [c for c in plan.changes if c.action is not Action.DELETE]
+        if not todo and not deletions:
+            return self.result
+
+        new_keys = {k: "" for k in plan.desired_digests if k not in record.managed}
+        if new_keys:
+            # Intent first: whatever this run creates is owned even if it dies half-way.
+            self._write_record({**new_keys, **record.managed})
+        try:
+            self._run(todo, deletions, options)
+        except BrokerError as exc:
+            raise ApplyError(
+                f"apply stopped: {exc}\nrun apply again to converge; done before the failure:"
+                + "".join(f"\n  {line}" for line in self.result.done or ["(nothing)"]),
+                self.result.done,
+            ) from None
+        still_present = {k for k in record.managed if k not in self.deleted}
+        self._write_record(managed_after(plan, self.deleted, still_present))
+        return self.result
+
+    def _write_record(self, managed: dict[ResourceKey, str]) -> None:
+        # Read-modify-write on one parameter: operations in flight (migrations) are kept.
+        self.client.put_global_parameter(
+            record_name(self.plan.stack), self.plan.record.replace_managed(managed).to_value()
+        )
+
+    def _run(self, todo: list[Change], deletions: list[Change], options: ApplyOptions) -> None:
+        for change in todo:
+            if change.action is Action.REPLACE:
+                self.delete(change, force=options.force)
+                self._done(f"deleted {change.title} (to declare it again)")
+
+        batches: dict[str, list[Change]] = defaultdict(list)
+        for change in todo:
+            resource = change.desired
+            assert resource is not None
+            batched = change.action in (Action.CREATE, Action.REPLACE) and isinstance(
+                resource, BATCHED
+            )
+            batched = batched or (
+                change.action is Action.CREATE
+                and isinstance(resource, Policy)
+                and not isinstance(resource, OperatorPolicy)
+            )
+            if batched:
+                batches[change.vhost].append(change)
+            elif change.action is not Action.ADOPT and change.kind in (
+                "vhost",
+                "user",
+                "permission",
+                "topic_permission",
+            ):
+                self.put(change.vhost, resource)
+                self._done(f"{change.action.value}d {change.title}")
+
+        for vhost, changes in batches.items():
+            self.client.import_definitions(
+                definitions_for(c.desired for c in changes if c.desired is not None), vhost
+            )
+            self._verify_created(vhost, changes)
+            for change in changes:
+                verb = "created" if change.action is Action.CREATE else "declared again"
+                self._done(f"{verb} {change.title}")
+
+        for change in todo:
+            if change.key in {c.key for b in batches.values() for c in b}:
+                continue
+            if change.kind in ("vhost", "user", "permission", "topic_permission"):
+                continue
+            if change.action in (Action.CREATE, Action.UPDATE):
+                assert change.desired is not None
+                self.put(change.vhost, change.desired)
+                self._done(f"{change.action.value}d {change.title}")
+
+        for change in deletions:
+            self.delete(change, force=options.force)
+            self.deleted.add(change.key)
+            self._done(f"deleted {change.title}")
+
+    def _verify_created(self, vhost: str, changes: list[Change]) -> None:
+        """The import answers 204 even for objects it skipped: check they are really there."""
+        meta = {"name": vhost}
+        there = observed_vhost(vhost, meta, self.client.vhost_definitions(vhost))
+        keys = {member.key(vhost) for member in there.members()}
+        missing = [c.title for c in changes if c.key not in keys]
+        if missing:
+            raise BrokerError(
+                "the broker accepted the definitions but did not create: "
+                + ", ".join(missing[:5])
+                + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                + " (an object with the same name but other settings may exist, or the broker"
+                " lacks a feature these need)"
+            )
+
+
+def apply_plan(
+    client: ManagementClient,
+    plan: Plan,
+    options: ApplyOptions,
+    count_messages: MessageCounter | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ApplyResult:
+    """Apply ``plan`` (made from a fresh read of the broker) with the given permissions."""
+    return Applier(client, plan, count_messages, progress).run(options)

@@ -1,0 +1,345 @@
+"""The planner: a pure function from (desired topology, observed broker state) to a ``Plan``.
+
+Rules the broker imposes, and what the plan does about them:
+- policies, operator policies, parameters, users, permissions and vhost metadata change in place
+  (``update``);
+- a queue's or exchange's type, durability or arguments cannot change in place (the broker answers
+  406 PRECONDITION_FAILED), so such a change is a ``replace``: delete and declare again. The plan
+  says which fields differ and how many messages the queue holds; the bindings that the delete
+  drops are planned again as creations;
+- a binding is identified by all of (source, destination, routing key, arguments), so it never
+  updates: a changed binding is one deletion plus one creation;
+- only objects in this stack's ownership record are ever deleted, and only when asked (prune);
+- an object that exists but is not recorded yet is ``adopt``-ed when it already matches.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.state import BrokerState
+from rabbitry.topology.primitives import (
+    KIND_ORDER,
+    Binding,
+    Exchange,
+    Primitive,
+    Queue,
+    ResourceKey,
+    Topology,
+    User,
+    canonical_json,
+    describe_key,
+    same_json,
+)
+
+
+class Action(enum.StrEnum):
+    """What a change does to one object."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    DELETE = "delete"
+    ADOPT = "adopt"
+
+
+SYMBOLS = {
+    Action.CREATE: "+",
+    Action.UPDATE: "~",
+    Action.REPLACE: "-/+",
+    Action.DELETE: "-",
+    Action.ADOPT: "=",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One planned change to one broker object."""
+
+    action: Action
+    key: ResourceKey
+    desired: Primitive | None = None
+    observed: Primitive | None = None
+    reasons: tuple[str, ...] = ()
+    """Why (fields that differ, or what forced it), one short line each; secrets never included."""
+    drift: bool = False
+    """The broker differs from what rabbitry last applied: someone changed or deleted it by hand."""
+    messages: int | None = None
+    consumers: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.key[0]
+
+    @property
+    def vhost(self) -> str:
+        return self.key[1]
+
+    @property
+    def title(self) -> str:
+        return describe_key(self.key)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action.value,
+            "kind": self.kind,
+            "vhost": self.vhost or None,
+            "key": list(self.key),
+            "title": self.title,
+            "reasons": list(self.reasons),
+            "drift": self.drift,
+        }
+        if self.messages is not None:
+            out["messages"] = self.messages
+        if self.consumers is not None:
+            out["consumers"] = self.consumers
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The ordered changes that bring the broker to the spec, and what apply will record."""
+
+    stack: str
+    changes: tuple[Change, ...]
+    record: OwnershipRecord
+    """The stack's record as read from the broker."""
+    desired_digests: dict[ResourceKey, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes)
+
+    def by_action(self, *actions: Action) -> list[Change]:
+        return [c for c in self.changes if c.action in actions]
+
+    def counts(self) -> dict[str, int]:
+        return {a.value: len(self.by_action(a)) for a in Action}
+
+    def summary(self) -> str:
+        counts = self.counts()
+        if not self.changes:
+            return "No changes. The broker matches the spec."
+        parts = [
+            f"{counts['create']} to create",
+            f"{counts['update']} to update",
+            f"{counts['replace']} to replace",
+            f"{counts['delete']} to delete",
+        ]
+        if counts["adopt"]:
+            parts.append(f"{counts['adopt']} to adopt")
+        return "Plan: " + ", ".join(parts) + "."
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": 1,
+            "stack": self.stack,
+            "changes": [c.to_json() for c in self.changes],
+            "summary": self.counts(),
+            "warnings": list(self.warnings),
+        }
+
+
+def password_matches(password: str, password_hash: str, algorithm: str) -> bool | None:
+    """Check a password against the broker's salted hash; None when the algorithm is unknown."""
+    hashers = {
+        "rabbit_password_hashing_sha256": hashlib.sha256,
+        "rabbit_password_hashing_sha512": hashlib.sha512,
+        "rabbit_password_hashing_md5": hashlib.md5,
+    }
+    hasher = hashers.get(algorithm)
+    if hasher is None:
+        return None
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        return False
+    salt, expected = raw[:4], raw[4:]
+    return hasher(salt + password.encode()).digest() == expected
+
+
+def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
+    """Short human lines naming what differs; argument maps are compared key by key."""
+    want = desired.settings()
+    have = observed.settings()
+    lines: list[str] = []
+    for name in sorted(set(want) | set(have)):
+        a, b = have.get(name), want.get(name)
+        if same_json(a, b):
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for sub in sorted(set(a) | set(b)):
+                if not same_json(a.get(sub), b.get(sub)):
+                    lines.append(f"{name}.{sub}: {_short(a.get(sub))} -> {_short(b.get(sub))}")
+        else:
+            lines.append(f"{name}: {_short(a)} -> {_short(b)}")
+    return lines
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    text = canonical_json(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _user_differences(desired: User, observed: User, state: BrokerState) -> list[str]:
+    lines = _field_differences(desired, observed)
+    stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
+    if desired.password is not None:
+        if (
+            password_matches(desired.password.get_secret_value(), stored_hash, algorithm)
+            is not True
+        ):
+            lines.append("password differs")
+    elif desired.password_hash is not None and desired.password_hash != stored_hash:
+        lines.append("password_hash differs")
+    return lines
+
+
+REPLACED_KINDS = frozenset({"queue", "exchange"})
+
+
+def _touches(binding: Binding, vhost: str, replaced: set[ResourceKey]) -> bool:
+    source_key = ("exchange", vhost, binding.source)
+    dest_key = (binding.destination_type.value, vhost, binding.destination)
+    return source_key in replaced or dest_key in replaced
+
+
+def plan(desired: Topology, state: BrokerState) -> Plan:
+    """Compare the desired topology with the broker state; pure, no I/O."""
+    want = desired.resources()
+    have = state.resources()
+    record = state.record
+    changes: list[Change] = []
+    warnings: list[str] = []
+
+    for key, resource in want.items():
+        existing = have.get(key)
+        recorded = record.managed.get(key)
+        if existing is None:
+            reasons = ("deleted outside rabbitry",) if recorded is not None else ()
+            changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=bool(reasons)))
+            continue
+        if isinstance(resource, User) and isinstance(existing, User):
+            differences = _user_differences(resource, existing, state)
+        else:
+            differences = _field_differences(resource, existing)
+        if not differences:
+            if recorded is None:
+                changes.append(Change(Action.ADOPT, key, resource, existing, ("already matches",)))
+            continue
+        drift = recorded is not None and recorded != digest(existing)
+        stats = state.queue_stats.get(key)
+        if key[0] in REPLACED_KINDS:
+            changes.append(
+                Change(
+                    Action.REPLACE,
+                    key,
+                    resource,
+                    existing,
+                    tuple(differences),
+                    drift=drift,
+                    messages=stats.messages if stats else None,
+                    consumers=stats.consumers if stats else None,
+                )
+            )
+        else:
+            changes.append(
+                Change(Action.UPDATE, key, resource, existing, tuple(differences), drift)
+            )
+
+    # Deleting a queue or exchange drops every binding that touches it: declare them again.
+    replaced = {c.key for c in changes if c.action is Action.REPLACE}
+    if replaced:
+        planned = {c.key for c in changes}
+        for key, resource in want.items():
+            if (
+                isinstance(resource, Binding)
+                and key not in planned
+                and _touches(resource, key[1], replaced)
+            ):
+                changes.append(
+                    Change(Action.CREATE, key, resource, have.get(key), ("re-bound after replace",))
+                )
+
+    # Prune candidates: recorded, still on the broker, gone from the spec.
+    doomed = [key for key in record.managed if key not in want and key in have]
+    doomed_set = set(doomed)
+    for key in doomed:
+        existing = have[key]
+        if key[0] == "vhost":
+            # Deleting a vhost deletes everything in it: only when all of it is ours to delete.
+            strangers = [
+                k for k in have if k[1] == key[1] and k[0] != "vhost" and k not in doomed_set
+            ]
+            if strangers:
+                warnings.append(
+                    f"vhost {key[1]!r} is no longer in the spec but holds {len(strangers)}"
+                    " object(s) rabbitry does not manage (for example "
+                    f"{describe_key(strangers[0])}): it is left in place"
+                )
+                continue
+        if isinstance(existing, Binding) and _touches(existing, key[1], replaced):
+            continue  # dropped by the replace already
+        stats = state.queue_stats.get(key)
+        changes.append(
+            Change(
+                Action.DELETE,
+                key,
+                None,
+                existing,
+                ("no longer in the spec",),
+                messages=stats.messages if stats else None,
+                consumers=stats.consumers if stats else None,
+            )
+        )
+
+    for change in changes:
+        if (
+            change.action is Action.REPLACE
+            and isinstance(change.observed, Queue)
+            and change.messages
+        ):
+            warnings.append(
+                f"{change.title} holds {change.messages} message(s): replacing it would lose them"
+            )
+        if change.action is Action.REPLACE and isinstance(change.observed, Exchange):
+            warnings.append(
+                f"{change.title} is deleted and declared again: publishes to it fail for a moment"
+            )
+
+    return Plan(
+        stack=desired.name,
+        changes=tuple(sorted(changes, key=_order)),
+        record=record,
+        desired_digests={key: digest(resource) for key, resource in want.items()},
+        warnings=tuple(warnings),
+    )
+
+
+def _order(change: Change) -> tuple[int, int, ResourceKey]:
+    rank = KIND_ORDER.index(change.kind)
+    if change.action is Action.DELETE:
+        return (1, -rank, change.key)
+    return (0, rank, change.key)
+
+
+def managed_after(
+    plan: Plan, deleted: Iterable[ResourceKey], still_present: Iterable[ResourceKey]
+) -> dict[ResourceKey, str]:
+    """The record after applying: desired objects, plus recorded ones still on the broker."""
+    managed = dict(plan.desired_digests)
+    gone = set(deleted)
+    present = set(still_present)
+    for key, fingerprint in plan.record.managed.items():
+        if key not in managed and key not in gone and key in present:
+            managed[key] = fingerprint
+    return managed

@@ -1,0 +1,241 @@
+"""Broker state: what the management API says exists, read into the same primitives as the spec.
+
+``read_state`` makes one definitions read per vhost of interest (plus permissions and queue
+statistics) and a few cluster-wide reads; ``observed_vhost`` is the pure conversion, unit-tested
+on recorded API answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.ownership import OwnershipRecord, record_name
+from rabbitry.topology.primitives import (
+    GLOBAL,
+    ApplyTo,
+    Binding,
+    DestinationType,
+    Exchange,
+    ExchangeType,
+    GlobalParameter,
+    OperatorPolicy,
+    Parameter,
+    Permission,
+    Policy,
+    Queue,
+    QueueType,
+    ResourceKey,
+    TopicPermission,
+    Topology,
+    User,
+    Vhost,
+)
+
+JSONDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Message and consumer counts from the management statistics (a few seconds stale)."""
+
+    messages: int | None
+    consumers: int | None
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What exists on the broker in the vhosts a plan looks at, and what this stack owns."""
+
+    topology: Topology
+    record: OwnershipRecord
+    queue_stats: Mapping[ResourceKey, QueueStats] = field(default_factory=dict)
+    password_hashes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """user name -> (password_hash, hashing_algorithm), to check passwords without sending them."""
+    broker_version: str = ""
+
+    def resources(self) -> dict[ResourceKey, Any]:
+        return self.topology.resources()
+
+
+def _enum_or_none(enum_type: Any, value: Any) -> Any:
+    try:
+        return enum_type(value)
+    except ValueError:
+        return None
+
+
+def observed_vhost(
+    name: str,
+    meta: JSONDict,
+    definitions: JSONDict,
+    permissions: Iterable[JSONDict] = (),
+    topic_permissions: Iterable[JSONDict] = (),
+) -> Vhost:
+    """Convert one vhost's management answers into a ``Vhost`` primitive."""
+    exchanges = []
+    for item in definitions.get("exchanges", []):
+        exchange_type = _enum_or_none(ExchangeType, item.get("type"))
+        if exchange_type is None:
+            # A type rabbitry cannot declare (e.g. x-federation-upstream internals): not ours.
+            continue
+        exchanges.append(
+            Exchange(
+                name=item["name"],
+                type=exchange_type,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                internal=bool(item.get("internal", False)),
+                arguments=dict(item.get("arguments") or {}),
+            )
+        )
+    queues = []
+    for item in definitions.get("queues", []):
+        arguments = dict(item.get("arguments") or {})
+        queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
+        queues.append(
+            Queue(
+                name=item["name"],
+                type=_enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                arguments=arguments,
+            )
+        )
+    bindings = [
+        Binding(
+            source=item["source"],
+            destination=item["destination"],
+            destination_type=DestinationType(item.get("destination_type", "queue")),
+            routing_key=item.get("routing_key", ""),
+            arguments=dict(item.get("arguments") or {}),
+        )
+        for item in definitions.get("bindings", [])
+        if item.get("source")  # the default exchange's implicit bindings are not declared
+    ]
+    policies = [
+        Policy(
+            name=item["name"],
+            pattern=item["pattern"],
+            apply_to=_enum_or_none(ApplyTo, item.get("apply-to")) or ApplyTo.ALL,
+            priority=int(item.get("priority", 0)),
+            definition=dict(item.get("definition") or {}),
+        )
+        for item in definitions.get("policies", [])
+    ]
+    operator_policies = []
+    parameters = []
+    for item in definitions.get("parameters", []):
+        if item.get("component") == "operator_policy":
+            value = item.get("value") or {}
+            operator_policies.append(
+                OperatorPolicy(
+                    name=item["name"],
+                    pattern=value.get("pattern", ""),
+                    apply_to=_enum_or_none(ApplyTo, value.get("apply-to")) or ApplyTo.QUEUES,
+                    priority=int(value.get("priority", 0)),
+                    definition=dict(value.get("definition") or {}),
+                )
+            )
+        else:
+            parameters.append(
+                Parameter(component=item["component"], name=item["name"], value=item.get("value"))
+            )
+    default_type = _enum_or_none(QueueType, meta.get("default_queue_type"))
+    metadata = meta.get("metadata") or {}
+    tags = meta.get("tags", metadata.get("tags", []))
+    if isinstance(tags, str):
+        tags = [t for t in tags.split(",") if t]
+    return Vhost(
+        name=name,
+        description=str(meta.get("description", metadata.get("description", "")) or ""),
+        tags=tuple(tags),
+        default_queue_type=default_type,
+        exchanges=tuple(exchanges),
+        queues=tuple(queues),
+        bindings=tuple(bindings),
+        policies=tuple(policies),
+        operator_policies=tuple(operator_policies),
+        parameters=tuple(parameters),
+        permissions=tuple(
+            Permission(user=p["user"], configure=p["configure"], write=p["write"], read=p["read"])
+            for p in permissions
+        ),
+        topic_permissions=tuple(
+            TopicPermission(
+                user=p["user"], exchange=p["exchange"], write=p["write"], read=p["read"]
+            )
+            for p in topic_permissions
+        ),
+    )
+
+
+def read_state(
+    client: ManagementClient,
+    stack: str,
+    vhosts: Iterable[str],
+    users: Iterable[str] = (),
+    global_parameters: Iterable[str] = (),
+    with_stats: bool = True,
+) -> BrokerState:
+    """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker."""
+    record = OwnershipRecord.from_value(stack, client.global_parameter(record_name(stack)))
+    wanted_vhosts = set(vhosts) | record.vhosts()
+    wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
+    wanted_params = set(global_parameters) | {
+        k[2] for k in record.keys if k[0] == "global_parameter"
+    }
+
+    existing = {v["name"]: v for v in client.vhosts()}
+    observed_vhosts = []
+    stats: dict[ResourceKey, QueueStats] = {}
+    for name in sorted(wanted_vhosts):
+        meta = existing.get(name)
+        if meta is None:
+            continue
+        observed_vhosts.append(
+            observed_vhost(
+                name,
+                meta,
+                client.vhost_definitions(name),
+                client.permissions(name),
+                client.topic_permissions(name),
+            )
+        )
+        if with_stats:
+            for item in client.queue_stats(name):
+                stats[("queue", name, item["name"])] = QueueStats(
+                    messages=item.get("messages"), consumers=item.get("consumers")
+                )
+
+    observed_users = []
+    hashes: dict[str, tuple[str, str]] = {}
+    if wanted_users:
+        for item in client.users():
+            if item["name"] in wanted_users:
+                tags = item.get("tags") or []
+                if isinstance(tags, str):
+                    tags = [t for t in tags.split(",") if t]
+                observed_users.append(User(name=item["name"], tags=tuple(tags)))
+                hashes[item["name"]] = (
+                    item.get("password_hash", ""),
+                    item.get("hashing_algorithm", ""),
+                )
+    observed_params = []
+    if wanted_params:
+        for item in client.global_parameters():
+            if item["name"] in wanted_params:
+                observed_params.append(GlobalParameter(name=item["name"], value=item.get("value")))
+
+    topology = Topology(
+        name=stack,
+        vhosts=tuple(observed_vhosts),
+        users=tuple(observed_users),
+        global_parameters=tuple(observed_params),
+    )
+    return BrokerState(topology=topology, record=record, queue_stats=stats, password_hashes=hashes)
+
+
+__all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_state"]
