@@ -77,7 +77,8 @@ def refusals(plan: Plan, options: ApplyOptions) -> list[str]:
                     f"{change.title} cannot change in place ({why}): it must be deleted and"
                     " declared again; run apply with --allow-replace to do that"
                 )
-            elif change.kind == "queue" and change.messages and not options.force:
+                continue
+            if change.kind == "queue" and change.messages and not options.force:
                 problems.append(
                     f"{change.title} holds {change.messages} message(s) and must be replaced"
                     f" ({why}); drain it first, or add --force to discard them"

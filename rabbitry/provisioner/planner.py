@@ -37,6 +37,7 @@ from rabbitry.topology.primitives import (
     describe_key,
     same_json,
 )
+from rabbitry.uri import mask_text
 
 
 class Action(enum.StrEnum):
@@ -186,7 +187,7 @@ def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
 def _short(value: Any) -> str:
     if value is None:
         return "(unset)"
-    text = canonical_json(value)
+    text = mask_text(canonical_json(value))  # parameter values can hold URIs with passwords
     return text if len(text) <= 60 else text[:57] + "..."
 
 

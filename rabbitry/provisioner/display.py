@@ -1,0 +1,66 @@
+"""Plans as people read them: one line per change, terraform's symbols, reasons indented."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from rabbitry.provisioner.planner import SYMBOLS, Action, Change, Plan
+from rabbitry.uri import mask_text
+
+COLORS = {
+    Action.CREATE: "green",
+    Action.UPDATE: "yellow",
+    Action.REPLACE: "magenta",
+    Action.DELETE: "red",
+    Action.ADOPT: "cyan",
+}
+
+
+def _annotations(change: Change, prune: bool) -> list[str]:
+    notes: list[str] = []
+    if (
+        change.messages is not None
+        and change.kind == "queue"
+        and change.action
+        in (
+            Action.REPLACE,
+            Action.DELETE,
+        )
+    ):
+        notes.append(f"{change.messages} message(s)")
+    if change.consumers:
+        notes.append(f"{change.consumers} consumer(s)")
+    if change.drift:
+        notes.append("changed outside rabbitry")
+    if change.action is Action.DELETE and not prune:
+        notes.append("only with --prune")
+    return notes
+
+
+def render_plan(plan: Plan, *, color: bool = False, prune: bool = True) -> str:
+    """The plan as text; ``prune`` says whether deletions will run (else they are marked)."""
+    style: Callable[..., str] = click.style if color else (lambda text, **_kw: text)
+    lines: list[str] = []
+    width = max((len(SYMBOLS[c.action]) for c in plan.changes), default=1)
+    for change in plan.changes:
+        symbol = SYMBOLS[change.action].rjust(width)
+        head = f"  {symbol} {change.title}"
+        notes = _annotations(change, prune)
+        if notes:
+            head += f"  ({', '.join(notes)})"
+        lines.append(style(mask_text(head), fg=COLORS[change.action]))
+        for reason in change.reasons:
+            if change.action is Action.DELETE and reason == "no longer in the spec":
+                continue
+            if change.drift and reason == "deleted outside rabbitry":
+                continue
+            lines.append(f"  {' ' * width}     {mask_text(reason)}")
+    if plan.warnings:
+        lines.append("")
+        lines.extend(style(f"warning: {mask_text(w)}", fg="yellow") for w in plan.warnings)
+    if lines:
+        lines.append("")
+    lines.append(style(plan.summary(), bold=True))
+    return "\n".join(lines)

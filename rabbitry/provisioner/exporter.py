@@ -1,0 +1,55 @@
+"""Adopting an existing broker: read vhosts into a topology that round-trips through a spec.
+
+Users granted access to an exported vhost come along with their password hash (never a
+password); rabbitry's own ownership records are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rabbitry.errors import BrokerError
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.ownership import RECORD_PREFIX
+from rabbitry.provisioner.state import read_state
+from rabbitry.topology.primitives import Topology, User
+
+
+def export_topology(
+    client: ManagementClient,
+    vhosts: Iterable[str],
+    *,
+    name: str,
+    include_users: bool = True,
+) -> Topology:
+    """The given vhosts as they are on the broker, as a topology named ``name``."""
+    wanted = list(vhosts)
+    existing = {v["name"] for v in client.vhosts()}
+    missing = [v for v in wanted if v not in existing]
+    if missing:
+        raise BrokerError(
+            f"no such vhost on the broker: {', '.join(missing)} (known: {', '.join(sorted(existing))})"
+        )
+    users: set[str] = set()
+    if include_users:
+        for vhost in wanted:
+            users.update(p["user"] for p in client.permissions(vhost))
+    state = read_state(client, stack=name, vhosts=wanted, users=users, with_stats=False)
+    exported_users = tuple(
+        User(
+            name=user.name,
+            tags=user.tags,
+            password_hash=state.password_hashes[user.name][0] or None,
+            hashing_algorithm=state.password_hashes[user.name][1]
+            or "rabbit_password_hashing_sha256",
+        )
+        for user in state.topology.users
+    )
+    return Topology(
+        name=name,
+        vhosts=state.topology.vhosts,
+        users=exported_users,
+        global_parameters=tuple(
+            p for p in state.topology.global_parameters if not p.name.startswith(RECORD_PREFIX)
+        ),
+    )

@@ -1,0 +1,295 @@
+"""The planner's rules, on hand-made desired and observed topologies (no broker)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from rabbitry.provisioner.applier import ApplyOptions, definitions_for, refusals
+from rabbitry.provisioner.display import render_plan
+from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.planner import Action, managed_after, password_matches, plan
+from rabbitry.provisioner.state import BrokerState, QueueStats, observed_vhost
+from rabbitry.topology.primitives import (
+    ApplyTo,
+    Binding,
+    Exchange,
+    ExchangeType,
+    Parameter,
+    Policy,
+    Queue,
+    QueueType,
+    Topology,
+    User,
+    Vhost,
+)
+
+V = "shop"
+
+
+def topo(**vhost_fields: object) -> Topology:
+    users = vhost_fields.pop("users", ())
+    return Topology(name="shop", vhosts=(Vhost(name=V, **vhost_fields),), users=users)  # type: ignore[arg-type]
+
+
+def state(observed: Topology, managed: dict | None = None, **kw: object) -> BrokerState:
+    record = OwnershipRecord("shop", managed or {})
+    return BrokerState(topology=observed, record=record, **kw)  # type: ignore[arg-type]
+
+
+def owned(t: Topology) -> dict:
+    return {k: digest(r) for k, r in t.resources().items()}
+
+
+WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5})
+ORDERS = Exchange(name="orders", type=ExchangeType.TOPIC)
+BIND = Binding(source="orders", destination="work", routing_key="order.*")
+
+
+def test_empty_broker_plans_creations_in_dependency_order() -> None:
+    desired = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(BIND,))
+    p = plan(desired, state(Topology(name="shop")))
+    assert [c.action for c in p.changes] == [Action.CREATE] * 4
+    assert [c.kind for c in p.changes] == ["vhost", "exchange", "queue", "binding"]
+
+
+def test_matching_broker_plans_nothing() -> None:
+    desired = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(BIND,))
+    p = plan(desired, state(desired, owned(desired)))
+    assert not p.has_changes
+    assert p.summary().startswith("No changes")
+
+
+def test_numbers_compare_as_json_values() -> None:
+    desired = topo(queues=(Queue(name="q", arguments={"x-message-ttl": 1000}),))
+    observed = topo(queues=(Queue(name="q", arguments={"x-message-ttl": 1000.0}),))
+    assert not plan(desired, state(observed, owned(desired))).has_changes
+
+
+def test_unrecorded_matching_object_is_adopted() -> None:
+    desired = topo(queues=(WORK,))
+    p = plan(desired, state(desired))
+    assert {c.action for c in p.changes} == {Action.ADOPT}
+
+
+def test_argument_change_is_a_replace_with_reason_and_rebinds() -> None:
+    desired = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(BIND,))
+    old_work = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 3})
+    observed = topo(exchanges=(ORDERS,), queues=(old_work,), bindings=(BIND,))
+    p = plan(
+        desired,
+        state(
+            observed,
+            owned(observed),
+            queue_stats={("queue", V, "work"): QueueStats(messages=12, consumers=0)},
+        ),
+    )
+    replace = p.by_action(Action.REPLACE)
+    assert [c.title for c in replace] == ["queue shop/work"]
+    assert replace[0].reasons == ("arguments.x-delivery-limit: 3 -> 5",)
+    assert replace[0].messages == 12
+    # the delete drops the binding, so the plan declares it again
+    assert [c.key for c in p.by_action(Action.CREATE)] == [BIND.key(V)]
+    assert any("12 message(s)" in w for w in p.warnings)
+
+
+def test_queue_type_change_is_a_replace() -> None:
+    desired = topo(queues=(Queue(name="q", type=QueueType.QUORUM),))
+    observed = topo(queues=(Queue(name="q"),))
+    (change,) = plan(desired, state(observed, owned(observed))).changes
+    assert change.action is Action.REPLACE
+    assert change.reasons == ('type: "classic" -> "quorum"',)
+
+
+def test_policy_change_is_in_place_and_drift_is_flagged() -> None:
+    desired_policy = Policy(name="cap", pattern="^work$", definition={"max-length": 10})
+    desired = topo(policies=(desired_policy,))
+    hand_edited = desired_policy.model_copy(update={"definition": {"max-length": 5}})
+    observed = topo(policies=(hand_edited,))
+    (change,) = plan(desired, state(observed, owned(desired))).changes
+    assert change.action is Action.UPDATE
+    assert change.drift, "the broker differs from what rabbitry last applied"
+    assert change.reasons == ("definition.max-length: 5 -> 10",)
+
+
+def test_spec_change_is_not_drift() -> None:
+    old = Policy(name="cap", pattern="^work$", definition={"max-length": 5})
+    observed = topo(policies=(old,))
+    desired = topo(policies=(old.model_copy(update={"definition": {"max-length": 10}}),))
+    (change,) = plan(desired, state(observed, owned(observed))).changes
+    assert change.action is Action.UPDATE and not change.drift
+
+
+def test_object_deleted_by_hand_is_recreated_as_drift() -> None:
+    desired = topo(queues=(WORK,))
+    observed = topo()
+    (change,) = plan(desired, state(observed, owned(desired))).changes
+    assert change.action is Action.CREATE and change.drift
+
+
+def test_changed_binding_is_delete_plus_create() -> None:
+    observed = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(BIND,))
+    new_bind = BIND.model_copy(update={"routing_key": "order.#"})
+    desired = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(new_bind,))
+    p = plan(desired, state(observed, owned(observed)))
+    assert [(c.action, c.key) for c in p.changes] == [
+        (Action.CREATE, new_bind.key(V)),
+        (Action.DELETE, BIND.key(V)),
+    ]
+
+
+def test_binding_arguments_are_part_of_identity_in_any_key_order() -> None:
+    a = Binding(source="h", destination="q", arguments={"x-match": "all", "k": 1})
+    b = Binding(source="h", destination="q", arguments={"k": 1.0, "x-match": "all"})
+    assert a.key(V) == b.key(V)
+
+
+def test_prune_only_touches_recorded_objects() -> None:
+    stranger = Queue(name="someone-elses")
+    ours_gone = Queue(name="old")
+    observed = topo(queues=(WORK, stranger, ours_gone))
+    desired = topo(queues=(WORK,))
+    managed = owned(topo(queues=(WORK, ours_gone)))
+    p = plan(desired, state(observed, managed))
+    assert [c.key for c in p.by_action(Action.DELETE)] == [("queue", V, "old")]
+
+
+def test_vhost_with_unmanaged_objects_is_never_pruned() -> None:
+    observed = topo(queues=(WORK, Queue(name="theirs")))
+    managed = owned(topo(queues=(WORK,)))
+    p = plan(Topology(name="shop"), state(observed, managed))
+    deleted = [c.key for c in p.by_action(Action.DELETE)]
+    assert ("queue", V, "work") in deleted
+    assert ("vhost", V) not in deleted
+    assert any("does not manage" in w for w in p.warnings)
+
+
+def test_refusals_name_the_flag_to_use() -> None:
+    desired = topo(queues=(Queue(name="q", type=QueueType.QUORUM),))
+    observed = topo(queues=(Queue(name="q"),))
+    stats = {("queue", V, "q"): QueueStats(messages=3, consumers=1)}
+    p = plan(desired, state(observed, owned(observed), queue_stats=stats))
+    (no_flag,) = refusals(p, ApplyOptions())
+    assert "--allow-replace" in no_flag
+    with_flag = refusals(p, ApplyOptions(allow_replace=True))
+    assert len(with_flag) == 2 and "3 message(s)" in with_flag[0] and "consumer" in with_flag[1]
+    assert refusals(p, ApplyOptions(allow_replace=True, force=True)) == []
+
+
+def test_prune_of_non_empty_queue_needs_force() -> None:
+    observed = topo(queues=(Queue(name="old"),))
+    stats = {("queue", V, "old"): QueueStats(messages=7, consumers=0)}
+    p = plan(topo(), state(observed, owned(observed), queue_stats=stats))
+    assert refusals(p, ApplyOptions()) == []  # without --prune nothing is deleted
+    assert "7 message(s)" in refusals(p, ApplyOptions(prune=True))[0]
+    assert refusals(p, ApplyOptions(prune=True, force=True)) == []
+
+
+def test_password_checked_against_broker_hash_without_sending_it() -> None:
+    salt = b"\x01\x02\x03\x04"
+    stored = base64.b64encode(salt + hashlib.sha256(salt + b"right").digest()).decode()
+    algo = "rabbit_password_hashing_sha256"
+    assert password_matches("right", stored, algo) is True
+    assert password_matches("wrong", stored, algo) is False
+    desired = topo(users=(User(name="app", password="wrong"),))
+    observed = topo(users=(User(name="app"),))
+    p = plan(desired, state(observed, owned(observed), password_hashes={"app": (stored, algo)}))
+    (change,) = p.changes
+    assert change.action is Action.UPDATE and change.reasons == ("password differs",)
+    assert "wrong" not in render_plan(p) and "wrong" not in str(p.to_json())
+
+
+def test_secrets_in_parameter_values_are_masked_in_reasons() -> None:
+    old = Parameter(component="federation-upstream", name="up", value={"uri": "amqp://u:old@a"})
+    new = Parameter(component="federation-upstream", name="up", value={"uri": "amqp://u:new@b"})
+    p = plan(
+        topo(parameters=(new,)), state(topo(parameters=(old,)), owned(topo(parameters=(old,))))
+    )
+    text = render_plan(p) + str(p.to_json())
+    assert "old" not in text and "new@" not in text and "***" in text
+
+
+def test_managed_after_keeps_unpruned_and_drops_deleted() -> None:
+    kept, pruned = Queue(name="kept"), Queue(name="pruned")
+    observed = topo(queues=(WORK, kept, pruned))
+    p = plan(topo(queues=(WORK,)), state(observed, owned(observed)))
+    after = managed_after(p, deleted=[pruned.key(V)], still_present=[kept.key(V)])
+    assert set(after) == {("vhost", V), WORK.key(V), kept.key(V)}
+
+
+def test_ownership_record_round_trips() -> None:
+    record = OwnershipRecord("shop", {("queue", "v", "q"): "abc", ("user", "", "u"): "def"})
+    assert OwnershipRecord.from_value("shop", record.to_value()) == record
+
+
+def test_observed_vhost_reads_management_answers() -> None:
+    definitions = {
+        "queues": [
+            {
+                "name": "q1",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-queue-type": "quorum", "x-delivery-limit": 5},
+            },
+            {"name": "q2", "durable": True, "auto_delete": False, "arguments": {}},
+        ],
+        "exchanges": [
+            {
+                "name": "ex",
+                "type": "topic",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {"alternate-exchange": "ae"},
+            }
+        ],
+        "bindings": [
+            {
+                "source": "ex",
+                "destination": "q2",
+                "destination_type": "queue",
+                "routing_key": "a.*",
+                "arguments": {},
+            }
+        ],
+        "policies": [
+            {
+                "name": "p",
+                "pattern": "^q",
+                "apply-to": "queues",
+                "priority": 1,
+                "definition": {"max-length": 10},
+            }
+        ],
+        "parameters": [
+            {
+                "component": "operator_policy",
+                "name": "op",
+                "value": {
+                    "pattern": "^q",
+                    "definition": {"max-length": 100},
+                    "priority": 0,
+                    "apply-to": "queues",
+                },
+            },
+            {"component": "federation-upstream", "name": "up", "value": {"uri": "amqp://h"}},
+        ],
+    }
+    meta = {"name": V, "description": "d", "tags": ["a"], "default_queue_type": "undefined"}
+    vhost = observed_vhost(V, meta, definitions)
+    assert vhost.queues[0] == Queue(
+        name="q1", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5}
+    )
+    assert vhost.queues[1].type is QueueType.CLASSIC
+    assert vhost.exchanges[0].arguments == {"alternate-exchange": "ae"}
+    assert vhost.policies[0].apply_to is ApplyTo.QUEUES
+    assert [p.name for p in vhost.operator_policies] == ["op"]
+    assert [p.name for p in vhost.parameters] == ["up"]
+    assert vhost.default_queue_type is None and vhost.tags == ("a",)
+
+
+def test_definitions_document_carries_queue_type() -> None:
+    doc = definitions_for([WORK, ORDERS, BIND])
+    assert doc["queues"][0]["arguments"] == {"x-delivery-limit": 5, "x-queue-type": "quorum"}
+    assert doc["exchanges"][0]["type"] == "topic"
+    assert doc["bindings"][0]["routing_key"] == "order.*"
