@@ -28,7 +28,8 @@ def export_topology(
     missing = [v for v in wanted if v not in existing]
     if missing:
         raise BrokerError(
-            f"no such vhost on the broker: {', '.join(missing)} (known: {', '.join(sorted(existing))})"
+            f"no such vhost on the broker: {', '.join(missing)}"
+            f" (known: {', '.join(sorted(existing))})"
         )
     users: set[str] = set()
     if include_users:
