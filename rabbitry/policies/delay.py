@@ -1,0 +1,223 @@
+"""Delay encoding: how a wanted delay becomes a routing key and an entry exchange.
+
+Two schemes, both plugin-free and free of head-of-line blocking (every message in one queue has
+the same TTL, so expiry order is arrival order):
+
+- ``BinaryDelays``: N levels; level k holds messages for ``unit * 2**k``. The routing key carries
+  the delay in ticks (units) as N bits, most significant first, each followed by a dot, then the
+  target address. Level k's queue is bound with a pattern matching "bit k set"; level k's exchange
+  is bound to level k-1's exchange with "bit k clear", so a message skips the levels whose bit is
+  0. Level 0 dead-letters into the delivery exchange, where each target is bound by its address.
+  A message enters at the exchange of its highest set bit; any delay up to
+  ``unit * (2**N - 1)`` is reachable with at most N hops.
+- ``FixedDelays``: a list of delays, one TTL queue each; a delay is rounded up to the next level
+  (or rejected past the last). The routing key is ``<level index>.<address>``.
+
+Delays are rounded up to whole units: a message is never delivered early.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from rabbitry.errors import RabbitryError
+
+
+class DelayError(RabbitryError):
+    """A delay that the declared delay levels cannot represent."""
+
+
+def to_ms(delay: float | timedelta) -> float:
+    """Milliseconds from a timedelta or a number of seconds."""
+    if isinstance(delay, timedelta):
+        return delay.total_seconds() * 1000.0
+    return float(delay) * 1000.0
+
+
+def _check_address(address: str) -> None:
+    if (
+        not address
+        or any(c in address for c in "*#")
+        or address.startswith(".")
+        or address.endswith(".")
+    ):
+        raise DelayError(
+            f"delay target address {address!r} must be a non-empty name without '*', '#' or"
+            " leading/trailing dots (it ends a topic routing key)"
+        )
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where to publish a delayed message: ``exchange`` with ``routing_key``."""
+
+    exchange: str
+    routing_key: str
+    delay_ms: int
+    """The delay the message will actually get (the requested one rounded up to the unit)."""
+
+
+@dataclass(frozen=True)
+class BinaryDelays:
+    """Binary-decomposed delay levels ``<prefix>.<k>``, delivering via ``<prefix>.deliver``."""
+
+    prefix: str
+    unit_ms: int = 1000
+    levels: int = 28
+
+    def __post_init__(self) -> None:
+        if self.unit_ms <= 0:
+            raise DelayError(f"delay unit must be positive, got {self.unit_ms} ms")
+        if not 1 <= self.levels <= 64:
+            raise DelayError(f"delay levels must be between 1 and 64, got {self.levels}")
+
+    @property
+    def max_ticks(self) -> int:
+        return (1 << self.levels) - 1
+
+    @property
+    def max_delay_ms(self) -> int:
+        return self.unit_ms * self.max_ticks
+
+    def level_exchange(self, level: int) -> str:
+        return f"{self.prefix}.{level:02d}"
+
+    def level_queue(self, level: int) -> str:
+        return f"{self.prefix}.{level:02d}"
+
+    def level_ttl_ms(self, level: int) -> int:
+        return self.unit_ms << level
+
+    @property
+    def delivery_exchange(self) -> str:
+        return f"{self.prefix}.deliver"
+
+    def ticks(self, delay: float | timedelta) -> int:
+        """Whole units, rounded up (never early); errors past the largest representable delay."""
+        ms = to_ms(delay)
+        if ms < 0 or math.isnan(ms):
+            raise DelayError(f"delay must not be negative, got {ms:g} ms")
+        ticks = math.ceil(ms / self.unit_ms - 1e-9)
+        if ticks > self.max_ticks:
+            raise DelayError(
+                f"delay of {ms:g} ms exceeds the {self.levels} levels of {self.unit_ms} ms"
+                f" (at most {self.max_delay_ms} ms): declare more levels"
+            )
+        return ticks
+
+    def routing_key(self, ticks: int, address: str) -> str:
+        _check_address(address)
+        bits = format(ticks, f"0{self.levels}b")
+        return "".join(f"{b}." for b in bits) + address
+
+    def route(self, delay: float | timedelta, address: str) -> Route:
+        """Entry exchange and routing key for ``delay`` towards ``address``."""
+        ticks = self.ticks(delay)
+        key = self.routing_key(ticks, address)
+        exchange = self.level_exchange(ticks.bit_length() - 1) if ticks else self.delivery_exchange
+        return Route(exchange, key, ticks * self.unit_ms)
+
+    def decode(self, routing_key: str) -> tuple[int, str]:
+        """(ticks, address) from a routing key made by ``routing_key``."""
+        words = routing_key.split(".", self.levels)
+        if len(words) != self.levels + 1 or any(w not in ("0", "1") for w in words[:-1]):
+            raise DelayError(f"{routing_key!r} is not a {self.levels}-level delay routing key")
+        return int("".join(words[:-1]), 2), words[-1]
+
+    # -- the bindings that make the routing work -------------------------------------------
+
+    def _prefix_words(self, level: int) -> str:
+        return "*." * (self.levels - 1 - level)
+
+    def queue_pattern(self, level: int) -> str:
+        """Binding key of level ``level``'s queue: bit ``level`` is set."""
+        return f"{self._prefix_words(level)}1.#"
+
+    def skip_pattern(self, level: int) -> str:
+        """Binding key from level ``level``'s exchange onwards: bit ``level`` is clear."""
+        return f"{self._prefix_words(level)}0.#"
+
+    def delivery_pattern(self, address: str) -> str:
+        """Binding key of a target on the delivery exchange."""
+        _check_address(address)
+        return "*." * self.levels + address
+
+
+@dataclass(frozen=True)
+class FixedDelays:
+    """Fixed delay levels (ms, ascending), entered at ``<prefix>``, delivered via ``.deliver``."""
+
+    prefix: str
+    levels_ms: tuple[int, ...]
+    round_up: bool = True
+    """Round a delay up to the next level; False rejects any delay that is not exactly a level."""
+
+    def __post_init__(self) -> None:
+        if not self.levels_ms:
+            raise DelayError("fixed delays need at least one level")
+        if list(self.levels_ms) != sorted(set(self.levels_ms)) or self.levels_ms[0] <= 0:
+            raise DelayError(
+                "fixed delay levels must be positive and strictly ascending:"
+                f" {list(self.levels_ms)}"
+            )
+
+    @property
+    def entry_exchange(self) -> str:
+        return self.prefix
+
+    @property
+    def delivery_exchange(self) -> str:
+        return f"{self.prefix}.deliver"
+
+    def level_queue(self, index: int) -> str:
+        return f"{self.prefix}.{index:02d}"
+
+    def level_for(self, delay: float | timedelta) -> int:
+        ms = to_ms(delay)
+        if ms < 0 or math.isnan(ms):
+            raise DelayError(f"delay must not be negative, got {ms:g} ms")
+        for index, level in enumerate(self.levels_ms):
+            if ms <= level + 1e-9:
+                if not self.round_up and abs(ms - level) > 1e-9:
+                    break
+                return index
+        allowed = ", ".join(str(v) for v in self.levels_ms)
+        raise DelayError(
+            f"no fixed delay level for {ms:g} ms (levels: {allowed} ms"
+            + ("" if self.round_up else "; rounding up is off")
+            + ")"
+        )
+
+    def route(self, delay: float | timedelta, address: str) -> Route:
+        _check_address(address)
+        index = self.level_for(delay)
+        return Route(self.entry_exchange, f"{index}.{address}", self.levels_ms[index])
+
+    def queue_pattern(self, index: int) -> str:
+        return f"{index}.#"
+
+    def delivery_pattern(self, address: str) -> str:
+        _check_address(address)
+        return f"*.{address}"
+
+
+DelayScheme = BinaryDelays | FixedDelays
+
+CLASSIC_FIXED_LEVELS_MS: tuple[int, ...] = tuple(
+    s * 1000
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+"""The 18 classic levels: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h."""
+
+
+def levels_for(max_delay_ms: int, unit_ms: int) -> int:
+    """The fewest binary levels that reach ``max_delay_ms`` in ``unit_ms`` units."""
+    ticks = math.ceil(max_delay_ms / unit_ms)
+    return max(1, ticks.bit_length())
+
+
+def describe_levels(levels: Sequence[int]) -> str:
+    return ", ".join(f"{ms} ms" for ms in levels)

@@ -1,0 +1,116 @@
+"""The delay encoder: round-trips, never early, and routes through exactly the set bits."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rabbitry.policies.delay import (
+    CLASSIC_FIXED_LEVELS_MS,
+    BinaryDelays,
+    DelayError,
+    FixedDelays,
+    levels_for,
+)
+
+
+def topic_matches(pattern: str, key: str) -> bool:
+    """AMQP topic matching: '*' is exactly one word, '#' zero or more."""
+
+    def match(p: list[str], k: list[str]) -> bool:
+        if not p:
+            return not k
+        if p[0] == "#":
+            return any(match(p[1:], k[i:]) for i in range(len(k) + 1))
+        return bool(k) and p[0] in ("*", k[0]) and match(p[1:], k[1:])
+
+    return match(pattern.split("."), key.split("."))
+
+
+def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[int]:
+    """Follow bindings from ``entry``: returns the levels whose queue the message sits in."""
+    visited: list[int] = []
+    exchange = entry
+    while exchange != scheme.delivery_exchange:
+        level = int(exchange.rsplit(".", 1)[1])
+        in_queue = topic_matches(scheme.queue_pattern(level), key)
+        skips = topic_matches(scheme.skip_pattern(level), key)
+        assert in_queue != skips, "exactly one way out of every level"
+        if in_queue:
+            visited.append(level)
+        # the level queue dead-letters (and the skip binding leads) to the next exchange down
+        exchange = scheme.level_exchange(level - 1) if level else scheme.delivery_exchange
+    assert topic_matches(scheme.delivery_pattern(address), key)
+    return visited
+
+
+def test_topic_matcher_agrees_with_amqp_rules() -> None:
+    assert topic_matches("*.1.#", "0.1.0.q")
+    assert topic_matches("*.1.#", "0.1")
+    assert not topic_matches("*.1.#", "1.0.0.q")
+    assert topic_matches("*.*.q", "0.1.q") and not topic_matches("*.*.q", "0.1.x.q")
+
+
+@given(st.integers(min_value=0, max_value=(1 << 12) - 1), st.sampled_from(["work", "a.b.c", "x-y"]))
+def test_every_delay_routes_through_exactly_its_set_bits(ticks: int, address: str) -> None:
+    scheme = BinaryDelays("delay", unit_ms=100, levels=12)
+    route = scheme.route(timedelta(milliseconds=ticks * 100), address)
+    assert scheme.decode(route.routing_key) == (ticks, address)
+    visited = simulate(scheme, route.exchange, route.routing_key, address)
+    assert sorted(visited, reverse=True) == visited
+    assert sum(scheme.level_ttl_ms(level) for level in visited) == ticks * 100
+    assert visited == [k for k in range(12) if ticks >> k & 1][::-1]
+
+
+@given(st.floats(min_value=0, max_value=(2**20 - 1) * 250.0, allow_nan=False))
+def test_rounding_is_never_early_and_under_one_unit_late(ms: float) -> None:
+    scheme = BinaryDelays("d", unit_ms=250, levels=20)
+    route = scheme.route(timedelta(milliseconds=ms), "q")
+    assert route.delay_ms >= ms - 1e-6
+    assert route.delay_ms - ms < 250
+    ticks, _ = scheme.decode(route.routing_key)
+    assert ticks * 250 == route.delay_ms
+
+
+def test_zero_delay_goes_straight_to_delivery_and_limits_are_enforced() -> None:
+    scheme = BinaryDelays("d", unit_ms=1000, levels=3)
+    assert scheme.route(0, "q").exchange == "d.deliver"
+    assert scheme.route(7, "q").exchange == "d.02"
+    with pytest.raises(DelayError, match="at most 7000 ms"):
+        scheme.route(7.5, "q")
+    with pytest.raises(DelayError, match="negative"):
+        scheme.route(-1, "q")
+    with pytest.raises(DelayError, match="address"):
+        scheme.route(1, "a.#")
+
+
+def test_28_levels_of_a_second_reach_about_eight_and_a_half_years() -> None:
+    years = BinaryDelays("d").max_delay_ms / 1000 / 86400 / 365
+    assert 8.4 < years < 8.6
+    assert levels_for(30 * 86400 * 1000, 1000) == 22
+
+
+@given(st.floats(min_value=0, max_value=7200 * 1000, allow_nan=False))
+def test_fixed_levels_round_up_to_the_next_level(ms: float) -> None:
+    scheme = FixedDelays("fixed", CLASSIC_FIXED_LEVELS_MS)
+    route = scheme.route(timedelta(milliseconds=ms), "work")
+    assert route.delay_ms >= ms - 1e-6
+    index = int(route.routing_key.split(".")[0])
+    assert index == 0 or CLASSIC_FIXED_LEVELS_MS[index - 1] < ms
+    assert topic_matches(scheme.queue_pattern(index), route.routing_key)
+    assert topic_matches(scheme.delivery_pattern("work"), route.routing_key)
+
+
+def test_fixed_levels_reject_beyond_last_or_inexact_when_asked() -> None:
+    assert len(CLASSIC_FIXED_LEVELS_MS) == 18
+    scheme = FixedDelays("f", (1000, 5000), round_up=False)
+    assert scheme.route(5, "q").delay_ms == 5000
+    with pytest.raises(DelayError, match="rounding up is off"):
+        scheme.route(3, "q")
+    with pytest.raises(DelayError, match="no fixed delay level"):
+        FixedDelays("f", (1000,)).route(2, "q")
+    with pytest.raises(DelayError, match="ascending"):
+        FixedDelays("f", (5000, 1000))
