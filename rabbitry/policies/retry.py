@@ -1,0 +1,190 @@
+"""Retry rules as data, shared by the topology expansion and the workers.
+
+- ``Backoff``: the delay before retry n (fixed tiers, or exponential with a cap and jitter).
+- ``RetryPolicy``: how many attempts in all, which failures never retry, and the ``decide``
+  function that turns (attempts so far, failure) into retry-at-tier / park.
+- Attempt facts travel in rabbitry's own headers (``x-rabbitry-*``). ``x-death`` is not a usable
+  counter: RabbitMQ 3.13 stopped reading client-set ``x-death`` and 4.0 ignores it. When a message
+  is republished for a retry, ``x-death`` and its companions are stripped, so the broker's
+  dead-letter cycle detection never drops a retried message.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rabbitry.errors import RabbitryError
+
+ATTEMPT_HEADER = "x-rabbitry-attempt"
+"""Failed attempts so far (1 after the first failure)."""
+FIRST_FAILURE_HEADER = "x-rabbitry-first-failure-ms"
+LAST_FAILURE_HEADER = "x-rabbitry-last-failure-ms"
+LAST_ERROR_HEADER = "x-rabbitry-last-error"
+QUEUE_HEADER = "x-rabbitry-queue"
+"""The work queue the message failed in: where a replay sends it back."""
+PARKED_REASON_HEADER = "x-rabbitry-parked-reason"
+RABBITRY_HEADER_PREFIX = "x-rabbitry-"
+BROKER_DEATH_HEADERS = (
+    "x-death",
+    "x-first-death-exchange",
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-last-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+)
+MAX_ERROR_TEXT = 1024
+"""Error text kept in a header: stack traces can exceed frame_max and break the publish."""
+
+
+class RetryConfigError(RabbitryError):
+    """A retry policy that cannot work as declared."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before retry n (1-based): ``tiers[n-1]`` (last tier repeats) or exponential."""
+
+    tiers_ms: tuple[int, ...] = ()
+    initial_ms: int = 1000
+    multiplier: float = 2.0
+    max_ms: int = 3_600_000
+    jitter: float = 0.0
+    """Fraction of the delay added or removed at random (0.1 = +-10%); needs delay levels."""
+
+    def __post_init__(self) -> None:
+        if any(t < 0 for t in self.tiers_ms):
+            raise RetryConfigError("retry tiers must not be negative")
+        if self.initial_ms <= 0 or self.multiplier < 1 or self.max_ms < self.initial_ms:
+            raise RetryConfigError(
+                "exponential back-off needs initial > 0, multiplier >= 1 and max >= initial"
+            )
+        if not 0 <= self.jitter < 1:
+            raise RetryConfigError(f"jitter is a fraction between 0 and 1, got {self.jitter}")
+
+    def base_delay_ms(self, retry: int) -> int:
+        """The delay before retry ``retry`` (1-based), without jitter."""
+        if retry < 1:
+            raise ValueError("retries count from 1")
+        if self.tiers_ms:
+            return self.tiers_ms[min(retry, len(self.tiers_ms)) - 1]
+        delay = self.initial_ms * self.multiplier ** (retry - 1)
+        return int(min(delay, self.max_ms))
+
+    def delay_ms(self, retry: int, rng: random.Random | None = None) -> int:
+        base = self.base_delay_ms(retry)
+        if not self.jitter:
+            return base
+        spread = base * self.jitter
+        return max(0, round(base + (rng or random).uniform(-spread, spread)))
+
+    def schedule_ms(self, retries: int) -> list[int]:
+        """Base delays of retries 1..retries."""
+        return [self.base_delay_ms(n) for n in range(1, retries + 1)]
+
+
+class Outcome(enum.StrEnum):
+    """What happens to a failed message."""
+
+    RETRY = "retry"
+    PARK = "park"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict for one failure: retry ``retry`` after ``delay_ms``, or park with a reason."""
+
+    outcome: Outcome
+    attempt: int
+    """Failed attempts including this one."""
+    retry: int = 0
+    delay_ms: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` deliveries to the handler in all; then the message is parked."""
+
+    attempts: int = 5
+    backoff: Backoff = field(default_factory=Backoff)
+    never_retry: tuple[str, ...] = ()
+    """Exception class names (``ValueError`` or ``pkg.mod.Error``) that park at once."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise RetryConfigError(f"attempts must be at least 1, got {self.attempts}")
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - 1
+
+    def is_retryable(self, error: BaseException | str) -> bool:
+        if isinstance(error, str):
+            names = {error}
+        else:
+            names = set()
+            for cls in type(error).__mro__:
+                names.add(cls.__name__)
+                names.add(f"{cls.__module__}.{cls.__qualname__}")
+        return not names & set(self.never_retry)
+
+    def decide(
+        self, failed_before: int, error: BaseException | str, rng: random.Random | None = None
+    ) -> Decision:
+        """The verdict after a failure, given how many attempts had failed before this one."""
+        attempt = failed_before + 1
+        if not self.is_retryable(error):
+            name = error if isinstance(error, str) else type(error).__name__
+            return Decision(Outcome.PARK, attempt, reason=f"{name} is never retried")
+        if attempt >= self.attempts:
+            return Decision(Outcome.PARK, attempt, reason=f"gave up after {attempt} attempts")
+        return Decision(
+            Outcome.RETRY, attempt, retry=attempt, delay_ms=self.backoff.delay_ms(attempt, rng)
+        )
+
+
+def failed_attempts(headers: Mapping[str, Any] | None) -> int:
+    """Failed attempts recorded on a message (0 for a fresh one; bad values count as 0)."""
+    value = (headers or {}).get(ATTEMPT_HEADER, 0)
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def error_text(error: BaseException | str, limit: int = MAX_ERROR_TEXT) -> str:
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure_headers(
+    headers: Mapping[str, Any] | None,
+    decision: Decision,
+    error: BaseException | str,
+    queue: str,
+    now_ms: int,
+) -> dict[str, Any]:
+    """Headers for the republished message: the old ones, rabbitry's updated, broker's stripped."""
+    out = {k: v for k, v in (headers or {}).items() if k not in BROKER_DEATH_HEADERS}
+    out[ATTEMPT_HEADER] = decision.attempt
+    out.setdefault(FIRST_FAILURE_HEADER, now_ms)
+    out[LAST_FAILURE_HEADER] = now_ms
+    out[LAST_ERROR_HEADER] = error_text(error)
+    out.setdefault(QUEUE_HEADER, queue)
+    if decision.outcome is Outcome.PARK:
+        out[PARKED_REASON_HEADER] = decision.reason
+    return out
+
+
+def distinct_tiers(delays_ms: Sequence[int]) -> list[int]:
+    """The distinct delays of a schedule, in order: one TTL queue is declared per value."""
+    seen: list[int] = []
+    for delay in delays_ms:
+        if delay not in seen:
+            seen.append(delay)
+    return seen

@@ -1,0 +1,84 @@
+"""Retry policies: schedules, verdicts, and the headers a retried message carries."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    LAST_ERROR_HEADER,
+    PARKED_REASON_HEADER,
+    QUEUE_HEADER,
+    Backoff,
+    Outcome,
+    RetryConfigError,
+    RetryPolicy,
+    distinct_tiers,
+    failed_attempts,
+    failure_headers,
+)
+
+
+def test_exponential_schedule_is_capped() -> None:
+    backoff = Backoff(initial_ms=1000, multiplier=3, max_ms=20_000)
+    assert backoff.schedule_ms(5) == [1000, 3000, 9000, 20_000, 20_000]
+    assert distinct_tiers(backoff.schedule_ms(5)) == [1000, 3000, 9000, 20_000]
+
+
+def test_fixed_tiers_repeat_the_last() -> None:
+    assert Backoff(tiers_ms=(100, 500)).schedule_ms(4) == [100, 500, 500, 500]
+
+
+def test_jitter_stays_within_its_fraction() -> None:
+    backoff = Backoff(initial_ms=10_000, jitter=0.2)
+    rng = random.Random(7)
+    delays = {backoff.delay_ms(1, rng) for _ in range(200)}
+    assert min(delays) >= 8000 and max(delays) <= 12_000 and len(delays) > 50
+
+
+def test_walks_the_ladder_then_parks_after_exactly_n_attempts() -> None:
+    policy = RetryPolicy(attempts=4, backoff=Backoff(tiers_ms=(1000, 2000, 4000)))
+    verdicts = [policy.decide(n, RuntimeError("boom")) for n in range(4)]
+    assert [v.outcome for v in verdicts] == [Outcome.RETRY] * 3 + [Outcome.PARK]
+    assert [v.delay_ms for v in verdicts[:3]] == [1000, 2000, 4000]
+    assert verdicts[-1].attempt == 4 and "4 attempts" in verdicts[-1].reason
+
+
+class Invalid(ValueError):
+    pass
+
+
+def test_never_retry_matches_by_class_name_or_base_or_dotted_path() -> None:
+    assert policy_parks(RetryPolicy(never_retry=("ValueError",)), Invalid("x"))
+    assert policy_parks(RetryPolicy(never_retry=(f"{__name__}.Invalid",)), Invalid("x"))
+    assert not policy_parks(RetryPolicy(never_retry=("KeyError",)), Invalid("x"))
+
+
+def policy_parks(policy: RetryPolicy, error: Exception) -> bool:
+    return policy.decide(0, error).outcome is Outcome.PARK
+
+
+def test_failure_headers_strip_broker_death_and_bound_error_text() -> None:
+    policy = RetryPolicy(attempts=2)
+    incoming = {
+        "x-death": [{"count": 1}],
+        "x-first-death-queue": "q",
+        "app": "kept",
+        ATTEMPT_HEADER: 1,
+    }
+    verdict = policy.decide(failed_attempts(incoming), RuntimeError("x" * 5000))
+    headers = failure_headers(incoming, verdict, RuntimeError("x" * 5000), "work", now_ms=1)
+    assert "x-death" not in headers and "x-first-death-queue" not in headers
+    assert headers["app"] == "kept" and headers[ATTEMPT_HEADER] == 2
+    assert headers[QUEUE_HEADER] == "work" and headers[PARKED_REASON_HEADER]
+    assert len(headers[LAST_ERROR_HEADER]) == 1024
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(RetryConfigError):
+        RetryPolicy(attempts=0)
+    with pytest.raises(RetryConfigError):
+        Backoff(jitter=1.5)
+    assert failed_attempts({ATTEMPT_HEADER: "garbage"}) == 0
