@@ -31,10 +31,16 @@ class DelayError(RabbitryError):
 
 
 def to_ms(delay: float | timedelta) -> float:
-    """Milliseconds from a timedelta or a number of seconds."""
-    if isinstance(delay, timedelta):
-        return delay.total_seconds() * 1000.0
-    return float(delay) * 1000.0
+    """Milliseconds from a timedelta or a number of seconds, to the microsecond.
+
+    Rounding to microseconds removes float noise (3 * 0.1 s) before any ceiling is taken;
+    it never turns a positive delay into zero.
+    """
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    ms = round(seconds * 1000.0, 3)
+    if ms == 0 and seconds > 0:
+        ms = 0.001
+    return ms
 
 
 def _check_address(address: str) -> None:
@@ -100,7 +106,7 @@ class BinaryDelays:
         ms = to_ms(delay)
         if ms < 0 or math.isnan(ms):
             raise DelayError(f"delay must not be negative, got {ms:g} ms")
-        ticks = math.ceil(ms / self.unit_ms - 1e-9)
+        ticks = math.ceil(ms / self.unit_ms)
         if ticks > self.max_ticks:
             raise DelayError(
                 f"delay of {ms:g} ms exceeds the {self.levels} levels of {self.unit_ms} ms"
@@ -180,8 +186,8 @@ class FixedDelays:
         if ms < 0 or math.isnan(ms):
             raise DelayError(f"delay must not be negative, got {ms:g} ms")
         for index, level in enumerate(self.levels_ms):
-            if ms <= level + 1e-9:
-                if not self.round_up and abs(ms - level) > 1e-9:
+            if ms <= level:
+                if not self.round_up and ms != level:
                     break
                 return index
         allowed = ", ".join(str(v) for v in self.levels_ms)
