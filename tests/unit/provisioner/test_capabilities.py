@@ -1,0 +1,80 @@
+"""Capability checks: what a topology needs, and the message for each missing piece."""
+
+from __future__ import annotations
+
+from rabbitry.provisioner.capabilities import (
+    BrokerCapabilities,
+    missing,
+    parse_version,
+    requirements,
+)
+from rabbitry.topology.primitives import (
+    ApplyTo,
+    Exchange,
+    ExchangeType,
+    Parameter,
+    Policy,
+    Queue,
+    QueueType,
+    Topology,
+    Vhost,
+)
+
+
+def topology(**fields: object) -> Topology:
+    return Topology(vhosts=(Vhost(name="v", **fields),))  # type: ignore[arg-type]
+
+
+FULL = BrokerCapabilities(
+    version=(3, 10, 8),
+    plugins=frozenset({"rabbitmq_consistent_hash_exchange", "rabbitmq_federation"}),
+    feature_flags=frozenset({"quorum_queue", "stream_queue"}),
+)
+
+
+def test_plain_topology_needs_nothing() -> None:
+    assert missing(requirements(topology(queues=(Queue(name="q"),))), FULL) == []
+
+
+def test_missing_plugin_is_named_with_the_command_to_enable_it() -> None:
+    needs = requirements(topology(exchanges=(Exchange(name="m", type=ExchangeType.MODULUS_HASH),)))
+    (problem,) = missing(needs, FULL)
+    assert "exchange m (vhost v)" in problem
+    assert "rabbitmq-plugins enable rabbitmq_sharding" in problem
+
+
+def test_at_least_once_dead_lettering_needs_stream_queue_flag_and_3_10() -> None:
+    queue = Queue(
+        name="level",
+        type=QueueType.QUORUM,
+        arguments={"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"},
+    )
+    needs = requirements(topology(queues=(queue,)))
+    no_flag = BrokerCapabilities(version=(3, 10, 8), feature_flags=frozenset({"quorum_queue"}))
+    assert any("enable_feature_flag stream_queue" in p for p in missing(needs, no_flag))
+    old = BrokerCapabilities(
+        version=(3, 9, 29), feature_flags=frozenset({"quorum_queue", "stream_queue"})
+    )
+    assert any("3.10 or newer" in p and "3.9.29" in p for p in missing(needs, old))
+
+
+def test_new_apply_to_values_need_3_12() -> None:
+    policy = Policy(
+        name="p", pattern=".*", apply_to=ApplyTo.QUORUM_QUEUES, definition={"max-length": 1}
+    )
+    (problem,) = missing(requirements(topology(policies=(policy,))), FULL)
+    assert "3.12" in problem and "policy p" in problem
+
+
+def test_federation_parameters_and_shovels_need_their_plugins() -> None:
+    params = (
+        Parameter(component="federation-upstream", name="up", value={"uri": "amqp://x"}),
+        Parameter(component="shovel", name="move", value={}),
+    )
+    problems = missing(requirements(topology(parameters=params)), FULL)
+    assert len(problems) == 1 and "rabbitmq_shovel" in problems[0]
+
+
+def test_parse_version_tolerates_suffixes() -> None:
+    assert parse_version("3.10.8") == (3, 10, 8)
+    assert parse_version("4.1.0-beta.2") == (4, 1, 0)
