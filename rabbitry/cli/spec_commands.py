@@ -1,7 +1,112 @@
-"""spec_commands commands."""
+"""``rabbitry validate``, ``render`` and ``schema``: the verbs that need no broker."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
 import click
 
-commands: list[click.Command] = []
+from rabbitry.cli.common import err, parse_vars, spec_options
+from rabbitry.errors import SpecProblem
+from rabbitry.topology import check_spec, expand, load_spec, render_template, topology_data
+from rabbitry.topology.document import plain_yaml
+from rabbitry.topology.primitives import Topology
+from rabbitry.topology.schema import json_schema_text
+from rabbitry.uri import mask_text
+
+
+def _print_warning(problem: SpecProblem) -> None:
+    err(f"warning: {problem}")
+
+
+def _plural(count: int, noun: str) -> str:
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
+
+
+def summary(topology: Topology) -> str:
+    """``1 vhost, 3 exchanges, 4 queues, ...``: what the spec declares, after expansion."""
+    counts = [
+        (len(topology.vhosts), "vhost"),
+        (sum(len(v.exchanges) for v in topology.vhosts), "exchange"),
+        (sum(len(v.queues) for v in topology.vhosts), "queue"),
+        (sum(len(v.bindings) for v in topology.vhosts), "binding"),
+        (sum(len(v.policies) + len(v.operator_policies) for v in topology.vhosts), "policy"),
+        (len(topology.users), "user"),
+        (
+            sum(len(v.parameters) for v in topology.vhosts) + len(topology.global_parameters),
+            "parameter",
+        ),
+    ]
+    return ", ".join(_plural(n, noun) for n, noun in counts if n or noun == "vhost")
+
+
+@click.command()
+@spec_options
+def validate(spec: Path, variables: tuple[str, ...], var_files: Sequence[Path]) -> None:
+    """Check SPEC without a broker: template, YAML, shape and meaning.
+
+    Warnings are printed and do not fail; any error exits 1.
+    """
+    loaded = load_spec(spec, parse_vars(variables), var_files)
+    check_spec(loaded, on_warning=_print_warning)
+    click.echo(f"{spec}: valid ({summary(expand(loaded))})")
+
+
+@click.command()
+@spec_options
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--template-only",
+    is_flag=True,
+    help="Print the spec after Jinja2 rendering, before parsing (passwords masked only in URIs).",
+)
+def render(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: Sequence[Path],
+    output_format: str,
+    template_only: bool,
+) -> None:
+    """Print the topology SPEC expands to: every exchange, queue, binding and policy.
+
+    Passwords are shown as ***. Validation errors exit 1 (warnings are printed to stderr).
+    """
+    pairs = parse_vars(variables)
+    if template_only:
+        text = render_template(
+            spec.read_text(encoding="utf-8"),
+            str(spec),
+            pairs,
+            var_files,
+            search_path=spec.parent,
+        )
+        click.echo(mask_text(text), nl=False)
+        return
+    loaded = load_spec(spec, pairs, var_files)
+    check_spec(loaded, on_warning=_print_warning)
+    data = topology_data(expand(loaded))
+    if output_format == "json":
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = plain_yaml(data)
+    click.echo(mask_text(text), nl=False)
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
+    click.echo(json_schema_text(), nl=False)
+
+
+commands: list[click.Command] = [validate, render, schema]

@@ -1,0 +1,202 @@
+"""Spec -> Topology: what the user wrote, as the primitives the planner compares with the broker.
+
+Expansion is a sequence of steps over each vhost, each adding primitives to a draft. The base
+steps translate declared objects one to one; the patterns of later issues (delay levels, retry
+ladders, parking lots, sharding, federation) are further steps that read their own part of the
+vhost spec and add the exchanges, queues, bindings and policies they stand for. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rabbitry.topology.primitives import (
+    JSON,
+    Binding,
+    Exchange,
+    GlobalParameter,
+    OperatorPolicy,
+    Parameter,
+    Permission,
+    Policy,
+    Queue,
+    QueueType,
+    TopicPermission,
+    Topology,
+    User,
+    Vhost,
+)
+from rabbitry.topology.spec import Spec, UserSpec, VhostSpec
+
+__all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
+
+
+@dataclass
+class VhostDraft:
+    """One vhost's primitives while the expansion steps add to them."""
+
+    stack: Spec
+    spec: VhostSpec
+    exchanges: list[Exchange] = field(default_factory=list)
+    queues: list[Queue] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
+    operator_policies: list[OperatorPolicy] = field(default_factory=list)
+    parameters: list[Parameter] = field(default_factory=list)
+    permissions: list[Permission] = field(default_factory=list)
+    topic_permissions: list[TopicPermission] = field(default_factory=list)
+
+    @property
+    def default_queue_type(self) -> QueueType:
+        """The type of queues that do not name one, as the broker decides it."""
+        return self.spec.default_queue_type or QueueType.CLASSIC
+
+    def build(self) -> Vhost:
+        return Vhost(
+            name=self.spec.name,
+            description=self.spec.description,
+            tags=tuple(self.spec.tags),
+            default_queue_type=self.spec.default_queue_type,
+            exchanges=tuple(self.exchanges),
+            queues=tuple(self.queues),
+            bindings=tuple(self.bindings),
+            policies=tuple(self.policies),
+            operator_policies=tuple(self.operator_policies),
+            parameters=tuple(self.parameters),
+            permissions=tuple(self.permissions),
+            topic_permissions=tuple(self.topic_permissions),
+        )
+
+
+ExpansionStep = Callable[[VhostDraft], None]
+"""Adds the primitives one part of a vhost spec stands for to the draft."""
+
+
+def declare_exchanges(draft: VhostDraft) -> None:
+    for spec in draft.spec.exchanges:
+        arguments: dict[str, JSON] = {
+            **spec.arguments.as_broker_dict(),
+            **spec.unchecked_arguments,
+        }
+        if spec.alternate_exchange is not None:
+            arguments["alternate-exchange"] = spec.alternate_exchange
+        draft.exchanges.append(
+            Exchange(
+                name=spec.name,
+                type=spec.type,
+                durable=spec.durable,
+                auto_delete=spec.auto_delete,
+                internal=spec.internal,
+                arguments=arguments,
+            )
+        )
+
+
+def declare_queues(draft: VhostDraft) -> None:
+    for spec in draft.spec.queues:
+        draft.queues.append(
+            Queue(
+                name=spec.name,
+                type=spec.type or draft.default_queue_type,
+                durable=spec.durable,
+                auto_delete=spec.auto_delete,
+                arguments={**spec.arguments.as_broker_dict(), **spec.unchecked_arguments},
+            )
+        )
+
+
+def declare_bindings(draft: VhostDraft) -> None:
+    for spec in draft.spec.bindings:
+        draft.bindings.append(
+            Binding(
+                source=spec.source,
+                destination=spec.destination,
+                destination_type=spec.destination_type,
+                routing_key=spec.routing_key,
+                arguments=dict(spec.arguments),
+            )
+        )
+
+
+def declare_policies(draft: VhostDraft) -> None:
+    for spec in draft.spec.policies:
+        draft.policies.append(
+            Policy(
+                name=spec.name,
+                pattern=spec.pattern,
+                apply_to=spec.apply_to,
+                priority=spec.priority,
+                definition={**spec.definition.as_broker_dict(), **spec.unchecked_definition},
+            )
+        )
+    for op in draft.spec.operator_policies:
+        draft.operator_policies.append(
+            OperatorPolicy(
+                name=op.name,
+                pattern=op.pattern,
+                apply_to=op.apply_to,
+                priority=op.priority,
+                definition={**op.definition.as_broker_dict(), **op.unchecked_definition},
+            )
+        )
+
+
+def declare_access(draft: VhostDraft) -> None:
+    for perm in draft.spec.permissions:
+        draft.permissions.append(
+            Permission(user=perm.user, configure=perm.configure, write=perm.write, read=perm.read)
+        )
+    for tperm in draft.spec.topic_permissions:
+        draft.topic_permissions.append(
+            TopicPermission(
+                user=tperm.user, exchange=tperm.exchange, write=tperm.write, read=tperm.read
+            )
+        )
+
+
+def declare_parameters(draft: VhostDraft) -> None:
+    for param in draft.spec.parameters:
+        draft.parameters.append(
+            Parameter(component=param.component, name=param.name, value=param.value)
+        )
+
+
+VHOST_STEPS: tuple[ExpansionStep, ...] = (
+    declare_exchanges,
+    declare_queues,
+    declare_bindings,
+    declare_policies,
+    declare_access,
+    declare_parameters,
+)
+"""The base steps; pattern steps are appended after them (they may refer to declared objects)."""
+
+
+def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> Topology:
+    """The primitives ``spec`` stands for. Run ``validate(spec)`` first: this does not check."""
+    vhosts = []
+    for vhost_spec in spec.vhosts:
+        draft = VhostDraft(stack=spec, spec=vhost_spec)
+        for step in steps:
+            step(draft)
+        vhosts.append(draft.build())
+    return Topology(
+        name=spec.name,
+        vhosts=tuple(vhosts),
+        users=tuple(_user(u) for u in spec.users),
+        global_parameters=tuple(
+            GlobalParameter(name=p.name, value=p.value) for p in spec.global_parameters
+        ),
+    )
+
+
+def _user(spec: UserSpec) -> User:
+    algorithm = {"hashing_algorithm": spec.hashing_algorithm} if spec.hashing_algorithm else {}
+    return User(
+        name=spec.name,
+        password=spec.password,
+        password_hash=spec.password_hash,
+        tags=tuple(spec.tags),
+        **algorithm,
+    )

@@ -1,0 +1,102 @@
+"""Reading a spec file: Jinja2 template -> YAML with line marks -> the pydantic ``Spec``.
+
+Every failure is a ``SpecError`` whose problems carry file:line:column and the spec path.
+Positions are found in the rendered text (what YAML parsed) and mapped back to the template
+source: exact when rendering keeps the line structure (substitutions inside a line), the most
+similar source line when loops or includes add lines. The loaded ``Spec`` keeps its source map,
+so ``validate(spec)`` reports positions too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.problems import problems_from_validation_error
+from rabbitry.topology.source_map import SourceMap, load_marked_yaml
+from rabbitry.topology.spec import Spec
+from rabbitry.topology.template import LineMap, render_template, render_with_lines
+
+__all__ = ["load_spec", "load_spec_text", "parse_spec", "render_template"]
+
+
+def load_spec(
+    path: Path,
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Spec:
+    """Load the spec at ``path``; ``{% include %}`` resolves next to it.
+
+    ``variables`` (``--var``) win over ``var_files`` (later files win); ``environ`` defaults
+    to ``os.environ`` and is what templates see as ``env``.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(SpecProblem(f"cannot read spec: {exc.strerror}", file=str(path))) from None
+    except UnicodeDecodeError:
+        raise SpecError(SpecProblem("the spec is not UTF-8 text", file=str(path))) from None
+    return load_spec_text(text, str(path), variables, var_files, environ, search_path=path.parent)
+
+
+def load_spec_text(
+    text: str,
+    filename: str = "<spec>",
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    search_path: Path | None = None,
+) -> Spec:
+    """Load a spec from its text; ``filename`` is what problems name as the file."""
+    rendered = render_with_lines(
+        text, filename, variables, var_files, environ, search_path=search_path
+    )
+    return parse_spec(rendered.text, filename, lines=rendered.lines)
+
+
+def parse_spec(rendered: str, filename: str = "<spec>", *, lines: LineMap | None = None) -> Spec:
+    """Parse already-rendered YAML; ``lines`` maps its positions back to the template."""
+    lines = lines or LineMap.identity(filename, rendered)
+    try:
+        document = load_marked_yaml(rendered, filename, lines.translate)
+    except yaml.MarkedYAMLError as exc:
+        raise SpecError(_yaml_problem(exc, filename, lines)) from None
+    if document.problems:
+        raise SpecError(document.problems)
+    data = document.data
+    if data is None:
+        raise SpecError(SpecProblem("the spec is empty: start with `version: 1`", file=filename))
+    if not isinstance(data, dict):
+        raise SpecError(
+            SpecProblem("a spec is a mapping (version:, name:, vhosts: ...)", file=filename, line=1)
+        )
+    return _validate_model(data, document.source)
+
+
+def _validate_model(data: dict[str, object], source: SourceMap) -> Spec:
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems_from_validation_error(exc, Spec, source)) from None
+    spec._source = source
+    return spec
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, filename: str, lines: LineMap) -> SpecProblem:
+    mark = exc.problem_mark or exc.context_mark
+    where = lines.translate(mark.line, mark.column) if mark is not None else None
+    what = exc.problem or "invalid YAML"
+    context = f" ({exc.context})" if exc.context else ""
+    return SpecProblem(
+        f"invalid YAML: {what}{context}",
+        file=(where.file if where else None) or filename,
+        line=where.line if where else None,
+        column=where.column if where else None,
+    )

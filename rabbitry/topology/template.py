@@ -1,0 +1,338 @@
+"""Jinja2 rendering of a spec, and the map from rendered lines back to the source lines.
+
+Templates see ``env`` (the process environment), ``vars`` (from ``--var-file`` then ``--var``;
+each variable is also a top-level name) and render with ``StrictUndefined``: a missing
+variable is an error naming it, never an empty string that turns ``password: {{ env.PW }}``
+into a user without a password. Block tags on their own line leave no blank line behind
+(``trim_blocks``/``lstrip_blocks``), so ``{% for %}`` loops keep YAML indentation intact.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from jinja2 import nodes
+from jinja2.sandbox import SandboxedEnvironment
+
+from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.source_map import Mark
+
+
+class EnvironmentVariables(dict[str, str]):
+    """``env`` in templates: ``env.NAME`` or ``env['NAME']``."""
+
+
+class TemplateVariables(dict[str, Any]):
+    """``vars`` in templates."""
+
+
+class _SpecUndefined(jinja2.StrictUndefined):
+    """StrictUndefined whose message says which variable is missing and how to provide it."""
+
+    @property
+    def _undefined_message(self) -> str:
+        name = self._undefined_name
+        if isinstance(self._undefined_obj, EnvironmentVariables):
+            return (
+                f"environment variable {name!r} is not set: export it, or give a fallback "
+                f"with {{{{ env.{name} | default('...') }}}}"
+            )
+        if isinstance(self._undefined_obj, TemplateVariables):
+            return (
+                f"template variable {name!r} is not defined: pass --var {name}=VALUE, put it "
+                f"in a --var-file, or give a fallback with {{{{ vars.{name} | default('...') }}}}"
+            )
+        if self._undefined_hint is None and self._undefined_obj is jinja2.utils.missing:
+            return (
+                f"{name!r} is undefined: templates know `env`, `vars` and the variables "
+                f"passed with --var / --var-file"
+            )
+        return str(super()._undefined_message)
+
+
+def _loaders(search_path: Path | None, main_name: str, main_text: str) -> jinja2.BaseLoader:
+    loaders: list[jinja2.BaseLoader] = [
+        jinja2.FunctionLoader(
+            lambda name: (main_text, main_name, lambda: True) if name == main_name else None
+        )
+    ]
+    if search_path is not None:
+        loaders.append(jinja2.FileSystemLoader(search_path))
+    return jinja2.ChoiceLoader(loaders)
+
+
+_OPTIONS: dict[str, Any] = {
+    "undefined": _SpecUndefined,
+    "trim_blocks": True,
+    "lstrip_blocks": True,
+    "keep_trailing_newline": True,
+    "autoescape": False,
+}
+
+
+class _LineMarkingEnvironment(SandboxedEnvironment):
+    """Renders like the spec environment, plus a marker at the start of every line that begins
+    in template text, naming the template and line it was written on.
+
+    Markers go into the template's literal text only (``TemplateData`` nodes, after trimming),
+    so loops repeat them with the text they mark and includes mark their own lines.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.files: list[str] = []
+        self.sources: dict[str, tuple[str, ...]] = {}
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        file_id = len(self.files)
+        file = filename or name or "<template>"
+        self.files.append(file)
+        self.sources[file] = tuple(source.splitlines())
+        for data in tree.find_all(nodes.TemplateData):
+            parts = data.data.split("\n")
+            data.data = parts[0] + "".join(
+                f"\n\x00{file_id}:{data.lineno + k}\x00{part}"
+                for k, part in enumerate(parts[1:], start=1)
+            )
+        return tree
+
+
+_MARKER = re.compile(r"\x00(\d+):(\d+)\x00")
+
+
+def read_var_files(paths: Sequence[Path]) -> dict[str, Any]:
+    """Variables from YAML mappings, later files winning key by key."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SpecError(
+                SpecProblem(f"cannot read var file: {exc.strerror}", file=str(path))
+            ) from None
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            raise SpecError(
+                SpecProblem(
+                    f"invalid YAML in var file: {exc.problem}",
+                    file=str(path),
+                    line=mark.line + 1 if mark else None,
+                    column=mark.column + 1 if mark else None,
+                )
+            ) from None
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            raise SpecError(
+                SpecProblem("a var file must be a mapping of names to values", file=str(path))
+            )
+        merged.update({str(k): v for k, v in data.items()})
+    return merged
+
+
+def render_template(
+    text: str,
+    filename: str = "<spec>",
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    search_path: Path | None = None,
+) -> str:
+    """Render ``text`` as a Jinja2 template; errors become SpecError with file:line.
+
+    ``environ`` defaults to ``os.environ``; ``search_path`` is where ``{% include %}`` looks.
+    """
+    return render_with_lines(
+        text, filename, variables, var_files, environ, search_path=search_path
+    ).text
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered template and where each of its lines came from."""
+
+    text: str
+    lines: LineMap
+
+
+def render_with_lines(
+    text: str,
+    filename: str = "<spec>",
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    search_path: Path | None = None,
+) -> Rendered:
+    """Like :func:`render_template`, plus the map from rendered lines to template lines."""
+    values = read_var_files(var_files)
+    values.update(variables or {})
+    context: dict[str, Any] = dict(values)
+    context["vars"] = TemplateVariables(values)
+    context["env"] = EnvironmentVariables(os.environ if environ is None else environ)
+    loader = _loaders(search_path, filename, text)
+    env = SandboxedEnvironment(loader=loader, **_OPTIONS)
+    try:
+        rendered = env.get_template(filename).render(context)
+    except jinja2.TemplateSyntaxError as exc:
+        raise SpecError(
+            SpecProblem(
+                f"template syntax error: {exc.message}",
+                file=exc.filename or filename,
+                line=exc.lineno,
+            )
+        ) from None
+    except jinja2.TemplateNotFound as exc:
+        where, line = _template_position(exc, filename)
+        raise SpecError(
+            SpecProblem(f"template not found: {exc.name}", file=where, line=line)
+        ) from None
+    except Exception as exc:  # any failure inside a template is the spec's fault
+        where, line = _template_position(exc, filename)
+        message = str(exc) if isinstance(exc, jinja2.UndefinedError) else f"template error: {exc}"
+        raise SpecError(SpecProblem(message, file=where, line=line)) from None
+    return Rendered(rendered, _line_map(loader, filename, text, rendered, context))
+
+
+def _line_map(
+    loader: jinja2.BaseLoader, filename: str, text: str, rendered: str, context: dict[str, Any]
+) -> LineMap:
+    if rendered == text:
+        return LineMap.identity(filename, text)
+    marking = _LineMarkingEnvironment(loader=loader, **_OPTIONS)
+    try:
+        marked = marking.get_template(filename).render(context)
+    except Exception:  # the plain render worked; fall back rather than fail on the markers
+        marked = None
+    if marked is not None and _MARKER.sub("", marked) == rendered:
+        return LineMap.from_markers(marked, marking.files, marking.sources, filename)
+    # Output that depends on its own text (e.g. `{% set %}` blocks measured with |length).
+    return LineMap.from_diff(filename, text, rendered)
+
+
+def _template_position(exc: BaseException, filename: str) -> tuple[str, int | None]:
+    """The innermost template frame of ``exc``'s traceback (Jinja rewrites them to templates)."""
+    where, line = filename, None
+    tb = exc.__traceback__
+    while tb is not None:
+        if "__jinja_exception__" in tb.tb_frame.f_globals:
+            where, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        tb = tb.tb_next
+    return where, line
+
+
+_EXPRESSION = re.compile(r"\{\{.*?\}\}|\{#.*?#\}")
+_BLOCK_ONLY = re.compile(r"^\s*\{%.*%\}\s*$")
+_TOKEN = re.compile(r"[^\s:,\[\]{}#]+")
+
+Origin = tuple[str, int]
+"""A template file and a 0-based line in it."""
+
+
+@dataclass(frozen=True)
+class LineMap:
+    """Which template line produced each rendered line.
+
+    YAML positions refer to the rendered text; this turns them into positions in the files the
+    user wrote, including lines repeated by loops and lines from included templates. Columns
+    are exact when the rendered line is the template line unchanged, found by the text at the
+    position otherwise, and left out when that text is not in the template line.
+    """
+
+    rendered: tuple[str, ...]
+    origins: tuple[Origin, ...]
+    sources: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def identity(cls, filename: str, text: str) -> LineMap:
+        lines = tuple(text.splitlines())
+        return cls(lines, tuple((filename, i) for i in range(len(lines))), {filename: lines})
+
+    @classmethod
+    def from_markers(
+        cls,
+        marked: str,
+        files: Sequence[str],
+        sources: Mapping[str, tuple[str, ...]],
+        main: str,
+    ) -> LineMap:
+        rendered: list[str] = []
+        origins: list[Origin] = []
+        origin: Origin = (main, 0)
+        for line in marked.split("\n"):
+            match = _MARKER.match(line)
+            if match:
+                origin = (files[int(match[1])], int(match[2]) - 1)
+            else:
+                # A line started by an expression's output: it belongs with the line before.
+                origin = origin if rendered else (main, 0)
+            rendered.append(_MARKER.sub("", line))
+            origins.append(origin)
+        return cls(tuple(rendered), tuple(origins), dict(sources))
+
+    @classmethod
+    def from_diff(cls, filename: str, source_text: str, rendered_text: str) -> LineMap:
+        """Best effort from the texts alone: equal lines match, others the most similar."""
+        source = tuple(source_text.splitlines())
+        rendered = tuple(rendered_text.splitlines())
+        mapping = [0] * len(rendered)
+        matcher = difflib.SequenceMatcher(a=source, b=rendered, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                for k in range(j2 - j1):
+                    mapping[j1 + k] = i1 + k
+            elif tag in ("replace", "insert"):
+                candidates = list(range(i1, i2)) or [max(i1 - 1, 0)]
+                _map_block(source, rendered, candidates, range(j1, j2), mapping)
+        return cls(rendered, tuple((filename, i) for i in mapping), {filename: source})
+
+    def translate(self, line: int, column: int) -> Mark:
+        """A 0-based rendered (line, column) as a 1-based position in a template file."""
+        if not self.origins:
+            return Mark(line + 1, column + 1)
+        if line >= len(self.origins):
+            file, index = self.origins[-1]
+            return Mark(index + 2, None, file)
+        file, index = self.origins[line]
+        rendered_line = self.rendered[line]
+        source = self.sources.get(file, ())
+        source_line = source[index] if index < len(source) else ""
+        if rendered_line == source_line:
+            return Mark(index + 1, column + 1, file)
+        token = _TOKEN.match(rendered_line, column)
+        if token and source_line.count(token[0]) == 1:
+            return Mark(index + 1, source_line.index(token[0]) + 1, file)
+        return Mark(index + 1, None, file)
+
+
+def _map_block(
+    source: Sequence[str],
+    rendered: Sequence[str],
+    candidates: list[int],
+    targets: range,
+    mapping: list[int],
+) -> None:
+    content = [i for i in candidates if not _BLOCK_ONLY.match(source[i])] or candidates
+    if len(content) == len(targets):
+        for i, j in zip(content, targets, strict=True):
+            mapping[j] = i
+        return
+    for position, j in enumerate(targets):
+        expected = content[min(position * len(content) // max(len(targets), 1), len(content) - 1)]
+
+        def score(i: int, j: int = j, expected: int = expected) -> tuple[float, int]:
+            template = _EXPRESSION.sub("", source[i])
+            ratio = difflib.SequenceMatcher(a=template, b=rendered[j], autojunk=False).ratio()
+            return (ratio, -abs(i - expected))
+
+        mapping[j] = max(content, key=score)
