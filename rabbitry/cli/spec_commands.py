@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,11 +11,19 @@ import click
 
 from rabbitry.cli.common import err, parse_vars, spec_options
 from rabbitry.errors import SpecProblem
-from rabbitry.topology import check_spec, expand, load_spec, render_template, topology_data
+from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
+from rabbitry.topology.loader import render_spec_file
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.schema import json_schema_text
 from rabbitry.uri import mask_text
+
+_PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,}#][^,}#\n]*)""")
+
+
+def mask_passwords(text: str) -> str:
+    """``password: s3cret`` -> ``password: "***"`` in rendered YAML (block and flow style)."""
+    return _PASSWORD_VALUE.sub(lambda m: f'{m[1]}"***"', text)
 
 
 def _print_warning(problem: SpecProblem) -> None:
@@ -69,7 +78,7 @@ def validate(spec: Path, variables: tuple[str, ...], var_files: Sequence[Path]) 
 @click.option(
     "--template-only",
     is_flag=True,
-    help="Print the spec after Jinja2 rendering, before parsing (passwords masked only in URIs).",
+    help="Print the spec after Jinja2 rendering, before parsing (passwords masked).",
 )
 def render(
     spec: Path,
@@ -84,14 +93,8 @@ def render(
     """
     pairs = parse_vars(variables)
     if template_only:
-        text = render_template(
-            spec.read_text(encoding="utf-8"),
-            str(spec),
-            pairs,
-            var_files,
-            search_path=spec.parent,
-        )
-        click.echo(mask_text(text), nl=False)
+        text = render_spec_file(spec, pairs, var_files)
+        click.echo(mask_text(mask_passwords(text)), nl=False)
         return
     loaded = load_spec(spec, pairs, var_files)
     check_spec(loaded, on_warning=_print_warning)

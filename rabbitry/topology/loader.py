@@ -21,7 +21,14 @@ from rabbitry.topology.source_map import SourceMap, load_marked_yaml
 from rabbitry.topology.spec import Spec
 from rabbitry.topology.template import LineMap, render_template, render_with_lines
 
-__all__ = ["load_spec", "load_spec_text", "parse_spec", "render_template"]
+__all__ = [
+    "load_spec",
+    "load_spec_text",
+    "parse_spec",
+    "read_spec",
+    "render_spec_file",
+    "render_template",
+]
 
 
 def load_spec(
@@ -36,13 +43,32 @@ def load_spec(
     to ``os.environ`` and is what templates see as ``env``.
     """
     path = Path(path)
+    return load_spec_text(
+        read_spec(path), str(path), variables, var_files, environ, search_path=path.parent
+    )
+
+
+def render_spec_file(
+    path: Path,
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The text of the spec at ``path`` after template rendering (``render --template-only``)."""
+    path = Path(path)
+    return render_template(
+        read_spec(path), str(path), variables, var_files, environ, search_path=path.parent
+    )
+
+
+def read_spec(path: Path) -> str:
+    """The spec's text; unreadable files are SpecErrors naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(SpecProblem(f"cannot read spec: {exc.strerror}", file=str(path))) from None
     except UnicodeDecodeError:
         raise SpecError(SpecProblem("the spec is not UTF-8 text", file=str(path))) from None
-    return load_spec_text(text, str(path), variables, var_files, environ, search_path=path.parent)
 
 
 def load_spec_text(

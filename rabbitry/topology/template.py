@@ -79,11 +79,12 @@ _OPTIONS: dict[str, Any] = {
 
 
 class _LineMarkingEnvironment(SandboxedEnvironment):
-    """Renders like the spec environment, plus a marker at the start of every line that begins
-    in template text, naming the template and line it was written on.
+    """Renders like the spec environment, plus markers naming the template and line that every
+    piece of literal text was written on: one where each piece starts, one after each newline.
 
     Markers go into the template's literal text only (``TemplateData`` nodes, after trimming),
-    so loops repeat them with the text they mark and includes mark their own lines.
+    so loops repeat them with the text they mark and includes mark their own lines. The origin
+    of a rendered line is the last of the markers it starts with.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -98,15 +99,15 @@ class _LineMarkingEnvironment(SandboxedEnvironment):
         self.files.append(file)
         self.sources[file] = tuple(source.splitlines())
         for data in tree.find_all(nodes.TemplateData):
-            parts = data.data.split("\n")
-            data.data = parts[0] + "".join(
-                f"\n\x00{file_id}:{data.lineno + k}\x00{part}"
-                for k, part in enumerate(parts[1:], start=1)
+            lines = data.data.split("\n")
+            data.data = "\n".join(
+                f"\x00{file_id}:{data.lineno + k}\x00{line}" for k, line in enumerate(lines)
             )
         return tree
 
 
 _MARKER = re.compile(r"\x00(\d+):(\d+)\x00")
+_LEADING_MARKERS = re.compile(r"(?:\x00\d+:\d+\x00)+")
 
 
 def read_var_files(paths: Sequence[Path]) -> dict[str, Any]:
@@ -270,9 +271,10 @@ class LineMap:
         origins: list[Origin] = []
         origin: Origin = (main, 0)
         for line in marked.split("\n"):
-            match = _MARKER.match(line)
-            if match:
-                origin = (files[int(match[1])], int(match[2]) - 1)
+            leading = _LEADING_MARKERS.match(line)
+            if leading:
+                last = list(_MARKER.finditer(leading[0]))[-1]
+                origin = (files[int(last[1])], int(last[2]) - 1)
             else:
                 # A line started by an expression's output: it belongs with the line before.
                 origin = origin if rendered else (main, 0)

@@ -121,3 +121,17 @@ def test_schema_prints_json_schema(runner: CliRunner) -> None:
     result = runner.invoke(cli, ["schema"])
     assert result.exit_code == 0
     assert json.loads(result.output) == json_schema()
+
+
+def test_render_template_only_masks_passwords(runner: CliRunner, tmp_path: Path) -> None:
+    spec = write(
+        tmp_path,
+        "version: 1\nusers:\n  - name: a\n    password: '{{ env.PW }}'\n"
+        "  - {name: b, password: plain, tags: []}\n  - {name: c, password_hash: keep}\n",
+    )
+    result = runner.invoke(cli, ["render", spec, "--template-only"], env={"PW": "s3cret"})
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.output and "plain" not in result.output
+    assert '    password: "***"\n' in result.output
+    assert '{name: b, password: "***", tags: []}' in result.output
+    assert "password_hash: keep" in result.output

@@ -314,3 +314,50 @@ def test_paths_format_and_parse_back(loc: tuple[str | int, ...]) -> None:
 def test_path_format() -> None:
     loc = ("vhosts", 0, "queues", 3, "arguments", "x-message-ttl")
     assert format_path(loc) == "vhosts[0].queues[3].arguments.x-message-ttl"
+
+
+def test_problems_in_included_files_name_that_file(tmp_path: Path) -> None:
+    (tmp_path / "queues.yaml").write_text("      - name: a\n      - name: b\n        durabel: 1\n")
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        "version: 1\nvhosts:\n  - name: v\n    queues:\n{% include 'queues.yaml' %}\n"
+        "    exchanges: [{name: e, typo: 1}]\n"
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file, environ={})
+    included, main = info.value.problems
+    assert (included.file, included.line, included.column) == (
+        str(tmp_path / "queues.yaml"),
+        3,
+        9,
+    )
+    assert included.path == "vhosts[0].queues[1].durabel"
+    assert (main.file, main.line) == (str(spec_file), 6)
+
+
+def test_missing_include_is_reported() -> None:
+    problem = one_problem("version: 1\n{% include 'nope.yaml' %}\n")
+    assert problem.message == "template not found: nope.yaml"
+
+
+def test_lines_map_by_similarity_when_output_depends_on_its_own_text() -> None:
+    # A captured block measured with |length differs once marked, so the map falls back to
+    # comparing texts; the typo is still found on its own line.
+    text = (
+        "{% set block %}abc{% endset %}\n"
+        "version: {{ block | length - 2 }}\n"
+        "vhosts:\n"
+        "  - name: v\n"
+        "    typo: 1\n"
+    )
+    problem = one_problem(text)
+    assert (problem.path, problem.line) == ("vhosts[0].typo", 5)
+
+
+def test_line_map_from_diff_handles_loops() -> None:
+    from rabbitry.topology.template import LineMap
+
+    source = "a: 1\n{% for i in x %}\n- item: {{ i }}\n  other: {{ i }}\n{% endfor %}\nz: 2\n"
+    rendered = "a: 1\n- item: 1\n  other: 1\n- item: 2\n  other: 2\nz: 2\n"
+    lines = LineMap.from_diff("f", source, rendered)
+    assert [lines.translate(i, 0).line for i in range(6)] == [1, 3, 4, 3, 4, 6]

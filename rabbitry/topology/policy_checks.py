@@ -1,0 +1,225 @@
+"""Checks of policies: patterns, definitions, references, and how they meet queues.
+
+Only one policy applies to an object: the matching one with the highest priority. A queue
+argument for the same key then either wins silently or combines with it (the smaller value),
+which is rarely what the author of either meant, so overlaps are reported as warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from rabbitry.topology.arguments import (
+    ARGUMENT_WINS_KEYS,
+    MIN_RESOLVED_KEYS,
+    aliases,
+    policy_key_argument,
+)
+from rabbitry.topology.findings import (
+    Findings,
+    check_pattern,
+    check_unchecked,
+    effective_queue_type,
+    exchange_exists,
+    vhosts_of,
+)
+from rabbitry.topology.primitives import ApplyTo, QueueType
+from rabbitry.topology.source_map import Loc
+from rabbitry.topology.spec import OperatorPolicySpec, PolicySpec, Spec, VhostSpec
+
+__all__ = ["check_policies", "check_policy_overlaps", "effective_policy", "matching_policies"]
+
+
+def check_policies(spec: Spec, findings: Findings) -> None:
+    """Patterns compile, definitions are not empty, references exist, mirroring is flagged."""
+    for loc, vhost in vhosts_of(spec):
+        declared = {e.name for e in vhost.exchanges}
+        upstreams = {p.name for p in vhost.parameters if p.component == "federation-upstream"}
+        sets = {p.name for p in vhost.parameters if p.component == "federation-upstream-set"}
+        kinds: list[tuple[str, Sequence[PolicySpec | OperatorPolicySpec]]] = [
+            ("policies", vhost.policies),
+            ("operator_policies", vhost.operator_policies),
+        ]
+        for key, policies in kinds:
+            for i, policy in enumerate(policies):
+                ploc = (*loc, key, i)
+                check_pattern(policy.pattern, (*ploc, "pattern"), findings)
+                definition = policy.definition.as_broker_dict()
+                if not definition and not policy.unchecked_definition:
+                    findings.error(
+                        (*ploc, "definition"),
+                        f"policy {policy.name!r} sets nothing: give it at least one key",
+                    )
+                dloc = (*ploc, "definition")
+                _check_policy_references(definition, declared, upstreams, sets, dloc, findings)
+                _check_mirroring(definition, dloc, findings)
+                check_unchecked(
+                    policy.unchecked_definition,
+                    frozenset(aliases(type(policy.definition))),
+                    definition,
+                    (*ploc, "unchecked_definition"),
+                    findings,
+                    forbidden={},
+                )
+
+
+def _check_policy_references(
+    definition: dict[str, object],
+    declared: set[str],
+    upstreams: set[str],
+    sets: set[str],
+    loc: Loc,
+    findings: Findings,
+) -> None:
+    for key in ("dead-letter-exchange", "alternate-exchange"):
+        name = definition.get(key)
+        if isinstance(name, str) and not exchange_exists(name, declared):
+            findings.error(
+                (*loc, key),
+                f"{key} {name!r} is not declared in this vhost; declare it under `exchanges`",
+            )
+    if "federation-upstream" in definition and "federation-upstream-set" in definition:
+        findings.error(loc, "set either federation-upstream or federation-upstream-set, not both")
+    upstream = definition.get("federation-upstream")
+    if isinstance(upstream, str) and upstream not in upstreams:
+        findings.warning(
+            (*loc, "federation-upstream"),
+            f"federation upstream {upstream!r} is not declared under `parameters` in this "
+            "vhost; the policy does nothing until it exists",
+        )
+    upstream_set = definition.get("federation-upstream-set")
+    if isinstance(upstream_set, str) and upstream_set != "all" and upstream_set not in sets:
+        findings.warning(
+            (*loc, "federation-upstream-set"),
+            f"federation upstream set {upstream_set!r} is not declared under `parameters` in "
+            "this vhost ('all' means every upstream)",
+        )
+
+
+def _check_mirroring(definition: dict[str, object], loc: Loc, findings: Findings) -> None:
+    ha_keys = [k for k in definition if k.startswith("ha-")]
+    if not ha_keys:
+        return
+    findings.warning(
+        (*loc, ha_keys[0]),
+        "classic queue mirroring (ha-*) is deprecated and removed in RabbitMQ 4.0; "
+        "use quorum queues for replication",
+    )
+    mode, params = definition.get("ha-mode"), definition.get("ha-params")
+    if mode is None:
+        findings.error((*loc, ha_keys[0]), "ha-* keys need ha-mode (all, exactly or nodes)")
+    elif mode == "exactly" and not isinstance(params, int):
+        findings.error((*loc, "ha-mode"), "ha-mode exactly needs ha-params: <replica count>")
+    elif mode == "nodes" and not isinstance(params, list):
+        findings.error((*loc, "ha-mode"), "ha-mode nodes needs ha-params: [<node name>, ...]")
+    elif mode == "all" and params is not None:
+        findings.error((*loc, "ha-params"), "ha-mode all takes no ha-params")
+
+
+def _applies_to(policy: PolicySpec | OperatorPolicySpec, qtype: QueueType | None) -> bool:
+    """Whether the policy's apply_to covers a queue of ``qtype`` (None: an exchange)."""
+    apply_to = policy.apply_to
+    if qtype is None:
+        return apply_to in (ApplyTo.ALL, ApplyTo.EXCHANGES)
+    by_type = {
+        ApplyTo.CLASSIC_QUEUES: QueueType.CLASSIC,
+        ApplyTo.QUORUM_QUEUES: QueueType.QUORUM,
+        ApplyTo.STREAMS: QueueType.STREAM,
+    }
+    if apply_to in by_type:
+        return by_type[apply_to] is qtype
+    return apply_to in (ApplyTo.ALL, ApplyTo.QUEUES)
+
+
+def matching_policies(
+    policies: Iterable[PolicySpec], name: str, qtype: QueueType | None
+) -> list[tuple[int, PolicySpec]]:
+    out = []
+    for index, policy in enumerate(policies):
+        try:
+            matches = re.search(policy.pattern, name) is not None
+        except re.error:
+            continue
+        if matches and _applies_to(policy, qtype):
+            out.append((index, policy))
+    return out
+
+
+def effective_policy(
+    policies: Iterable[PolicySpec], name: str, qtype: QueueType | None
+) -> PolicySpec | None:
+    """The one policy the broker applies: the matching policy with the highest priority."""
+    matching = matching_policies(policies, name, qtype)
+    return max(matching, key=lambda m: m[1].priority)[1] if matching else None
+
+
+def check_policy_overlaps(spec: Spec, findings: Findings) -> None:
+    """Queue arguments that shadow a policy, and objects two policies fight over."""
+    for loc, vhost in vhosts_of(spec):
+        for i, queue in enumerate(vhost.queues):
+            qtype = effective_queue_type(queue, vhost)
+            qloc = (*loc, "queues", i)
+            _check_shadowed(
+                vhost, queue.name, qtype, queue.arguments.as_broker_dict(), qloc, findings
+            )
+            _check_ties(vhost, queue.name, qtype, "queue", qloc, findings)
+        for i, exchange in enumerate(vhost.exchanges):
+            eloc = (*loc, "exchanges", i)
+            if exchange.alternate_exchange is not None:
+                policy = effective_policy(vhost.policies, exchange.name, None)
+                if policy is not None and policy.definition.alternate_exchange is not None:
+                    findings.warning(
+                        (*eloc, "alternate_exchange"),
+                        f"policy {policy.name!r} also sets alternate-exchange for exchange "
+                        f"{exchange.name!r}; the exchange's own alternate_exchange wins and the "
+                        "policy's value is ignored: keep one of them (policies can be changed "
+                        "without re-declaring the exchange)",
+                    )
+            _check_ties(vhost, exchange.name, None, "exchange", eloc, findings)
+
+
+def _check_shadowed(
+    vhost: VhostSpec,
+    name: str,
+    qtype: QueueType,
+    args: dict[str, object],
+    qloc: Loc,
+    findings: Findings,
+) -> None:
+    policy = effective_policy(vhost.policies, name, qtype)
+    if policy is None:
+        return
+    for key, value in policy.definition.as_broker_dict().items():
+        argument = policy_key_argument(key)
+        if argument is None or argument not in args:
+            continue
+        if key in MIN_RESOLVED_KEYS:
+            outcome = "the broker applies the smaller of the two values"
+        elif key in ARGUMENT_WINS_KEYS:
+            outcome = "the queue argument wins and the policy's value is silently ignored"
+        else:
+            outcome = "the queue argument takes precedence over the policy"
+        findings.warning(
+            (*qloc, "arguments", argument),
+            f"policy {policy.name!r} sets {key}: {value!r} for queue {name!r}, which also "
+            f"sets {argument}: {args[argument]!r}; {outcome}. A queue argument cannot change "
+            "without deleting the queue: prefer the policy and drop the argument",
+        )
+
+
+def _check_ties(
+    vhost: VhostSpec, name: str, qtype: QueueType | None, kind: str, loc: Loc, findings: Findings
+) -> None:
+    matching = matching_policies(vhost.policies, name, qtype)
+    if len(matching) < 2:
+        return
+    top = max(p.priority for _, p in matching)
+    tied = [p.name for _, p in matching if p.priority == top]
+    if len(tied) > 1:
+        findings.warning(
+            (*loc, "name"),
+            f"policies {', '.join(map(repr, tied))} all match {kind} {name!r} with priority "
+            f"{top}; the broker applies only one of them, unpredictably: give them different "
+            "priorities or non-overlapping patterns",
+        )
