@@ -59,7 +59,9 @@ HaParams = Annotated[
 class KnownKeys(BaseModel):
     """A mapping of broker keys: every field is optional and named by its alias."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, coerce_numbers_to_str=True
+    )
 
     misplaced: ClassVar[dict[str, str]] = {}
     """Keys that belong somewhere else in the spec, with what to write instead."""

@@ -43,7 +43,6 @@ class SpecModel(BaseModel):
         extra="forbid",
         use_attribute_docstrings=True,
         coerce_numbers_to_str=True,
-        validate_default=False,
     )
 
 
@@ -121,7 +120,7 @@ class QueueSpec(SpecModel):
     """Survive a broker restart (quorum queues and streams are always durable)."""
     auto_delete: bool = False
     """Delete when the last consumer unsubscribes (classic queues only)."""
-    exclusive: bool = False
+    exclusive: bool = Field(False, json_schema_extra={"const": False})
     """Never valid here: an exclusive queue belongs to one connection, so clients declare it."""
     arguments: QueueArguments = Field(default_factory=QueueArguments)
     """Checked queue arguments (x-message-ttl: 30s, x-dead-letter-exchange: dlx, ...)."""

@@ -162,7 +162,7 @@ POLICY_CASES: list[tuple[str, Any, Any, Any]] = [
     ("queue-master-locator", "random", "random", "x"),
     ("initial-cluster-size", 2, 2, 0),
     ("consumer-timeout", "15m", 900_000, "x"),
-    ("alternate-exchange", "ae", "ae", 1.5),
+    ("alternate-exchange", "ae", "ae", {"a": 1}),
     ("federation-upstream", "up", "up", []),
     ("federation-upstream-set", "all", "all", []),
     ("target-group-size", 3, 3, 0),
