@@ -6,10 +6,10 @@ import click
 
 from rabbitry import __version__
 from rabbitry.cli import dev_broker, provision, spec_commands
-from rabbitry.cli.common import run_guarded
+from rabbitry.cli.common import RabbitryGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=RabbitryGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rabbitry")
 def cli() -> None:
     """Declarative RabbitMQ topology, delays and retries from one YAML spec."""
@@ -21,5 +21,5 @@ for _module in (spec_commands, provision, dev_broker):
 
 
 def main() -> None:
-    """Console entry point: usage errors and rabbitry errors exit 1, never with a traceback."""
-    run_guarded(cli)
+    """Console entry point (see ``RabbitryGroup`` for exit codes)."""
+    cli.main()

@@ -61,23 +61,46 @@ def color_enabled() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
-def run_guarded(group: click.Group) -> None:
-    try:
-        rc = group.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err("Aborted.")
-        sys.exit(EXIT_ERROR)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        # Usage errors exit 1 like every other error (terraform-style: 2 means "changes").
-        exc.show()
-        sys.exit(EXIT_ERROR)
-    except SpecError as exc:
-        for problem in exc.problems:
-            err(f"{problem.severity}: {problem}")
-        sys.exit(EXIT_ERROR)
-    except RabbitryError as exc:
-        err(f"error: {exc}")
-        sys.exit(EXIT_ERROR)
-    sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+class RabbitryGroup(click.Group):
+    """The command group: errors become messages and exit codes, never tracebacks.
+
+    Exit codes follow terraform: 0 success, 1 any error (usage errors included), 2 "changes
+    present" (plan --detailed-exitcode). Living in ``main`` makes click's test runner see
+    exactly what a user sees.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            rc = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            err("Aborted.")
+            sys.exit(EXIT_ERROR)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(EXIT_ERROR)
+        except SpecError as exc:
+            for problem in exc.problems:
+                err(f"{problem.severity}: {problem}")
+            sys.exit(EXIT_ERROR)
+        except RabbitryError as exc:
+            err(f"error: {exc}")
+            sys.exit(EXIT_ERROR)
+        sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+
+
+def broker_options(func: F) -> F:
+    """``--url`` / ``--management-url``; the environment and the spec fill in what is not given."""
+    func = click.option(
+        "--management-url",
+        metavar="URL",
+        help="Management API URL (default: $RABBITRY_MANAGEMENT_URL, the spec, or derived).",
+    )(func)
+    func = click.option(
+        "--url",
+        metavar="URL",
+        help="AMQP URL (default: $RABBITRY_URL, the spec's broker.url, or localhost).",
+    )(func)
+    return func

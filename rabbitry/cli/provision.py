@@ -1,7 +1,219 @@
-"""provision commands."""
+"""``plan``, ``apply`` and ``export``: the spec against a live broker."""
 
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
 import click
 
-commands: list[click.Command] = []
+from rabbitry.cli.common import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    broker_options,
+    color_enabled,
+    err,
+    parse_vars,
+    spec_options,
+)
+from rabbitry.errors import CapabilityError, PlanError
+from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+from rabbitry.provisioner.capabilities import check as check_capabilities
+from rabbitry.provisioner.display import render_plan
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.exporter import export_topology
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.planner import Plan, plan
+from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.state import read_state
+from rabbitry.topology import check_spec, dump_yaml, expand, load_spec, spec_document
+from rabbitry.topology.primitives import Topology
+from rabbitry.uri import mask_uri
+
+
+@dataclass(frozen=True)
+class Target:
+    """A loaded spec and the broker it is planned against."""
+
+    topology: Topology
+    endpoints: Endpoints
+
+
+def _target(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+) -> Target:
+    model = load_spec(spec, parse_vars(variables), var_files)
+    check_spec(model, on_warning=lambda problem: err(f"warning: {problem}"))
+    broker = model.broker
+    endpoints = resolve_endpoints(
+        url,
+        management_url,
+        spec_url=broker.url if broker else None,
+        spec_management_url=broker.management_url if broker else None,
+    )
+    return Target(expand(model), endpoints)
+
+
+def _make_plan(client: ManagementClient, topology: Topology) -> Plan:
+    """Check the broker can hold the topology, then plan against what it has."""
+    report = check_capabilities(client, topology)
+    if report.problems:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
+            " nothing was changed:\n  " + "\n  ".join(report.problems)
+        )
+    state = read_state(
+        client,
+        stack=topology.name,
+        vhosts=[v.name for v in topology.vhosts],
+        users=[u.name for u in topology.users],
+        global_parameters=[p.name for p in topology.global_parameters],
+    )
+    return plan(topology, state)
+
+
+def _show(target: Target, the_plan: Plan, prune: bool) -> None:
+    click.echo(f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}")
+    click.echo(render_plan(the_plan, color=color_enabled(), prune=prune))
+
+
+@click.command("plan")
+@spec_options
+@broker_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable plan (has format_version).")
+@click.option(
+    "--detailed-exitcode",
+    is_flag=True,
+    help="Exit 0 when there is nothing to do, 2 when there are changes, 1 on errors.",
+)
+def plan_command(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+    as_json: bool,
+    detailed_exitcode: bool,
+) -> int:
+    """Show what apply would change on the broker; changes nothing."""
+    target = _target(spec, variables, var_files, url, management_url)
+    with ManagementClient(target.endpoints.management_url) as client:
+        the_plan = _make_plan(client, target.topology)
+    if as_json:
+        click.echo(json.dumps(the_plan.to_json(), indent=2))
+    else:
+        _show(target, the_plan, prune=True)
+    if detailed_exitcode and the_plan.has_changes:
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+@click.command("apply")
+@spec_options
+@broker_options
+@click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
+@click.option(
+    "--allow-replace",
+    is_flag=True,
+    help="Delete and re-declare queues/exchanges whose settings cannot change in place.",
+)
+@click.option("--prune", is_flag=True, help="Delete objects this stack created that left the spec.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Allow deleting or replacing queues that hold messages or have consumers.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the applied plan and result as JSON.")
+def apply_command(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+    auto_approve: bool,
+    allow_replace: bool,
+    prune: bool,
+    force: bool,
+    as_json: bool,
+) -> int:
+    """Make the broker match the spec."""
+    target = _target(spec, variables, var_files, url, management_url)
+    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    with ManagementClient(target.endpoints.management_url) as client:
+        the_plan = _make_plan(client, target.topology)
+        if not as_json:
+            _show(target, the_plan, prune=prune)
+        if not the_plan.has_changes:
+            if as_json:
+                click.echo(json.dumps({"plan": the_plan.to_json(), "done": [], "skipped": []}))
+            return EXIT_OK
+        problems = refusals(the_plan, options)
+        if problems:
+            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
+        if not auto_approve:
+            if not sys.stdin.isatty():
+                raise click.UsageError(
+                    "apply needs confirmation: run it in a terminal or pass --auto-approve"
+                )
+            click.confirm("Apply these changes?", abort=True)
+        progress = None if as_json else (lambda line: click.echo(f"  {line}"))
+        result = apply_plan(
+            client, the_plan, options, AmqpQueueCounter(target.endpoints), progress=progress
+        )
+    if as_json:
+        payload = {"plan": the_plan.to_json(), "done": result.done, "skipped": result.skipped}
+        click.echo(json.dumps(payload, indent=2))
+        return EXIT_OK
+    click.echo(f"Apply complete: {len(result.done)} change(s) made.")
+    if result.skipped:
+        click.echo(
+            f"{len(result.skipped)} object(s) left the spec but were kept; "
+            "run apply --prune to delete them."
+        )
+    return EXIT_OK
+
+
+@click.command("export")
+@broker_options
+@click.option(
+    "--vhost", "vhosts", multiple=True, required=True, help="Vhost to export (repeatable)."
+)
+@click.option("--name", help="Stack name written into the spec (default: the first vhost).")
+@click.option("--users/--no-users", default=True, help="Include users with access to the vhosts.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the spec to this file instead of standard output.",
+)
+def export_command(
+    url: str | None,
+    management_url: str | None,
+    vhosts: tuple[str, ...],
+    name: str | None,
+    users: bool,
+    output: Path | None,
+) -> int:
+    """Write a spec of existing vhosts (adopt a broker rabbitry did not create)."""
+    endpoints = resolve_endpoints(url, management_url)
+    with ManagementClient(endpoints.management_url) as client:
+        topology = export_topology(client, vhosts, name=name or vhosts[0], include_users=users)
+    text = dump_yaml(spec_document(topology))
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        err(f"wrote {output}")
+    return EXIT_OK
+
+
+commands: list[click.Command] = [plan_command, apply_command, export_command]
+
+__all__ = ["EXIT_ERROR", "commands"]

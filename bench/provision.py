@@ -1,0 +1,178 @@
+"""Provisioning speed: rabbitry apply vs the broker's own definitions import vs one call per object.
+
+Usage:  python bench/provision.py [--rounds 3] [--scale 300] [--management-url URL]
+Broker: --management-url, else $RABBITRY_MANAGEMENT_URL, else a dev broker must be running
+(`rabbitry dev-broker up`). Every contender creates the same generated topology into its own
+empty vhost of the same broker, in the same run; rounds alternate the contenders so that none
+always runs on a warmer broker. Reported: median wall time per contender, ratios, and the time of
+an unchanged re-plan (spec load + broker read + diff).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+from rabbitry.provisioner.applier import ApplyOptions, apply_plan, definitions_for
+from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.provisioner.planner import plan
+from rabbitry.provisioner.state import read_state
+from rabbitry.topology import load_topology
+from rabbitry.topology.primitives import Topology
+
+
+def spec_text(vhost: str, scale: int) -> str:
+    """A spec with ``scale`` topic exchanges, 2*scale queues (half quorum), 2*scale bindings."""
+    exchanges = [{"name": f"ex.{i}", "type": "topic"} for i in range(scale)]
+    queues = []
+    bindings = []
+    for i in range(scale):
+        queues.append(
+            {"name": f"quorum.{i}", "type": "quorum", "arguments": {"x-delivery-limit": 10}}
+        )
+        queues.append(
+            {"name": f"classic.{i}", "type": "classic", "arguments": {"x-message-ttl": 60000}}
+        )
+        bindings.append({"source": f"ex.{i}", "destination": f"quorum.{i}", "routing_key": "a.#"})
+        bindings.append({"source": f"ex.{i}", "destination": f"classic.{i}", "routing_key": "b.*"})
+    policies = [
+        {
+            "name": f"cap.{i}",
+            "pattern": f"^classic\\.{i}$",
+            "apply_to": "queues",
+            "definition": {"max-length": 100000},
+        }
+        for i in range(max(1, scale // 15))
+    ]
+    doc = {
+        "version": 1,
+        "name": vhost,
+        "vhosts": [
+            {
+                "name": vhost,
+                "exchanges": exchanges,
+                "queues": queues,
+                "bindings": bindings,
+                "policies": policies,
+            }
+        ],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def rabbitry_apply(client: ManagementClient, spec: Path) -> Topology:
+    topology = load_topology(spec)
+    state = read_state(client, topology.name, [v.name for v in topology.vhosts])
+    apply_plan(client, plan(topology, state), ApplyOptions())
+    return topology
+
+
+def replan(client: ManagementClient, spec: Path) -> bool:
+    topology = load_topology(spec)
+    state = read_state(client, topology.name, [v.name for v in topology.vhosts])
+    return plan(topology, state).has_changes
+
+
+def definitions_import(client: ManagementClient, topology: Topology) -> None:
+    vhost = topology.vhosts[0]
+    client.put(f"/vhosts/{q(vhost.name)}", {})
+    client.import_definitions(definitions_for(vhost.members()), vhost.name)
+
+
+def per_object(client: ManagementClient, topology: Topology) -> None:
+    # The applier's one-request-per-object path is exactly "one HTTP call per object".
+    from rabbitry.provisioner.applier import Applier
+    from rabbitry.provisioner.ownership import OwnershipRecord
+    from rabbitry.provisioner.planner import Plan
+
+    vhost = topology.vhosts[0]
+    client.put(f"/vhosts/{q(vhost.name)}", {})
+    applier = Applier(client, Plan(stack="bench", changes=(), record=OwnershipRecord("bench")))
+    for member in vhost.members():
+        applier.put(vhost.name, member)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=300)
+    parser.add_argument("--management-url", default=os.environ.get("RABBITRY_MANAGEMENT_URL"))
+    args = parser.parse_args()
+    if not args.management_url:
+        print(
+            "set --management-url or RABBITRY_MANAGEMENT_URL (or eval $(rabbitry dev-broker env))",
+            file=sys.stderr,
+        )
+        return 1
+
+    client = ManagementClient(args.management_url, timeout=120)
+    version = client.overview().get("rabbitmq_version")
+    results: dict[str, list[float]] = {"rabbitry": [], "import": [], "per_object": [], "replan": []}
+    objects = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_no in range(args.rounds):
+            tag = uuid.uuid4().hex[:6]
+            names = {k: f"bench-{k}-{tag}" for k in ("rabbitry", "import", "per_object")}
+            spec = Path(tmp) / f"spec-{tag}.yaml"
+            spec.write_text(spec_text(names["rabbitry"], args.scale))
+            reference = load_topology(spec)
+            objects = len(reference.resources()) - 1  # the vhost itself is not counted
+            others = {k: load_topology_named(spec, names[k]) for k in ("import", "per_object")}
+            order = ["rabbitry", "import", "per_object"]
+            order = order[round_no % 3 :] + order[: round_no % 3]
+            try:
+                for contender in order:
+                    start = time.perf_counter()
+                    if contender == "rabbitry":
+                        rabbitry_apply(client, spec)
+                    elif contender == "import":
+                        definitions_import(client, others["import"])
+                    else:
+                        per_object(client, others["per_object"])
+                    results[contender].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                changed = replan(client, spec)
+                results["replan"].append(time.perf_counter() - start)
+                if changed:
+                    raise SystemExit("re-plan after apply was not empty: the benchmark is invalid")
+            finally:
+                for name in names.values():
+                    client.delete(f"/vhosts/{q(name)}")
+                client.delete(f"/global-parameters/{q('rabbitry.stack.' + names['rabbitry'])}")
+
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"RabbitMQ {version}; {objects} objects; {args.rounds} rounds; median seconds\n")
+    print("| contender | seconds | vs definitions import |")
+    print("|---|---|---|")
+    print(
+        f"| rabbitry apply (load + read + plan + import + verify + record) | {med['rabbitry']:.2f}"
+        f" | {med['rabbitry'] / med['import']:.2f}x |"
+    )
+    print(f"| POST /api/definitions (broker's own import) | {med['import']:.2f} | 1.00x |")
+    print(
+        f"| one HTTP call per object | {med['per_object']:.2f}"
+        f" | {med['per_object'] / med['import']:.2f}x |"
+    )
+    print(f"| rabbitry re-plan, no changes (load + read + diff) | {med['replan']:.2f} | - |")
+    ok = med["rabbitry"] <= 1.2 * med["import"] and med["replan"] <= 0.5
+    print(f"\ntargets: apply <= 1.2x import, re-plan <= 0.5 s: {'met' if ok else 'NOT met'}")
+    return 0
+
+
+def load_topology_named(spec: Path, vhost: str) -> Topology:
+    """The reference topology moved to another vhost (same objects, other name)."""
+    topology = load_topology(spec)
+    moved = topology.vhosts[0].model_copy(update={"name": vhost})
+    return topology.model_copy(update={"name": vhost, "vhosts": (moved,)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""plan / apply / prune / export against a real broker, through the CLI as users run it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import pika
+import pytest
+from click.testing import CliRunner, Result
+
+from rabbitry.cli import cli
+
+pytestmark = pytest.mark.broker
+
+
+def with_credentials(url: str, user: str, password: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class Broker:
+    """The per-test vhost, seen through the CLI and the management API."""
+
+    def __init__(self, vhost: Any, tmp_path: Path) -> None:
+        self.vhost = vhost.name
+        self.tmp = tmp_path
+        self.management_url = with_credentials(vhost.management_url, vhost.username, vhost.password)
+        amqp = urlsplit(vhost.amqp_url)
+        self.amqp_url = urlunsplit((amqp.scheme, amqp.netloc, "/", "", ""))
+        self.vhost_amqp_url = vhost.amqp_url
+        self.http = httpx.Client(
+            base_url=vhost.management_url.rstrip("/") + "/api",
+            auth=(vhost.username, vhost.password),
+        )
+        self.stack = f"test-{self.vhost}"
+
+    def spec(self, body: str, name: str = "spec.yaml") -> Path:
+        path = self.tmp / name
+        path.write_text(textwrap.dedent(body).lstrip())
+        return path
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        verb, *rest = args
+        argv = [verb, *rest]
+        if verb in ("plan", "apply", "export"):
+            argv += ["--management-url", self.management_url, "--url", self.amqp_url]
+        if verb in ("plan", "apply", "validate", "render"):
+            argv += ["--var", f"vhost={self.vhost}", "--var", f"stack={self.stack}"]
+        return CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
+
+    def get(self, path: str) -> Any:
+        response = self.http.get(path.replace("{vhost}", quote(self.vhost, safe="")))
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def queue_names(self) -> set[str]:
+        return {q["name"] for q in self.get("/queues/{vhost}")}
+
+    def publish(self, queue: str, count: int) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for i in range(count):
+            channel.basic_publish("", queue, f"m{i}".encode())
+        connection.close()
+
+
+@pytest.fixture
+def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Broker:
+    return Broker(rabbitmq_vhost, tmp_path)
+
+
+SPEC = """
+    version: 1
+    name: "{{ vars.stack }}"
+    vhosts:
+      - name: "{{ vars.vhost }}"
+        exchanges:
+          - {name: orders, type: topic, alternate_exchange: unrouted}
+          - {name: unrouted, type: fanout}
+          - {name: by-header, type: headers}
+          - {name: dead, type: fanout}
+        queues:
+          - name: work
+            type: quorum
+            arguments: {x-delivery-limit: 5, x-dead-letter-exchange: dead}
+          - {name: unrouted}
+          - {name: audit, arguments: {x-message-ttl: 60s}}
+        bindings:
+          - {source: orders, destination: work, routing_key: "order.*"}
+          - {source: unrouted, destination: unrouted}
+          - {source: by-header, destination: audit, arguments: {x-match: all, kind: audit}}
+        policies:
+          - {name: cap, pattern: "^audit$", apply_to: queues, definition: {max-length: 1000}}
+"""
+
+
+def test_apply_from_empty_then_second_plan_is_empty(broker: Broker) -> None:
+    spec = broker.spec(SPEC)
+    before = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert before.exit_code == 2, before.output
+    assert "+ queue" in before.output and f"{broker.vhost}/work" in before.output
+
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    assert broker.queue_names() == {"work", "unrouted", "audit"}
+    work = broker.get("/queues/{vhost}/work")
+    assert work["type"] == "quorum" and work["arguments"]["x-delivery-limit"] == 5
+    assert broker.get("/queues/{vhost}/audit")["arguments"]["x-message-ttl"] == 60000
+    assert broker.get("/exchanges/{vhost}/orders")["arguments"] == {
+        "alternate-exchange": "unrouted"
+    }
+
+    again = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+    assert "No changes" in again.output
+    as_json = json.loads(broker.run("plan", str(spec), "--json").output)
+    assert as_json["format_version"] == 1 and as_json["changes"] == []
+
+
+def test_hand_made_drift_is_detected_and_repaired(broker: Broker) -> None:
+    spec = broker.spec(SPEC)
+    assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+    broker.http.delete(f"/queues/{quote(broker.vhost, safe='')}/unrouted").raise_for_status()
+    broker.http.put(
+        f"/policies/{quote(broker.vhost, safe='')}/cap",
+        json={"pattern": "^audit$", "apply-to": "queues", "definition": {"max-length": 5}},
+    ).raise_for_status()
+
+    drift = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert drift.exit_code == 2, drift.output
+    assert "changed outside rabbitry" in drift.output
+    assert "definition.max-length: 5 -> 1000" in drift.output
+    assert f"+ queue {broker.vhost}/unrouted" in drift.output
+
+    assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+    assert "unrouted" in broker.queue_names()
+    assert broker.get("/policies/{vhost}/cap")["definition"] == {"max-length": 1000}
+    assert broker.run("plan", str(spec), "--detailed-exitcode").exit_code == 0
+
+
+def test_argument_change_is_a_replace_refused_without_the_flag(broker: Broker) -> None:
+    spec = broker.spec(SPEC)
+    assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+    changed = broker.spec(SPEC.replace("x-delivery-limit: 5", "x-delivery-limit: 9"))
+
+    shown = broker.run("plan", str(changed))
+    assert "-/+ queue" in shown.output
+    assert "arguments.x-delivery-limit: 5 -> 9" in shown.output
+
+    refused = broker.run("apply", str(changed), "--auto-approve")
+    assert refused.exit_code == 1
+    assert "--allow-replace" in refused.output
+    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 5
+
+    broker.publish("work", 3)
+    still_refused = broker.run("apply", str(changed), "--auto-approve", "--allow-replace")
+    assert still_refused.exit_code == 1
+    assert "message" in still_refused.output
+    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 5
+
+    forced = broker.run("apply", str(changed), "--auto-approve", "--allow-replace", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 9
+    # The replace dropped the queue's bindings; apply declared them again.
+    bindings = broker.get("/exchanges/{vhost}/orders/bindings/source")
+    assert [(b["destination"], b["routing_key"]) for b in bindings] == [("work", "order.*")]
+    assert broker.run("plan", str(changed), "--detailed-exitcode").exit_code == 0
+
+
+def test_prune_deletes_only_what_the_stack_owns(broker: Broker) -> None:
+    spec = broker.spec(SPEC)
+    assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+    broker.http.put(
+        f"/queues/{quote(broker.vhost, safe='')}/hand-made", json={"durable": True}
+    ).raise_for_status()
+    smaller = broker.spec(
+        SPEC.replace("          - {name: audit, arguments: {x-message-ttl: 60s}}\n", "").replace(
+            "          - {source: by-header, destination: audit,"
+            " arguments: {x-match: all, kind: audit}}\n",
+            "",
+        )
+    )
+    without_prune = broker.run("apply", str(smaller), "--auto-approve")
+    assert without_prune.exit_code == 0, without_prune.output
+    assert "audit" in broker.queue_names()
+    assert "--prune" in without_prune.output
+
+    pruned = broker.run("apply", str(smaller), "--auto-approve", "--prune")
+    assert pruned.exit_code == 0, pruned.output
+    assert broker.queue_names() == {"work", "unrouted", "hand-made"}
+    assert broker.get("/exchanges/{vhost}/by-header/bindings/source") == []
+    assert broker.run("plan", str(smaller), "--detailed-exitcode").exit_code == 0
+
+
+def test_prune_refuses_a_queue_holding_messages(broker: Broker) -> None:
+    spec = broker.spec(SPEC)
+    assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+    broker.publish("work", 2)
+    no_work = SPEC.replace(
+        """          - name: work
+            type: quorum
+            arguments: {x-delivery-limit: 5, x-dead-letter-exchange: dead}
+""",
+        "",
+    ).replace('          - {source: orders, destination: work, routing_key: "order.*"}\n', "")
+    smaller = broker.spec(no_work)
+    refused = broker.run("apply", str(smaller), "--auto-approve", "--prune")
+    assert refused.exit_code == 1, refused.output
+    assert "work" in broker.queue_names()
+    forced = broker.run("apply", str(smaller), "--auto-approve", "--prune", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "work" not in broker.queue_names()
+
+
+def test_export_round_trips(broker: Broker) -> None:
+    spec = broker.spec(
+        SPEC
+        + """
+        permissions:
+          - {user: "app-{{ vars.vhost }}", configure: "^$", write: ".*", read: ".*"}
+    users:
+      - {name: "app-{{ vars.vhost }}", password: "{{ env.APP_PASSWORD }}", tags: [monitoring]}
+"""
+    )
+    env = {"APP_PASSWORD": "export-test-pw"}
+    first = broker.run("apply", str(spec), "--auto-approve", env=env)
+    assert first.exit_code == 0, first.output
+    exported = broker.run("export", "--vhost", broker.vhost, "--name", broker.stack)
+    assert exported.exit_code == 0, exported.output
+    assert "export-test-pw" not in exported.output
+    assert "password_hash" in exported.output
+    exported_spec = broker.tmp / "exported.yaml"
+    exported_spec.write_text(exported.output)
+
+    # Apply the export "elsewhere": wipe the vhost, apply the exported spec, compare.
+    before = broker.get("/definitions/{vhost}")
+    broker.http.delete(f"/vhosts/{quote(broker.vhost, safe='')}").raise_for_status()
+    broker.http.delete(f"/users/app-{quote(broker.vhost, safe='')}").raise_for_status()
+    applied = broker.run("apply", str(exported_spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    assert broker.run("plan", str(exported_spec), "--detailed-exitcode").exit_code == 0
+    after = broker.get("/definitions/{vhost}")
+    for kind in ("queues", "exchanges", "bindings", "policies"):
+        assert sorted(json.dumps(x, sort_keys=True) for x in after[kind]) == sorted(
+            json.dumps(x, sort_keys=True) for x in before[kind]
+        ), kind
+    # The password survived as a hash: the user can still log in with it.
+    amqp = urlsplit(broker.vhost_amqp_url)
+    params = pika.URLParameters(
+        urlunsplit(
+            (
+                amqp.scheme,
+                f"app-{broker.vhost}:export-test-pw@{amqp.hostname}:{amqp.port}",
+                amqp.path,
+                "",
+                "",
+            )
+        )
+    )
+    pika.BlockingConnection(params).close()
+
+
+BAD_SPECS: list[tuple[str, str, Callable[[str], bool]]] = [
+    (
+        "syntax",
+        "version: 1\nvhosts:\n  - name: x\n    queues: [\n",
+        lambda out: ":3" in out or ":4" in out or ":5" in out,
+    ),
+    (
+        "unknown-key",
+        'version: 1\nvhosts:\n  - name: "{{ vars.vhost }}"\n    queues:\n      - name: q\n        durabel: true\n',
+        lambda out: ":6" in out and "durabel" in out,
+    ),
+    (
+        "wrong-type",
+        'version: 1\nvhosts:\n  - name: "{{ vars.vhost }}"\n    queues:\n      - name: q\n        arguments: {x-max-length: lots}\n',
+        lambda out: ":6" in out and "x-max-length" in out,
+    ),
+    (
+        "dangling",
+        'version: 1\nvhosts:\n  - name: "{{ vars.vhost }}"\n    queues: [{name: q}]\n    bindings:\n      - {source: nowhere, destination: q}\n',
+        lambda out: ":6" in out and "nowhere" in out,
+    ),
+]
+
+
+@pytest.mark.parametrize(("label", "text", "located"), BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
+def test_bad_spec_exits_1_with_location_and_changes_nothing(
+    broker: Broker, label: str, text: str, located: Callable[[str], bool]
+) -> None:
+    spec = broker.tmp / f"{label}.yaml"
+    spec.write_text(text)
+    before = broker.get("/definitions/{vhost}")
+    for verb in ("plan", "apply"):
+        args = [verb, str(spec)] + (["--auto-approve"] if verb == "apply" else [])
+        result = broker.run(*args)
+        assert result.exit_code == 1, result.output
+        assert str(spec) in result.output and located(result.output), result.output
+        assert "Traceback" not in result.output
+    assert broker.get("/definitions/{vhost}") == before
