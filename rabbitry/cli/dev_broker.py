@@ -1,7 +1,306 @@
-"""dev_broker commands."""
+"""``rabbitry dev-broker``: a long-lived local RabbitMQ in a container, for development.
+
+It runs on the same engine and image as the test brokers (``rabbitry.testing``) but, unlike
+them, outlives the command: it is created through the Docker SDK directly, without the
+testcontainers session labels a reaper would remove. Its URLs (with the generated password) are
+recorded in ``.rabbitry/dev-broker.json`` when the current directory has a ``.rabbitry/`` folder,
+otherwise in ``~/.cache/rabbitry/dev-broker.json``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import secrets
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
 import click
 
-commands: list[click.Command] = []
+from rabbitry.errors import BrokerError
+from rabbitry.uri import mask_uri
+
+DEFAULT_NAME = "rabbitry-dev"
+DEFAULT_USER = "rabbitry"
+STATE_FILE = "dev-broker.json"
+STARTUP_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class DevBrokerState:
+    """What ``up`` records: enough for ``url``/``env`` without asking the engine."""
+
+    name: str
+    image: str
+    engine: str
+    host: str
+    amqp_port: int
+    management_port: int
+    username: str
+    password: str
+
+    def amqp_url(self, vhost: str = "/") -> str:
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return f"amqp://{userinfo}@{self.host}:{self.amqp_port}/{quote(vhost, safe='')}"
+
+    def management_url(self) -> str:
+        """With credentials as userinfo: rabbitry's management client reads them from there."""
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return f"http://{userinfo}@{self.host}:{self.management_port}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> DevBrokerState:
+        data = json.loads(text)
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+def state_file_name(name: str) -> str:
+    return STATE_FILE if name == DEFAULT_NAME else f"dev-broker-{name}.json"
+
+
+def state_dirs(cwd: Path, environ: Mapping[str, str]) -> list[Path]:
+    """Where the record may live, first match wins: ./.rabbitry, then the user cache."""
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
+    dirs = []
+    if (cwd / ".rabbitry").is_dir():
+        dirs.append(cwd / ".rabbitry")
+    dirs.append(Path(cache).expanduser() / "rabbitry")
+    return dirs
+
+
+def env_exports(state: DevBrokerState) -> str:
+    """Shell line for ``eval "$(rabbitry dev-broker env)"``, secrets included."""
+    amqp = shlex.quote(state.amqp_url())
+    mgmt = shlex.quote(state.management_url())
+    return f"export RABBITMQ_URL={amqp} RABBITRY_URL={amqp} RABBITRY_MANAGEMENT_URL={mgmt}"
+
+
+def _write_state(state: DevBrokerState) -> Path:
+    directory = state_dirs(Path.cwd(), os.environ)[0]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / state_file_name(state.name)
+    tmp = path.with_suffix(".tmp")
+    # The password is in there: owner only.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(state.to_json())
+    tmp.replace(path)
+    return path
+
+
+def _read_state(name: str) -> tuple[DevBrokerState, Path] | None:
+    for directory in state_dirs(Path.cwd(), os.environ):
+        path = directory / state_file_name(name)
+        if path.is_file():
+            try:
+                return DevBrokerState.from_json(path.read_text()), path
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BrokerError(
+                    f"{path}: unreadable ({exc}); delete it and run up again"
+                ) from exc
+    return None
+
+
+def _require_state(name: str) -> DevBrokerState:
+    found = _read_state(name)
+    if found is None:
+        raise BrokerError(f"no dev broker {name!r} recorded here: run `rabbitry dev-broker up`")
+    return found[0]
+
+
+def _container_env(container: Any) -> dict[str, str]:
+    pairs = container.attrs.get("Config", {}).get("Env") or []
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
+    # Imported here: the CLI starts without them, and they need the `test` extra.
+    from rabbitry.testing.containers import (
+        AMQP_PORT,
+        MANAGEMENT_PORT,
+        ROLE_LABEL,
+        broker_environment,
+        broker_host,
+        docker_client,
+        free_port,
+        is_port_conflict,
+        port_bindings,
+        port_is_free,
+        published_port,
+        require_engine,
+    )
+    from rabbitry.testing.engine import default_image, use_engine
+    from rabbitry.testing.providers import Broker, BrokerUnavailable, wait_until_ready
+
+    try:
+        engine = require_engine()
+    except BrokerUnavailable as exc:
+        raise BrokerError(
+            "no container engine answers (Docker or Podman's service socket): run rabbitry's "
+            "scripts/setup.sh, or start Docker"
+        ) from exc
+    use_engine(engine)
+    client = docker_client(engine)
+    import docker.errors
+
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        container = None
+    except docker.errors.APIError as exc:
+        raise BrokerError(f"cannot look up container {name!r}: {exc}") from exc
+
+    if container is None:
+        image = image or default_image(engine, os.environ)
+        password = secrets.token_urlsafe(18)
+        environment = broker_environment(username=DEFAULT_USER, password=password)
+        want_amqp = amqp_port or AMQP_PORT
+        want_mgmt = management_port or MANAGEMENT_PORT
+        # The usual ports when free, so tools with default settings find the broker.
+        amqp = want_amqp if port_is_free(want_amqp) else free_port()
+        mgmt = want_mgmt if port_is_free(want_mgmt) else free_port()
+        for attempt in range(3):
+            try:
+                container = client.containers.run(
+                    image,
+                    detach=True,
+                    name=name,
+                    hostname=name,
+                    environment=environment,
+                    ports=port_bindings(engine, amqp, mgmt),
+                    labels={ROLE_LABEL: "dev-broker"},
+                )
+                break
+            except docker.errors.APIError as exc:
+                with contextlib.suppress(Exception):
+                    client.containers.get(name).remove(force=True)
+                if is_port_conflict(exc) and attempt < 2:
+                    amqp, mgmt = free_port(), free_port()
+                    continue
+                hint = (
+                    " (run rabbitry's scripts/setup.sh)" if image.startswith("localhost/") else ""
+                )
+                raise BrokerError(f"could not start {name!r} from {image!r}: {exc}{hint}") from exc
+    else:
+        image = str(container.attrs.get("Config", {}).get("Image", "?"))
+        if container.status != "running":
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                raise BrokerError(f"could not start the existing {name!r}: {exc}") from exc
+    assert container is not None
+    container.reload()
+    env = _container_env(container)
+    broker = Broker(
+        host=broker_host(engine),
+        amqp_port=published_port(container.attrs, AMQP_PORT),
+        management_port=published_port(container.attrs, MANAGEMENT_PORT),
+        username=env.get("RABBITMQ_DEFAULT_USER", "guest"),
+        password=env.get("RABBITMQ_DEFAULT_PASS", "guest"),
+    )
+    wait_until_ready(broker, STARTUP_TIMEOUT)
+    return DevBrokerState(
+        name=name,
+        image=image,
+        engine=engine.describe(),
+        host=broker.host,
+        amqp_port=broker.amqp_port,
+        management_port=broker.management_port,
+        username=broker.username,
+        password=broker.password,
+    )
+
+
+def _down(name: str) -> bool:
+    from rabbitry.testing.containers import docker_client, require_engine
+    from rabbitry.testing.providers import BrokerUnavailable
+
+    try:
+        engine = require_engine()
+    except BrokerUnavailable as exc:
+        raise BrokerError("no container engine answers: nothing to stop") from exc
+    client = docker_client(engine)
+    import docker.errors
+
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        return False
+    try:
+        # No graceful stop: the broker's data goes with the container anyway.
+        container.remove(force=True)
+    except docker.errors.APIError as exc:
+        raise BrokerError(f"could not remove {name!r}: {exc}") from exc
+    return True
+
+
+name_option = click.option(
+    "--name",
+    default=DEFAULT_NAME,
+    show_default=True,
+    help="Container name (one dev broker per name).",
+)
+
+
+@click.group("dev-broker")
+def dev_broker_group() -> None:
+    """A long-lived local RabbitMQ (a container) for development."""
+
+
+@dev_broker_group.command("up")
+@name_option
+@click.option("--image", help="Image (default: $RABBITRY_TEST_IMAGE or the engine's default).")
+@click.option("--port", "amqp_port", type=int, default=0, help="AMQP host port [5672 if free].")
+@click.option(
+    "--management-port", type=int, default=0, help="Management host port [15672 if free]."
+)
+def up_command(name: str, image: str | None, amqp_port: int, management_port: int) -> None:
+    """Start the dev broker, or reuse it, and print its URLs (password masked)."""
+    state = _up(name, image, amqp_port, management_port)
+    path = _write_state(state)
+    click.echo(f"{state.name} is up ({state.engine}, image {state.image})")
+    click.echo(f"  AMQP:        {mask_uri(state.amqp_url())}")
+    click.echo(f"  management:  {mask_uri(state.management_url())}")
+    click.echo(f"  recorded in  {path}")
+    click.echo('Use it from a shell with: eval "$(rabbitry dev-broker env)"')
+
+
+@dev_broker_group.command("down")
+@name_option
+def down_command(name: str) -> None:
+    """Stop and remove the dev broker (its data goes with it)."""
+    removed = _down(name)
+    found = _read_state(name)
+    if found is not None:
+        found[1].unlink(missing_ok=True)
+    click.echo(f"{name} removed" if removed else f"{name} was not running")
+
+
+@dev_broker_group.command("url")
+@name_option
+@click.option("--management", is_flag=True, help="Print the management API URL instead.")
+@click.option("--vhost", default="/", show_default=True, help="Vhost of the AMQP URL.")
+@click.option("--reveal", is_flag=True, help="Print the password instead of ***.")
+def url_command(name: str, management: bool, vhost: str, reveal: bool) -> None:
+    """Print the dev broker's AMQP URL (or management URL)."""
+    state = _require_state(name)
+    url = state.management_url() if management else state.amqp_url(vhost)
+    click.echo(url if reveal else mask_uri(url))
+
+
+@dev_broker_group.command("env")
+@name_option
+def env_command(name: str) -> None:
+    """Print shell exports of the URLs, secrets included: eval "$(rabbitry dev-broker env)"."""
+    click.echo(env_exports(_require_state(name)))
+
+
+commands: list[click.Command] = [dev_broker_group]

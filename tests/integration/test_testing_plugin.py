@@ -1,0 +1,157 @@
+"""The pytest plugin and container brokers against real RabbitMQ brokers."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pika
+import pytest
+from click.testing import CliRunner
+
+from rabbitry.cli import cli
+from rabbitry.testing import (
+    Broker,
+    ProviderKind,
+    TestVhost,
+    choose_provider,
+    find_engine,
+    vhost_exists,
+)
+from rabbitry.testing.containers import docker_client, free_port, require_engine
+from rabbitry.testing.plugin import BrokerFactory
+
+# Vhosts handed to the tests below, checked by a later test: one per test, gone afterwards.
+SEEN_VHOSTS: list[TestVhost] = []
+
+
+def management_get(broker: Broker, path: str) -> httpx.Response:
+    return httpx.get(f"{broker.management_url}/api/{path}", auth=broker.auth, timeout=30)
+
+
+def declare_queue(amqp_url: str, name: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        connection.channel().queue_declare(name, durable=True)
+    finally:
+        connection.close()
+
+
+def test_session_broker_answers(rabbitmq_broker: Broker, request: pytest.FixtureRequest) -> None:
+    assert management_get(rabbitmq_broker, "overview").status_code == 200
+    assert request.node.get_closest_marker("broker") is not None
+
+
+def test_queue_declared_on_the_vhost_shows_in_the_management_api(
+    rabbitmq_vhost: TestVhost,
+) -> None:
+    SEEN_VHOSTS.append(rabbitmq_vhost)
+    assert rabbitmq_vhost.name.startswith("rabbitry-test-")
+    declare_queue(rabbitmq_vhost.amqp_url, "orders")
+    response = httpx.get(
+        f"{rabbitmq_vhost.management_url}/api/queues/{quote(rabbitmq_vhost.name, safe='')}/orders",
+        auth=(rabbitmq_vhost.username, rabbitmq_vhost.password),
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["durable"] is True
+
+
+def test_another_test_gets_another_vhost(rabbitmq_vhost: TestVhost) -> None:
+    SEEN_VHOSTS.append(rabbitmq_vhost)
+    queues = management_get(rabbitmq_vhost.broker, f"queues/{quote(rabbitmq_vhost.name, safe='')}")
+    assert queues.json() == []  # nothing left over from the test before
+
+
+def test_vhosts_are_distinct_and_deleted_after_their_test(rabbitmq_broker: Broker) -> None:
+    if len(SEEN_VHOSTS) < 2:
+        pytest.skip("checks the vhosts of the two tests above; run the whole module")
+    names = [vhost.name for vhost in SEEN_VHOSTS]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert not vhost_exists(rabbitmq_broker, name)
+
+
+def test_factory_starts_a_distinct_broker_that_survives_a_restart(
+    rabbitmq_broker: Broker, rabbitmq_broker_factory: BrokerFactory
+) -> None:
+    second = rabbitmq_broker_factory(username="second", password="pw-" + uuid.uuid4().hex[:6])
+    broker = second.broker
+    assert broker.amqp_url() != rabbitmq_broker.amqp_url()
+    first_node = management_get(rabbitmq_broker, "overview").json()["node"]
+    second_node = management_get(broker, "overview").json()["node"]
+    assert first_node != second_node
+
+    declare_queue(broker.amqp_url(), "only-on-second")
+    assert management_get(broker, "queues/%2F/only-on-second").status_code == 200
+    assert management_get(rabbitmq_broker, "queues/%2F/only-on-second").status_code == 404
+
+    # Stopping and starting keeps the data and, on a local engine, the URLs.
+    broker.stop()
+    restarted = broker.start()
+    assert restarted.amqp_url() == broker.amqp_url()
+    assert management_get(restarted, "queues/%2F/only-on-second").status_code == 200
+
+
+def test_factory_brokers_on_one_network_reach_each_other_by_node_name(
+    rabbitmq_broker_factory: BrokerFactory,
+) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    network = rabbitmq_broker_factory.network()
+    cookie = "cookie-" + uuid.uuid4().hex
+    nodes = [
+        rabbitmq_broker_factory(
+            network=network,
+            hostname=f"{role}-{suffix}",
+            nodename=f"rabbit@{role}-{suffix}",
+            erlang_cookie=cookie,
+        )
+        for role in ("a", "b")
+    ]
+    assert management_get(nodes[0].broker, "overview").json()["node"] == f"rabbit@a-{suffix}"
+    code, output = nodes[0].exec("rabbitmq-diagnostics", "-q", "-n", f"rabbit@b-{suffix}", "ping")
+    assert code == 0, output
+
+
+@pytest.mark.broker
+def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if find_engine(os.environ) is None:
+        if choose_provider(os.environ).kind is ProviderKind.TESTCONTAINERS:
+            pytest.fail("no container engine answers")
+        pytest.skip("the dev broker needs a container engine (Docker or Podman)")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".rabbitry").mkdir()
+    name = f"rabbitry-dev-test-{uuid.uuid4().hex[:6]}"
+    runner = CliRunner()
+    ports = ["--port", str(free_port()), "--management-port", str(free_port())]
+    try:
+        up = runner.invoke(cli, ["dev-broker", "up", "--name", name, *ports])
+        assert up.exit_code == 0, up.output
+        assert "***" in up.output
+        state = tmp_path / ".rabbitry" / f"dev-broker-{name}.json"
+        assert state.stat().st_mode & 0o077 == 0
+
+        container = docker_client(require_engine()).containers.get(name)
+        assert container.status == "running"
+
+        url = runner.invoke(cli, ["dev-broker", "url", "--name", name, "--reveal"]).output.strip()
+        declare_queue(url, "dev-queue")
+        masked = runner.invoke(cli, ["dev-broker", "url", "--name", name, "--management"])
+        assert masked.output.startswith("http://rabbitry:***@127.0.0.1:")
+        env = runner.invoke(cli, ["dev-broker", "env", "--name", name]).output
+        assert f"RABBITMQ_URL={url}" in env
+
+        again = runner.invoke(cli, ["dev-broker", "up", "--name", name])
+        assert again.exit_code == 0, again.output
+        assert (
+            runner.invoke(cli, ["dev-broker", "url", "--name", name, "--reveal"]).output.strip()
+            == url
+        )
+    finally:
+        down = runner.invoke(cli, ["dev-broker", "down", "--name", name])
+    assert down.exit_code == 0, down.output
+    assert "removed" in down.output
+    assert not (tmp_path / ".rabbitry" / f"dev-broker-{name}.json").exists()
