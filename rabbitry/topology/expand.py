@@ -9,8 +9,9 @@ vhost spec and add the exchanges, queues, bindings and policies they stand for. 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+from rabbitry.topology.draft import VhostDraft
+from rabbitry.topology.patterns import PATTERN_STEPS
 from rabbitry.topology.primitives import (
     JSON,
     Binding,
@@ -21,52 +22,13 @@ from rabbitry.topology.primitives import (
     Permission,
     Policy,
     Queue,
-    QueueType,
     TopicPermission,
     Topology,
     User,
-    Vhost,
 )
-from rabbitry.topology.spec import Spec, UserSpec, VhostSpec
+from rabbitry.topology.spec import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
-
-
-@dataclass
-class VhostDraft:
-    """One vhost's primitives while the expansion steps add to them."""
-
-    stack: Spec
-    spec: VhostSpec
-    exchanges: list[Exchange] = field(default_factory=list)
-    queues: list[Queue] = field(default_factory=list)
-    bindings: list[Binding] = field(default_factory=list)
-    policies: list[Policy] = field(default_factory=list)
-    operator_policies: list[OperatorPolicy] = field(default_factory=list)
-    parameters: list[Parameter] = field(default_factory=list)
-    permissions: list[Permission] = field(default_factory=list)
-    topic_permissions: list[TopicPermission] = field(default_factory=list)
-
-    @property
-    def default_queue_type(self) -> QueueType:
-        """The type of queues that do not name one, as the broker decides it."""
-        return self.spec.default_queue_type or QueueType.CLASSIC
-
-    def build(self) -> Vhost:
-        return Vhost(
-            name=self.spec.name,
-            description=self.spec.description,
-            tags=tuple(self.spec.tags),
-            default_queue_type=self.spec.default_queue_type,
-            exchanges=tuple(self.exchanges),
-            queues=tuple(self.queues),
-            bindings=tuple(self.bindings),
-            policies=tuple(self.policies),
-            operator_policies=tuple(self.operator_policies),
-            parameters=tuple(self.parameters),
-            permissions=tuple(self.permissions),
-            topic_permissions=tuple(self.topic_permissions),
-        )
 
 
 ExpansionStep = Callable[[VhostDraft], None]
@@ -169,8 +131,9 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
     declare_policies,
     declare_access,
     declare_parameters,
+    *PATTERN_STEPS,
 )
-"""The base steps; pattern steps are appended after them (they may refer to declared objects)."""
+"""The base steps, then the patterns (delays, retries), which refer to declared objects."""
 
 
 def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> Topology:

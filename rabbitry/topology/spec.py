@@ -19,6 +19,7 @@ from rabbitry.topology.arguments import (
     QueueArguments,
 )
 from rabbitry.topology.primitives import ApplyTo, DestinationType, ExchangeType, QueueType
+from rabbitry.topology.quantities import Milliseconds
 from rabbitry.topology.source_map import SourceMap
 
 SCHEMA_VERSION = 1
@@ -109,6 +110,36 @@ class ExchangeSpec(SpecModel):
     """Plugin arguments rabbitry does not know, passed through as they are."""
 
 
+class ExponentialBackoffSpec(SpecModel):
+    """Exponential back-off: initial * multiplier^(n-1), capped at max, +- jitter."""
+
+    initial: Milliseconds = 1000
+    """Delay before the first retry (e.g. 1s)."""
+    multiplier: float = Field(2.0, ge=1)
+    """Growth per retry."""
+    max: Milliseconds = 3_600_000
+    """Longest delay (e.g. 10m)."""
+    jitter: float = Field(0.0, ge=0, lt=1)
+    """Random spread as a fraction (0.1 = +-10%); needs `via: <delay name>` (exact per message)."""
+
+
+class RetrySpec(SpecModel):
+    """Retry failed messages with back-off, then park them. Attempts are counted in
+    rabbitry's own headers (x-rabbitry-attempt), never in x-death."""
+
+    attempts: int = Field(5, ge=1, le=1000)
+    """Deliveries to the handler in all, the first included; then the message is parked."""
+    backoff: list[Milliseconds] | ExponentialBackoffSpec = Field(
+        default_factory=ExponentialBackoffSpec
+    )
+    """Fixed tiers ([1s, 10s, 1m]; the last repeats) or exponential ({initial, multiplier, ...})."""
+    via: str = "queues"
+    """`queues`: one TTL queue per distinct tier for this queue (no jitter); or the name of a
+    binary `delays` entry of this vhost: exact delays, jitter allowed."""
+    never_retry: list[str] = Field(default_factory=list)
+    """Exception class names that park at once (ValueError, myapp.errors.Invalid)."""
+
+
 class QueueSpec(SpecModel):
     """A queue. Prefer policies for settings that may change: arguments are fixed at declare."""
 
@@ -126,6 +157,19 @@ class QueueSpec(SpecModel):
     """Checked queue arguments (x-message-ttl: 30s, x-dead-letter-exchange: dlx, ...)."""
     unchecked_arguments: dict[str, Any] = Field(default_factory=dict)
     """Plugin arguments rabbitry does not know, passed through as they are."""
+    retry: RetrySpec | None = None
+    """Retry ladder for messages whose handler fails (declares tier queues and a parking lot)."""
+    parking: bool | Name | None = None
+    """Parking lot for messages that exhausted their retries: true (`<queue>.parking`, the
+    default when `retry` is set), a queue name, or false."""
+    dead_letter: bool | Literal["parking"] | Name | None = None
+    """Where the broker dead-letters this queue's messages (rejected, expired, over the
+    delivery limit): `parking` (default with a parking lot), true (`<queue>.dead`), a queue
+    name, or false. Sets x-dead-letter-exchange/-routing-key."""
+    delivery_limit: int | None = Field(None, ge=1)
+    """Quorum queues: deliveries before the broker dead-letters a message (guards against
+    poison messages that crash consumers before they ack). Set it explicitly: the broker's
+    default changed to 20 in 4.0."""
 
 
 class BindingSpec(SpecModel):
@@ -214,6 +258,55 @@ class ParameterSpec(SpecModel):
     """The component's JSON value (e.g. {uri: ..., expires: ...} for an upstream)."""
 
 
+class DelayTargetSpec(SpecModel):
+    """Where delayed messages may be delivered: a queue, or an exchange with a routing key."""
+
+    queue: Name | None = None
+    """Deliver into this queue (its name is the address publishers use)."""
+    name: Name | None = None
+    """Address of an exchange target (publishers delay "to" this name)."""
+    exchange: str | None = None
+    """Exchange to deliver to (with `name` and `routing_key`)."""
+    routing_key: str = ""
+    """Routing key the message is delivered with to `exchange`."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DelayTargetSpec:
+        if (self.queue is None) == (self.exchange is None):
+            raise ValueError("a delay target has either `queue`, or `name` + `exchange`")
+        if self.exchange is not None and self.name is None:
+            raise ValueError("an exchange target needs a `name`: the address publishers use")
+        return self
+
+    @property
+    def address(self) -> str:
+        return self.queue if self.queue is not None else str(self.name)
+
+
+class DelaySpec(SpecModel):
+    """Delayed delivery without plugins. `levels: binary` (default) accepts any delay up to
+    `max`: level k holds unit*2^k, so nothing waits behind a longer message. A list of
+    durations gives fixed levels instead (a delay is rounded up to the next one)."""
+
+    name: Name
+    """Prefix of every object this declares (<name>.00, <name>.deliver, <name>.parking, ...)."""
+    levels: Literal["binary", "fixed"] | list[Milliseconds] = "binary"
+    """binary; fixed (the classic 18 levels 1s 5s 10s 30s 1m..10m 20m 30m 1h 2h); or your own
+    fixed levels such as [1s, 5s, 10s, 30s, 1m]."""
+    unit: Milliseconds = 1000
+    """binary: the precision (delays are rounded up to whole units)."""
+    max: Milliseconds | None = None
+    """binary: the longest delay (sets the number of levels); default 28 levels."""
+    count: int | None = Field(None, ge=1, le=64)
+    """binary: number of levels instead of `max` (28 x 1s is about 8.5 years)."""
+    round: Literal["up", "reject"] = "up"
+    """fixed: round a delay up to the next level, or reject delays that are not a level."""
+    queue_type: Literal["quorum", "classic"] = "quorum"
+    """quorum (at-least-once dead-lettering: survives a node failure) or classic."""
+    targets: list[DelayTargetSpec] = Field(default_factory=list)
+    """Where delayed messages may go; queues retrying `via` this delay are added."""
+
+
 class VhostSpec(SpecModel):
     """A virtual host and everything declared inside it."""
 
@@ -241,6 +334,8 @@ class VhostSpec(SpecModel):
     """Topic permissions."""
     parameters: list[ParameterSpec] = Field(default_factory=list)
     """Runtime parameters."""
+    delays: list[DelaySpec] = Field(default_factory=list)
+    """Delayed delivery: binary-decomposed or fixed TTL levels."""
 
 
 class Spec(SpecModel):

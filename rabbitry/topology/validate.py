@@ -25,6 +25,7 @@ from rabbitry.topology.object_checks import (
     check_unique_names,
     check_users,
 )
+from rabbitry.topology.pattern_checks import check_delays, check_generated_names, check_retries
 from rabbitry.topology.policy_checks import check_policies, check_policy_overlaps
 from rabbitry.topology.problems import by_position
 from rabbitry.topology.source_map import format_path
@@ -43,8 +44,11 @@ CHECKS: tuple[Check, ...] = (
     check_access,
     check_users,
     check_policy_overlaps,
+    check_delays,
+    check_retries,
+    check_generated_names,
 )
-"""Every check, in order; later issues append pattern checks (delays, retries, sharding)."""
+"""Every check, in order: objects, references, policies, then the delay/retry patterns."""
 
 
 def validate(spec: Spec) -> list[SpecProblem]:

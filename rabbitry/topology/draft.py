@@ -1,0 +1,58 @@
+"""One vhost's primitives while the expansion steps add to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rabbitry.topology.primitives import (
+    Binding,
+    Exchange,
+    OperatorPolicy,
+    Parameter,
+    Permission,
+    Policy,
+    Queue,
+    QueueType,
+    TopicPermission,
+    Vhost,
+)
+from rabbitry.topology.spec import Spec, VhostSpec
+
+__all__ = ["VhostDraft"]
+
+
+@dataclass
+class VhostDraft:
+    """One vhost's primitives while the expansion steps add to them."""
+
+    stack: Spec
+    spec: VhostSpec
+    exchanges: list[Exchange] = field(default_factory=list)
+    queues: list[Queue] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
+    operator_policies: list[OperatorPolicy] = field(default_factory=list)
+    parameters: list[Parameter] = field(default_factory=list)
+    permissions: list[Permission] = field(default_factory=list)
+    topic_permissions: list[TopicPermission] = field(default_factory=list)
+
+    @property
+    def default_queue_type(self) -> QueueType:
+        """The type of queues that do not name one, as the broker decides it."""
+        return self.spec.default_queue_type or QueueType.CLASSIC
+
+    def build(self) -> Vhost:
+        return Vhost(
+            name=self.spec.name,
+            description=self.spec.description,
+            tags=tuple(self.spec.tags),
+            default_queue_type=self.spec.default_queue_type,
+            exchanges=tuple(self.exchanges),
+            queues=tuple(self.queues),
+            bindings=tuple(self.bindings),
+            policies=tuple(self.policies),
+            operator_policies=tuple(self.operator_policies),
+            parameters=tuple(self.parameters),
+            permissions=tuple(self.permissions),
+            topic_permissions=tuple(self.topic_permissions),
+        )

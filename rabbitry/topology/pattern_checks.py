@@ -1,0 +1,151 @@
+"""Checks of the delay and retry patterns: references, queue types, generated-name clashes."""
+
+from __future__ import annotations
+
+from rabbitry.errors import RabbitryError
+from rabbitry.topology.expand import expand
+from rabbitry.topology.findings import Findings, effective_queue_type, exchange_exists, vhosts_of
+from rabbitry.topology.patterns import (
+    VIA_QUEUES,
+    dead_letter_queue_of,
+    delay_scheme,
+    parking_queue_of,
+)
+from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.spec import ExponentialBackoffSpec, Spec
+
+__all__ = ["check_delays", "check_generated_names", "check_retries"]
+
+
+def check_delays(spec: Spec, findings: Findings) -> None:
+    for vloc, vhost in vhosts_of(spec):
+        queues = {q.name for q in vhost.queues}
+        exchanges = {e.name for e in vhost.exchanges}
+        seen: set[str] = set()
+        for index, delay in enumerate(vhost.delays):
+            loc = (*vloc, "delays", index)
+            if delay.name in seen:
+                findings.error((*loc, "name"), f"delay {delay.name!r} is declared twice")
+            seen.add(delay.name)
+            binary_only = [k for k in ("unit", "max", "count") if k in delay.model_fields_set]
+            if delay.levels != "binary" and binary_only:
+                findings.error(
+                    (*loc, binary_only[0]),
+                    f"`{binary_only[0]}` applies to binary levels only; fixed levels are the"
+                    " list under `levels`",
+                )
+            if delay.max is not None and delay.count is not None:
+                findings.error((*loc, "count"), "give `max` or `count`, not both")
+            try:
+                delay_scheme(delay)
+            except RabbitryError as exc:
+                findings.error((*loc, "levels"), str(exc))
+            addresses: set[str] = set()
+            for t_index, target in enumerate(delay.targets):
+                t_loc = (*loc, "targets", t_index)
+                if target.address in addresses:
+                    findings.error(t_loc, f"delay target {target.address!r} appears twice")
+                addresses.add(target.address)
+                if any(c in target.address for c in "*#"):
+                    findings.error(t_loc, "a delay target's address must not contain '*' or '#'")
+                if target.queue is not None and target.queue not in queues:
+                    findings.error(
+                        (*t_loc, "queue"),
+                        f"delay target queue {target.queue!r} is not declared in this vhost",
+                    )
+                if target.exchange is not None and not exchange_exists(target.exchange, exchanges):
+                    findings.error(
+                        (*t_loc, "exchange"),
+                        f"delay target exchange {target.exchange!r} is not declared in this vhost",
+                    )
+
+
+def check_retries(spec: Spec, findings: Findings) -> None:
+    for vloc, vhost in vhosts_of(spec):
+        delays = {d.name: d for d in vhost.delays}
+        for index, queue in enumerate(vhost.queues):
+            loc = (*vloc, "queues", index)
+            qtype = effective_queue_type(queue, vhost)
+            declared_dlx = queue.arguments.as_broker_dict().get("x-dead-letter-exchange")
+            if queue.delivery_limit is not None and qtype is not QueueType.QUORUM:
+                findings.error(
+                    (*loc, "delivery_limit"),
+                    f"delivery_limit applies to quorum queues; {queue.name!r} is {qtype}",
+                )
+            if dead_letter_queue_of(queue) is not None and declared_dlx is not None:
+                findings.error(
+                    (*loc, "dead_letter"),
+                    f"queue {queue.name!r} sets x-dead-letter-exchange and has a dead_letter"
+                    " target (parking lot or dead-letter queue): keep one; set"
+                    " `dead_letter: false` to keep your own dead-letter exchange",
+                )
+            retry = queue.retry
+            if retry is None:
+                continue
+            if qtype is QueueType.STREAM:
+                findings.error(
+                    (*loc, "retry"),
+                    f"queue {queue.name!r} is a stream: streams are not consumed with acks,"
+                    " so they cannot retry",
+                )
+            if parking_queue_of(queue) is None:
+                findings.error(
+                    (*loc, "parking"),
+                    "a retrying queue needs a parking lot for what exhausts its retries:"
+                    " remove `parking: false`",
+                )
+            if retry.via == VIA_QUEUES:
+                if isinstance(retry.backoff, ExponentialBackoffSpec) and retry.backoff.jitter:
+                    findings.error(
+                        (*loc, "retry", "backoff", "jitter"),
+                        "jitter needs per-message delays: TTL tier queues give every message"
+                        " the same delay; retry `via:` a binary delay of this vhost instead",
+                    )
+            elif retry.via not in delays:
+                known = ", ".join(sorted(delays)) or "none declared"
+                findings.error(
+                    (*loc, "retry", "via"),
+                    f"retry via {retry.via!r}: no such delay in this vhost (delays: {known});"
+                    " use `queues` or the name of a `delays` entry",
+                )
+            elif (
+                delays[retry.via].levels != "binary"
+                and isinstance(retry.backoff, ExponentialBackoffSpec)
+                and retry.backoff.jitter
+            ):
+                findings.warning(
+                    (*loc, "retry", "backoff", "jitter"),
+                    f"delay {retry.via!r} has fixed levels: jittered delays are rounded up to"
+                    " the next level",
+                )
+
+
+def check_generated_names(spec: Spec, findings: Findings) -> None:
+    """Objects the patterns declare must not clash with declared ones (or with each other)."""
+    for vloc, vhost in vhosts_of(spec):
+        if not vhost.delays and not any(
+            q.retry or q.parking or q.dead_letter for q in vhost.queues
+        ):
+            continue
+        declared_queues = {q.name for q in vhost.queues}
+        declared_exchanges = {e.name for e in vhost.exchanges}
+        single = spec.model_copy(update={"vhosts": [vhost]})
+        try:
+            expanded = expand(single).vhosts[0]
+        except RabbitryError:
+            continue  # what stops the expansion is reported by the checks above
+        generated_queues = [q.name for q in expanded.queues[len(vhost.queues) :]]
+        generated_exchanges = [e.name for e in expanded.exchanges[len(vhost.exchanges) :]]
+        for kind, names, declared in (
+            ("queue", generated_queues, declared_queues),
+            ("exchange", generated_exchanges, declared_exchanges),
+        ):
+            seen: set[str] = set()
+            for name in names:
+                if name in declared or name in seen:
+                    findings.error(
+                        (*vloc, "name"),
+                        f"the delay/retry patterns declare {kind} {name!r}, which is also"
+                        " declared elsewhere in this vhost: rename one of them",
+                    )
+                seen.add(name)

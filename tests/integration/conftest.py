@@ -1,0 +1,75 @@
+"""Shared by the integration tests: the per-test vhost seen through the CLI and the APIs."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import pika
+import pytest
+from click.testing import CliRunner, Result
+
+from rabbitry.cli import cli
+
+
+def with_credentials(url: str, user: str, password: str) -> str:
+    parts = urlsplit(url)
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class Broker:
+    """The per-test vhost, seen through the CLI and the management API."""
+
+    def __init__(self, vhost: Any, tmp_path: Path) -> None:
+        self.vhost = vhost.name
+        self.tmp = tmp_path
+        self.management_url = with_credentials(vhost.management_url, vhost.username, vhost.password)
+        amqp = urlsplit(vhost.amqp_url)
+        self.amqp_url = urlunsplit((amqp.scheme, amqp.netloc, "/", "", ""))
+        self.vhost_amqp_url = vhost.amqp_url
+        self.http = httpx.Client(
+            base_url=vhost.management_url.rstrip("/") + "/api",
+            auth=(vhost.username, vhost.password),
+        )
+        self.stack = f"test-{self.vhost}"
+
+    def spec(self, body: str, name: str = "spec.yaml") -> Path:
+        path = self.tmp / name
+        path.write_text(textwrap.dedent(body).lstrip())
+        return path
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        verb, *rest = args
+        argv = [verb, *rest]
+        if verb in ("plan", "apply", "export"):
+            argv += ["--management-url", self.management_url, "--url", self.amqp_url]
+        if verb in ("plan", "apply", "validate", "render"):
+            argv += ["--var", f"vhost={self.vhost}", "--var", f"stack={self.stack}"]
+        return CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
+
+    def get(self, path: str) -> Any:
+        response = self.http.get(path.replace("{vhost}", quote(self.vhost, safe="")))
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def queue_names(self) -> set[str]:
+        return {q["name"] for q in self.get("/queues/{vhost}")}
+
+    def publish(self, queue: str, count: int) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for i in range(count):
+            channel.basic_publish("", queue, f"m{i}".encode())
+        connection.close()
+
+
+@pytest.fixture
+def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Broker:
+    return Broker(rabbitmq_vhost, tmp_path)
