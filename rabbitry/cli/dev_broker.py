@@ -137,7 +137,7 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
         published_port,
         require_engine,
     )
-    from rabbitry.testing.engine import default_image, use_engine
+    from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
     from rabbitry.testing.providers import Broker, BrokerUnavailable, wait_until_ready
 
     try:
@@ -185,9 +185,7 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
                 if is_port_conflict(exc) and attempt < 2:
                     amqp, mgmt = free_port(), free_port()
                     continue
-                hint = (
-                    " (run rabbitry's scripts/setup.sh)" if image.startswith("localhost/") else ""
-                )
+                hint = " (run rabbitry's scripts/setup.sh)" if image == LOCAL_TEST_IMAGE else ""
                 raise BrokerError(f"could not start {name!r} from {image!r}: {exc}{hint}") from exc
     else:
         image = str(container.attrs.get("Config", {}).get("Image", "?"))

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from rabbitry.errors import BrokerError
-from rabbitry.testing.engine import ContainerEngine, default_image, find_engine, use_engine
+from rabbitry.testing.engine import (
+    LOCAL_TEST_IMAGE,
+    ContainerEngine,
+    default_image,
+    find_engine,
+    use_engine,
+)
 from rabbitry.testing.providers import (
     SETUP_HINT,
     Broker,
@@ -286,7 +292,16 @@ class BrokerContainer:
         )
 
     def wait_until_ready(self) -> Broker:
-        return wait_until_ready(self._broker, self._startup_timeout)
+        return wait_until_ready(self._broker, self._startup_timeout, check=self._check_running)
+
+    def _check_running(self) -> None:
+        wrapped = self._container.get_wrapped_container()
+        wrapped.reload()
+        if wrapped.status in ("exited", "dead"):
+            raise BrokerError(
+                f"container {self.name} stopped while starting (status {wrapped.status}); "
+                f"its last output:\n{self.logs()[-3000:]}"
+            )
 
     def stop(self, timeout: int = STOP_TIMEOUT) -> None:
         """Stop the broker gracefully (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
@@ -402,7 +417,7 @@ def start_broker(
             if aliases:
                 container.with_network_aliases(*aliases)
         try:
-            container.start()
+            _start_without_probe(container)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 container.stop()
@@ -425,10 +440,22 @@ def start_broker(
     try:
         handle.wait_until_ready()
     except BrokerError as exc:
-        logs = handle.logs()[-2000:]
+        logs = "" if "last output" in str(exc) else handle.logs()[-3000:]
         handle.remove()
-        raise BrokerError(f"{exc}\nlast container output:\n{logs}") from exc
+        raise BrokerError(f"{exc}\nlast container output:\n{logs}" if logs else str(exc)) from exc
     return handle
+
+
+def _start_without_probe(container: DockerContainer) -> None:
+    """Create and start the container, without RabbitMqContainer's own readiness probe.
+
+    That probe retries AMQP connections for two minutes even when the container has exited;
+    ``BrokerContainer.wait_until_ready`` checks AMQP and management and stops at once if the
+    container dies.
+    """
+    from testcontainers.core.container import DockerContainer
+
+    DockerContainer.start(container)
 
 
 def _start_failure(image: str, engine: ContainerEngine, exc: BaseException) -> str:
@@ -436,7 +463,7 @@ def _start_failure(image: str, engine: ContainerEngine, exc: BaseException) -> s
     message += mask_text(f"{type(exc).__name__}: {exc}")
     text = str(exc).lower()
     if "not found" in text or "no such image" in text or "pull" in text:
-        if image.startswith("localhost/"):
+        if image == LOCAL_TEST_IMAGE:
             message += " (the image is built by rabbitry's scripts/setup.sh: run it)"
         else:
             message += " (is a registry reachable? set RABBITRY_TEST_IMAGE to a local image)"

@@ -12,7 +12,7 @@ import enum
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -210,7 +210,17 @@ def broker_from_env(environ: Mapping[str, str]) -> Broker:
     return broker_from_urls(url, environ.get("RABBITRY_MANAGEMENT_URL", "").strip() or None)
 
 
-def wait_for_management(broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT) -> Broker:
+Check = Callable[[], None]
+"""Called between attempts while waiting; raises ``BrokerError`` to give up (a dead container)."""
+
+
+def _no_check() -> None:
+    return None
+
+
+def wait_for_management(
+    broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT, *, check: Check = _no_check
+) -> Broker:
     """Return ``broker`` once ``GET /api/overview`` answers 200; ``BrokerError`` after ``timeout``.
 
     A broker accepts AMQP connections a little before its management API is up, and the
@@ -238,10 +248,13 @@ def wait_for_management(broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIME
                     f"the management API of {broker!r} did not answer within {timeout:.0f} s "
                     f"(last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
                 )
+            check()
             time.sleep(0.25)
 
 
-def wait_for_amqp(broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT) -> Broker:
+def wait_for_amqp(
+    broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT, *, check: Check = _no_check
+) -> Broker:
     """Return ``broker`` once its AMQP port answers the protocol header with connection.start.
 
     A bare TCP connect is not enough: a port published by a proxy accepts connections while
@@ -266,14 +279,18 @@ def wait_for_amqp(broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT) -
                 f"AMQP on {broker.host}:{broker.amqp_port} did not answer within {timeout:.0f} s "
                 f"(last: {last})"
             )
+        check()
         time.sleep(0.25)
 
 
-def wait_until_ready(broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT) -> Broker:
+def wait_until_ready(
+    broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT, *, check: Check = _no_check
+) -> Broker:
     """Wait for both AMQP and the management API, within one ``timeout``."""
     started = time.monotonic()
-    wait_for_amqp(broker, timeout)
-    return wait_for_management(broker, max(1.0, timeout - (time.monotonic() - started)))
+    wait_for_amqp(broker, timeout, check=check)
+    remaining = max(1.0, timeout - (time.monotonic() - started))
+    return wait_for_management(broker, remaining, check=check)
 
 
 @contextlib.contextmanager

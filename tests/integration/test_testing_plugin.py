@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -23,6 +25,8 @@ from rabbitry.testing import (
 )
 from rabbitry.testing.containers import docker_client, free_port, require_engine
 from rabbitry.testing.plugin import BrokerFactory
+
+CLI = [sys.executable, "-c", "from rabbitry.cli import main; main()"]
 
 # Vhosts handed to the tests below, checked by a later test: one per test, gone afterwards.
 SEEN_VHOSTS: list[TestVhost] = []
@@ -128,9 +132,15 @@ def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.Mon
     runner = CliRunner()
     ports = ["--port", str(free_port()), "--management-port", str(free_port())]
     try:
-        up = runner.invoke(cli, ["dev-broker", "up", "--name", name, *ports])
-        assert up.exit_code == 0, up.output
-        assert "***" in up.output
+        # In a process of its own: the container must outlive the command.
+        up = subprocess.run(
+            [*CLI, "dev-broker", "up", "--name", name, *ports],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "rabbitry:***@127.0.0.1" in up.stdout
         state = tmp_path / ".rabbitry" / f"dev-broker-{name}.json"
         assert state.stat().st_mode & 0o077 == 0
 

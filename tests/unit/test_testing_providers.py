@@ -29,6 +29,7 @@ from rabbitry.testing.containers import (
 from rabbitry.testing.engine import (
     ContainerEngine,
     EngineProbe,
+    Prober,
     candidate_sockets,
     default_image,
     engine_settings,
@@ -197,7 +198,7 @@ def test_unknown_provider_is_an_error_listing_the_choices() -> None:
 # --- container engine --------------------------------------------------------------------------
 
 
-def fake_probe(answers: dict[str, EngineProbe]):  # type: ignore[no-untyped-def]
+def fake_probe(answers: dict[str, EngineProbe]) -> tuple[Prober, list[str]]:
     asked: list[str] = []
 
     def probe(docker_host: str) -> EngineProbe:
