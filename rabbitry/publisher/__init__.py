@@ -1,1 +1,49 @@
-"""rabbitry.publisher."""
+"""Confirmed publishing: ``Publisher`` (blocking) and ``AsyncPublisher`` (asyncio) over one core.
+
+A message counts as sent only when the broker confirmed it. Both publishers keep a window of
+unconfirmed messages in flight, report each message's outcome, republish what was unconfirmed
+when a connection is lost, and resolve exchanges, shard keys and delays from the spec.
+"""
+
+from __future__ import annotations
+
+from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, Unroutable
+from rabbitry.publisher.aio import AsyncPublisher
+from rabbitry.publisher.base import PublisherStats
+from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
+from rabbitry.publisher.errors import (
+    AccessRefused,
+    ChannelClosed,
+    ConnectionLost,
+    ExchangeNotFound,
+    PublisherClosed,
+)
+from rabbitry.publisher.message import Message, MessageBuilder
+from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
+from rabbitry.publisher.settings import Backoff, ConnectionSettings
+from rabbitry.publisher.sync import Publisher
+
+__all__ = [
+    "AccessRefused",
+    "AsyncPublisher",
+    "Backoff",
+    "ChannelClosed",
+    "ConfirmTimeout",
+    "ConfirmTracker",
+    "ConnectionLost",
+    "ConnectionSettings",
+    "Delivery",
+    "ExchangeNotFound",
+    "Message",
+    "MessageBuilder",
+    "Nacked",
+    "NoRoute",
+    "PublishError",
+    "Publisher",
+    "PublisherClosed",
+    "PublisherStats",
+    "Router",
+    "Status",
+    "UnknownExchange",
+    "Unroutable",
+]

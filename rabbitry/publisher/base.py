@@ -1,0 +1,248 @@
+"""What the sync and async publishers share: options, message preparation, statistics."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Self
+
+from rabbitry.errors import PublishError
+from rabbitry.policies.delay import DelayScheme
+from rabbitry.publisher.confirms import ConfirmTracker, Delivery
+from rabbitry.publisher.message import Body, Message, MessageBuilder
+from rabbitry.publisher.routing import NoRoute, Router
+from rabbitry.publisher.settings import Backoff, ConnectionSettings
+from rabbitry.topology.primitives import Topology
+
+logger = logging.getLogger("rabbitry.publisher")
+
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
+DEFAULT_WINDOW = 512
+
+RepublishHook = Callable[[list[Delivery]], None]
+
+
+@dataclass(frozen=True)
+class PublisherStats:
+    """Counters since the publisher was created."""
+
+    confirmed: int
+    nacked: int
+    returned: int
+    failed: int
+    republished: int
+    """Messages sent again after a connection or channel loss: possible duplicates."""
+    reconnects: int
+    in_flight: int
+
+
+class PublisherBase:
+    """Options and message preparation; subclasses add the connection."""
+
+    def __init__(
+        self,
+        url: str | ConnectionSettings | None = None,
+        *,
+        confirms: bool = True,
+        window: int = DEFAULT_WINDOW,
+        confirm_timeout: float | None = 30.0,
+        exchange: str = "",
+        mandatory: bool = False,
+        persistent: bool = True,
+        content_type: str | None = None,
+        app_id: str | None = None,
+        timestamps: bool = True,
+        heartbeat: int | None = None,
+        connection_name: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        backoff: Backoff | None = None,
+        topology: Topology | None = None,
+        vhost: str | None = None,
+        delays: DelayScheme | None = None,
+        on_republish: RepublishHook | None = None,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        if confirm_timeout is not None and confirm_timeout <= 0:
+            raise ValueError("confirm_timeout must be positive (or None to wait forever)")
+        if isinstance(url, ConnectionSettings):
+            settings = url
+        else:
+            settings = ConnectionSettings.from_url(
+                url or DEFAULT_URL,
+                heartbeat=heartbeat,
+                connection_name=connection_name,
+                ca_file=ca_file,
+                cert_file=cert_file,
+                key_file=key_file,
+                ssl_context=ssl_context,
+                backoff=backoff,
+            )
+        self.settings = settings
+        self.confirms = confirms
+        self.window = window
+        self.confirm_timeout = confirm_timeout
+        self.default_exchange = exchange
+        self.default_mandatory = mandatory
+        self.router = Router(
+            topology, vhost or (settings.vhost if topology else None), delays=delays
+        )
+        self.builder = MessageBuilder(
+            app_id=app_id, content_type=content_type, persistent=persistent, timestamps=timestamps
+        )
+        self.tracker = ConfirmTracker()
+        self.on_republish = on_republish
+        self.reconnects = 0
+        self.closed = False
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: str | Path | Topology,
+        *,
+        vhost: str | None = None,
+        url: str | ConnectionSettings | None = None,
+        **options: Any,
+    ) -> Self:
+        """A publisher that resolves exchanges, shard keys and delays from a spec or topology."""
+        if isinstance(spec, Topology):
+            topology = spec
+        else:
+            from rabbitry.topology import load_topology
+
+            topology = load_topology(Path(spec))
+        return cls(url, topology=topology, vhost=vhost, **options)
+
+    @property
+    def stats(self) -> PublisherStats:
+        t = self.tracker
+        return PublisherStats(
+            confirmed=t.confirmed,
+            nacked=t.nacked,
+            returned=t.returned,
+            failed=t.failed,
+            republished=t.republished,
+            reconnects=self.reconnects,
+            in_flight=t.unsettled,
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.settings.display}>"
+
+    # -- preparing messages -----------------------------------------------------------------------
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        if timeout is None:
+            timeout = self.confirm_timeout
+        return None if timeout is None else time.monotonic() + timeout
+
+    def prepare(
+        self,
+        body: Body,
+        *,
+        exchange: str | None = None,
+        routing_key: str = "",
+        headers: Mapping[str, Any] | None = None,
+        mandatory: bool | None = None,
+        delay: float | timedelta | None = None,
+        shard_key: str | None = None,
+        message_id: str | None = None,
+        check_route: bool = False,
+        timeout: float | None = None,
+        **properties: Any,
+    ) -> Delivery:
+        """A delivery ready to write (frames built, route resolved); nothing is sent."""
+        ex = self.default_exchange if exchange is None else exchange
+        if delay is not None or shard_key is not None or self.router.knows_topology:
+            if delay is not None and exchange is not None:
+                raise PublishError(
+                    "a delayed message goes through the delay levels: give the target address "
+                    "as routing_key and no exchange"
+                )
+            target = self.router.resolve(ex, routing_key, shard_key=shard_key, delay=delay)
+            ex, routing_key = target.exchange, target.routing_key
+            if target.headers:
+                headers = {**(headers or {}), **target.headers}
+            if mandatory is None and target.delayed:
+                mandatory = True
+        if check_route and not self.router.reaches_queue(ex, routing_key, headers):
+            raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
+        return self.builder.build(
+            body,
+            exchange=ex,
+            routing_key=routing_key,
+            mandatory=self.default_mandatory if mandatory is None else mandatory,
+            headers=headers,
+            message_id=message_id,
+            deadline=self._deadline(timeout),
+            **properties,
+        )
+
+    def prepare_item(
+        self,
+        item: Message | Body,
+        *,
+        exchange: str | None,
+        routing_key: str,
+        mandatory: bool | None,
+        headers: Mapping[str, Any] | None,
+        deadline: float | None,
+    ) -> Delivery:
+        """One element of ``publish_many``: a ``Message`` or a bare body (call defaults)."""
+        if not isinstance(item, Message):
+            if exchange is None and not self.router.knows_topology:
+                # the fast path: no per-message routing work at all
+                return self.builder.build(
+                    item,
+                    exchange=self.default_exchange,
+                    routing_key=routing_key,
+                    mandatory=self.default_mandatory if mandatory is None else mandatory,
+                    headers=headers,
+                    deadline=deadline,
+                )
+            item = Message(item)
+        props: dict[str, Any] = dict(item.extra)
+        for name in (
+            "content_type",
+            "correlation_id",
+            "reply_to",
+            "expiration",
+            "priority",
+            "persistent",
+            "message_type",
+        ):
+            value = getattr(item, name)
+            if value is not None:
+                props[name] = value
+        delivery = self.prepare(
+            item.body,
+            exchange=item.exchange if item.exchange is not None else exchange,
+            routing_key=item.routing_key if item.routing_key is not None else routing_key,
+            headers=item.headers if item.headers is not None else headers,
+            mandatory=item.mandatory if item.mandatory is not None else mandatory,
+            delay=item.delay,
+            shard_key=item.shard_key,
+            message_id=item.message_id,
+            **props,
+        )
+        delivery.deadline = deadline
+        return delivery
+
+    def _announce_republish(self, deliveries: list[Delivery]) -> None:
+        if not deliveries:
+            return
+        logger.warning(
+            "republishing %d unconfirmed message(s) on a new connection to %s",
+            len(deliveries),
+            self.settings.display,
+        )
+        if self.on_republish is not None:
+            self.on_republish(deliveries)

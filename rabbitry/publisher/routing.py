@@ -1,0 +1,191 @@
+"""Where a message goes, as the spec says: exchanges, shard keys, delays, reachable queues.
+
+Pure: reads a ``Topology`` (or nothing, then every exchange name is taken as given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+from rabbitry.errors import PublishError
+from rabbitry.policies.delay import DelayScheme
+from rabbitry.topology.primitives import (
+    Binding,
+    DestinationType,
+    Exchange,
+    ExchangeType,
+    Topology,
+    Vhost,
+)
+
+
+class UnknownExchange(PublishError):
+    """The exchange is not declared in the publisher's topology (caught before publishing)."""
+
+
+class NoRoute(PublishError):
+    """By the topology, the routing key reaches no queue (asked for with ``check_route``)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Exchange, routing key and headers to add, after shard keys and delays are applied."""
+
+    exchange: str
+    routing_key: str
+    headers: Mapping[str, Any] | None
+    delayed: bool = False
+
+
+@lru_cache(maxsize=4096)
+def topic_matches(pattern: str, key: str) -> bool:
+    """AMQP topic matching: ``*`` is one word, ``#`` zero or more."""
+    return _match(tuple(pattern.split(".")), tuple(key.split(".")) if key else ())
+
+
+def _match(pat: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    if not pat:
+        return not words
+    head, rest = pat[0], pat[1:]
+    if head == "#":
+        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
+    if not words:
+        return False
+    return (head == "*" or head == words[0]) and _match(rest, words[1:])
+
+
+class Router:
+    """Resolves publish targets against one vhost of a topology."""
+
+    def __init__(
+        self,
+        topology: Topology | None = None,
+        vhost: str | None = None,
+        *,
+        delays: DelayScheme | None = None,
+    ) -> None:
+        self.delays = delays
+        self._vhost: Vhost | None = None
+        self._exchanges: dict[str, Exchange] = {}
+        self._bindings: dict[str, list[Binding]] = {}
+        self._queues: set[str] = set()
+        if topology is not None:
+            chosen = self._pick_vhost(topology, vhost)
+            self._vhost = chosen
+            self._exchanges = {e.name: e for e in chosen.exchanges}
+            self._queues = {q.name for q in chosen.queues}
+            for b in chosen.bindings:
+                self._bindings.setdefault(b.source, []).append(b)
+
+    @staticmethod
+    def _pick_vhost(topology: Topology, vhost: str | None) -> Vhost:
+        if vhost is None:
+            if len(topology.vhosts) != 1:
+                names = ", ".join(v.name for v in topology.vhosts) or "none"
+                raise PublishError(f"the topology has several vhosts ({names}): pass vhost=")
+            return topology.vhosts[0]
+        found = topology.vhost(vhost)
+        if found is None:
+            names = ", ".join(v.name for v in topology.vhosts) or "none"
+            raise PublishError(f"vhost {vhost!r} is not in the topology (it has: {names})")
+        return found
+
+    @property
+    def vhost(self) -> str | None:
+        return self._vhost.name if self._vhost is not None else None
+
+    @property
+    def knows_topology(self) -> bool:
+        return self._vhost is not None
+
+    def exchange(self, name: str) -> Exchange | None:
+        return self._exchanges.get(name)
+
+    def check_exchange(self, name: str) -> None:
+        if self._vhost is None or name == "" or name.startswith("amq."):
+            return
+        if name not in self._exchanges:
+            known = ", ".join(sorted(self._exchanges)) or "none"
+            raise UnknownExchange(
+                f"exchange {name!r} is not declared in vhost {self._vhost.name!r} of the spec"
+                f" (declared: {known})"
+            )
+
+    def resolve(
+        self,
+        exchange: str,
+        routing_key: str,
+        *,
+        shard_key: str | None = None,
+        delay: float | timedelta | None = None,
+    ) -> Target:
+        """Apply a shard key and a delay to a publish target."""
+        headers: dict[str, Any] | None = None
+        if shard_key is not None:
+            spec = self._exchanges.get(exchange)
+            hash_header = None
+            if spec is not None and spec.type is ExchangeType.CONSISTENT_HASH:
+                hash_header = spec.arguments.get("hash-header")
+            if hash_header:
+                headers = {str(hash_header): shard_key}
+            else:
+                routing_key = shard_key
+        if delay is not None:
+            if self.delays is None:
+                raise PublishError(
+                    "delay= needs delay levels: pass delays= (a BinaryDelays or FixedDelays of "
+                    "the spec) to the publisher"
+                )
+            route = self.delays.route(delay, routing_key)
+            return Target(route.exchange, route.routing_key, headers, delayed=True)
+        self.check_exchange(exchange)
+        return Target(exchange, routing_key, headers)
+
+    def reaches_queue(
+        self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Whether, by the topology, a message would reach at least one queue."""
+        if self._vhost is None:
+            return True
+        if exchange == "":
+            return routing_key in self._queues
+        return self._reaches(exchange, routing_key, headers or {}, set())
+
+    def _reaches(self, exchange: str, key: str, headers: Mapping[str, Any], seen: set[str]) -> bool:
+        if exchange in seen:
+            return False
+        seen.add(exchange)
+        spec = self._exchanges.get(exchange)
+        if spec is None:
+            return False
+        for binding in self._bindings.get(exchange, ()):
+            if not self._binding_matches(spec, binding, key, headers):
+                continue
+            if binding.destination_type is DestinationType.QUEUE:
+                if binding.destination in self._queues:
+                    return True
+            elif self._reaches(binding.destination, key, headers, seen):
+                return True
+        alternate = spec.arguments.get("alternate-exchange")
+        return bool(alternate) and self._reaches(str(alternate), key, headers, seen)
+
+    @staticmethod
+    def _binding_matches(
+        spec: Exchange, binding: Binding, key: str, headers: Mapping[str, Any]
+    ) -> bool:
+        kind = spec.type
+        if kind is ExchangeType.DIRECT:
+            return binding.routing_key == key
+        if kind is ExchangeType.TOPIC:
+            return topic_matches(binding.routing_key, key)
+        if kind is ExchangeType.HEADERS:
+            wanted = {k: v for k, v in binding.arguments.items() if not k.startswith("x-")}
+            if binding.arguments.get("x-match", "all") in ("any", "any-with-x"):
+                return any(headers.get(k) == v for k, v in wanted.items())
+            return all(headers.get(k) == v for k, v in wanted.items())
+        # fanout and the hash exchanges deliver to some bound destination
+        return True

@@ -1,0 +1,112 @@
+"""Connection settings of a publisher: URL, TLS, heartbeat, name, reconnect back-off."""
+
+from __future__ import annotations
+
+import random
+import ssl
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from rabbitry.errors import BrokerError
+from rabbitry.uri import mask_uri
+
+DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Reconnect delays: ``initial`` doubling up to ``maximum``, +-``jitter``; stop after
+    ``give_up_after`` seconds without a connection (None: never give up)."""
+
+    initial: float = 0.1
+    maximum: float = 5.0
+    jitter: float = 0.2
+    give_up_after: float | None = 120.0
+
+    def __post_init__(self) -> None:
+        if self.initial <= 0 or self.maximum < self.initial:
+            raise ValueError("back-off needs 0 < initial <= maximum")
+        if not 0 <= self.jitter < 1:
+            raise ValueError("back-off jitter is a fraction between 0 and 1")
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.maximum, self.initial * (2 ** min(attempt, 30)))
+        return float(base * (1 + random.uniform(-self.jitter, self.jitter)))
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Where and how to connect. Build it with ``from_url``; ``repr`` hides the password."""
+
+    host: str = "localhost"
+    port: int = 5672
+    vhost: str = "/"
+    username: str = "guest"
+    password: str = field(default="guest", repr=False)
+    tls: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+    heartbeat: int = 60
+    frame_max: int = 131072
+    connection_name: str | None = None
+    connect_timeout: float = 10.0
+    backoff: Backoff = field(default_factory=Backoff)
+    external_auth: bool = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        heartbeat: int | None = None,
+        connection_name: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        verify: bool = True,
+        connect_timeout: float | None = None,
+        backoff: Backoff | None = None,
+    ) -> ConnectionSettings:
+        """``amqp[s]://user:pass@host:port/vhost?heartbeat=30&connection_name=x``."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise BrokerError(f"invalid AMQP URL {mask_uri(url)!r}: {exc}") from None
+        if parts.scheme not in DEFAULT_PORTS:
+            raise BrokerError(f"AMQP URL {mask_uri(url)!r} must start with amqp:// or amqps://")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+        tls = ssl_context
+        if parts.scheme == "amqps" and tls is None:
+            tls = ssl.create_default_context(cafile=ca_file or query.get("cacertfile"))
+            cert = cert_file or query.get("certfile")
+            if cert:
+                tls.load_cert_chain(cert, key_file or query.get("keyfile"))
+            if not verify or query.get("verify") == "verify_none":
+                tls.check_hostname = False
+                tls.verify_mode = ssl.CERT_NONE
+        hb = heartbeat if heartbeat is not None else int(query.get("heartbeat", 60))
+        timeout = connect_timeout
+        if timeout is None:
+            timeout = float(query.get("connection_timeout", 10.0))
+        return cls(
+            host=parts.hostname or "localhost",
+            port=port or DEFAULT_PORTS[parts.scheme],
+            vhost=vhost,
+            username=unquote(parts.username) if parts.username is not None else "guest",
+            password=unquote(parts.password) if parts.password is not None else "guest",
+            tls=tls,
+            server_hostname=parts.hostname,
+            heartbeat=hb,
+            connection_name=connection_name or query.get("connection_name"),
+            connect_timeout=timeout,
+            backoff=backoff or Backoff(),
+            external_auth=query.get("auth_mechanism", "").upper() == "EXTERNAL",
+        )
+
+    @property
+    def display(self) -> str:
+        """Where this connects to, safe to log: ``amqp://user@host:port/vhost``."""
+        scheme = "amqps" if self.tls else "amqp"
+        return f"{scheme}://{self.username}@{self.host}:{self.port}/{self.vhost}"
