@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]*)@")
+_USERINFO = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]*)@"
+)
 
 
 def mask_uri(uri: str) -> str:

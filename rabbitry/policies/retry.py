@@ -28,7 +28,8 @@ QUEUE_HEADER = "x-rabbitry-queue"
 """The work queue the message failed in: where a replay sends it back."""
 PARKED_REASON_HEADER = "x-rabbitry-parked-reason"
 RABBITRY_HEADER_PREFIX = "x-rabbitry-"
-BROKER_DEATH_HEADERS = (
+BROKER_HEADERS = (
+    "x-delivery-count",  # set by quorum queues on delivery; meaningless on a new publish
     "x-death",
     "x-first-death-exchange",
     "x-first-death-queue",
@@ -170,7 +171,7 @@ def failure_headers(
     now_ms: int,
 ) -> dict[str, Any]:
     """Headers for the republished message: the old ones, rabbitry's updated, broker's stripped."""
-    out = {k: v for k, v in (headers or {}).items() if k not in BROKER_DEATH_HEADERS}
+    out = {k: v for k, v in (headers or {}).items() if k not in BROKER_HEADERS}
     out[ATTEMPT_HEADER] = decision.attempt
     out.setdefault(FIRST_FAILURE_HEADER, now_ms)
     out[LAST_FAILURE_HEADER] = now_ms

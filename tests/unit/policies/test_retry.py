@@ -63,6 +63,7 @@ def policy_parks(policy: RetryPolicy, error: Exception) -> bool:
 def test_failure_headers_strip_broker_death_and_bound_error_text() -> None:
     policy = RetryPolicy(attempts=2)
     incoming = {
+        "x-delivery-count": 2,
         "x-death": [{"count": 1}],
         "x-first-death-queue": "q",
         "app": "kept",
@@ -71,6 +72,7 @@ def test_failure_headers_strip_broker_death_and_bound_error_text() -> None:
     verdict = policy.decide(failed_attempts(incoming), RuntimeError("x" * 5000))
     headers = failure_headers(incoming, verdict, RuntimeError("x" * 5000), "work", now_ms=1)
     assert "x-death" not in headers and "x-first-death-queue" not in headers
+    assert "x-delivery-count" not in headers
     assert headers["app"] == "kept" and headers[ATTEMPT_HEADER] == 2
     assert headers[QUEUE_HEADER] == "work" and headers[PARKED_REASON_HEADER]
     assert len(headers[LAST_ERROR_HEADER]) == 1024
