@@ -178,9 +178,10 @@ class Applier:
         self.result = ApplyResult()
         self.deleted: set[ResourceKey] = set()
 
-    def _done(self, line: str) -> None:
+    def _done(self, line: str, show: bool = True) -> None:
         self.result.done.append(line)
-        self.progress(line)
+        if show:
+            self.progress(line)
 
     # -- one object at a time ------------------------------------------------------------------
 
@@ -415,9 +416,11 @@ class Applier:
                 definitions_for(c.desired for c in changes if c.desired is not None), vhost
             )
             self._verify_created(vhost, changes)
+            # The plan listed each object already: one progress line per import is enough.
+            self.progress(f"created {len(changes)} object(s) in vhost {vhost} (one import)")
             for change in changes:
                 verb = "created" if change.action is Action.CREATE else "declared again"
-                self._done(f"{verb} {change.title}")
+                self._done(f"{verb} {change.title}", show=False)
 
         for change in todo:
             if change.key in {c.key for b in batches.values() for c in b}:
