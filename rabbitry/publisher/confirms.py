@@ -169,7 +169,7 @@ class ConfirmTracker:
     ) -> Delivery | None:
         """A ``basic.return``; it precedes the ack of the same message, which then fails it."""
         delivery = self._by_message_id.get(message_id) if message_id is not None else None
-        if delivery is None or delivery.status is not Status.PENDING:
+        if delivery is None or delivery.status is not Status.PENDING or delivery.returned:
             # A caller-chosen id reused in flight: the broker returns in publish order.
             delivery = next(
                 (
