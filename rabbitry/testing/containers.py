@@ -47,6 +47,10 @@ ROLE_LABEL = "rabbitry.role"
 _PORT_CONFLICT_MARKERS = ("already in use", "already allocated", "address in use")
 
 
+class ContainerExited(BrokerError):
+    """A broker's container stopped while rabbitry waited for it to answer."""
+
+
 class BrokerOptions(TypedDict, total=False):
     """Keyword arguments of ``start_broker`` (and of ``rabbitmq_broker_factory``)."""
 
@@ -298,7 +302,7 @@ class BrokerContainer:
         wrapped = self._container.get_wrapped_container()
         wrapped.reload()
         if wrapped.status in ("exited", "dead"):
-            raise BrokerError(
+            raise ContainerExited(
                 f"container {self.name} stopped while starting (status {wrapped.status}); "
                 f"its last output:\n{self.logs()[-3000:]}"
             )
@@ -440,9 +444,12 @@ def start_broker(
     try:
         handle.wait_until_ready()
     except BrokerError as exc:
-        logs = "" if "last output" in str(exc) else handle.logs()[-3000:]
+        if isinstance(exc, ContainerExited):  # its message has the output already
+            handle.remove()
+            raise
+        logs = handle.logs()[-3000:]
         handle.remove()
-        raise BrokerError(f"{exc}\nlast container output:\n{logs}" if logs else str(exc)) from exc
+        raise BrokerError(f"{exc}\nlast container output:\n{logs}") from exc
     return handle
 
 
