@@ -1,0 +1,233 @@
+"""Publisher and AsyncPublisher against a real broker: what the publisher issue must show."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pika
+import pytest
+
+from rabbitry.errors import BrokerError, Nacked, PublishError, Unroutable
+from rabbitry.publisher import (
+    AsyncPublisher,
+    Backoff,
+    ConnectionLost,
+    ExchangeNotFound,
+    Publisher,
+    Status,
+)
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def channel(rabbitmq_vhost: Any) -> Iterator[Any]:
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_vhost.amqp_url))
+    try:
+        yield connection.channel()
+    finally:
+        connection.close()
+
+
+def queue_length(vhost: Any, name: str, expected: int | None = None, wait: float = 10.0) -> int:
+    """Messages ready in a queue, through the management API (waits until ``expected``)."""
+    url = f"{vhost.management_url}/api/queues/{quote(vhost.name, safe='')}/{quote(name, safe='')}"
+    end = time.monotonic() + wait
+    while True:
+        body = httpx.get(url, auth=(vhost.username, vhost.password), timeout=10).json()
+        count = int(body.get("messages_ready", 0) or 0)
+        if count == expected or expected is None or time.monotonic() > end:
+            return count
+        time.sleep(0.5)
+
+
+def drain_ids(channel: Any, queue: str) -> list[str]:
+    ids = []
+    while True:
+        method, props, _ = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return ids
+        ids.append(props.message_id)
+
+
+def test_confirmed_messages_all_arrive(rabbitmq_vhost: Any, channel: Any) -> None:
+    channel.queue_declare("work", durable=True)
+    channel.queue_declare("work.q", durable=True, arguments={"x-queue-type": "quorum"})
+    with Publisher(rabbitmq_vhost.amqp_url, window=64) as pub:
+        first = pub.publish(b"one", routing_key="work", headers={"k": "v"})
+        assert first.ok and first.message_id
+        out = pub.publish_many((f"m{i}".encode() for i in range(3000)), routing_key="work")
+        more = pub.publish_many([b"q"] * 1000, routing_key="work.q")
+    assert all(d.ok for d in out + more)
+    ids = drain_ids(channel, "work")
+    assert len(ids) == 3001 and set(ids) == {first.message_id, *(d.message_id for d in out)}
+    assert queue_length(rabbitmq_vhost, "work.q", 1000) == 1000
+
+
+def test_async_confirmed_messages_all_arrive(rabbitmq_vhost: Any, channel: Any) -> None:
+    channel.queue_declare("work", durable=True)
+
+    async def main() -> list[Any]:
+        async with AsyncPublisher(rabbitmq_vhost.amqp_url, window=128) as pub:
+            single = await pub.publish(b"one", routing_key="work")
+            pending = [await pub.send(b"sent", routing_key="work") for _ in range(500)]
+            many = await pub.publish_many([b"x"] * 2000, routing_key="work")
+            return [single, *[await d for d in pending], *many]
+
+    out = asyncio.run(main())
+    assert len(out) == 2501 and all(d.ok for d in out)
+    assert set(drain_ids(channel, "work")) == {d.message_id for d in out}
+
+
+def test_missing_exchange_raises_and_the_publisher_carries_on(
+    rabbitmq_vhost: Any, channel: Any
+) -> None:
+    channel.queue_declare("work", durable=True)
+    with Publisher(rabbitmq_vhost.amqp_url) as pub:
+        with pytest.raises(ExchangeNotFound, match="no exchange 'ghost'"):
+            pub.publish(b"x", exchange="ghost", routing_key="k")
+        assert pub.publish(b"after", routing_key="work").ok
+        mixed = pub.publish_many([b"a", b"b"], routing_key="work") + pub.publish_many(
+            [b"c"], exchange="ghost"
+        )
+    assert [d.ok for d in mixed] == [True, True, False]
+    assert isinstance(mixed[2].error, ExchangeNotFound)
+    assert len(drain_ids(channel, "work")) == 3
+
+
+def test_unroutable_mandatory_message_raises(rabbitmq_vhost: Any, channel: Any) -> None:
+    channel.exchange_declare("events", "topic", durable=True)
+    channel.queue_declare("orders", durable=True)
+    channel.queue_bind("orders", "events", "order.#")
+    with Publisher(rabbitmq_vhost.amqp_url, exchange="events") as pub:
+        assert pub.publish(b"x", routing_key="order.created", mandatory=True).ok
+        with pytest.raises(Unroutable, match=r"user\.created.*312 NO_ROUTE"):
+            pub.publish(b"x", routing_key="user.created", mandatory=True)
+        assert pub.publish(b"x", routing_key="user.created").ok  # not mandatory: dropped, confirmed
+
+    async def main() -> None:
+        async with AsyncPublisher(rabbitmq_vhost.amqp_url, exchange="events") as pub:
+            with pytest.raises(Unroutable):
+                await pub.publish(b"x", routing_key="user.created", mandatory=True)
+
+    asyncio.run(main())
+
+
+def test_reject_publish_at_max_length_nacks_exactly_the_overflow(
+    rabbitmq_vhost: Any, channel: Any
+) -> None:
+    for name, qtype in (("capped", "classic"), ("capped.q", "quorum")):
+        channel.queue_declare(
+            name,
+            durable=True,
+            arguments={"x-max-length": 10, "x-overflow": "reject-publish", "x-queue-type": qtype},
+        )
+    with Publisher(rabbitmq_vhost.amqp_url) as pub:
+        out = pub.publish_many([b"x"] * 15, routing_key="capped")
+        assert [d.status for d in out] == [Status.CONFIRMED] * 10 + [Status.NACKED] * 5
+        assert all(isinstance(d.error, Nacked) for d in out[10:])
+        with pytest.raises(Nacked):
+            pub.publish(b"x", routing_key="capped")
+        # A quorum queue applies its length limit through its log and may let a message or
+        # two past it: whichever it refuses must be exactly the ones reported nacked.
+        confirmed, nacked = [], []
+        for i in range(15):
+            try:
+                confirmed.append(pub.publish(b"x", routing_key="capped.q", message_id=f"q{i}"))
+            except Nacked:
+                nacked.append(f"q{i}")
+    assert drain_ids(channel, "capped") == [d.message_id for d in out[:10]]
+    assert len(confirmed) >= 10 and nacked == [f"q{i}" for i in range(len(confirmed), 15)]
+    assert drain_ids(channel, "capped.q") == [d.message_id for d in confirmed]
+
+    async def main() -> None:
+        async with AsyncPublisher(rabbitmq_vhost.amqp_url) as pub:
+            out = await pub.publish_many([b"x"] * 13, routing_key="capped")
+            assert [d.status for d in out] == [Status.CONFIRMED] * 10 + [Status.NACKED] * 3
+
+    asyncio.run(main())
+
+
+def test_credentials_never_appear_in_logs_or_errors(
+    rabbitmq_vhost: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "wrong-S3cret-pw"
+    bad = rabbitmq_vhost.amqp_url.replace(
+        f":{quote(rabbitmq_vhost.password, safe='')}@", f":{secret}@"
+    )
+    pub = Publisher(bad, backoff=Backoff(initial=0.05, give_up_after=1.0))
+    with pytest.raises(BrokerError) as refused:
+        pub.publish(b"x", routing_key="q")
+    assert secret not in str(refused.value) and secret not in repr(pub)
+    assert "ACCESS_REFUSED" in str(refused.value) or "403" in str(refused.value)
+
+    closed_port = "amqp://someone:" + secret + "@127.0.0.1:1/%2F"
+    pub = Publisher(closed_port, backoff=Backoff(initial=0.05, give_up_after=0.5))
+    with pytest.raises(ConnectionLost) as lost:
+        pub.publish(b"x", routing_key="q")
+
+    async def main() -> None:
+        apub = AsyncPublisher(closed_port, backoff=Backoff(initial=0.05, give_up_after=0.5))
+        with pytest.raises(PublishError) as exc:
+            await apub.publish(b"x", routing_key="q")
+        assert secret not in str(exc.value)
+
+    asyncio.run(main())
+    assert secret not in str(lost.value)
+    assert secret not in caplog.text
+    assert secret not in "".join(str(r.args) for r in caplog.records)
+
+
+def test_broker_restart_during_a_stream_loses_no_confirmed_message(
+    rabbitmq_broker_factory: Any,
+) -> None:
+    container = rabbitmq_broker_factory()
+    broker = container.broker
+    url = broker.amqp_url("/")
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_declare("stream", durable=True)
+    connection.close()
+
+    total = 20_000
+    republished: list[int] = []
+    produced = 0
+
+    def messages() -> Iterator[bytes]:
+        nonlocal produced
+        for i in range(total):
+            produced = i
+            yield f"{i}".encode()
+
+    def restart_midway() -> None:
+        while produced < total // 4:
+            time.sleep(0.01)
+        container.restart()
+
+    restarter = threading.Thread(target=restart_midway)
+    restarter.start()
+    with Publisher(
+        url,
+        window=256,
+        backoff=Backoff(initial=0.2, maximum=2.0, give_up_after=180.0),
+        on_republish=lambda ds: republished.append(len(ds)),
+    ) as pub:
+        out = pub.publish_many(messages(), routing_key="stream")
+        stats = pub.stats
+    restarter.join()
+
+    assert stats.reconnects >= 1, "the publisher never saw the broker go away"
+    confirmed = {d.message_id for d in out if d.ok}
+    assert len(out) == total and len(confirmed) == total  # it resumed by itself
+    connection = pika.BlockingConnection(pika.URLParameters(container.broker.amqp_url("/")))
+    ids = drain_ids(connection.channel(), "stream")
+    connection.close()
+    assert confirmed <= set(ids), "confirmed messages were lost"
+    assert len(ids) - len(set(ids)) <= stats.republished  # duplicates only from republishing
