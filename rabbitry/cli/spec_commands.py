@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from rabbitry.cli.common import err, parse_vars, spec_options
 from rabbitry.errors import SpecProblem
 from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
+from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
 from rabbitry.topology.loader import render_spec_file
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.schema import json_schema_text
@@ -112,4 +115,61 @@ def schema() -> None:
     click.echo(json_schema_text(), nl=False)
 
 
-commands: list[click.Command] = [validate, render, schema]
+@click.command()
+@spec_options
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["dot", "svg", "mermaid"]),
+    default="dot",
+    show_default=True,
+    help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid.",
+)
+@click.option("--unfold", is_flag=True, help="Draw every delay level instead of one box each.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write to this file instead of standard output.",
+)
+def graph(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: Sequence[Path],
+    output_format: str,
+    unfold: bool,
+    output: Path | None,
+) -> None:
+    """Draw the topology SPEC expands to: bindings, dead-letter paths, retries, delays."""
+    loaded = load_spec(spec, parse_vars(variables), var_files)
+    check_spec(loaded, on_warning=_print_warning)
+    graphs = topology_graph(expand(loaded), loaded, fold=not unfold)
+    if output_format == "mermaid":
+        text = to_mermaid(graphs)
+    else:
+        text = to_dot(graphs)
+        if output_format == "svg":
+            text = _svg(text)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        err(f"wrote {output}")
+
+
+def _svg(dot_text: str) -> str:
+    dot = shutil.which("dot")
+    if dot is None:
+        raise click.ClickException(
+            "--format svg needs Graphviz's `dot` (Debian: apt-get install graphviz);"
+            " --format dot or mermaid work without it"
+        )
+    done = subprocess.run(
+        [dot, "-Tsvg"], input=dot_text, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise click.ClickException(f"dot failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+commands: list[click.Command] = [validate, render, schema, graph]
