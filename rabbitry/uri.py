@@ -11,17 +11,19 @@ _USERINFO = re.compile(
 
 
 def mask_uri(uri: str) -> str:
-    """``amqp://user:secret@host`` -> ``amqp://user:***@host``; other text is left alone."""
+    """``amqp://user:secret@host`` -> ``amqp://user:***@host``; other text is left alone.
+
+    Never raises: a URI too broken to parse still gets its password masked.
+    """
     try:
         parts = urlsplit(uri)
     except ValueError:
         return mask_text(uri)
     if parts.password is None:
         return uri
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{host}"
+    # Keep the host part exactly as written (port text, IPv6 brackets): only userinfo changes.
+    _userinfo, _, hostport = parts.netloc.rpartition("@")
+    netloc = f"{parts.username or ''}:***@{hostport}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

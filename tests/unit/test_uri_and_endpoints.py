@@ -11,6 +11,11 @@ def test_mask_uri_hides_password_keeps_the_rest() -> None:
     assert mask_uri("http://broker:15672") == "http://broker:15672"
 
 
+def test_mask_uri_survives_odd_uris() -> None:
+    assert mask_uri("amqp://u:pw@host:notaport/x") == "amqp://u:***@host:notaport/x"
+    assert mask_uri("amqp://u:p%40ss@[::1]:5672/") == "amqp://u:***@[::1]:5672/"
+
+
 def test_mask_text_hides_every_uri_password() -> None:
     text = "upstream amqp://a:one@h1 and amqps://b:two@h2:5671/x failed"
     masked = mask_text(text)
