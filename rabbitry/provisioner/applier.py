@@ -21,7 +21,7 @@ from typing import Any
 
 from rabbitry.errors import ApplyError, BrokerError, PlanError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.provisioner.ownership import record_name
+from rabbitry.provisioner.ownership import PENDING, record_name
 from rabbitry.provisioner.planner import Action, Change, Plan, managed_after
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
@@ -360,7 +360,7 @@ class Applier:
         if not todo and not deletions:
             return self.result
 
-        new_keys = {k: "" for k in plan.desired_digests if k not in record.managed}
+        new_keys = {k: PENDING for k in plan.desired_digests if k not in record.managed}
         if new_keys:
             # Intent first: whatever this run creates is owned even if it dies half-way.
             self._write_record({**new_keys, **record.managed})

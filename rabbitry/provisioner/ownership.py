@@ -25,6 +25,10 @@ def record_name(stack: str) -> str:
     return RECORD_PREFIX + stack
 
 
+PENDING = ""
+"""The digest of a key recorded before its object was made (intent), not yet confirmed."""
+
+
 def digest(resource: Primitive) -> str:
     """A short fingerprint of an object's settings, to tell drift from a changed spec."""
     return hashlib.sha256(canonical_json(resource.settings()).encode()).hexdigest()[:16]

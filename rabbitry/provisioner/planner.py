@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, digest
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     KIND_ORDER,
@@ -225,9 +225,13 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
     for key, resource in want.items():
         existing = have.get(key)
         recorded = record.managed.get(key)
+        # An empty digest marks an intent: an apply meant to create this and stopped before
+        # recording how it went. Neither drift nor finished.
+        pending = recorded == PENDING
+        applied = recorded is not None and not pending
         if existing is None:
-            reasons = ("deleted outside rabbitry",) if recorded is not None else ()
-            changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=bool(reasons)))
+            reasons = ("deleted outside rabbitry",) if applied else ()
+            changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=applied))
             continue
         if isinstance(resource, User) and isinstance(existing, User):
             differences = _user_differences(resource, existing, state)
@@ -236,8 +240,11 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         if not differences:
             if recorded is None:
                 changes.append(Change(Action.ADOPT, key, resource, existing, ("already matches",)))
+            elif pending:
+                reason = "made by an apply that stopped half-way; apply records it"
+                changes.append(Change(Action.ADOPT, key, resource, existing, (reason,)))
             continue
-        drift = recorded is not None and recorded != digest(existing)
+        drift = applied and recorded != digest(existing)
         stats = state.queue_stats.get(key)
         if key[0] in REPLACED_KINDS:
             changes.append(

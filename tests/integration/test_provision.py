@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import httpx
 import pika
 import pytest
 
+from rabbitry.errors import ApplyError, BrokerError
+from rabbitry.provisioner.applier import ApplyOptions, apply_plan
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.planner import Plan, plan
+from rabbitry.provisioner.state import read_state
+from rabbitry.topology import load_topology
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker
@@ -243,3 +251,64 @@ def test_bad_spec_exits_1_with_location_and_changes_nothing(
         assert str(spec) in result.output and located(result.output), result.output
         assert "Traceback" not in result.output
     assert broker.get("/definitions/{vhost}") == before
+
+
+class CutOffClient(ManagementClient):
+    """The real management client, whose connection drops after a number of writes."""
+
+    def __init__(self, url: str, writes: int) -> None:
+        super().__init__(url)
+        self.writes_left = writes
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if method != "GET":
+            if self.writes_left == 0:
+                raise BrokerError("connection reset by peer (injected)")
+            self.writes_left -= 1
+        return super().request(method, path, **kwargs)
+
+
+def test_failure_half_way_reports_what_was_done_and_the_next_apply_converges(
+    broker: Broker,
+) -> None:
+    spec = broker.spec(
+        SPEC
+        + """
+        permissions:
+          - {user: "a-{{ vars.vhost }}"}
+          - {user: "b-{{ vars.vhost }}"}
+        operator_policies:
+          - {name: cap, pattern: ".*", definition: {max-length: 100000}}
+    users:
+      - {name: "a-{{ vars.vhost }}", password: pw-a}
+      - {name: "b-{{ vars.vhost }}", password: pw-b}
+"""
+    )
+    topology = load_topology(spec, {"vhost": broker.vhost, "stack": broker.stack})
+
+    def fresh_plan(client: ManagementClient) -> Plan:
+        state = read_state(
+            client, broker.stack, [broker.vhost], users=[u.name for u in topology.users]
+        )
+        return plan(topology, state)
+
+    # Writes: ownership intent, user a, user b, then the permissions... cut after user b.
+    flaky = CutOffClient(broker.management_url, writes=3)
+    with pytest.raises(ApplyError) as failure:
+        apply_plan(flaky, fresh_plan(flaky), ApplyOptions())
+    assert failure.value.done == [
+        f"created user a-{broker.vhost}",
+        f"created user b-{broker.vhost}",
+    ]
+    assert "run apply again" in str(failure.value)
+
+    with ManagementClient(broker.management_url) as client:
+        halfway = fresh_plan(client)
+        assert halfway.has_changes
+        assert not any(c.drift for c in halfway.changes), "half-made is not drift"
+        apply_plan(client, halfway, ApplyOptions())
+        assert not fresh_plan(client).has_changes
+    assert broker.get(f"/users/a-{quote(broker.vhost, safe='')}") is not None
+    assert broker.get("/operator-policies/{vhost}/cap")["definition"] == {"max-length": 100000}
+    for user in ("a", "b"):
+        broker.http.delete(f"/users/{user}-{quote(broker.vhost, safe='')}")

@@ -293,3 +293,14 @@ def test_definitions_document_carries_queue_type() -> None:
     assert doc["queues"][0]["arguments"] == {"x-delivery-limit": 5, "x-queue-type": "quorum"}
     assert doc["exchanges"][0]["type"] == "topic"
     assert doc["bindings"][0]["routing_key"] == "order.*"
+
+
+def test_intent_recorded_by_an_interrupted_apply_is_neither_drift_nor_done() -> None:
+    desired = topo(queues=(WORK, Queue(name="made")))
+    observed = topo(queues=(Queue(name="made"),))  # the run died after creating "made"
+    pending = {key: "" for key in desired.resources()}
+    p = plan(desired, state(observed, pending))
+    by_key = {c.key: c for c in p.changes}
+    assert by_key[WORK.key(V)].action is Action.CREATE and not by_key[WORK.key(V)].drift
+    made = by_key[("queue", V, "made")]
+    assert made.action is Action.ADOPT and "stopped half-way" in made.reasons[0]
