@@ -30,6 +30,7 @@ from rabbitry.topology.primitives import (
     Exchange,
     Primitive,
     Queue,
+    QueueType,
     ResourceKey,
     Topology,
     User,
@@ -324,6 +325,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 f"{change.title} is deleted and declared again: publishes to it fail for a moment"
             )
 
+    warnings.extend(quorum_placement_warnings(desired, state.node_count))
     return Plan(
         stack=desired.name,
         changes=tuple(sorted(changes, key=_order)),
@@ -331,6 +333,23 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         desired_digests={key: digest(resource) for key, resource in want.items()},
         warnings=tuple(warnings),
     )
+
+
+def quorum_placement_warnings(desired: Topology, node_count: int | None) -> list[str]:
+    """Quorum queues asking for more replicas than the cluster has nodes get only that many."""
+    if node_count is None:
+        return []
+    out = []
+    for vhost in desired.vhosts:
+        for queue in vhost.queues:
+            size = queue.arguments.get("x-quorum-initial-group-size")
+            if queue.type is QueueType.QUORUM and isinstance(size, int) and size > node_count:
+                out.append(
+                    f"queue {vhost.name}/{queue.name} wants {size} replicas"
+                    f" (x-quorum-initial-group-size) but the cluster has {node_count}"
+                    f" node(s): it gets {node_count}; add nodes or lower the group size"
+                )
+    return out
 
 
 def _order(change: Change) -> tuple[int, int, ResourceKey]:

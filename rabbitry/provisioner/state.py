@@ -33,6 +33,7 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
+from rabbitry.topology.sharding import is_plugin_shard_queue
 
 JSONDict = dict[str, Any]
 
@@ -55,6 +56,8 @@ class BrokerState:
     password_hashes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """user name -> (password_hash, hashing_algorithm), to check passwords without sending them."""
     broker_version: str = ""
+    node_count: int | None = None
+    """Nodes in the cluster (None when not read): quorum queues need enough of them."""
 
     def resources(self) -> dict[ResourceKey, Any]:
         return self.topology.resources()
@@ -93,6 +96,8 @@ def observed_vhost(
         )
     queues = []
     for item in definitions.get("queues", []):
+        if is_plugin_shard_queue(item["name"]):
+            continue  # declared by the sharding plugin on each node: never rabbitry's to manage
         arguments = dict(item.get("arguments") or {})
         queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
         queues.append(
@@ -114,6 +119,10 @@ def observed_vhost(
         )
         for item in definitions.get("bindings", [])
         if item.get("source")  # the default exchange's implicit bindings are not declared
+        and not (
+            item.get("destination_type", "queue") == "queue"
+            and is_plugin_shard_queue(item["destination"])
+        )
     ]
     policies = [
         Policy(
@@ -235,7 +244,13 @@ def read_state(
         users=tuple(observed_users),
         global_parameters=tuple(observed_params),
     )
-    return BrokerState(topology=topology, record=record, queue_stats=stats, password_hashes=hashes)
+    return BrokerState(
+        topology=topology,
+        record=record,
+        queue_stats=stats,
+        password_hashes=hashes,
+        node_count=len(client.get("/nodes", params={"columns": "name"})),
+    )
 
 
 __all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_state"]

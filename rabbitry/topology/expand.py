@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rabbitry.topology.draft import VhostDraft
+from rabbitry.topology.federation import declare_federation
 from rabbitry.topology.patterns import PATTERN_STEPS
 from rabbitry.topology.primitives import (
     JSON,
@@ -26,6 +27,7 @@ from rabbitry.topology.primitives import (
     Topology,
     User,
 )
+from rabbitry.topology.sharding import declare_modulus_sharding, declare_sharded_exchanges
 from rabbitry.topology.spec import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
@@ -132,6 +134,9 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
     declare_access,
     declare_parameters,
     *PATTERN_STEPS,
+    declare_sharded_exchanges,
+    declare_modulus_sharding,
+    declare_federation,
 )
 """The base steps, then the patterns (delays, retries), which refer to declared objects."""
 

@@ -307,6 +307,160 @@ class DelaySpec(SpecModel):
     """Where delayed messages may go; queues retrying `via` this delay are added."""
 
 
+class ShardQueueTemplateSpec(SpecModel):
+    """What every shard queue of a sharded exchange is: the fields of a queue, without a name."""
+
+    type: QueueType | None = None
+    """classic, quorum or stream (default: the vhost's default_queue_type, else classic)."""
+    durable: bool = True
+    """Survive a broker restart (quorum queues and streams are always durable)."""
+    arguments: QueueArguments = Field(default_factory=QueueArguments)
+    """Checked queue arguments, the same for every shard (x-quorum-initial-group-size: 3, ...)."""
+    unchecked_arguments: dict[str, Any] = Field(default_factory=dict)
+    """Plugin arguments rabbitry does not know, passed through as they are."""
+    retry: RetrySpec | None = None
+    """Retry ladder of each shard (tier queues and parking lot per shard: `<shard>.retry.5s`)."""
+    parking: bool | Name | None = None
+    """Parking lot: true (`<shard>.parking` per shard, the default with `retry`), one queue name
+    shared by all shards, or false."""
+    dead_letter: bool | Literal["parking"] | Name | None = None
+    """Where the broker dead-letters each shard's messages: as `queues[].dead_letter`."""
+    delivery_limit: int | None = Field(None, ge=1)
+    """Quorum queues: deliveries before the broker dead-letters a message."""
+
+
+class ShardedExchangeSpec(SpecModel):
+    """Consistent-hash sharding: an x-consistent-hash exchange spreading messages over shard
+    queues by a hash of the routing key, a header or a property; one key always reaches one
+    shard (while the shards stay the same)."""
+
+    name: Name
+    """The x-consistent-hash exchange publishers send to."""
+    shards: int | None = Field(None, ge=1, le=1024)
+    """Number of shard queues, all of weight 1 (or give `weights`)."""
+    weights: list[Annotated[int, Field(ge=1, le=1000)]] | None = Field(
+        None, min_length=1, max_length=1024
+    )
+    """One weight per shard (the binding key): a shard of weight 2 gets twice the keys."""
+    queue_name: str = "{exchange}.{index}"
+    """Name of shard queue `index` (0-based); `{exchange}` is `name`: orders.0, orders.1, ..."""
+    hash_header: str | None = None
+    """Hash this header's value instead of the routing key."""
+    hash_property: Literal["message_id", "correlation_id", "timestamp"] | None = None
+    """Hash this message property instead of the routing key."""
+    queue: ShardQueueTemplateSpec = Field(default_factory=ShardQueueTemplateSpec)
+    """The template every shard queue is declared from (type, arguments, retry, dead-letter)."""
+
+
+class ModulusShardingSpec(SpecModel):
+    """Sharding by the rabbitmq_sharding plugin: an x-modulus-hash exchange and the policy that
+    makes the plugin declare `shards_per_node` queues on every node (named
+    `sharding: <exchange> - <node> - <n>`; the plugin owns them, rabbitry never touches them)."""
+
+    name: Name
+    """The x-modulus-hash exchange publishers send to (and consumers consume from by name)."""
+    shards_per_node: int = Field(1, ge=1, le=1024)
+    """Shard queues the plugin declares on each node of the cluster."""
+    routing_key: str | None = None
+    """Binding key of the shard queues (the plugin's `routing-key`; irrelevant for modulus)."""
+    policy: Name | None = None
+    """Name of the sharding policy (default `<name>.sharding`)."""
+    priority: int = 0
+    """Policy priority: only the highest-priority matching policy applies to the exchange."""
+
+
+FederationAckMode = Literal["on-confirm", "on-publish", "no-ack"]
+
+
+class FederationUpstreamSpec(SpecModel):
+    """A broker to federate from (a federation-upstream parameter)."""
+
+    name: Name
+    """Upstream name (what sets and federation policies refer to)."""
+    uri: str | list[str]
+    """AMQP URI(s) of the upstream broker, e.g. amqp://user@dc1:5672/%2F; several = failover.
+    Credentials belong in `password` or a template ({{ env.X }}); they are masked in output."""
+    password: SecretStr | None = None
+    """Password inserted into every `uri` (percent-encoded): '{{ env.DC1_PASSWORD }}' or
+    "{% include 'secrets/dc1' %}". Never printed."""
+    prefetch_count: int | None = Field(None, ge=1)
+    """Unacknowledged messages in flight per link (broker default 1000)."""
+    reconnect_delay: Milliseconds | None = None
+    """Wait before reconnecting after a link fails (e.g. 5s; broker default 5s)."""
+    ack_mode: FederationAckMode | None = None
+    """on-confirm (default, no loss), on-publish, or no-ack (fastest, may lose messages)."""
+    trust_user_id: bool | None = None
+    """Pass the user-id property through unchanged (validated upstream)."""
+    exchange: str | None = None
+    """Exchange federated from (default: the same name as the federated exchange)."""
+    queue: str | None = None
+    """Queue federated from (default: the same name as the federated queue)."""
+    max_hops: int | None = Field(None, ge=1)
+    """Exchange federation: how many federation links a message may cross (default 1)."""
+    expires: Annotated[Milliseconds, Field(ge=1)] | None = None
+    """Exchange federation: delete the upstream's buffer queue after the link is gone this long
+    (messages published meanwhile are kept until then)."""
+    message_ttl: Milliseconds | None = None
+    """Exchange federation: TTL of messages in the upstream's buffer queue."""
+    queue_type: Literal["classic", "quorum"] | None = None
+    """Exchange federation (RabbitMQ 3.13+): type of the upstream's buffer queue."""
+
+
+class UpstreamSetMemberSpec(SpecModel):
+    """One upstream of a set, optionally with its own upstream exchange or queue."""
+
+    upstream: Name
+    """Name of a `federation.upstreams` entry."""
+    exchange: str | None = None
+    """Exchange to federate from on this upstream (overrides the upstream's)."""
+    queue: str | None = None
+    """Queue to federate from on this upstream (overrides the upstream's)."""
+
+
+class UpstreamSetSpec(SpecModel):
+    """A named set of upstreams (a federation-upstream-set parameter)."""
+
+    name: Name
+    """Set name (what federation policies refer to; `all` is built in)."""
+    upstreams: list[Name | UpstreamSetMemberSpec] = Field(min_length=1)
+    """Upstream names, or {upstream, exchange, queue} entries."""
+
+
+class FederationPolicySpec(SpecModel):
+    """Federate the exchanges or queues whose names match `pattern` (a policy)."""
+
+    pattern: str
+    """Regular expression over exchange or queue names (unanchored: use ^...$)."""
+    upstream: Name | None = None
+    """Federate from this upstream..."""
+    upstream_set: Name | None = None
+    """... or from this set of upstreams (`all`: every upstream of the vhost)."""
+    name: Name | None = None
+    """Policy name (default `federate.<exchanges|queues>.<index>`)."""
+    priority: int = 0
+    """Policy priority: only the highest-priority matching policy applies to an object, so a
+    federated object must not match another policy of higher priority."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FederationPolicySpec:
+        if (self.upstream is None) == (self.upstream_set is None):
+            raise ValueError("a federation policy names either `upstream` or `upstream_set`")
+        return self
+
+
+class FederationSpec(SpecModel):
+    """Federation: upstream brokers, sets of them, and what is federated from them."""
+
+    upstreams: list[FederationUpstreamSpec] = Field(default_factory=list)
+    """Upstream brokers."""
+    upstream_sets: list[UpstreamSetSpec] = Field(default_factory=list)
+    """Named sets of upstreams."""
+    exchanges: list[FederationPolicySpec] = Field(default_factory=list)
+    """Federated exchanges: messages published upstream are also routed here."""
+    queues: list[FederationPolicySpec] = Field(default_factory=list)
+    """Federated queues: local consumers also receive upstream messages when idle upstream."""
+
+
 class VhostSpec(SpecModel):
     """A virtual host and everything declared inside it."""
 
@@ -336,6 +490,12 @@ class VhostSpec(SpecModel):
     """Runtime parameters."""
     delays: list[DelaySpec] = Field(default_factory=list)
     """Delayed delivery: binary-decomposed or fixed TTL levels."""
+    sharded_exchanges: list[ShardedExchangeSpec] = Field(default_factory=list)
+    """Consistent-hash sharding: one exchange, N shard queues from one queue template."""
+    modulus_sharding: list[ModulusShardingSpec] = Field(default_factory=list)
+    """Sharding by the rabbitmq_sharding plugin (x-modulus-hash, shard queues per node)."""
+    federation: FederationSpec | None = None
+    """Federation upstreams, upstream sets, and federated exchanges and queues."""
 
 
 class Spec(SpecModel):

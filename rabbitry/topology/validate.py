@@ -9,6 +9,7 @@ when the spec came from a file.
 from __future__ import annotations
 
 from rabbitry.errors import SpecProblem
+from rabbitry.topology.cluster_checks import check_sharding_and_federation
 from rabbitry.topology.findings import (
     Check,
     Findings,
@@ -47,6 +48,7 @@ CHECKS: tuple[Check, ...] = (
     check_delays,
     check_retries,
     check_generated_names,
+    check_sharding_and_federation,
 )
 """Every check, in order: objects, references, policies, then the delay/retry patterns."""
 
