@@ -205,3 +205,33 @@ def test_a_policy_names_one_source() -> None:
 
 def test_a_clean_federation_spec_has_no_problems() -> None:
     assert check(spec_text().replace('"{{ env.DC1_PASSWORD }}"', "x")) == []
+
+
+def test_link_states_compare_expected_links_with_the_brokers_answer() -> None:
+    from rabbitry.provisioner.status import LinkStatus, link_states
+
+    expected = [
+        FederatedObject("exchange", "orders", "dc1"),
+        FederatedObject("exchange", "orders", "dc2"),
+        FederatedObject("queue", "jobs", "dc1"),
+    ]
+    observed = [
+        {"type": "exchange", "exchange": "orders", "upstream": "dc1", "status": "running"},
+        {
+            "type": "exchange",
+            "exchange": "orders",
+            "upstream": "dc2",
+            "status": "error",
+            "error": "{auth_failure, amqp://fed:hunter2@dc2/ refused}",
+        },
+        {"type": "exchange", "exchange": "stray", "upstream": "dc1", "status": "starting"},
+    ]
+    states = link_states("v", expected, observed)
+    assert [(s.name, s.upstream, s.status, s.declared) for s in states] == [
+        ("orders", "dc1", LinkStatus.RUNNING, True),
+        ("orders", "dc2", LinkStatus.ERROR, True),
+        ("jobs", "dc1", LinkStatus.MISSING, True),
+        ("stray", "dc1", LinkStatus.STARTING, False),
+    ]
+    assert "hunter2" not in states[1].reason and "fed:***@" in states[1].reason
+    assert states[1].to_json()["status"] == "error"

@@ -1,0 +1,200 @@
+"""``status`` and ``shards check``: how the spec's federation links and shards behave live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rabbitry.cli.common import EXIT_OK, broker_options, err, parse_vars, spec_options
+from rabbitry.errors import SpecError
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.status import (
+    LinkStatus,
+    federation_status,
+    measure_distribution,
+    sample_keys,
+)
+from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology.sharding import Sharding, shardings
+from rabbitry.topology.spec import Spec
+from rabbitry.uri import mask_uri
+
+EXIT_NOT_HEALTHY = 3
+"""A declared federation link is not running, or shards spread worse than the tolerance."""
+
+STATUS_COLORS = {
+    LinkStatus.RUNNING: "green",
+    LinkStatus.STARTING: "yellow",
+    LinkStatus.ERROR: "red",
+    LinkStatus.MISSING: "red",
+}
+
+
+def _load(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+) -> tuple[Spec, Endpoints]:
+    model = load_spec(spec, parse_vars(variables), var_files)
+    check_spec(model, on_warning=lambda problem: err(f"warning: {problem}"))
+    broker = model.broker
+    endpoints = resolve_endpoints(
+        url,
+        management_url,
+        spec_url=broker.url if broker else None,
+        spec_management_url=broker.management_url if broker else None,
+    )
+    return model, endpoints
+
+
+@click.command("status")
+@spec_options
+@broker_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
+def status_command(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+    as_json: bool,
+) -> int:
+    """Show the state of every federation link the spec declares.
+
+    Exit 0 when every declared link is running, 3 when one is not (starting, error, missing),
+    1 on errors.
+    """
+    model, endpoints = _load(spec, variables, var_files, url, management_url)
+    with ManagementClient(endpoints.management_url) as client:
+        links = federation_status(client, model, expand(model))
+    healthy = all(link.running for link in links if link.declared)
+    if as_json:
+        payload = {
+            "format_version": 1,
+            "healthy": healthy,
+            "federation_links": [link.to_json() for link in links],
+        }
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(f"Broker: {mask_uri(endpoints.management_url)}")
+        if not links:
+            click.echo("No federation links declared.")
+        for link in links:
+            state = click.style(
+                f"{link.status.value:<8}", fg=STATUS_COLORS.get(link.status, "yellow")
+            )
+            extra = "" if link.declared else "  (not in the spec)"
+            reason = f"  {link.reason}" if link.reason else ""
+            if link.status is LinkStatus.MISSING:
+                reason = "  no link: is the policy applied and the federation plugin enabled?"
+            click.echo(
+                f"  {state} {link.vhost}/{link.type} {link.name} <- {link.upstream}{reason}{extra}"
+            )
+        down = [link for link in links if link.declared and not link.running]
+        click.echo(
+            f"{len(links) - len(down)} of {len(links)} link(s) running."
+            if not down
+            else f"{len(down)} declared link(s) not running."
+        )
+    return EXIT_OK if healthy else EXIT_NOT_HEALTHY
+
+
+@click.group("shards")
+def shards_group() -> None:
+    """Consistent-hash sharding against the live broker."""
+
+
+@shards_group.command("check")
+@spec_options
+@broker_options
+@click.option("--exchange", help="Only this sharded exchange (default: all of them).")
+@click.option(
+    "--sample", default=10_000, show_default=True, type=click.IntRange(1), help="Sample keys."
+)
+@click.option(
+    "--tolerance",
+    default=0.15,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Largest relative deviation of a shard's share from its weight's share.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
+def shards_check_command(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
+    url: str | None,
+    management_url: str | None,
+    exchange: str | None,
+    sample: int,
+    tolerance: float,
+    as_json: bool,
+) -> int:
+    """Measure how evenly random keys spread over the shards, and that each key sticks to one.
+
+    Publishes each key twice through a temporary copy of each sharded exchange (same hash
+    source, weights bound in the same order, to temporary queues): the real shard queues are
+    not touched. Exit 0 when every shard is within the tolerance and no key reached two
+    shards, 3 otherwise, 1 on errors.
+    """
+    model, endpoints = _load(spec, variables, var_files, url, management_url)
+    targets: list[tuple[str, Sharding]] = [
+        (vhost.name, sharding)
+        for vhost in model.vhosts
+        for sharding in shardings(vhost)
+        if exchange is None or sharding.exchange == exchange
+    ]
+    if not targets:
+        raise SpecError(
+            f"no sharded exchange {exchange!r} in the spec"
+            if exchange
+            else "the spec declares no sharded_exchanges"
+        )
+    reports = []
+    for vhost, sharding in targets:
+        report = measure_distribution(endpoints.amqp_url_for(vhost), sharding, sample_keys(sample))
+        reports.append((vhost, report))
+    healthy = all(report.within(tolerance) for _, report in reports)
+    if as_json:
+        payload = {
+            "format_version": 1,
+            "healthy": healthy,
+            "tolerance": tolerance,
+            "exchanges": [{"vhost": vhost, **report.to_json()} for vhost, report in reports],
+        }
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        for vhost, report in reports:
+            click.echo(
+                f"{vhost}/{report.sharding.exchange}: {report.sample} keys,"
+                f" hashing the {report.sharding.source.value.replace('_', ' ')}"
+                + (f" {report.sharding.field}" if report.sharding.field else "")
+            )
+            for shard in report.to_json()["shards"]:
+                click.echo(
+                    f"  {shard['queue']:<24} weight {shard['weight']:<4}"
+                    f" expected {shard['expected']:>9.1f}  observed {shard['observed']:>7}"
+                    f"  {shard['deviation']:+.1%}".replace("+", "")
+                )
+            split = len(report.split_keys)
+            click.echo(
+                "  every key reached exactly one shard"
+                if not split
+                else f"  {split} key(s) reached more than one shard, e.g. {report.split_keys[0]}"
+            )
+        click.echo(
+            f"Within {tolerance:.0%} of the weights' shares."
+            if healthy
+            else f"Not within {tolerance:.0%} of the weights' shares (or keys split)."
+        )
+    return EXIT_OK if healthy else EXIT_NOT_HEALTHY
+
+
+commands: list[click.Command] = [status_command, shards_group]
+
+__all__ = ["EXIT_NOT_HEALTHY", "commands"]

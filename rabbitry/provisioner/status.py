@@ -1,0 +1,264 @@
+"""What the broker is doing with a spec's distributed parts: federation links and shard spread.
+
+``link_states`` is pure: the links the spec implies (``expected_links``) against the broker's
+``/api/federation-links/{vhost}`` answer. ``measure_distribution`` publishes sample keys through
+a scratch copy of a sharded exchange (same type, hash source and weights, bound in the same
+order to exclusive queues), so it measures the broker's own hashing without touching the real
+shard queues, and then reads back where every key went.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+
+from rabbitry.errors import BrokerError
+from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.topology.federation import FederatedObject, expected_links
+from rabbitry.topology.primitives import Topology
+from rabbitry.topology.sharding import HashSource, Sharding
+from rabbitry.topology.spec import Spec
+from rabbitry.uri import mask_text
+
+__all__ = [
+    "DistributionReport",
+    "LinkState",
+    "LinkStatus",
+    "federation_status",
+    "link_states",
+    "measure_distribution",
+]
+
+
+class LinkStatus(enum.StrEnum):
+    """A federation link's state as the broker reports it, plus ``missing``."""
+
+    RUNNING = "running"
+    STARTING = "starting"
+    ERROR = "error"
+    SHUTDOWN = "shutdown"
+    MISSING = "missing"
+    """The spec implies the link but the broker runs none (policy not applied, plugin off)."""
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """One federation link: which object, from which upstream, in what state and why."""
+
+    vhost: str
+    type: str
+    name: str
+    upstream: str
+    status: LinkStatus
+    reason: str = ""
+    """The broker's error for links in ``error`` (credentials masked)."""
+    declared: bool = True
+    """Implied by the spec (False: a link the broker runs that the spec does not declare)."""
+
+    @property
+    def running(self) -> bool:
+        return self.status is LinkStatus.RUNNING
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vhost": self.vhost,
+            "type": self.type,
+            "name": self.name,
+            "upstream": self.upstream,
+            "status": self.status.value,
+            "reason": self.reason,
+            "declared": self.declared,
+        }
+
+
+def _status(text: str) -> LinkStatus:
+    try:
+        return LinkStatus(text)
+    except ValueError:
+        return LinkStatus.OTHER
+
+
+def link_states(
+    vhost: str, expected: Iterable[FederatedObject], observed: Iterable[dict[str, Any]]
+) -> list[LinkState]:
+    """Every expected link with its observed state, then links the spec does not declare."""
+    seen: dict[FederatedObject, dict[str, Any]] = {}
+    for item in observed:
+        link_type = str(item.get("type", ""))
+        name = item.get(link_type) or item.get("exchange") or item.get("queue") or ""
+        seen[FederatedObject(link_type, str(name), str(item.get("upstream", "")))] = item
+    out: list[LinkState] = []
+    wanted = list(expected)
+    for link in wanted:
+        found = seen.get(link)
+        if found is None:
+            out.append(LinkState(vhost, link.type, link.name, link.upstream, LinkStatus.MISSING))
+            continue
+        out.append(
+            LinkState(
+                vhost,
+                link.type,
+                link.name,
+                link.upstream,
+                _status(str(found.get("status", ""))),
+                mask_text(str(found.get("error") or "")),
+            )
+        )
+    for link, item in sorted(seen.items()):
+        if link not in wanted:
+            out.append(
+                LinkState(
+                    vhost,
+                    link.type,
+                    link.name,
+                    link.upstream,
+                    _status(str(item.get("status", ""))),
+                    mask_text(str(item.get("error") or "")),
+                    declared=False,
+                )
+            )
+    return out
+
+
+def federation_status(client: ManagementClient, spec: Spec, topology: Topology) -> list[LinkState]:
+    """The state of every federation link of the spec's vhosts (and undeclared ones there)."""
+    out: list[LinkState] = []
+    for vhost_spec in spec.vhosts:
+        if vhost_spec.federation is None:
+            continue
+        vhost = topology.vhost(vhost_spec.name)
+        if vhost is None:
+            continue
+        response = client.request("GET", f"/federation-links/{q(vhost.name)}", allow=(404,))
+        if response.status_code == 404:
+            raise BrokerError(
+                "the broker has no federation status API: enable rabbitmq_federation_management"
+                " (`rabbitmq-plugins enable rabbitmq_federation_management`)"
+            )
+        out.extend(
+            link_states(vhost.name, expected_links(vhost_spec.federation, vhost), response.json())
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class DistributionReport:
+    """Where sample keys went: per shard counts against the weights' shares."""
+
+    sharding: Sharding
+    sample: int
+    counts: dict[str, int]
+    split_keys: list[str] = field(default_factory=list)
+    """Keys that reached more than one shard (must be empty: one key, one shard)."""
+
+    def expected(self, queue: str) -> float:
+        return float(self.sharding.shares[queue]) * self.sample
+
+    def deviation(self, queue: str) -> float:
+        """Relative distance of the observed count from the expected one (0.1 = 10%)."""
+        expected = self.expected(queue)
+        return abs(self.counts.get(queue, 0) - expected) / expected if expected else 0.0
+
+    def worst_deviation(self) -> float:
+        return max((self.deviation(queue) for queue in self.sharding.queues), default=0.0)
+
+    def within(self, tolerance: float) -> bool:
+        return not self.split_keys and self.worst_deviation() <= tolerance
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exchange": self.sharding.exchange,
+            "sample": self.sample,
+            "shards": [
+                {
+                    "queue": queue,
+                    "weight": weight,
+                    "expected": round(self.expected(queue), 1),
+                    "observed": self.counts.get(queue, 0),
+                    "deviation": round(self.deviation(queue), 4),
+                }
+                for queue, weight in zip(self.sharding.queues, self.sharding.weights, strict=True)
+            ],
+            "split_keys": self.split_keys[:20],
+        }
+
+
+def sample_keys(count: int) -> list[str]:
+    """Random keys like the ones applications shard by (ids)."""
+    return [f"key-{secrets.token_hex(8)}" for _ in range(count)]
+
+
+def measure_distribution(
+    amqp_url: str,
+    sharding: Sharding,
+    keys: Sequence[str],
+    *,
+    repeats: int = 2,
+    timeout: float = 120.0,
+) -> DistributionReport:
+    """Publish every key ``repeats`` times through a scratch copy of the sharded exchange."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = connection.channel()
+        scratch = f"rabbitry.shards-check.{secrets.token_hex(4)}"
+        arguments: dict[str, Any] = {}
+        if sharding.source is HashSource.HEADER:
+            arguments["hash-header"] = sharding.field
+        elif sharding.source is HashSource.PROPERTY:
+            arguments["hash-property"] = sharding.field
+        channel.exchange_declare(
+            scratch, "x-consistent-hash", durable=False, auto_delete=True, arguments=arguments
+        )
+        try:
+            shard_of_queue: dict[str, str] = {}
+            for shard, weight in zip(sharding.queues, sharding.weights, strict=True):
+                declared = channel.queue_declare("", exclusive=True, auto_delete=True)
+                name = declared.method.queue
+                channel.queue_bind(name, scratch, routing_key=str(weight))
+                shard_of_queue[name] = shard
+            for _ in range(repeats):
+                for key in keys:
+                    route = sharding.route(key)
+                    properties = pika.BasicProperties(
+                        headers=route.headers or None, **route.properties
+                    )
+                    channel.basic_publish(scratch, route.routing_key, key.encode(), properties)
+            shards_of_key: dict[str, set[str]] = defaultdict(set)
+            received = [0]
+            total = len(keys) * repeats
+            for name, shard in shard_of_queue.items():
+                channel.basic_consume(
+                    name, _collector(shard, shards_of_key, received), auto_ack=True
+                )
+            deadline = time.monotonic() + timeout
+            while received[0] < total:
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"only {received[0]} of {total} sample messages came back within"
+                        f" {timeout:.0f} s"
+                    )
+                connection.process_data_events(time_limit=0.2)
+        finally:
+            if channel.is_open:
+                channel.exchange_delete(scratch)
+    finally:
+        connection.close()
+    counts = Counter(next(iter(shards)) for shards in shards_of_key.values() if len(shards) == 1)
+    split = sorted(key for key, shards in shards_of_key.items() if len(shards) > 1)
+    return DistributionReport(sharding, len(keys), dict(counts), split)
+
+
+def _collector(shard: str, shards_of_key: dict[str, set[str]], received: list[int]) -> Any:
+    def on_message(channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        received[0] += 1
+        shards_of_key[body.decode()].add(shard)
+
+    return on_message
