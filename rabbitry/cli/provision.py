@@ -22,11 +22,12 @@ from rabbitry.cli.common import (
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.capabilities import check as check_capabilities
+from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.exporter import export_topology
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.planner import Plan, plan
+from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology import check_spec, dump_yaml, expand, load_spec, spec_document
@@ -76,7 +77,14 @@ def _make_plan(client: ManagementClient, topology: Topology) -> Plan:
         users=[u.name for u in topology.users],
         global_parameters=[p.name for p in topology.global_parameters],
     )
-    return plan(topology, state)
+    the_plan = plan(topology, state)
+    migrated = [
+        c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
+    ]
+    gaps = missing(migration_requirements(migrated), report.broker)
+    if gaps:
+        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
+    return the_plan
 
 
 def _show(target: Target, the_plan: Plan, prune: bool) -> None:

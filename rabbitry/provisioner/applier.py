@@ -21,7 +21,14 @@ from typing import Any
 
 from rabbitry.errors import ApplyError, BrokerError, PlanError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.provisioner.ownership import PENDING, record_name
+from rabbitry.provisioner.migration import (
+    STEPS,
+    MigrationState,
+    Migrator,
+    pending_migrations,
+    queue_bindings,
+)
+from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, record_name
 from rabbitry.provisioner.planner import Action, Change, Plan, managed_after
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
@@ -78,15 +85,12 @@ def refusals(plan: Plan, options: ApplyOptions) -> list[str]:
                     " declared again; run apply with --allow-replace to do that"
                 )
                 continue
-            if change.kind == "queue" and change.messages and not options.force:
-                problems.append(
-                    f"{change.title} holds {change.messages} message(s) and must be replaced"
-                    f" ({why}); drain it first, or add --force to discard them"
-                )
+            # Queue replaces are migrations: messages are moved, not lost. Consumers would be
+            # cancelled when the original is deleted, so they need a quiet window or --force.
             if change.kind == "queue" and change.consumers and not options.force:
                 problems.append(
-                    f"{change.title} has {change.consumers} consumer(s) that replacing it would"
-                    " cancel; stop them first or add --force"
+                    f"{change.title} has {change.consumers} consumer(s) that its migration would"
+                    " cancel; stop them first (a quiet window) or add --force"
                 )
         prune_queue = change.action is Action.DELETE and options.prune and change.kind == "queue"
         if prune_queue and change.messages and not options.force:
@@ -170,13 +174,18 @@ class Applier:
         plan: Plan,
         count_messages: MessageCounter | None = None,
         progress: Callable[[str], None] | None = None,
+        before_step: Callable[[str], None] = lambda _step: None,
     ) -> None:
         self.client = client
         self.plan = plan
         self.count_messages = count_messages
         self.progress = progress or (lambda _line: None)
+        self.before_step = before_step
+        """Called before each migration step: lets tests stop a run at any step."""
         self.result = ApplyResult()
         self.deleted: set[ResourceKey] = set()
+        self.operations: list[dict[str, Any]] = list(plan.record.operations)
+        self.managed: dict[ResourceKey, str] = dict(plan.record.managed)
 
     def _done(self, line: str, show: bool = True) -> None:
         self.result.done.append(line)
@@ -364,6 +373,7 @@ class Applier:
         if new_keys:
             # Intent first: whatever this run creates is owned even if it dies half-way.
             self._write_record({**new_keys, **record.managed})
+        self.managed = {**new_keys, **record.managed}
         try:
             self._run(todo, deletions, options)
         except BrokerError as exc:
@@ -377,16 +387,53 @@ class Applier:
         return self.result
 
     def _write_record(self, managed: dict[ResourceKey, str]) -> None:
-        # Read-modify-write on one parameter: operations in flight (migrations) are kept.
-        self.client.put_global_parameter(
-            record_name(self.plan.stack), self.plan.record.replace_managed(managed).to_value()
+        # One parameter holds both: the managed keys and the operations in flight (migrations).
+        record = OwnershipRecord(self.plan.stack, managed, tuple(self.operations))
+        self.client.put_global_parameter(record_name(self.plan.stack), record.to_value())
+
+    def _save_migration(self, key: tuple[str, str], state: MigrationState | None) -> None:
+        """Record a migration's step before it runs, so an interrupted one is resumed."""
+        kept = [
+            op
+            for op in self.operations
+            if MigrationState.from_value(op) is None or (op["vhost"], op["queue"]) != key
+        ]
+        self.operations = kept + ([state.to_value()] if state is not None else [])
+        self._write_record(self.managed)
+
+    def _migrate(self, change: Change) -> None:
+        queue = change.desired
+        assert isinstance(queue, Queue)
+        if self.count_messages is None:
+            raise BrokerError(
+                f"migrating {change.title} needs exact message counts over AMQP: give --url or"
+                " RABBITRY_URL"
+            )
+        desired_vhost = self.plan.desired.vhost(change.vhost) if self.plan.desired else None
+        bindings = desired_vhost.bindings if desired_vhost is not None else ()
+        pending = pending_migrations(self.operations).get((change.vhost, queue.name))
+        migrator = Migrator(
+            self.client,
+            self.count_messages,
+            save_step=lambda state: self._save_migration((change.vhost, queue.name), state),
+            progress=self.progress,
+            before_step=self.before_step,
         )
+        migrator.run(
+            change.vhost,
+            queue,
+            queue_bindings(bindings, queue.name),
+            start=pending.step if pending else STEPS[0],
+        )
+        self._done(f"migrated {change.title}", show=False)
 
     def _run(self, todo: list[Change], deletions: list[Change], options: ApplyOptions) -> None:
         for change in todo:
-            if change.action is Action.REPLACE:
+            if change.action is Action.REPLACE and change.kind != "queue":
                 self.delete(change, force=options.force)
                 self._done(f"deleted {change.title} (to declare it again)")
+        migrations = [c for c in todo if c.action is Action.REPLACE and c.kind == "queue"]
+        todo = [c for c in todo if c not in migrations]
 
         batches: dict[str, list[Change]] = defaultdict(list)
         for change in todo:
@@ -432,6 +479,9 @@ class Applier:
                 self.put(change.vhost, change.desired)
                 self._done(f"{change.action.value}d {change.title}")
 
+        for change in migrations:
+            self._migrate(change)
+
         for change in deletions:
             self.delete(change, force=options.force)
             self.deleted.add(change.key)
@@ -459,6 +509,7 @@ def apply_plan(
     options: ApplyOptions,
     count_messages: MessageCounter | None = None,
     progress: Callable[[str], None] | None = None,
+    before_step: Callable[[str], None] = lambda _step: None,
 ) -> ApplyResult:
     """Apply ``plan`` (made from a fresh read of the broker) with the given permissions."""
-    return Applier(client, plan, count_messages, progress).run(options)
+    return Applier(client, plan, count_messages, progress, before_step).run(options)

@@ -101,6 +101,18 @@ def requirements(topology: Topology) -> list[Need]:
     return list(needs.values())
 
 
+def migration_requirements(queues: Iterable[str]) -> list[Need]:
+    """Queues that must be replaced are migrated through the shovel plugin."""
+    return [
+        Need(
+            "rabbitmq_shovel",
+            "plugin",
+            f"{queue} must be migrated (its settings cannot change in place)",
+        )
+        for queue in queues
+    ][:1]
+
+
 def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
     """One message per unmet need, naming the object and how to fix the broker."""
     problems: list[str] = []

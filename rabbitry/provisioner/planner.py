@@ -22,14 +22,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rabbitry.provisioner.migration import (
+    STEPS,
+    estimate_seconds,
+    pending_migrations,
+    temp_name,
+)
 from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, digest
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     KIND_ORDER,
     Binding,
+    DestinationType,
     Exchange,
     Primitive,
-    Queue,
     QueueType,
     ResourceKey,
     Topology,
@@ -114,6 +120,8 @@ class Plan:
     """The stack's record as read from the broker."""
     desired_digests: dict[ResourceKey, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    desired: Topology | None = None
+    """The topology planned for (migrations bind queues with its bindings)."""
 
     @property
     def has_changes(self) -> bool:
@@ -223,9 +231,15 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
     changes: list[Change] = []
     warnings: list[str] = []
 
+    interrupted = pending_migrations(record.operations)
     for key, resource in want.items():
         existing = have.get(key)
         recorded = record.managed.get(key)
+        if key[0] == "queue" and (key[1], key[2]) in interrupted:
+            step = interrupted[(key[1], key[2])].step
+            reason = f"finish the migration an earlier apply left at step {step!r}"
+            changes.append(Change(Action.REPLACE, key, resource, existing, (reason,)))
+            continue
         # An empty digest marks an intent: an apply meant to create this and stopped before
         # recording how it went. Neither drift nor finished.
         pending = recorded == PENDING
@@ -248,6 +262,13 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         drift = applied and recorded != digest(existing)
         stats = state.queue_stats.get(key)
         if key[0] in REPLACED_KINDS:
+            if key[0] == "queue":
+                moved = stats.messages if stats else None
+                differences.append(
+                    f"migrate through {temp_name(key[2])}: {moved or 0} message(s), bindings"
+                    f" kept throughout (about {estimate_seconds(moved):.1f} s)"
+                )
+                differences.append("steps: " + ", ".join(STEPS))
             changes.append(
                 Change(
                     Action.REPLACE,
@@ -265,8 +286,11 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 Change(Action.UPDATE, key, resource, existing, tuple(differences), drift)
             )
 
-    # Deleting a queue or exchange drops every binding that touches it: declare them again.
-    replaced = {c.key for c in changes if c.action is Action.REPLACE}
+    # A migrated queue is unbound and bound again by its migration, with the desired bindings.
+    migrating = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "queue"}
+    changes = [c for c in changes if not _binds_into(c, migrating)]
+    # Deleting an exchange drops every binding that touches it: declare them again.
+    replaced = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "exchange"}
     if replaced:
         planned = {c.key for c in changes}
         for key, resource in want.items():
@@ -296,8 +320,8 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                     f"{describe_key(strangers[0])}): it is left in place"
                 )
                 continue
-        if isinstance(existing, Binding) and _touches(existing, key[1], replaced):
-            continue  # dropped by the replace already
+        if isinstance(existing, Binding) and _touches(existing, key[1], replaced | migrating):
+            continue  # dropped by the replace or migration already
         stats = state.queue_stats.get(key)
         changes.append(
             Change(
@@ -312,13 +336,10 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         )
 
     for change in changes:
-        if (
-            change.action is Action.REPLACE
-            and isinstance(change.observed, Queue)
-            and change.messages
-        ):
+        if change.action is Action.REPLACE and change.kind == "queue":
             warnings.append(
-                f"{change.title} holds {change.messages} message(s): replacing it would lose them"
+                f"{change.title} is migrated: publishers that address it through the default"
+                " exchange by name find no queue for a moment (publish through an exchange)"
             )
         if change.action is Action.REPLACE and isinstance(change.observed, Exchange):
             warnings.append(
@@ -332,6 +353,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         record=record,
         desired_digests={key: digest(resource) for key, resource in want.items()},
         warnings=tuple(warnings),
+        desired=desired,
     )
 
 
@@ -350,6 +372,13 @@ def quorum_placement_warnings(desired: Topology, node_count: int | None) -> list
                     f" node(s): it gets {node_count}; add nodes or lower the group size"
                 )
     return out
+
+
+def _binds_into(change: Change, queues: set[ResourceKey]) -> bool:
+    binding = change.desired or change.observed
+    if not isinstance(binding, Binding) or binding.destination_type is not DestinationType.QUEUE:
+        return False
+    return ("queue", change.vhost, binding.destination) in queues
 
 
 def _order(change: Change) -> tuple[int, int, ResourceKey]:

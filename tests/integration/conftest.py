@@ -61,6 +61,14 @@ class Broker:
     def queue_names(self) -> set[str]:
         return {q["name"] for q in self.get("/queues/{vhost}")}
 
+    def count(self, queue: str) -> int:
+        """Exact message count (passive declare), not the management API's lagging figure."""
+        connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
+        try:
+            return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+        finally:
+            connection.close()
+
     def publish(self, queue: str, count: int) -> None:
         connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
         channel = connection.channel()

@@ -91,7 +91,7 @@ def test_hand_made_drift_is_detected_and_repaired(broker: Broker) -> None:
     assert broker.run("plan", str(spec), "--detailed-exitcode").exit_code == 0
 
 
-def test_argument_change_is_a_replace_refused_without_the_flag(broker: Broker) -> None:
+def test_argument_change_is_refused_without_the_flag_then_migrated(broker: Broker) -> None:
     spec = broker.spec(SPEC)
     assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
     changed = broker.spec(SPEC.replace("x-delivery-limit: 5", "x-delivery-limit: 9"))
@@ -106,17 +106,16 @@ def test_argument_change_is_a_replace_refused_without_the_flag(broker: Broker) -
     assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 5
 
     broker.publish("work", 3)
-    still_refused = broker.run("apply", str(changed), "--auto-approve", "--allow-replace")
-    assert still_refused.exit_code == 1
-    assert "message" in still_refused.output
-    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 5
-
-    forced = broker.run("apply", str(changed), "--auto-approve", "--allow-replace", "--force")
-    assert forced.exit_code == 0, forced.output
-    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 9
-    # The replace dropped the queue's bindings; apply declared them again.
+    migrated = broker.run("apply", str(changed), "--auto-approve", "--allow-replace")
+    assert migrated.exit_code == 0, migrated.output
+    work = broker.get("/queues/{vhost}/work")
+    assert work["arguments"]["x-delivery-limit"] == 9
+    assert work["type"] == "quorum"
+    # The messages were moved, not lost, and the bindings are there again.
+    assert broker.count("work") == 3
     bindings = broker.get("/exchanges/{vhost}/orders/bindings/source")
     assert [(b["destination"], b["routing_key"]) for b in bindings] == [("work", "order.*")]
+    assert "work.rabbitry-migration" not in broker.queue_names()
     assert broker.run("plan", str(changed), "--detailed-exitcode").exit_code == 0
 
 

@@ -86,11 +86,32 @@ def test_argument_change_is_a_replace_with_reason_and_rebinds() -> None:
     )
     replace = p.by_action(Action.REPLACE)
     assert [c.title for c in replace] == ["queue shop/work"]
-    assert replace[0].reasons == ("arguments.x-delivery-limit: 3 -> 5",)
+    assert replace[0].reasons[0] == "arguments.x-delivery-limit: 3 -> 5"
+    assert "migrate through work.rabbitry-migration: 12 message(s)" in replace[0].reasons[1]
     assert replace[0].messages == 12
-    # the delete drops the binding, so the plan declares it again
+    # the migration binds the new queue itself: no separate binding changes
+    assert p.by_action(Action.CREATE) == []
+    assert any("default exchange" in w for w in p.warnings)
+
+
+def test_exchange_replace_declares_its_bindings_again() -> None:
+    desired = topo(exchanges=(ORDERS,), queues=(WORK,), bindings=(BIND,))
+    old = Exchange(name="orders", type=ExchangeType.DIRECT)
+    observed = topo(exchanges=(old,), queues=(WORK,), bindings=(BIND,))
+    p = plan(desired, state(observed, owned(observed)))
     assert [c.key for c in p.by_action(Action.CREATE)] == [BIND.key(V)]
-    assert any("12 message(s)" in w for w in p.warnings)
+
+
+def test_interrupted_migration_plans_its_resumption() -> None:
+    desired = topo(queues=(WORK,))
+    record = OwnershipRecord(
+        "shop",
+        owned(desired),
+        ({"kind": "migrate-queue", "vhost": V, "queue": "work", "step": "move-back"},),
+    )
+    p = plan(desired, BrokerState(topology=topo(), record=record))
+    (change,) = p.changes
+    assert change.action is Action.REPLACE and "'move-back'" in change.reasons[0]
 
 
 def test_queue_type_change_is_a_replace() -> None:
@@ -98,7 +119,8 @@ def test_queue_type_change_is_a_replace() -> None:
     observed = topo(queues=(Queue(name="q"),))
     (change,) = plan(desired, state(observed, owned(observed))).changes
     assert change.action is Action.REPLACE
-    assert change.reasons == ('type: "classic" -> "quorum"',)
+    assert change.reasons[0] == 'type: "classic" -> "quorum"'
+    assert change.reasons[1].startswith("migrate through q.rabbitry-migration")
 
 
 def test_policy_change_is_in_place_and_drift_is_flagged() -> None:
@@ -171,8 +193,9 @@ def test_refusals_name_the_flag_to_use() -> None:
     p = plan(desired, state(observed, owned(observed), queue_stats=stats))
     (no_flag,) = refusals(p, ApplyOptions())
     assert "--allow-replace" in no_flag
-    with_flag = refusals(p, ApplyOptions(allow_replace=True))
-    assert len(with_flag) == 2 and "3 message(s)" in with_flag[0] and "consumer" in with_flag[1]
+    # Messages are migrated, not lost; consumers would be cancelled.
+    (with_flag,) = refusals(p, ApplyOptions(allow_replace=True))
+    assert "1 consumer(s)" in with_flag
     assert refusals(p, ApplyOptions(allow_replace=True, force=True)) == []
 
 
