@@ -1,0 +1,174 @@
+"""Handlers bound to the queues of a spec: ``App`` and its ``@app.handler(queue)`` decorator.
+
+``App`` resolves everything a worker needs per queue once, from the spec: the retry set-up
+(``QueueRetry``: policy, tier queues or delay levels, parking lot), whether the queue asks for
+ordered consumption (``x-single-active-consumer``), plus the handler's own options
+(time-to-run, idempotency). Handlers are plain functions or coroutine functions taking one
+``IncomingMessage``; returning means success, raising means failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.stores import (
+    CancelStore,
+    IdempotencyStore,
+    MemoryCancelStore,
+    MemoryIdempotencyStore,
+)
+from rabbitry.errors import RabbitryError, SpecError
+from rabbitry.topology.patterns import QueueRetry, queue_retry
+from rabbitry.topology.spec import Spec, VhostSpec
+
+Handler = Callable[[IncomingMessage], Awaitable[None] | None]
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+class AppError(RabbitryError):
+    """A handler registration that cannot work (unknown queue, duplicate handler)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One queue's handler and how it is run."""
+
+    queue: str
+    handler: Handler
+    is_async: bool
+    retry: QueueRetry | None = None
+    timeout: float | None = None
+    """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
+    idempotent: bool = False
+    """Skip messages whose id was handled before (by the app's idempotency store)."""
+    ordered: bool = False
+    """One message at a time, in queue order (single-active-consumer queues)."""
+    consume_arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+class App:
+    """A set of handlers for the queues of one vhost of a spec.
+
+    ``App("spec.yaml", vhost="shop")`` (or ``App(spec=Spec)``, or ``App()`` without a spec: no
+    retries, failures are rejected and dead-lettered by the broker's rules).
+    """
+
+    def __init__(
+        self,
+        spec: str | Path | Spec | None = None,
+        *,
+        vhost: str | None = None,
+        variables: Mapping[str, str] | None = None,
+        idempotency: IdempotencyStore | None = None,
+        cancellation: CancelStore | bool = False,
+        url: str | None = None,
+    ) -> None:
+        if isinstance(spec, str | Path):
+            from rabbitry.topology import load_spec
+
+            spec = load_spec(Path(spec), variables)
+        self.spec = spec
+        self.vhost = _pick_vhost(spec, vhost) if spec is not None else None
+        self.url = url or (spec.broker.url if spec is not None and spec.broker else None)
+        self.idempotency: IdempotencyStore = idempotency or MemoryIdempotencyStore()
+        if cancellation is True:
+            self.cancellation: CancelStore | None = MemoryCancelStore()
+        elif cancellation is False:
+            self.cancellation = None
+        else:
+            self.cancellation = cancellation
+        self.routes: dict[str, Route] = {}
+
+    def handler(
+        self,
+        queue: str,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        ordered: bool | None = None,
+        priority: int | None = None,
+    ) -> Callable[[H], H]:
+        """Decorator: run the function for every message of ``queue``."""
+
+        def register(func: H) -> H:
+            self.add(
+                queue,
+                func,
+                timeout=timeout,
+                idempotent=idempotent,
+                ordered=ordered,
+                priority=priority,
+            )
+            return func
+
+        return register
+
+    def add(
+        self,
+        queue: str,
+        func: Handler,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        ordered: bool | None = None,
+        priority: int | None = None,
+    ) -> Route:
+        if queue in self.routes:
+            raise AppError(f"queue {queue!r} already has a handler ({self.routes[queue].handler})")
+        if timeout is not None and timeout <= 0:
+            raise AppError(f"timeout of {queue!r} must be positive, got {timeout}")
+        retry: QueueRetry | None = None
+        spec_ordered = False
+        if self.vhost is not None:
+            queue_spec = next((q for q in self.vhost.queues if q.name == queue), None)
+            if queue_spec is None:
+                known = ", ".join(q.name for q in self.vhost.queues) or "none"
+                raise AppError(
+                    f"queue {queue!r} is not declared in vhost {self.vhost.name!r}"
+                    f" (queues: {known})"
+                )
+            try:
+                retry = queue_retry(self.vhost, queue_spec)
+            except SpecError as exc:
+                raise AppError(str(exc)) from None
+            spec_ordered = bool(queue_spec.arguments.single_active_consumer)
+        arguments: dict[str, Any] = {}
+        if priority is not None:
+            arguments["x-priority"] = priority
+        route = Route(
+            queue=queue,
+            handler=func,
+            is_async=inspect.iscoroutinefunction(func),
+            retry=retry,
+            timeout=timeout,
+            idempotent=idempotent,
+            ordered=spec_ordered if ordered is None else ordered,
+            consume_arguments=arguments,
+        )
+        self.routes[queue] = route
+        return route
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self.routes)
+
+    def __repr__(self) -> str:
+        where = f" vhost={self.vhost.name!r}" if self.vhost is not None else ""
+        return f"<App{where} queues={self.queues}>"
+
+
+def _pick_vhost(spec: Spec, name: str | None) -> VhostSpec:
+    if name is not None:
+        for vhost in spec.vhosts:
+            if vhost.name == name:
+                return vhost
+        raise AppError(f"the spec declares no vhost {name!r}")
+    if len(spec.vhosts) != 1:
+        names = ", ".join(v.name for v in spec.vhosts)
+        raise AppError(f"the spec declares several vhosts ({names}): pass vhost=")
+    return spec.vhosts[0]

@@ -1,0 +1,203 @@
+"""What happens to one delivered message: the pure verdict both workers act on.
+
+Inputs are plain values: the message's headers and id, the queue's resolved retry set-up
+(``QueueRetry``, from the spec), how the handler ended (success, or the exception), and whether
+the idempotency store saw the id before or the job was cancelled. The output is a ``Verdict``:
+ack, retry at tier k after d ms (where to publish, with which headers), park, reject (no retry
+declared: the broker dead-letters by the queue's arguments), or drop a duplicate / a cancelled
+job. No clock, no I/O: the caller passes ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.errors import RabbitryError
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    FIRST_FAILURE_HEADER,
+    LAST_ERROR_HEADER,
+    LAST_FAILURE_HEADER,
+    PARKED_REASON_HEADER,
+    Outcome,
+    failed_attempts,
+    failure_headers,
+)
+from rabbitry.topology.patterns import QueueRetry
+
+CANCEL_HEADER = "x-rabbitry-cancel"
+"""On a control message: the message id of the job to withdraw."""
+REPLAYED_HEADER = "x-rabbitry-replayed"
+"""How often ``rabbitry dlq replay`` sent the message back."""
+
+
+class HandlerTimeout(RabbitryError):
+    """The handler ran longer than its queue's time-to-run (a retryable failure)."""
+
+
+class Action(enum.StrEnum):
+    """The closed set of things a worker does with a delivery."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    PARK = "park"
+    REJECT = "reject"
+    """No retry set-up: reject without requeue; the broker dead-letters by the queue's rules."""
+    DUPLICATE = "duplicate"
+    """Already handled (by message id): ack without running the handler."""
+    CANCELLED = "cancelled"
+    """Withdrawn by a cancel message: ack without running the handler."""
+    CANCEL_NOTED = "cancel-noted"
+    """A cancel message itself: remember the id, ack."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One decision. For RETRY and PARK: publish ``headers`` to ``exchange``/``routing_key``
+    with a confirm, then ack the original."""
+
+    action: Action
+    attempt: int = 0
+    """Failed attempts including this one (0 when nothing failed)."""
+    retry: int = 0
+    """Which retry this is (1 = the first); the tier index is ``retry - 1``."""
+    delay_ms: int = 0
+    exchange: str = ""
+    routing_key: str = ""
+    headers: Mapping[str, Any] | None = None
+    reason: str = ""
+
+    @property
+    def publishes(self) -> bool:
+        return self.action is Action.RETRY or self.action is Action.PARK
+
+    @property
+    def tier_label(self) -> str:
+        """``1s``/``250ms``: the counter label of a retry."""
+        from rabbitry.topology.patterns import duration_label
+
+        return duration_label(self.delay_ms)
+
+
+ACK = Verdict(Action.ACK)
+DUPLICATE = Verdict(Action.DUPLICATE, reason="message id already handled")
+CANCELLED = Verdict(Action.CANCELLED, reason="job cancelled by id")
+CANCEL_NOTED = Verdict(Action.CANCEL_NOTED)
+
+
+def cancel_target(headers: Mapping[str, Any] | None) -> str | None:
+    """The job id a control message cancels (None for an ordinary message)."""
+    if not headers:
+        return None
+    value = headers.get(CANCEL_HEADER)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value) if value not in (None, "") else None
+
+
+def before_handler(
+    headers: Mapping[str, Any] | None, *, duplicate: bool = False, cancelled: bool = False
+) -> Verdict | None:
+    """The verdict when the handler must not run (None: run it)."""
+    if cancel_target(headers) is not None:
+        return CANCEL_NOTED
+    if cancelled:
+        return CANCELLED
+    if duplicate:
+        return DUPLICATE
+    return None
+
+
+def after_failure(
+    retry: QueueRetry | None,
+    queue: str,
+    headers: Mapping[str, Any] | None,
+    error: BaseException | str,
+    *,
+    now_ms: int,
+    rng: random.Random | None = None,
+) -> Verdict:
+    """The verdict for a failed handler: where the message goes next and with which headers."""
+    if retry is None:
+        name = error if isinstance(error, str) else type(error).__name__
+        return Verdict(Action.REJECT, reason=f"{name}; {queue} declares no retry")
+    decision = retry.policy.decide(failed_attempts(headers), error, rng)
+    out = failure_headers(headers, decision, error, queue, now_ms)
+    if decision.outcome is Outcome.PARK:
+        return Verdict(
+            Action.PARK,
+            attempt=decision.attempt,
+            routing_key=retry.parking_queue,
+            headers=out,
+            reason=decision.reason,
+        )
+    if retry.delay is not None:
+        route = retry.delay.route(decision.delay_ms / 1000, queue)
+        return Verdict(
+            Action.RETRY,
+            attempt=decision.attempt,
+            retry=decision.retry,
+            delay_ms=route.delay_ms,
+            exchange=route.exchange,
+            routing_key=route.routing_key,
+            headers=out,
+        )
+    return Verdict(
+        Action.RETRY,
+        attempt=decision.attempt,
+        retry=decision.retry,
+        delay_ms=decision.delay_ms,
+        routing_key=retry.tier_queue(decision.delay_ms),
+        headers=out,
+    )
+
+
+def decide(
+    retry: QueueRetry | None,
+    queue: str,
+    headers: Mapping[str, Any] | None,
+    error: BaseException | str | None,
+    *,
+    duplicate: bool = False,
+    cancelled: bool = False,
+    now_ms: int = 0,
+    rng: random.Random | None = None,
+) -> Verdict:
+    """All of it in one call: skip (cancel/duplicate), ack on success, else retry or park."""
+    early = before_handler(headers, duplicate=duplicate, cancelled=cancelled)
+    if early is not None:
+        return early
+    if error is None:
+        return ACK
+    return after_failure(retry, queue, headers, error, now_ms=now_ms, rng=rng)
+
+
+RETRY_STATE_HEADERS = (
+    ATTEMPT_HEADER,
+    FIRST_FAILURE_HEADER,
+    LAST_FAILURE_HEADER,
+    LAST_ERROR_HEADER,
+    PARKED_REASON_HEADER,
+)
+
+
+def replay_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Headers of a message sent back from a parking lot: a fresh retry ladder, the history
+    kept as ``x-rabbitry-replayed`` (count) and the broker's dead-letter headers stripped."""
+    from rabbitry.policies.retry import BROKER_HEADERS
+
+    out = {
+        k: v
+        for k, v in (headers or {}).items()
+        if k not in RETRY_STATE_HEADERS and k not in BROKER_HEADERS
+    }
+    try:
+        count = int((headers or {}).get(REPLAYED_HEADER, 0))
+    except (TypeError, ValueError):
+        count = 0
+    out[REPLAYED_HEADER] = count + 1
+    return out

@@ -1,0 +1,333 @@
+"""What ``AsyncWorker`` and ``Worker`` share: from a delivery to frames on the wire.
+
+``WorkerCore`` owns the connection's protocol session, the confirm tracker of the worker's own
+publishes (retries, parking), the ack tracker of the deliveries, the stores and the counters.
+A shell feeds it bytes, runs handlers, tells it how each ended (``conclude``), and writes what
+``take_output`` returns. The rule it keeps: a message is acked only after whatever replaces it
+(a retry, a parked copy) is confirmed by the broker; a crash in between gives a duplicate,
+never a loss. Delivery tags of an older channel are never acked (the broker already requeued
+those messages).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.consumer.acks import AckTracker
+from rabbitry.consumer.app import App, Route
+from rabbitry.consumer.decision import (
+    Action,
+    HandlerTimeout,
+    Verdict,
+    after_failure,
+    before_handler,
+    cancel_target,
+)
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
+from rabbitry.publisher.message import MessageBuilder
+from rabbitry.publisher.settings import ConnectionSettings
+from rabbitry.uri import mask_text
+
+logger = logging.getLogger("rabbitry.worker")
+
+DEFAULT_PREFETCH = 300
+_KEPT_PROPERTIES = (
+    "content_type",
+    "content_encoding",
+    "correlation_id",
+    "reply_to",
+    "priority",
+)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Tuning shared by both workers."""
+
+    prefetch: int = DEFAULT_PREFETCH
+    """Unacked deliveries the broker may have outstanding on this connection."""
+    concurrency: int = 64
+    """Async handlers running at once (the async worker; sync handlers run one at a time)."""
+    ack_every: int = 0
+    """Send a multiple ack after this many finished messages (0: half the prefetch)."""
+    shutdown_timeout: float = 30.0
+    """Graceful shutdown: how long in-flight handlers may still run before their messages
+    are returned to the queue."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.prefetch <= 65535:
+            raise ValueError(f"prefetch must be between 1 and 65535, got {self.prefetch}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.ack_every < 0:
+            raise ValueError("ack_every must not be negative")
+
+    @property
+    def ack_batch(self) -> int:
+        return self.ack_every or max(1, self.prefetch // 2)
+
+
+class _Pending:
+    """A worker publish (retry or park) waiting for its confirm before the ack."""
+
+    __slots__ = ("message", "verdict")
+
+    def __init__(self, message: IncomingMessage, verdict: Verdict) -> None:
+        self.message = message
+        self.verdict = verdict
+
+
+class WorkerCore:
+    def __init__(self, app: App, settings: ConnectionSettings, options: WorkerOptions) -> None:
+        if not app.routes:
+            raise ValueError("the app has no handlers: add one with @app.handler(queue)")
+        self.app = app
+        self.settings = settings
+        self.options = options
+        self.routes: list[Route] = list(app.routes.values())
+        self.subscriptions = [Subscription(r.queue, dict(r.consume_arguments)) for r in self.routes]
+        self.tracker = ConfirmTracker(on_settle=self._settled)
+        self.builder = MessageBuilder(timestamps=False)
+        self.acks = AckTracker(batch=options.ack_batch)
+        self.metrics = WorkerMetrics()
+        self.session: ConsumerSession | None = None
+        self.generation = 0
+        self._pending: dict[Delivery, _Pending] = {}
+        self._needs_idempotency = any(r.idempotent for r in self.routes)
+        self._needs_headers = app.cancellation is not None
+
+    # -- the connection ---------------------------------------------------------------------------
+
+    def new_session(self, *, stopping: bool = False) -> ConsumerSession:
+        resend = self.tracker.take_unsettled()
+        session = ConsumerSession(
+            self.settings,
+            self.tracker,
+            self.builder,
+            subscriptions=self.subscriptions,
+            prefetch=self.options.prefetch,
+            resend=resend,
+            generation=self.generation,
+        )
+        session.stopping = stopping
+        self.session = session
+        return session
+
+    def sync_generation(self) -> None:
+        """Forget the delivery tags of a channel that is gone (the broker requeued them)."""
+        session = self.session
+        if session is not None and session.generation != self.generation:
+            self.generation = session.generation
+            self.acks.forget()
+
+    def connection_lost(self) -> None:
+        self.acks.forget()
+        self.generation += 1
+        self.session = None
+
+    def route_of(self, message: IncomingMessage) -> Route:
+        return self.routes[message.consumer]
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def admit(self, message: IncomingMessage) -> bool:
+        """Count a new delivery; False when it was settled without its handler."""
+        self.acks.received(message.tag)
+        route = self.routes[message.consumer]
+        counters = self.metrics.queues[route.queue]
+        counters.received += 1
+        if not self._needs_headers and not (route.idempotent and self._needs_idempotency):
+            return True
+        headers = message.headers if self._needs_headers else None
+        message_id = message.message_id
+        cancelled = duplicate = False
+        store = self.app.cancellation
+        if store is not None:
+            target = cancel_target(headers)
+            if target is not None:
+                store.cancel(target)
+                logger.info("job %s cancelled (noted from %s)", target, route.queue)
+            elif message_id is not None:
+                cancelled = store.take(message_id)
+        if route.idempotent and message_id is not None and not cancelled:
+            duplicate = self.app.idempotency.seen(message_id)
+        verdict = before_handler(headers, duplicate=duplicate, cancelled=cancelled)
+        if verdict is None:
+            return True
+        if verdict.action is Action.DUPLICATE:
+            counters.duplicates += 1
+        elif verdict.action is Action.CANCELLED:
+            counters.cancelled += 1
+            logger.info("dropped cancelled job %s from %s", message_id, route.queue)
+        self._ack(message)
+        return False
+
+    def conclude(
+        self, message: IncomingMessage, error: BaseException | None, elapsed: float
+    ) -> Verdict:
+        """Act on how the handler ended: ack, or publish a retry/parked copy then ack."""
+        route = self.routes[message.consumer]
+        counters = self.metrics.queues[route.queue]
+        counters.observe(elapsed)
+        if error is None and route.timeout is not None and elapsed > route.timeout:
+            error = HandlerTimeout(
+                f"handler of {route.queue} ran {elapsed:.3f} s, longer than its"
+                f" time-to-run of {route.timeout:g} s"
+            )
+        if error is None:
+            if route.idempotent:
+                mid = message.message_id
+                if mid is not None:
+                    self.app.idempotency.remember(mid)
+            self._ack(message)
+            return Verdict(Action.ACK)
+        counters.failed += 1
+        if isinstance(error, HandlerTimeout):
+            counters.timeouts += 1
+        verdict = after_failure(
+            route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
+        )
+        self._log_failure(message, route, verdict, error)
+        if verdict.action is Action.REJECT:
+            counters.rejected += 1
+            if message.generation == self.generation:
+                self.acks.reject(message.tag, requeue=False)
+            return verdict
+        self._republish(message, verdict)
+        return verdict
+
+    def requeue(self, message: IncomingMessage) -> None:
+        """Give a message back to the queue (shutdown, or its replacement could not be stored)."""
+        self.metrics.queues[message.queue].requeued += 1
+        if message.generation == self.generation and self.session is not None:
+            self.acks.reject(message.tag, requeue=True)
+
+    def _ack(self, message: IncomingMessage) -> None:
+        if message.generation == self.generation:
+            self.acks.done(message.tag)
+            self.metrics.queues[message.queue].acked += 1
+
+    def _republish(self, message: IncomingMessage, verdict: Verdict) -> None:
+        props: dict[str, Any] = {}
+        if message._flags:
+            all_props = message.properties
+            for name in _KEPT_PROPERTIES:
+                value = all_props.get(name)
+                if value is not None:
+                    props[name] = value
+            if "type" in all_props:
+                props["message_type"] = all_props["type"]
+            if "timestamp" in all_props:
+                props["timestamp"] = all_props["timestamp"]
+        delivery = self.builder.build(
+            message.body,
+            exchange=verdict.exchange,
+            routing_key=verdict.routing_key,
+            mandatory=True,
+            headers=verdict.headers,
+            message_id=message.message_id,
+            **props,
+        )
+        self._pending[delivery] = _Pending(message, verdict)
+        session = self.session
+        if session is not None and session.ready:
+            session.publish(delivery)
+        else:
+            # sent on the next connection with whatever else is unconfirmed
+            self.tracker.add(delivery)
+
+    def _settled(self, delivery: Delivery) -> None:
+        pending = self._pending.pop(delivery, None)
+        if pending is None:
+            return
+        message, verdict = pending.message, pending.verdict
+        counters = self.metrics.queues[message.queue]
+        if delivery.status is Status.CONFIRMED:
+            if verdict.action is Action.PARK:
+                counters.parked += 1
+            else:
+                counters.retried[verdict.tier_label] += 1
+            self._ack(message)
+            return
+        logger.error(
+            "could not store the %s copy of message %s from %s: %s",
+            verdict.action.value,
+            message.message_id,
+            message.queue,
+            delivery.error,
+        )
+        route = self.routes[message.consumer]
+        if verdict.action is Action.RETRY and route.retry is not None:
+            park = Verdict(
+                Action.PARK,
+                attempt=verdict.attempt,
+                routing_key=route.retry.parking_queue,
+                headers={**(verdict.headers or {}), "x-rabbitry-parked-reason": "retry failed"},
+                reason=f"the retry could not be published: {delivery.error}",
+            )
+            self._republish(message, park)
+        else:
+            self.requeue(message)
+
+    def _log_failure(
+        self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
+    ) -> None:
+        what = f"{type(error).__name__}: {mask_text(str(error))}"
+        if verdict.action is Action.RETRY:
+            logger.warning(
+                "handler of %s failed on message %s (attempt %d): %s; retry in %d ms",
+                route.queue,
+                message.message_id,
+                verdict.attempt,
+                what,
+                verdict.delay_ms,
+                extra={
+                    "queue": route.queue,
+                    "message_id": message.message_id,
+                    "attempt": verdict.attempt,
+                    "action": "retry",
+                    "delay_ms": verdict.delay_ms,
+                },
+            )
+        else:
+            logger.error(
+                "handler of %s failed on message %s (attempt %d): %s; %s (%s)",
+                route.queue,
+                message.message_id,
+                verdict.attempt,
+                what,
+                "parked" if verdict.action is Action.PARK else "rejected",
+                verdict.reason,
+                extra={
+                    "queue": route.queue,
+                    "message_id": message.message_id,
+                    "attempt": verdict.attempt,
+                    "action": verdict.action.value,
+                },
+            )
+
+    # -- output -----------------------------------------------------------------------------------
+
+    @property
+    def publishing(self) -> int:
+        return len(self._pending)
+
+    def take_output(self, flush: bool = False) -> bytes:
+        """Ack/nack frames due now, then whatever the session queued."""
+        session = self.session
+        if session is None:
+            return b""
+        acks = self.acks
+        if session.ready and (flush or acks._since or acks._singles):
+            frames = acks.take_frames(flush)
+            if frames:
+                session.out += frames
+        if not session.out:
+            return b""
+        return session.take_output()

@@ -1,0 +1,155 @@
+"""A delivered message as handlers see it; properties are decoded only when asked for.
+
+The worker's connection hands over the raw property bytes of each content header; most
+handlers read the body and perhaps one header, so decoding every property table up front
+would be wasted work on the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from pamqp import decode
+
+from rabbitry.policies.retry import failed_attempts
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+
+_NAMES = (
+    (1 << 15, "content_type", "s"),
+    (1 << 14, "content_encoding", "s"),
+    (1 << 13, "headers", "t"),
+    (1 << 12, "delivery_mode", "o"),
+    (1 << 11, "priority", "o"),
+    (1 << 10, "correlation_id", "s"),
+    (1 << 9, "reply_to", "s"),
+    (1 << 8, "expiration", "s"),
+    (1 << 7, "message_id", "s"),
+    (1 << 6, "timestamp", "q"),
+    (1 << 5, "type", "s"),
+    (1 << 4, "user_id", "s"),
+    (1 << 3, "app_id", "s"),
+    (1 << 2, "cluster_id", "s"),
+)
+
+
+def decode_properties(flags: int, raw: bytes) -> dict[str, Any]:
+    """The basic properties present in ``flags``, from their wire bytes."""
+    out: dict[str, Any] = {}
+    offset = 0
+    for bit, name, kind in _NAMES:
+        if not flags & bit:
+            continue
+        if kind == "s":
+            size = raw[offset]
+            out[name] = raw[offset + 1 : offset + 1 + size].decode("utf-8", "replace")
+            offset += 1 + size
+        elif kind == "o":
+            out[name] = raw[offset]
+            offset += 1
+        elif kind == "q":
+            out[name] = _U64.unpack_from(raw, offset)[0]
+            offset += 8
+        else:
+            size = _U32.unpack_from(raw, offset)[0]
+            _, table = decode.field_table(raw[offset : offset + 4 + size])
+            out[name] = table
+            offset += 4 + size
+    return out
+
+
+class IncomingMessage:
+    """One delivery: ``body``, ``headers``, ``message_id`` and the other properties,
+    ``routing_key``, ``exchange``, ``redelivered``, the ``queue`` it came from, and
+    ``attempt`` (1 for a first delivery, n after n - 1 failures)."""
+
+    __slots__ = (
+        "_flags",
+        "_props",
+        "_raw",
+        "body",
+        "consumer",
+        "exchange",
+        "generation",
+        "queue",
+        "redelivered",
+        "routing_key",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        tag: int,
+        consumer: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        flags: int,
+        raw: bytes,
+        body: bytes,
+        queue: str = "",
+    ) -> None:
+        self.tag = tag
+        self.consumer = consumer
+        self.redelivered = redelivered
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self._flags = flags
+        self._raw = raw
+        self._props: dict[str, Any] | None = None
+        self.body = body
+        self.queue = queue
+        self.generation = 0
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        props = self._props
+        if props is None:
+            props = self._props = decode_properties(self._flags, self._raw) if self._flags else {}
+        return props
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        value = self.properties.get("headers")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def message_id(self) -> str | None:
+        if not self._flags & (1 << 7):
+            return None
+        value = self.properties.get("message_id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def content_type(self) -> str | None:
+        value = self.properties.get("content_type")
+        return value if isinstance(value, str) else None
+
+    @property
+    def correlation_id(self) -> str | None:
+        value = self.properties.get("correlation_id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def timestamp(self) -> int | None:
+        value = self.properties.get("timestamp")
+        return value if isinstance(value, int) else None
+
+    @property
+    def attempt(self) -> int:
+        """This delivery's attempt number: 1 + the failures recorded in its headers."""
+        if not self._flags & (1 << 13):
+            return 1
+        return 1 + failed_attempts(self.headers)
+
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def __repr__(self) -> str:
+        return f"<IncomingMessage {self.queue} tag={self.tag} id={self.message_id}>"

@@ -1,0 +1,226 @@
+"""One worker connection as a state machine without I/O: the publisher's ``Session`` plus
+consuming.
+
+The channel stays in confirm mode (retries and parking are confirmed publishes on the same
+channel: ``basic.ack`` from the broker confirms a publish, ``basic.ack`` from the client
+settles a delivery; the two never mix up). After the handshake it sets the prefetch and starts
+one consumer per queue. Deliveries are parsed here without a general-purpose decoder: the
+``basic.deliver`` fields by offset, the content header's properties kept raw for
+``IncomingMessage`` to decode on demand, single-frame bodies sliced out. Everything else goes
+through the publisher session's handling (pamqp).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.publisher import wire
+from rabbitry.publisher.confirms import ConfirmTracker, Delivery
+from rabbitry.publisher.message import CHANNEL, MessageBuilder
+from rabbitry.publisher.protocol import Session
+from rabbitry.publisher.settings import ConnectionSettings
+
+_HEAD = struct.Struct(">BHI")
+_CLASS_METHOD = struct.Struct(">HH")
+_U64 = struct.Struct(">Q")
+_CONTENT = struct.Struct(">HHQH")
+_BASIC = 60
+_DELIVER = 60
+_ACK = 80
+_NACK = 120
+CONSUMER_TAG_PREFIX = "rabbitry."
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One queue this connection consumes from."""
+
+    queue: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """basic.consume arguments (e.g. ``x-priority``)."""
+
+
+class ConsumerSession(Session):
+    """Publisher session that also consumes; ``inbox`` collects parsed deliveries."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        tracker: ConfirmTracker,
+        builder: MessageBuilder,
+        *,
+        subscriptions: Sequence[Subscription],
+        prefetch: int,
+        resend: list[Delivery] | None = None,
+        generation: int = 0,
+    ) -> None:
+        super().__init__(settings, tracker, builder, confirms=True, resend=resend)
+        self.subscriptions = list(subscriptions)
+        self.prefetch = prefetch
+        self.inbox: list[IncomingMessage] = []
+        self.generation = generation
+        """Bumped whenever the channel is (re)opened: older delivery tags are void."""
+        self.consuming: set[int] = set()
+        self.cancelled_by_broker: list[str] = []
+        self.stopping = False
+        self._incoming: list[Any] | None = None  # tag, consumer, redelivered, exchange, key
+        self._flags = 0
+        self._props = b""
+        self._size = 0
+        self._parts: list[bytes] = []
+
+    # -- consuming --------------------------------------------------------------------------------
+
+    def _become_ready(self) -> None:
+        super()._become_ready()
+        self.generation += 1
+        self.consuming.clear()
+        if self.stopping:
+            return
+        self.out += wire.method_frame(
+            CHANNEL, commands.Basic.Qos(prefetch_count=min(self.prefetch, 65535))
+        )
+        for index, sub in enumerate(self.subscriptions):
+            self.out += wire.method_frame(
+                CHANNEL,
+                commands.Basic.Consume(
+                    queue=sub.queue,
+                    consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
+                    arguments=dict(sub.arguments),
+                ),
+            )
+
+    def cancel_consumers(self) -> None:
+        """Ask the broker to stop delivering (graceful shutdown); in-flight ones stay ours."""
+        self.stopping = True
+        if not self.ready:
+            return
+        for index in range(len(self.subscriptions)):
+            self.out += wire.method_frame(
+                CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
+            )
+
+    def _channel_closed(self, frame: commands.Channel.Close) -> None:
+        self._incoming = None
+        self._parts = []
+        super()._channel_closed(frame)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float = 0.0) -> None:
+        """Feed bytes from the socket: deliveries land in ``inbox``, confirms in the tracker."""
+        self.last_received = now
+        buf = self._reader._buffer
+        buf += data
+        end = len(buf)
+        offset = 0
+        unpack_head = _HEAD.unpack_from
+        inbox = self.inbox
+        tracker = self.tracker
+        try:
+            while end - offset >= 8:
+                kind, _, size = unpack_head(buf, offset)
+                start = offset + 7
+                stop = start + size
+                if stop >= end:
+                    break
+                if buf[stop] != 0xCE:
+                    raise wire.FrameError(f"frame of type {kind} does not end with 0xCE")
+                offset = stop + 1
+                if kind == 3 and self._incoming is not None:
+                    self._parts.append(bytes(buf[start:stop]))
+                    self._size -= size
+                    if self._size <= 0:
+                        self._deliver(inbox)
+                    continue
+                if kind == 1:
+                    cls, method = _CLASS_METHOD.unpack_from(buf, start)
+                    if cls == _BASIC:
+                        if method == _DELIVER:
+                            self._incoming = _parse_deliver(buf, start + 4)
+                            continue
+                        if method in (_ACK, _NACK):
+                            tag = _U64.unpack_from(buf, start + 4)[0]
+                            multiple = bool(buf[start + 12] & 1)
+                            if method == _ACK:
+                                tracker.ack(tag, multiple)
+                            else:
+                                tracker.nack(tag, multiple)
+                            continue
+                elif kind == 2 and self._incoming is not None:
+                    _, _, body_size, flags = _CONTENT.unpack_from(buf, start)
+                    self._flags = flags
+                    self._props = bytes(buf[start + 14 : stop])
+                    self._size = body_size
+                    self._parts = []
+                    if body_size == 0:
+                        self._deliver(inbox)
+                    continue
+                elif kind == wire.FRAME_HEARTBEAT:
+                    continue
+                _, chan, obj = pamqp_frame.unmarshal(bytes(buf[offset - size - 8 : offset]))
+                self._other(chan, obj)
+        finally:
+            if offset:
+                del buf[:offset]
+
+    def _deliver(self, inbox: list[IncomingMessage]) -> None:
+        incoming = self._incoming
+        assert incoming is not None
+        self._incoming = None
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        tag, consumer, redelivered, exchange, key = incoming
+        queue = self.subscriptions[consumer].queue if consumer >= 0 else ""
+        message = IncomingMessage(
+            tag, consumer, redelivered, exchange, key, self._flags, self._props, body, queue
+        )
+        message.generation = self.generation
+        inbox.append(message)
+
+    def _other(self, channel: int, frame: Any) -> None:
+        if isinstance(frame, commands.Basic.ConsumeOk):
+            self.consuming.add(_consumer_index(frame.consumer_tag))
+        elif isinstance(frame, commands.Basic.CancelOk):
+            self.consuming.discard(_consumer_index(frame.consumer_tag))
+        elif isinstance(frame, commands.Basic.Cancel):
+            index = _consumer_index(frame.consumer_tag)
+            self.consuming.discard(index)
+            if 0 <= index < len(self.subscriptions):
+                self.cancelled_by_broker.append(self.subscriptions[index].queue)
+        elif isinstance(frame, commands.Basic.QosOk):
+            pass
+        else:
+            self._frame(channel, frame)
+
+
+def _consumer_index(tag: str | None) -> int:
+    if tag and tag.startswith(CONSUMER_TAG_PREFIX):
+        try:
+            return int(tag[len(CONSUMER_TAG_PREFIX) :])
+        except ValueError:
+            return -1
+    return -1
+
+
+def _parse_deliver(buf: bytearray, p: int) -> list[Any]:
+    """consumer tag, delivery tag, redelivered, exchange, routing key of a basic.deliver."""
+    n = buf[p]
+    tag_text = bytes(buf[p + 1 : p + 1 + n]).decode()
+    p += 1 + n
+    tag = _U64.unpack_from(buf, p)[0]
+    redelivered = bool(buf[p + 8] & 1)
+    p += 9
+    n = buf[p]
+    exchange = bytes(buf[p + 1 : p + 1 + n]).decode()
+    p += 1 + n
+    n = buf[p]
+    key = bytes(buf[p + 1 : p + 1 + n]).decode()
+    return [tag, _consumer_index(tag_text), redelivered, exchange, key]

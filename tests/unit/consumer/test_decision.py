@@ -1,0 +1,143 @@
+"""The pure decision core: ack, retry at a tier, park, reject, duplicates and cancellations."""
+
+from __future__ import annotations
+
+import pytest
+
+from rabbitry.consumer.decision import (
+    CANCEL_HEADER,
+    REPLAYED_HEADER,
+    Action,
+    HandlerTimeout,
+    cancel_target,
+    decide,
+    replay_headers,
+)
+from rabbitry.policies.delay import BinaryDelays
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    LAST_ERROR_HEADER,
+    MAX_ERROR_TEXT,
+    PARKED_REASON_HEADER,
+    QUEUE_HEADER,
+    Backoff,
+    RetryPolicy,
+)
+from rabbitry.topology.patterns import QueueRetry
+
+TIERS = QueueRetry(
+    queue="work",
+    policy=RetryPolicy(
+        attempts=3, backoff=Backoff(tiers_ms=(1000, 5000)), never_retry=("ValueError",)
+    ),
+    parking_queue="work.parking",
+    tier_queues={1000: "work.retry.1s", 5000: "work.retry.5s"},
+)
+VIA_DELAY = QueueRetry(
+    queue="mail",
+    policy=RetryPolicy(attempts=4, backoff=Backoff(tiers_ms=(2000, 4000, 8000))),
+    parking_queue="mail.parking",
+    delay=BinaryDelays("delay", unit_ms=1000, levels=8),
+)
+
+
+def test_success_acks() -> None:
+    assert decide(TIERS, "work", {}, None).action is Action.ACK
+
+
+def test_first_failures_walk_the_tiers_then_park() -> None:
+    headers: dict[str, object] = {"tenant": "acme"}
+    first = decide(TIERS, "work", headers, RuntimeError("boom"), now_ms=1)
+    assert first.action is Action.RETRY
+    assert (first.attempt, first.retry, first.delay_ms) == (1, 1, 1000)
+    assert (first.exchange, first.routing_key) == ("", "work.retry.1s")
+    assert first.headers is not None and first.headers[ATTEMPT_HEADER] == 1
+    assert first.headers["tenant"] == "acme" and first.headers[QUEUE_HEADER] == "work"
+    assert first.tier_label == "1s"
+
+    second = decide(TIERS, "work", first.headers, RuntimeError("boom"), now_ms=2)
+    assert (second.action, second.routing_key, second.delay_ms) == (
+        Action.RETRY,
+        "work.retry.5s",
+        5000,
+    )
+    third = decide(TIERS, "work", second.headers, RuntimeError("boom again"), now_ms=3)
+    assert third.action is Action.PARK and third.routing_key == "work.parking"
+    assert third.exchange == ""
+    assert third.headers is not None
+    assert third.headers[ATTEMPT_HEADER] == 3
+    assert "boom again" in third.headers[LAST_ERROR_HEADER]
+    assert "3 attempts" in third.headers[PARKED_REASON_HEADER]
+
+
+def test_never_retried_errors_park_at_once() -> None:
+    verdict = decide(TIERS, "work", None, ValueError("bad input"))
+    assert verdict.action is Action.PARK and verdict.attempt == 1
+    assert "never retried" in verdict.reason
+
+
+def test_timeouts_are_retryable_failures() -> None:
+    verdict = decide(TIERS, "work", None, HandlerTimeout("too slow"))
+    assert verdict.action is Action.RETRY
+
+
+def test_error_text_in_headers_is_bounded() -> None:
+    verdict = decide(TIERS, "work", None, RuntimeError("x" * 100_000))
+    assert verdict.headers is not None
+    assert len(verdict.headers[LAST_ERROR_HEADER]) <= MAX_ERROR_TEXT
+
+
+def test_retries_via_delay_levels_route_to_the_queue_address() -> None:
+    verdict = decide(VIA_DELAY, "mail", {ATTEMPT_HEADER: 1}, RuntimeError("smtp down"))
+    assert verdict.action is Action.RETRY and verdict.delay_ms == 4000
+    assert verdict.exchange == "delay.02"
+    assert verdict.routing_key.endswith(".mail")
+    assert BinaryDelays("delay", 1000, 8).decode(verdict.routing_key) == (4, "mail")
+
+
+def test_no_retry_setup_rejects_to_the_broker() -> None:
+    verdict = decide(None, "plain", None, RuntimeError("x"))
+    assert verdict.action is Action.REJECT and not verdict.publishes
+
+
+def test_broker_headers_are_stripped_on_retry() -> None:
+    headers = {"x-death": [{"count": 1}], "x-delivery-count": 3, "keep": 1}
+    verdict = decide(TIERS, "work", headers, RuntimeError("x"))
+    assert verdict.headers is not None
+    assert "x-death" not in verdict.headers and "x-delivery-count" not in verdict.headers
+    assert verdict.headers["keep"] == 1
+
+
+@pytest.mark.parametrize(
+    ("duplicate", "cancelled", "action"),
+    [
+        (True, False, Action.DUPLICATE),
+        (False, True, Action.CANCELLED),
+        (True, True, Action.CANCELLED),
+    ],
+)
+def test_skips_before_the_handler(duplicate: bool, cancelled: bool, action: Action) -> None:
+    verdict = decide(TIERS, "work", {}, None, duplicate=duplicate, cancelled=cancelled)
+    assert verdict.action is action
+
+
+def test_cancel_messages_are_noted_not_handled() -> None:
+    assert cancel_target({CANCEL_HEADER: b"job-7"}) == "job-7"
+    assert cancel_target({"other": 1}) is None
+    assert decide(TIERS, "work", {CANCEL_HEADER: "job-7"}, None).action is Action.CANCEL_NOTED
+
+
+def test_replay_resets_the_ladder_and_counts_replays() -> None:
+    parked = {
+        ATTEMPT_HEADER: 3,
+        LAST_ERROR_HEADER: "boom",
+        PARKED_REASON_HEADER: "gave up",
+        QUEUE_HEADER: "work",
+        "x-death": [],
+        "tenant": "acme",
+    }
+    out = replay_headers(parked)
+    assert ATTEMPT_HEADER not in out and LAST_ERROR_HEADER not in out and "x-death" not in out
+    assert out[QUEUE_HEADER] == "work" and out["tenant"] == "acme"
+    assert out[REPLAYED_HEADER] == 1
+    assert replay_headers(out)[REPLAYED_HEADER] == 2
