@@ -7,8 +7,9 @@
 #   - No Docker engine (Debian, root): installs podman + runc, writes a containers.conf for them,
 #     keeps `podman system service` running on a Docker-compatible socket, and builds the RabbitMQ
 #     test image from Debian packages (no container registry needed).
-#   - Always: the virtualenv .venv with `pip install -e '.[dev]'`, and .rabbitry/env.sh with the
-#     environment the tests need (scripts/test.sh sources it; so can you).
+#   - Always: the virtualenv .venv with `pip install -e '.[dev,spark]'`, a Java runtime for
+#     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
+#     (scripts/test.sh sources it; so can you).
 #
 # Settings (environment): PYTHON (interpreter for the venv, default python3),
 # RABBITRY_RUN_DIR (podman socket, config and log; default /run/rabbitry),
@@ -233,16 +234,16 @@ ensure_venv() {
     want=$({
         cat "$ROOT/pyproject.toml"
         "$VENV/bin/python" -VV
-        echo "$ROOT [dev]"
+        echo "$ROOT [dev,spark]"
     } | sha256sum | cut -c1-16)
     [[ -f $VENV/.rabbitry-installed ]] && have=$(cat "$VENV/.rabbitry-installed")
-    if [[ $have == "$want" ]] && "$VENV/bin/python" -c 'import rabbitry, testcontainers' 2>/dev/null; then
+    if [[ $have == "$want" ]] && "$VENV/bin/python" -c 'import rabbitry, testcontainers, pyspark, pyarrow' 2>/dev/null; then
         return 0
     fi
-    log "installing rabbitry[dev] into $VENV"
+    log "installing rabbitry[dev,spark] into $VENV"
     local started=$SECONDS
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$ROOT[dev]"
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$ROOT[dev,spark]"
     echo "$want" >"$VENV/.rabbitry-installed"
     log "installed in $((SECONDS - started)) s"
 }
@@ -282,6 +283,10 @@ main() {
     else
         engine=podman
         setup_podman
+    fi
+    # The Spark sink's tests run pyspark, which needs a Java runtime (17 is what Spark 4 supports).
+    if ! command -v java >/dev/null && command -v apt-get >/dev/null; then
+        apt_install openjdk-17-jre-headless
     fi
     # `rabbitry graph` renders with Graphviz.
     if ! command -v dot >/dev/null && command -v apt-get >/dev/null; then

@@ -1,1 +1,58 @@
-"""rabbitry.spark."""
+"""Publish Spark DataFrames to RabbitMQ through confirms: the ``rabbitmq`` data source.
+
+```python
+import rabbitry.spark
+rabbitry.spark.register(spark)
+df.write.format("rabbitmq").mode("append").option("exchange", "events").save()
+```
+
+Each partition's task publishes over one connection with a window of unconfirmed messages and
+succeeds only when every row was confirmed; ids are deterministic, so a retried task or a
+replayed micro-batch republishes rows under the ids they had. See docs/spark.md.
+Needs the ``spark`` extra (pyspark, pyarrow).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rabbitry.spark.ids import MessageIdScheme, parse_message_id
+from rabbitry.spark.options import OPTIONS, SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.partition import SinkPlan, publish_rows
+from rabbitry.spark.report import PartitionReport, SinkTotals
+from rabbitry.spark.rows import Column, ColumnKind, RowEncoder
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "OPTIONS",
+    "Column",
+    "ColumnKind",
+    "MessageIdScheme",
+    "PartitionReport",
+    "RowEncoder",
+    "SinkOptionError",
+    "SinkOptions",
+    "SinkPlan",
+    "SinkTotals",
+    "SparkSinkError",
+    "parse_message_id",
+    "publish_partitions",
+    "publish_rows",
+    "register",
+]
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("rabbitmq")`` available in this session (batch and streaming writes)."""
+    from rabbitry.spark.source import RabbitMQDataSource
+
+    spark.dataSource.register(RabbitMQDataSource)
+
+
+def publish_partitions(df: DataFrame, **options: Any) -> SinkTotals:
+    """The sink over ``foreachPartition`` (Spark 3.5 and later); see ``rabbitry.spark.foreach``."""
+    from rabbitry.spark.foreach import publish_partitions as run
+
+    return run(df, **options)

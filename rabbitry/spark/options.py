@@ -1,0 +1,265 @@
+"""The sink's options: parsed and checked on the driver, before any task starts.
+
+Spark hands a data source its options as case-insensitive strings; ``SinkOptions.parse`` turns
+them into typed values and rejects unknown names, bad values and contradictions with one
+message that names the option and says what to write instead. Pure: the environment is passed
+in, nothing connects anywhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from rabbitry.errors import RabbitryError
+from rabbitry.uri import mask_uri
+
+DEFAULT_URL_ENV = "RABBITRY_URL"
+DEFAULT_WINDOW = 512
+MAX_WINDOW = 65535
+
+
+class SparkSinkError(RabbitryError):
+    """The Spark sink cannot start (bad option, schema or broker) or a partition was not stored."""
+
+
+class SinkOptionError(SparkSinkError):
+    """An option of the ``rabbitmq`` data source is unknown, malformed or contradicts another."""
+
+
+# Option name -> one-line description (also what the unknown-option message lists).
+OPTIONS: dict[str, str] = {
+    "url": "broker URL amqp[s]://user:pass@host:port/vhost (prefer url_env: options may be shown)",
+    "url_env": f"environment variable holding the broker URL (default {DEFAULT_URL_ENV})",
+    "password_env": "environment variable holding the password to put into the URL",
+    "exchange": "exchange to publish to (default: the default exchange '')",
+    "routing_key": "routing key for every row",
+    "routing_key_column": "string column with each row's routing key",
+    "body_column": "binary or string column with each row's body (default: the row as JSON)",
+    "header_columns": "comma-separated columns sent as headers of the same names",
+    "message_id_column": "string column with each row's message id (default: deterministic ids)",
+    "id_prefix": "first part of the deterministic message ids (default: job or query id)",
+    "content_type": "content type property (default: by body: bytes none, text/JSON their own)",
+    "persistent": "true/false: delivery mode 2 or 1 (default true)",
+    "priority": "priority property 0-255",
+    "expiration": "per-message TTL in milliseconds",
+    "delay_column": "numeric (seconds) or interval column: publish through the spec's delay levels",
+    "delays": "name of the spec's delays entry for delay_column (default: the only one)",
+    "spec": "rabbitry spec: exchanges and delays are resolved and checked against it",
+    "vhost": "vhost of the spec to use (default: the URL's vhost)",
+    "window": f"unconfirmed messages in flight per task (default {DEFAULT_WINDOW})",
+    "mandatory": "true/false: an unroutable row fails its task (default false)",
+    "confirm_timeout": "seconds to wait for a confirm before the task fails (default 30)",
+    "check_exchange": "true/false: check on the broker that the exchange exists (default true)",
+    "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
+}
+
+# Options Spark itself passes along with the user's; they are not ours to reject.
+SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Every setting of one write, typed. ``url`` holds the password: never show it, show
+    ``display_url``."""
+
+    url: str = field(repr=False)
+    exchange: str = ""
+    routing_key: str = ""
+    routing_key_column: str | None = None
+    body_column: str | None = None
+    header_columns: tuple[str, ...] = ()
+    message_id_column: str | None = None
+    id_prefix: str | None = None
+    content_type: str | None = None
+    persistent: bool = True
+    priority: int | None = None
+    expiration: int | None = None
+    delay_column: str | None = None
+    delays: str | None = None
+    spec: str | None = None
+    vhost: str | None = None
+    window: int = DEFAULT_WINDOW
+    mandatory: bool = False
+    confirm_timeout: float = 30.0
+    check_exchange: bool = True
+    connection_name: str = "rabbitry-spark"
+
+    @property
+    def display_url(self) -> str:
+        return mask_uri(self.url)
+
+    @property
+    def url_vhost(self) -> str:
+        path = urlsplit(self.url).path
+        return unquote(path[1:]) if len(path) > 1 else "/"
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Column -> the option that names it."""
+        named: dict[str, str] = {}
+        for option in ("routing_key_column", "body_column", "message_id_column", "delay_column"):
+            value = getattr(self, option)
+            if value is not None:
+                named[value] = option
+        for column in self.header_columns:
+            named.setdefault(column, "header_columns")
+        return named
+
+    @classmethod
+    def parse(
+        cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None
+    ) -> SinkOptions:
+        """Typed options from Spark's strings; raises ``SinkOptionError`` naming the option."""
+        env = os.environ if environ is None else environ
+        given = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(set(given) - set(OPTIONS) - SPARK_OPTIONS)
+        if unknown:
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, OPTIONS, n=1)
+                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise SinkOptionError(
+                f"unknown option(s) of the rabbitmq sink: {', '.join(hints)}; "
+                f"known: {', '.join(sorted(OPTIONS))}"
+            )
+        url = _resolve_url(given, env)
+        if "routing_key" in given and "routing_key_column" in given:
+            raise SinkOptionError("give routing_key or routing_key_column, not both")
+        delay_column = _column(given, "delay_column")
+        exchange = given.get("exchange", "")
+        if delay_column is not None and exchange:
+            raise SinkOptionError(
+                "delay_column sends rows through the spec's delay levels, which pick the exchange:"
+                " leave out exchange and give the target address as routing key"
+            )
+        if delay_column is not None and "spec" not in given:
+            raise SinkOptionError(
+                "delay_column needs spec= (the rabbitry spec that declares the delay levels)"
+            )
+        if "delays" in given and delay_column is None:
+            raise SinkOptionError("delays names the delay levels for delay_column; give both")
+        headers = tuple(c.strip() for c in given.get("header_columns", "").split(",") if c.strip())
+        if len(set(headers)) != len(headers):
+            raise SinkOptionError(f"header_columns names a column twice: {headers}")
+        parsed = cls(
+            url=url,
+            exchange=exchange,
+            routing_key=given.get("routing_key", ""),
+            routing_key_column=_column(given, "routing_key_column"),
+            body_column=_column(given, "body_column"),
+            header_columns=headers,
+            message_id_column=_column(given, "message_id_column"),
+            id_prefix=given.get("id_prefix") or None,
+            content_type=given.get("content_type") or None,
+            persistent=_bool(given, "persistent", True),
+            priority=_int(given, "priority", None, 0, 255),
+            expiration=_int(given, "expiration", None, 0, 2**31 - 1),
+            delay_column=delay_column,
+            delays=given.get("delays") or None,
+            spec=given.get("spec") or None,
+            vhost=given.get("vhost") or None,
+            window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW) or DEFAULT_WINDOW,
+            mandatory=_bool(given, "mandatory", False),
+            confirm_timeout=_float(given, "confirm_timeout", 30.0),
+            check_exchange=_bool(given, "check_exchange", True),
+            connection_name=given.get("connection_name") or "rabbitry-spark",
+        )
+        if parsed.id_prefix is not None and parsed.message_id_column is not None:
+            raise SinkOptionError("give id_prefix or message_id_column, not both")
+        if parsed.id_prefix is not None and not parsed.id_prefix.isprintable():
+            raise SinkOptionError("id_prefix must be printable text")
+        return parsed
+
+
+def _resolve_url(given: Mapping[str, str], env: Mapping[str, str]) -> str:
+    url = given.get("url")
+    source = "option url"
+    if not url:
+        name = given.get("url_env") or DEFAULT_URL_ENV
+        url = env.get(name)
+        source = f"environment variable {name}"
+        if not url:
+            raise SinkOptionError(
+                f"no broker URL: set the environment variable {name} (on the driver) or give"
+                " url_env=<variable> (url= works too, but Spark may show options in plans)"
+            )
+    elif "url_env" in given:
+        raise SinkOptionError("give url or url_env, not both")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError as exc:
+        raise SinkOptionError(f"{source}: invalid URL {mask_uri(url)!r}: {exc}") from None
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise SinkOptionError(
+            f"{source}: {mask_uri(url)!r} is not an amqp:// or amqps:// URL with a host"
+        )
+    password_env = given.get("password_env")
+    if password_env:
+        password = env.get(password_env)
+        if password is None:
+            raise SinkOptionError(
+                f"password_env names the environment variable {password_env}, which is not set"
+            )
+        user = quote(parts.username or "guest", safe="")
+        host = parts.netloc.rpartition("@")[2]
+        netloc = f"{user}:{quote(password, safe='')}@{host}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _column(given: Mapping[str, str], name: str) -> str | None:
+    value = given.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        raise SinkOptionError(f"{name} is empty: give a column name or leave the option out")
+    return value
+
+
+def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
+    value = given.get(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise SinkOptionError(f"{name} must be true or false, not {value!r}")
+
+
+def _int(
+    given: Mapping[str, str], name: str, default: int | None, low: int, high: int
+) -> int | None:
+    value = given.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise SinkOptionError(f"{name} must be a whole number, not {value!r}") from None
+    if not low <= number <= high:
+        raise SinkOptionError(f"{name} must be between {low} and {high}, not {number}")
+    return number
+
+
+def _float(given: Mapping[str, str], name: str, default: float) -> float:
+    value = given.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise SinkOptionError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not number > 0:
+        raise SinkOptionError(f"{name} must be positive, not {value!r}")
+    return number

@@ -1,0 +1,112 @@
+"""One task's work: publish a partition's rows through one confirmed connection.
+
+The task reports success only when every row was confirmed. The first row the broker refuses
+(nack), returns (mandatory, no queue) or does not confirm in time stops the task with an error
+naming the row, its message id and why: Spark then retries the task, which republishes the
+partition under the same message ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.errors import RabbitryError
+from rabbitry.policies.delay import DelayScheme
+from rabbitry.publisher.message import Message
+from rabbitry.publisher.settings import Backoff
+from rabbitry.publisher.sync import Publisher
+from rabbitry.spark.ids import MessageIdScheme
+from rabbitry.spark.options import SinkOptions, SparkSinkError
+from rabbitry.spark.report import PartitionReport
+from rabbitry.spark.rows import Column, RowEncoder
+from rabbitry.uri import mask_text
+
+# A task whose broker stays unreachable fails after this long; Spark may then retry it.
+GIVE_UP_AFTER = 60.0
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """Everything a task needs, settled on the driver and shipped with the task."""
+
+    options: SinkOptions
+    columns: tuple[Column, ...]
+    id_prefix: str
+    delays: DelayScheme | None = None
+
+    def encoder(self) -> RowEncoder:
+        return RowEncoder(self.options, self.columns)
+
+
+def publish_rows(
+    plan: SinkPlan,
+    rows: Iterable[Sequence[Any]],
+    *,
+    partition: int,
+    batch: int = 0,
+    attempt: int = 0,
+) -> PartitionReport:
+    """Publish ``rows`` (tuples in schema order) and wait for every confirm."""
+    opts = plan.options
+    ids = MessageIdScheme(plan.id_prefix, batch, partition)
+    encoder = plan.encoder()
+    size = 0
+
+    def counted(messages: Iterator[Message]) -> Iterator[Message]:
+        nonlocal size
+        for message in messages:
+            size += len(message.body)
+            yield message
+
+    where = f"partition {partition}" + (f" of batch {batch}" if batch else "")
+    started = time.monotonic()
+    publisher = Publisher(
+        opts.url,
+        window=opts.window,
+        confirm_timeout=opts.confirm_timeout,
+        exchange=opts.exchange,
+        mandatory=opts.mandatory,
+        persistent=opts.persistent,
+        delays=plan.delays,
+        app_id="rabbitry-spark",
+        connection_name=f"{opts.connection_name} {plan.id_prefix}:{batch}:{partition}",
+        backoff=Backoff(give_up_after=GIVE_UP_AFTER),
+    )
+    confirmed = 0
+    failure: str | None = None
+    try:
+        for delivery in publisher.stream(counted(encoder.messages(rows, ids))):
+            if not delivery.ok:
+                failure = (
+                    f"{ids.where(confirmed)} (message id {delivery.message_id}, exchange"
+                    f" {delivery.exchange!r}, routing key {delivery.routing_key!r}) was not"
+                    f" stored: {type(delivery.error).__name__}: {delivery.error}"
+                )
+                break
+            confirmed += 1
+        republished = publisher.stats.republished
+    except SparkSinkError:
+        raise
+    except RabbitryError as exc:
+        failure = f"{type(exc).__name__}: {mask_text(str(exc))}"
+    finally:
+        publisher.close()
+    if failure is not None:
+        raise SparkSinkError(
+            f"rabbitmq sink, {where} (task attempt {attempt}) to {opts.display_url}: {failure};"
+            f" {confirmed} earlier row(s) of this partition were confirmed and will be sent"
+            " again, with the same message ids, if Spark retries the task"
+        )
+    return PartitionReport(
+        partition=partition,
+        rows=confirmed,
+        bytes=size,
+        confirms=confirmed,
+        attempt=attempt,
+        republished=republished,
+        batch=batch,
+        seconds=time.monotonic() - started,
+    )
