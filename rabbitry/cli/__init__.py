@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from rabbitry import __version__
-from rabbitry.cli import dev_broker, provision, spec_commands, status
+from rabbitry.cli import dev_broker, dlq, provision, spec_commands, status, worker
 from rabbitry.cli.common import RabbitryGroup
 
 
@@ -15,7 +15,7 @@ def cli() -> None:
     """Declarative RabbitMQ topology, delays and retries from one YAML spec."""
 
 
-for _module in (spec_commands, provision, dev_broker, status):
+for _module in (spec_commands, provision, dev_broker, status, worker, dlq):
     for _command in _module.commands:
         cli.add_command(_command)
 

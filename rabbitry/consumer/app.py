@@ -172,3 +172,14 @@ def _pick_vhost(spec: Spec, name: str | None) -> VhostSpec:
         names = ", ".join(v.name for v in spec.vhosts)
         raise AppError(f"the spec declares several vhosts ({names}): pass vhost=")
     return spec.vhosts[0]
+
+
+def url_for_app(url: str, app: App) -> str:
+    """``url`` pointed at the app's vhost when it names none (no path, or a bare ``/``)."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if app.vhost is None or parts.path not in ("", "/"):
+        return url
+    path = "/" + quote(app.vhost.name, safe="")
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))

@@ -1,0 +1,246 @@
+"""``rabbitry dlq list|show|replay|purge``: the parking lots of a vhost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rabbitry.cli.common import broker_options
+from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse_matches
+from rabbitry.errors import RabbitryError
+from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.provisioner.management import ManagementClient
+
+PARKING_SUFFIXES = (".parking", ".dead")
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _selection(count: int | None, ids: tuple[str, ...], match: tuple[str, ...]) -> Selection:
+    try:
+        return Selection(count=count, ids=frozenset(ids), match=parse_matches(match))
+    except DlqError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def selection_options(func: Any) -> Any:
+    func = click.option(
+        "--match", multiple=True, metavar="KEY=VALUE", help="Only messages with this header."
+    )(func)
+    func = click.option("--id", "ids", multiple=True, help="Only this message id (repeatable).")(
+        func
+    )
+    func = click.option("--count", type=int, help="At most this many messages, oldest first.")(func)
+    return func
+
+
+def vhost_option(func: Any) -> Any:
+    return click.option("--vhost", default="/", show_default=True, help="The vhost.")(func)
+
+
+def _lot(url: str | None, vhost: str, queue: str) -> ParkingLot:
+    endpoints = resolve_endpoints(url, None)
+    try:
+        return ParkingLot(endpoints.amqp_url_for(vhost), queue)
+    except RabbitryError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _row(p: Parked) -> dict[str, Any]:
+    return {
+        "position": p.position,
+        "message_id": p.message_id,
+        "origin": p.origin,
+        "attempts": p.attempts,
+        "reason": p.reason,
+        "last_error": p.last_error,
+        "parked_at": _when(p.parked_at_ms),
+        "headers": {k: (v.decode() if isinstance(v, bytes) else v) for k, v in p.headers.items()},
+        "body": p.body.decode("utf-8", "replace"),
+    }
+
+
+@click.group("dlq")
+def dlq() -> None:
+    """Parking lots: list them, show, replay or purge their messages."""
+
+
+@dlq.command("list")
+@broker_options
+@vhost_option
+@click.option("--json", "as_json", is_flag=True)
+def list_command(url: str | None, management_url: str | None, vhost: str, as_json: bool) -> None:
+    """Parking lots (queues named *.parking or *.dead) and how many messages each holds."""
+    endpoints = resolve_endpoints(url, management_url)
+    try:
+        with ManagementClient(endpoints.management_url) as client:
+            queues = client.queue_stats(vhost)
+    except RabbitryError as exc:
+        raise click.ClickException(str(exc)) from None
+    lots = [
+        {"name": q["name"], "messages": q.get("messages", 0), "type": q.get("type", "")}
+        for q in queues
+        if str(q["name"]).endswith(PARKING_SUFFIXES)
+    ]
+    lots.sort(key=lambda q: str(q["name"]))
+    if as_json:
+        click.echo(json.dumps({"format_version": 1, "vhost": vhost, "parking_lots": lots}))
+        return
+    table = Table("parking lot", "messages", "type", title=f"vhost {vhost}")
+    for lot in lots:
+        table.add_row(str(lot["name"]), str(lot["messages"]), str(lot["type"]))
+    _console().print(table)
+
+
+@dlq.command("show")
+@click.argument("queue")
+@broker_options
+@vhost_option
+@selection_options
+@click.option("--limit", default=20, show_default=True, help="Show at most this many.")
+@click.option("--json", "as_json", is_flag=True)
+def show_command(
+    queue: str,
+    url: str | None,
+    management_url: str | None,
+    vhost: str,
+    count: int | None,
+    ids: tuple[str, ...],
+    match: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Parked messages with their failure headers; they stay in the queue."""
+    selection = _selection(count, ids, match)
+    with _lot(url, vhost, queue) as lot:
+        depth = lot.depth
+        parked = lot.peek(selection, limit=limit)
+    if as_json:
+        rows = [_row(p) for p in parked]
+        click.echo(
+            json.dumps({"format_version": 1, "queue": queue, "depth": depth, "messages": rows})
+        )
+        return
+    table = Table(
+        "#",
+        "message id",
+        "from",
+        "attempts",
+        "why",
+        "last error",
+        "parked at (UTC)",
+        title=f"{queue}: {depth} message(s)",
+    )
+    for p in parked:
+        table.add_row(
+            str(p.position),
+            p.message_id or "",
+            p.origin or "",
+            "" if p.attempts is None else str(p.attempts),
+            p.reason,
+            p.last_error[:80],
+            _when(p.parked_at_ms),
+        )
+    _console().print(table)
+
+
+@dlq.command("replay")
+@click.argument("queue")
+@broker_options
+@vhost_option
+@selection_options
+@click.option("--all", "take_all", is_flag=True, help="Replay every message (no selection).")
+@click.option("--exchange", help="Publish here instead of each message's original queue.")
+@click.option("--routing-key", help="With --exchange (default: the parked message's key).")
+def replay_command(
+    queue: str,
+    url: str | None,
+    management_url: str | None,
+    vhost: str,
+    count: int | None,
+    ids: tuple[str, ...],
+    match: tuple[str, ...],
+    take_all: bool,
+    exchange: str | None,
+    routing_key: str | None,
+) -> None:
+    """Send parked messages back (confirmed), each exactly once; the rest stay parked."""
+    selection = _selection(count, ids, match)
+    if selection.everything and not take_all:
+        raise click.UsageError("say which messages: --count, --id, --match, or --all")
+    console = _console()
+    with (
+        _lot(url, vhost, queue) as lot,
+        Progress(
+            TextColumn("replaying"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=not console.is_terminal,
+            disable=not console.is_terminal,
+        ) as progress,
+    ):
+        task = progress.add_task("replay", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        try:
+            report = lot.replay(
+                selection, exchange=exchange, routing_key=routing_key, on_progress=on_progress
+            )
+        except RabbitryError as exc:
+            raise click.ClickException(str(exc)) from None
+    target = exchange if exchange is not None else "their original queues"
+    console.print(
+        f"replayed {report.moved} of {report.scanned} message(s) from {queue} to {target};"
+        f" {report.kept} left in {queue}"
+    )
+    for message_id, why in report.failed:
+        console.print(f"  not moved: {message_id}: {why}")
+    if report.failed:
+        raise SystemExit(1)
+
+
+@dlq.command("purge")
+@click.argument("queue")
+@broker_options
+@vhost_option
+@selection_options
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge_command(
+    queue: str,
+    url: str | None,
+    management_url: str | None,
+    vhost: str,
+    count: int | None,
+    ids: tuple[str, ...],
+    match: tuple[str, ...],
+    yes: bool,
+) -> None:
+    """Delete parked messages: the selected ones, or all of them."""
+    selection = _selection(count, ids, match)
+    what = "ALL messages" if selection.everything else "the selected messages"
+    if not yes:
+        click.confirm(f"Delete {what} of {queue} in vhost {vhost}?", abort=True)
+    with _lot(url, vhost, queue) as lot:
+        removed = lot.purge(selection)
+    _console().print(f"deleted {removed} message(s) from {queue}")
+
+
+commands: list[click.Command] = [dlq]

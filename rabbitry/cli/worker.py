@@ -1,0 +1,142 @@
+"""``rabbitry worker run module:app``: run the handlers of an ``App`` until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from rabbitry.consumer.app import App, url_for_app
+from rabbitry.consumer.metrics import serve_metrics
+from rabbitry.errors import RabbitryError
+
+_STANDARD = set(vars(logging.makeLogRecord({})))
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and the record's extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                data[key] = value
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def load_app(target: str) -> App:
+    """``package.module:name`` (or ``path/to/file.py:name``) to the ``App`` it names."""
+    module_name, _, attr = target.partition(":")
+    attr = attr or "app"
+    if module_name.endswith(".py"):
+        directory, _, file_name = module_name.rpartition("/")
+        sys.path.insert(0, os.path.abspath(directory or "."))
+        module_name = file_name[:-3]
+    elif "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.UsageError(f"cannot import {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise click.UsageError(f"{target!r} is not a rabbitry App (found {type(app).__name__})")
+    return app
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+@click.group("worker")
+def worker() -> None:
+    """Run consumers whose failures walk the spec's retry ladder."""
+
+
+@worker.command("run")
+@click.argument("target", metavar="MODULE:APP")
+@click.option("--url", metavar="URL", help="AMQP URL (default: $RABBITRY_URL, the app's spec).")
+@click.option("--prefetch", default=300, show_default=True, help="Unacked deliveries at most.")
+@click.option(
+    "--concurrency", default=64, show_default=True, help="Async handlers running at once."
+)
+@click.option("--sync", "blocking", is_flag=True, help="Use the blocking Worker (no asyncio).")
+@click.option(
+    "--shutdown-timeout",
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight handlers may finish after SIGTERM/SIGINT.",
+)
+@click.option("--metrics-port", type=int, help="Serve Prometheus text on this port (/metrics).")
+@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+def run(
+    target: str,
+    url: str | None,
+    prefetch: int,
+    concurrency: int,
+    blocking: bool,
+    shutdown_timeout: float,
+    metrics_port: int | None,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Consume the queues of MODULE:APP (an ``rabbitry.consumer.App``) until SIGTERM/SIGINT."""
+    setup_logging(log_level, log_format)
+    app = load_app(target)
+    address = url or os.environ.get("RABBITRY_URL") or app.url
+    if address is None:
+        address = "amqp://guest:guest@localhost:5672/"
+    address = url_for_app(address, app)
+    log = logging.getLogger("rabbitry.worker")
+    try:
+        if blocking:
+            from rabbitry.consumer.sync import Worker
+
+            sync_worker = Worker(app, address, prefetch=prefetch, shutdown_timeout=shutdown_timeout)
+            if metrics_port is not None:
+                serve_metrics(sync_worker.metrics, metrics_port)
+            log.info("consuming %s (blocking worker)", ", ".join(app.queues))
+            sync_worker.run(handle_signals=True)
+        else:
+            from rabbitry.consumer.aio import AsyncWorker
+
+            async_worker = AsyncWorker(
+                app,
+                address,
+                prefetch=prefetch,
+                concurrency=concurrency,
+                shutdown_timeout=shutdown_timeout,
+            )
+            if metrics_port is not None:
+                serve_metrics(async_worker.metrics, metrics_port)
+            log.info("consuming %s", ", ".join(app.queues))
+            started = time.monotonic()
+            asyncio.run(async_worker.run(handle_signals=True))
+            log.debug("ran for %.1f s", time.monotonic() - started)
+    except RabbitryError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+commands: list[click.Command] = [worker]

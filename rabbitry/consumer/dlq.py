@@ -1,0 +1,322 @@
+"""Parking lots (dead-letter queues): look at them, send messages back, clear them out.
+
+- ``peek``: read messages without removing them: they are consumed unacked on one channel and
+  returned to the queue, in order, when the channel closes.
+- ``replay``: send the selected messages back to where they failed (the ``x-rabbitry-queue``
+  header the worker sets, else the queue named in the broker's ``x-death``) or to a given
+  exchange, each with a publisher confirm; only a confirmed copy lets the parked original be
+  acked. A crash between the two leaves a duplicate, never a loss; unselected messages stay.
+  The replayed copy gets a fresh retry ladder (rabbitry's attempt headers and ``x-death``
+  dropped) and ``x-rabbitry-replayed`` counts how often it was sent back.
+- ``purge``: delete the selected messages (or all of them).
+
+Selection: at most ``count`` messages, only these message ids, only messages whose headers
+match every ``key=value`` given; messages are scanned once, in queue order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+
+from rabbitry.consumer.decision import replay_headers
+from rabbitry.errors import RabbitryError
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    LAST_ERROR_HEADER,
+    LAST_FAILURE_HEADER,
+    PARKED_REASON_HEADER,
+    QUEUE_HEADER,
+)
+from rabbitry.publisher import Message, Publisher
+from rabbitry.uri import mask_text
+
+_IDLE = 1.0
+
+
+class DlqError(RabbitryError):
+    """A parking-lot operation that cannot be carried out (missing queue, no destination)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which parked messages an operation applies to; the empty selection takes all."""
+
+    count: int | None = None
+    ids: frozenset[str] = frozenset()
+    match: Mapping[str, str] = field(default_factory=dict)
+
+    def accepts(self, message: Parked) -> bool:
+        if self.ids and message.message_id not in self.ids:
+            return False
+        headers = message.headers
+        for key, wanted in self.match.items():
+            value = headers.get(key)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if value is None or str(value) != wanted:
+                return False
+        return True
+
+    @property
+    def everything(self) -> bool:
+        return self.count is None and not self.ids and not self.match
+
+
+@dataclass
+class Parked:
+    """One message in a parking lot, with what rabbitry and the broker recorded about it."""
+
+    position: int
+    body: bytes
+    properties: pika.BasicProperties
+    routing_key: str
+    exchange: str
+    delivery_tag: int = 0
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        return dict(self.properties.headers or {})
+
+    @property
+    def message_id(self) -> str | None:
+        value = self.properties.message_id
+        return str(value) if value is not None else None
+
+    @property
+    def origin(self) -> str | None:
+        """The queue it failed in: rabbitry's header, else the broker's first x-death."""
+        headers = self.headers
+        value = headers.get(QUEUE_HEADER)
+        if value:
+            return value.decode() if isinstance(value, bytes) else str(value)
+        deaths = headers.get("x-death")
+        if isinstance(deaths, list) and deaths and isinstance(deaths[-1], dict):
+            queue = deaths[-1].get("queue")
+            if queue:
+                return queue.decode() if isinstance(queue, bytes) else str(queue)
+        return None
+
+    @property
+    def attempts(self) -> int | None:
+        value = self.headers.get(ATTEMPT_HEADER)
+        if value is None:
+            deaths = self.headers.get("x-death")
+            if isinstance(deaths, list) and deaths and isinstance(deaths[-1], dict):
+                count = deaths[-1].get("count")
+                return int(count) if isinstance(count, int) else None
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+
+    @property
+    def reason(self) -> str:
+        headers = self.headers
+        value = headers.get(PARKED_REASON_HEADER)
+        if value:
+            return str(value.decode() if isinstance(value, bytes) else value)
+        deaths = headers.get("x-death")
+        if isinstance(deaths, list) and deaths and isinstance(deaths[-1], dict):
+            reason = deaths[-1].get("reason")
+            if reason:
+                text = reason.decode() if isinstance(reason, bytes) else str(reason)
+                return f"dead-lettered by the broker: {text}"
+        return ""
+
+    @property
+    def last_error(self) -> str:
+        value = self.headers.get(LAST_ERROR_HEADER)
+        return str(value.decode() if isinstance(value, bytes) else value) if value else ""
+
+    @property
+    def parked_at_ms(self) -> int | None:
+        value = self.headers.get(LAST_FAILURE_HEADER)
+        return int(value) if isinstance(value, int) else None
+
+
+@dataclass
+class ReplayReport:
+    scanned: int = 0
+    moved: int = 0
+    kept: int = 0
+    failed: list[tuple[str | None, str]] = field(default_factory=list)
+    """(message id, why) of selected messages that were not moved (they stay parked)."""
+
+
+ProgressHook = Callable[[int, int], None]
+"""Called with (messages done, messages selected so far)."""
+
+
+class ParkingLot:
+    """One parking queue on one broker vhost: ``with ParkingLot(url, queue) as lot: ...``."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url = url
+        self.queue = queue
+        try:
+            self._connection = pika.BlockingConnection(pika.URLParameters(url))
+        except pika.exceptions.AMQPError as exc:
+            raise DlqError(f"cannot connect: {mask_text(str(exc) or type(exc).__name__)}") from None
+        self._channel = self._connection.channel()
+        try:
+            declared = self._channel.queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            self._connection.close()
+            raise DlqError(f"no queue {queue!r} in this vhost ({exc.reply_text})") from None
+        self.depth = int(declared.method.message_count)
+
+    def __enter__(self) -> ParkingLot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection.is_open:
+            self._connection.close()
+
+    def _scan(self) -> Iterator[Parked]:
+        """Every message present at the start, once, unacked (they return when we close)."""
+        channel = self._channel
+        channel.basic_qos(prefetch_count=0)
+        position = 0
+        total = self.depth
+        idle_since = time.monotonic()
+        for method, props, body in channel.consume(self.queue, inactivity_timeout=0.1):
+            if method is None:
+                if position >= total or time.monotonic() - idle_since > _IDLE:
+                    break
+                continue
+            idle_since = time.monotonic()
+            position += 1
+            yield Parked(
+                position, body, props, method.routing_key, method.exchange, method.delivery_tag
+            )
+            if position >= total:
+                break
+
+    def peek(self, selection: Selection = Selection(), limit: int | None = None) -> list[Parked]:
+        """The selected messages, left in place."""
+        out: list[Parked] = []
+        cap = selection.count if limit is None else min(limit, selection.count or limit)
+        for parked in self._scan():
+            if selection.accepts(parked):
+                out.append(parked)
+                if cap is not None and len(out) >= cap:
+                    break
+        self._return_all()
+        return out
+
+    def _return_all(self) -> None:
+        channel = self._channel
+        if channel.is_open:
+            channel.cancel()
+            channel.basic_nack(0, multiple=True, requeue=True)
+            channel.close()
+        self._channel = self._connection.channel()
+
+    def replay(
+        self,
+        selection: Selection = Selection(),
+        *,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        window: int = 256,
+        on_progress: ProgressHook | None = None,
+    ) -> ReplayReport:
+        """Move the selected messages back, each confirmed before its parked copy is acked."""
+        report = ReplayReport()
+        chosen: list[Parked] = []
+        for parked in self._scan():
+            report.scanned += 1
+            if selection.count is not None and len(chosen) >= selection.count:
+                report.kept += 1
+                continue
+            if not selection.accepts(parked):
+                report.kept += 1
+                continue
+            chosen.append(parked)
+
+        def outgoing(parked: Parked) -> Message:
+            if exchange is not None:
+                target_exchange = exchange
+                key = routing_key if routing_key is not None else parked.routing_key
+            else:
+                origin = parked.origin
+                if origin is None:
+                    raise DlqError(
+                        f"message {parked.message_id or parked.position} names no origin queue"
+                        " (no x-rabbitry-queue or x-death header): give --exchange"
+                    )
+                target_exchange, key = "", origin
+            props = parked.properties
+            return Message(
+                parked.body,
+                exchange=target_exchange,
+                routing_key=key,
+                headers=replay_headers(props.headers),
+                message_id=props.message_id or f"replay-{parked.position}",
+                mandatory=True,
+                content_type=props.content_type,
+                correlation_id=props.correlation_id,
+                reply_to=props.reply_to,
+                priority=props.priority,
+                message_type=props.type,
+                persistent=props.delivery_mode != 1,
+            )
+
+        sendable: list[tuple[Parked, Message]] = []
+        for parked in chosen:
+            try:
+                sendable.append((parked, outgoing(parked)))
+            except DlqError as exc:
+                report.failed.append((parked.message_id, str(exc)))
+        done = 0
+        if on_progress is not None:
+            on_progress(0, len(sendable))
+        with Publisher(self.url, window=window) as publisher:
+            deliveries = publisher.stream(m for _, m in sendable)
+            for (parked, _), delivery in zip(sendable, deliveries, strict=True):
+                if delivery.ok:
+                    self._channel.basic_ack(parked.delivery_tag)
+                    report.moved += 1
+                else:
+                    report.failed.append((parked.message_id, str(delivery.error)))
+                done += 1
+                if on_progress is not None:
+                    on_progress(done, len(sendable))
+        self._return_all()
+        report.kept += len(report.failed)
+        return report
+
+    def purge(self, selection: Selection = Selection()) -> int:
+        """Delete the selected messages (all of them with the empty selection); how many."""
+        if selection.everything:
+            result = self._channel.queue_purge(self.queue)
+            return int(result.method.message_count)
+        removed = 0
+        for parked in self._scan():
+            if selection.count is not None and removed >= selection.count:
+                continue
+            if selection.accepts(parked):
+                self._channel.basic_ack(parked.delivery_tag)
+                removed += 1
+        self._return_all()
+        return removed
+
+
+def parse_matches(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``key=value`` pairs from the command line."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise DlqError(f"--match wants key=value, got {pair!r}")
+        out[key] = value
+    return out
