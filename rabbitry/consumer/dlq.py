@@ -181,10 +181,10 @@ class ParkingLot:
         if self._connection.is_open:
             self._connection.close()
 
-    def _scan(self) -> Iterator[Parked]:
+    def _scan(self, prefetch: int = 0) -> Iterator[Parked]:
         """Every message present at the start, once, unacked (they return when we close)."""
         channel = self._channel
-        channel.basic_qos(prefetch_count=0)
+        channel.basic_qos(prefetch_count=prefetch)
         position = 0
         total = self.depth
         idle_since = time.monotonic()
@@ -205,7 +205,9 @@ class ParkingLot:
         """The selected messages, left in place."""
         out: list[Parked] = []
         cap = selection.count if limit is None else min(limit, selection.count or limit)
-        for parked in self._scan():
+        unfiltered = not selection.ids and not selection.match
+        prefetch = cap if cap is not None and unfiltered and cap < 65535 else 0
+        for parked in self._scan(prefetch):
             if selection.accepts(parked):
                 out.append(parked)
                 if cap is not None and len(out) >= cap:

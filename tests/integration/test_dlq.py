@@ -1,0 +1,171 @@
+"""``rabbitry dlq`` on a real broker: show without consuming, replay once, purge."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pika
+import pytest
+
+from rabbitry.consumer.decision import REPLAYED_HEADER
+from rabbitry.consumer.dlq import ParkingLot, Selection
+from rabbitry.policies.retry import ATTEMPT_HEADER, LAST_ERROR_HEADER, QUEUE_HEADER
+from tests.integration.conftest import Broker
+
+pytestmark = pytest.mark.broker
+
+SPEC = """
+    version: 1
+    name: "{{ vars.stack }}"
+    vhosts:
+      - name: "{{ vars.vhost }}"
+        exchanges:
+          - {name: events, type: topic}
+        queues:
+          - name: work
+            type: quorum
+            retry: {attempts: 2, backoff: [1s]}
+          - {name: audit}
+        bindings:
+          - {source: events, destination: audit, routing_key: "replayed.#"}
+"""
+
+
+@pytest.fixture
+def parked(broker: Broker) -> Broker:
+    """``work.parking`` holding ten messages parked by a worker (m-0 .. m-9)."""
+    result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
+    assert result.exit_code == 0, result.output
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for i in range(10):
+        headers = {
+            ATTEMPT_HEADER: 2,
+            LAST_ERROR_HEADER: f"RuntimeError: failure {i}",
+            QUEUE_HEADER: "work",
+            "x-rabbitry-parked-reason": "gave up after 2 attempts",
+            "tenant": "acme" if i % 2 else "globex",
+        }
+        channel.basic_publish(
+            "",
+            "work.parking",
+            f"body-{i}".encode(),
+            pika.BasicProperties(message_id=f"m-{i}", headers=headers, delivery_mode=2),
+        )
+    connection.close()
+    return broker
+
+
+def contents(broker: Broker, queue: str) -> list[tuple[Any, bytes]]:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    out = []
+    while True:
+        method, props, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        out.append((props, body))
+    connection.close()
+    return out
+
+
+def cli(broker: Broker, *args: str) -> Any:
+    return broker.run(
+        "dlq", *args, "--url", broker.amqp_url, "--management-url", broker.management_url
+    )
+
+
+def test_show_lists_failure_headers_and_leaves_the_messages(parked: Broker) -> None:
+    result = cli(parked, "show", "work.parking", "--vhost", parked.vhost, "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["depth"] == 10 and len(document["messages"]) == 10
+    first = document["messages"][0]
+    assert first["message_id"] == "m-0" and first["origin"] == "work"
+    assert first["attempts"] == 2 and first["last_error"] == "RuntimeError: failure 0"
+    human = cli(parked, "show", "work.parking", "--vhost", parked.vhost, "--limit", "3")
+    assert human.exit_code == 0 and "m-2" in human.output and "m-3" not in human.output
+    listed = cli(parked, "list", "--vhost", parked.vhost, "--json")
+    lots = {q["name"]: q for q in json.loads(listed.output)["parking_lots"]}
+    assert "work.parking" in lots
+    time.sleep(0.1)
+    left = contents(parked, "work.parking")
+    # all of them still there (a quorum queue puts returned messages back in another order)
+    assert sorted(p.message_id for p, _ in left) == sorted(f"m-{i}" for i in range(10))
+
+
+def test_replay_moves_each_selected_message_once_and_leaves_the_rest(parked: Broker) -> None:
+    result = cli(
+        parked,
+        "replay",
+        "work.parking",
+        "--vhost",
+        parked.vhost,
+        "--match",
+        "tenant=acme",
+        "--count",
+        "3",
+    )
+    assert result.exit_code == 0, result.output
+    assert "replayed 3 of 10" in result.output and "7 left" in result.output
+    back = contents(parked, "work")
+    assert [p.message_id for p, _ in back] == ["m-1", "m-3", "m-5"]
+    props, body = back[0]
+    assert body == b"body-1"
+    assert ATTEMPT_HEADER not in props.headers, "a fresh retry ladder"
+    assert props.headers[REPLAYED_HEADER] == 1 and props.headers["tenant"] == "acme"
+    rest = contents(parked, "work.parking")
+    assert sorted(p.message_id for p, _ in rest) == sorted(f"m-{i}" for i in (0, 2, 4, 6, 7, 8, 9))
+
+
+def test_replay_by_id_to_an_exchange(parked: Broker) -> None:
+    result = cli(
+        parked,
+        "replay",
+        "work.parking",
+        "--vhost",
+        parked.vhost,
+        "--id",
+        "m-4",
+        "--id",
+        "m-8",
+        "--exchange",
+        "events",
+        "--routing-key",
+        "replayed.x",
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.message_id for p, _ in contents(parked, "audit")) == ["m-4", "m-8"]
+    assert contents(parked, "work") == []
+    assert len(contents(parked, "work.parking")) == 8
+
+
+def test_replay_needs_a_selection_and_all_moves_everything(parked: Broker) -> None:
+    refused = cli(parked, "replay", "work.parking", "--vhost", parked.vhost)
+    assert refused.exit_code == 1 and "--all" in refused.output
+    with ParkingLot(parked.vhost_amqp_url, "work.parking") as lot:
+        report = lot.replay(Selection())
+    assert (report.moved, report.kept, report.failed) == (10, 0, [])
+    assert len(contents(parked, "work")) == 10
+    assert contents(parked, "work.parking") == []
+
+
+def test_purge_selected_then_all(parked: Broker) -> None:
+    result = cli(
+        parked,
+        "purge",
+        "work.parking",
+        "--vhost",
+        parked.vhost,
+        "--match",
+        "tenant=globex",
+        "--yes",
+    )
+    assert result.exit_code == 0, result.output
+    assert "deleted 5" in result.output
+    everything = cli(parked, "purge", "work.parking", "--vhost", parked.vhost, "--yes")
+    assert "deleted 5" in everything.output
+    assert contents(parked, "work.parking") == []
