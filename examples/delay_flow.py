@@ -1,112 +1,89 @@
-"""The delay and retry flow of examples/delays.yaml, on a live broker, with plain pika.
+"""The delay and retry flow of examples/delays.yaml on a live broker, with rabbitry's worker.
+
+    python examples/delay_flow.py          # 1. delays, 2. an order walking the retry ladder
+    rabbitry dlq replay orders.work.parking --vhost delays --all
+    PAYMENTS=up python examples/delay_flow.py replayed    # 3. the replayed order succeeds
 
 1. Five reminders are published with delays of 5, 4, 3, 2 and 1 seconds, longest first; they
    arrive shortest first, each on time: no message waits behind a longer one.
-2. An order whose handler always fails walks the retry ladder (1 s, then 5 s) and lands in the
+2. An order whose payment always fails walks the retry ladder (1 s, then 5 s) and lands in the
    parking lot after exactly the 3 attempts the spec allows, with headers that say why.
+3. After `rabbitry dlq replay`, the order is back in `orders.work` with a fresh ladder and the
+   handler (payment service up again) charges it.
 
 Run after `rabbitry apply examples/delays.yaml` with RABBITRY_URL set (scripts/demo.sh does all
-of it):  python examples/delay_flow.py
+of it). The handlers are in examples/order_worker.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
 
-import pika
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rabbitry.policies.retry import Outcome, failed_attempts, failure_headers
-from rabbitry.topology import load_spec
-from rabbitry.topology.patterns import delay_scheme, queue_retry
+from order_worker import app
 
-SPEC = Path(__file__).with_name("delays.yaml")
+from rabbitry.consumer import AsyncWorker
+from rabbitry.consumer.app import url_for_app
+from rabbitry.consumer.dlq import ParkingLot
+from rabbitry.publisher import Publisher
+from rabbitry.topology.patterns import delay_scheme
+
+# the handlers print each attempt themselves; the worker's own failure logs would repeat them
+logging.getLogger("rabbitry.worker").setLevel(logging.CRITICAL)
+
+URL = url_for_app(os.environ.get("RABBITRY_URL", "amqp://guest:guest@localhost:5672/"), app)
 
 
-def vhost_url(url: str, vhost: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), "", ""))
+async def work_until(done: Callable[[AsyncWorker], bool], timeout: float = 30.0) -> AsyncWorker:
+    worker = AsyncWorker(app, URL)
+    task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + timeout
+    while not done(worker) and time.monotonic() < deadline and not task.done():
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await task
+    return worker
 
 
-def main() -> int:
-    url = os.environ.get("RABBITRY_URL", "amqp://guest:guest@localhost:5672/")
-    spec = load_spec(SPEC).vhosts[0]
-    connection = pika.BlockingConnection(pika.URLParameters(vhost_url(url, spec.name)))
-    channel = connection.channel()
-    channel.confirm_delivery()  # every publish below returns only once the broker has it
-
-    print("1. Delays: publishing reminders due in 5, 4, 3, 2, 1 s (longest first)")
-    scheme = delay_scheme(next(d for d in spec.delays if d.name == "delay"))
-    start = time.monotonic()
-    for seconds in (5, 4, 3, 2, 1):
-        route = scheme.route(seconds, "reminders")
-        channel.basic_publish(
-            route.exchange,
-            route.routing_key,
-            f"due in {seconds}s".encode(),
-            pika.BasicProperties(delivery_mode=2),
-            mandatory=True,
+def delays_and_retries() -> int:
+    assert app.vhost is not None
+    scheme = delay_scheme(next(d for d in app.vhost.delays if d.name == "delay"))
+    print("1. Delays: reminders due in 5, 4, 3, 2, 1 s, published longest first")
+    with Publisher(URL, delays=scheme) as pub:
+        for seconds in (5, 4, 3, 2, 1):
+            pub.publish(f"due at {seconds} s".encode(), routing_key="reminders", delay=seconds)
+        print("2. Retries: order 42, while the payment service is down")
+        pub.publish({"order": 42}, routing_key="orders.work", message_id="order-42")
+    worker = asyncio.run(
+        work_until(
+            lambda w: w.metrics["reminders"].acked >= 5 and w.metrics["orders.work"].parked >= 1
         )
-    received = 0
-    for method, _props, body in channel.consume("reminders", inactivity_timeout=0.05):
-        if method is None:
-            continue
-        print(f"   {time.monotonic() - start:5.2f} s  {body.decode()}")
-        channel.basic_ack(method.delivery_tag)
-        received += 1
-        if received == 5:
-            break
-    channel.cancel()
-
-    print("2. Retries: an order whose handler always fails")
-    work = next(q for q in spec.queues if q.name == "orders.work")
-    retry = queue_retry(spec, work)
-    assert retry is not None
-    channel.basic_publish(
-        "",
-        "orders.work",
-        b'{"order": 42}',
-        pika.BasicProperties(message_id="order-42", delivery_mode=2),
-        mandatory=True,
     )
-    start = time.monotonic()
-    for method, props, body in channel.consume("orders.work", inactivity_timeout=0.05):
-        if method is None:
-            continue
-        error = RuntimeError("payment service unavailable")
-        verdict = retry.policy.decide(failed_attempts(props.headers), error)
-        headers = failure_headers(
-            props.headers, verdict, error, "orders.work", now_ms=int(time.time() * 1000)
-        )
-        out = pika.BasicProperties(headers=headers, message_id=props.message_id, delivery_mode=2)
-        if verdict.outcome is Outcome.PARK:
-            channel.basic_publish("", retry.parking_queue, body, out, mandatory=True)
-            channel.basic_ack(method.delivery_tag)
-            print(
-                f"   {time.monotonic() - start:5.2f} s  attempt {verdict.attempt} failed:"
-                f" parked in {retry.parking_queue} ({verdict.reason})"
-            )
-            break
-        tier = retry.tier_queue(verdict.delay_ms)
-        channel.basic_publish("", tier, body, out, mandatory=True)  # confirmed first ...
-        channel.basic_ack(method.delivery_tag)  # ... then acked: a crash duplicates, never loses
-        print(
-            f"   {time.monotonic() - start:5.2f} s  attempt {verdict.attempt} failed:"
-            f" retry in {verdict.delay_ms / 1000:g} s via {tier}"
-        )
-    channel.cancel()
-
-    method, props, body = channel.basic_get(retry.parking_queue, auto_ack=True)
-    assert method is not None, "the parked message is in the parking lot"
-    print(f"   parking lot holds {body.decode()} with headers:")
-    for key, value in sorted((props.headers or {}).items()):
-        print(f"     {key}: {value}")
-    connection.close()
+    counters = worker.metrics["orders.work"]
+    print(
+        f"   order 42: {counters.received} attempts, retried {dict(counters.retried)},"
+        f" parked {counters.parked}"
+    )
+    with ParkingLot(URL, "orders.work.parking") as lot:
+        for parked in lot.peek():
+            print(f"   parking lot holds {parked.message_id} {parked.body.decode()}:")
+            for key, value in sorted(parked.headers.items()):
+                print(f"     {key}: {value}")
     return 0
 
 
+def replayed() -> int:
+    print("3. The replayed order, with the payment service up again")
+    worker = asyncio.run(work_until(lambda w: w.metrics["orders.work"].acked >= 1, timeout=10))
+    return 0 if worker.metrics["orders.work"].acked >= 1 else 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(replayed() if sys.argv[1:] == ["replayed"] else delays_and_retries())

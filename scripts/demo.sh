@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, from nothing: set the machine up, start a local broker, apply the example specs
 # (showing the plan first and that a second plan has nothing left to do), then run the delay and
-# retry flow on the live broker.
+# retry flow on the live broker with rabbitry's worker, and bring the parked order back with
+# `rabbitry dlq replay`.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,9 +30,23 @@ for spec in examples/shop.yaml examples/delays.yaml; do
     rabbitry plan "$spec" --detailed-exitcode
 done
 
-banner "Delays and retries on the live broker (examples/delay_flow.py)"
+# A parking lot left over from an earlier run would make the flow below ambiguous.
+rabbitry dlq purge orders.work.parking --vhost delays --yes >/dev/null
+
+banner "Delays and retries on the live broker (examples/delay_flow.py, handlers in examples/order_worker.py)"
 python examples/delay_flow.py
+
+banner "rabbitry dlq list / show: the parked order and why it is there"
+rabbitry dlq list --vhost delays
+rabbitry dlq show orders.work.parking --vhost delays
+
+banner "rabbitry dlq replay: back to orders.work, confirmed, then removed from the parking lot"
+rabbitry dlq replay orders.work.parking --vhost delays --all
+
+banner "The payment service is up again: the replayed order goes through"
+PAYMENTS=up python examples/delay_flow.py replayed
 
 banner "Done"
 echo "The broker keeps running: management UI at $(rabbitry dev-broker url --management)"
+echo "Run the handlers yourself: rabbitry worker run examples/order_worker.py:app"
 echo "Stop it with: .venv/bin/rabbitry dev-broker down"

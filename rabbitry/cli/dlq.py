@@ -16,12 +16,16 @@ from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse
 from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 
 PARKING_SUFFIXES = (".parking", ".dead")
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)  # logs and pipes: no wrapped cells
+    return console
 
 
 def _selection(count: int | None, ids: tuple[str, ...], match: tuple[str, ...]) -> Selection:
@@ -91,18 +95,31 @@ def list_command(url: str | None, management_url: str | None, vhost: str, as_jso
             queues = client.queue_stats(vhost)
     except RabbitryError as exc:
         raise click.ClickException(str(exc)) from None
-    lots = [
-        {"name": q["name"], "messages": q.get("messages", 0), "type": q.get("type", "")}
-        for q in queues
-        if str(q["name"]).endswith(PARKING_SUFFIXES)
-    ]
+    # management statistics lag by seconds: ask each parking lot itself for its count
+    counter = AmqpQueueCounter(endpoints)
+    lots: list[dict[str, Any]] = []
+    for q in queues:
+        name = str(q["name"])
+        if name.endswith(PARKING_SUFFIXES):
+            try:
+                messages, consumers = counter(vhost, name)
+            except RabbitryError:
+                messages, consumers = int(q.get("messages") or 0), int(q.get("consumers") or 0)
+            lots.append(
+                {
+                    "name": name,
+                    "messages": messages,
+                    "consumers": consumers,
+                    "type": q.get("type", ""),
+                }
+            )
     lots.sort(key=lambda q: str(q["name"]))
     if as_json:
         click.echo(json.dumps({"format_version": 1, "vhost": vhost, "parking_lots": lots}))
         return
-    table = Table("parking lot", "messages", "type", title=f"vhost {vhost}")
+    table = Table("parking lot", "messages", "consumers", title=f"vhost {vhost}")
     for lot in lots:
-        table.add_row(str(lot["name"]), str(lot["messages"]), str(lot["type"]))
+        table.add_row(str(lot["name"]), str(lot["messages"]), str(lot["consumers"]))
     _console().print(table)
 
 
