@@ -36,6 +36,9 @@ class BrokerCapabilities:
     """Enabled feature flags (empty when the user may not read them)."""
     exchange_types: frozenset[str] = frozenset()
     flags_known: bool = True
+    plugins_known: bool = True
+    """False when a node did not list its plugins (3.10 omits them for a few seconds after
+    start): then only what the exchange types prove is checked."""
 
     @property
     def version_text(self) -> str:
@@ -124,7 +127,7 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
                 f" {broker.version_text}"
             )
             continue
-        if item.kind == "plugin" and item.what not in broker.plugins:
+        if item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
                 f" `rabbitmq-plugins enable {item.what}` on every node"
@@ -141,10 +144,24 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
     return problems
 
 
+EXCHANGE_TYPE_OF_PLUGIN = {plugin: kind.value for kind, plugin in PLUGIN_OF_EXCHANGE.items()}
+
+
+def _has_plugin(broker: BrokerCapabilities, plugin: str) -> bool:
+    if broker.plugins_known:
+        return plugin in broker.plugins
+    exchange_type = EXCHANGE_TYPE_OF_PLUGIN.get(plugin)
+    if exchange_type is not None:
+        return exchange_type in broker.exchange_types
+    return True  # unknown: let the broker answer rather than refuse on a guess
+
+
 def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
     overview = client.overview()
     plugins: set[str] = set()
-    for node in client.get("/nodes"):
+    nodes = client.get("/nodes")
+    plugins_known = bool(nodes) and all("enabled_plugins" in node for node in nodes)
+    for node in nodes:
         plugins.update(node.get("enabled_plugins") or [])
     response = client.request("GET", "/feature-flags", allow=(401, 403, 404))
     flags_known = response.status_code == 200
@@ -159,6 +176,7 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         feature_flags=frozenset(flags),
         exchange_types=frozenset(t["name"] for t in overview.get("exchange_types", [])),
         flags_known=flags_known,
+        plugins_known=plugins_known,
     )
 
 

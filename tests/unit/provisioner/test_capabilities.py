@@ -78,3 +78,22 @@ def test_federation_parameters_and_shovels_need_their_plugins() -> None:
 def test_parse_version_tolerates_suffixes() -> None:
     assert parse_version("3.10.8") == (3, 10, 8)
     assert parse_version("4.1.0-beta.2") == (4, 1, 0)
+
+
+def test_unlisted_plugins_fall_back_to_the_exchange_types_the_broker_offers() -> None:
+    starting = BrokerCapabilities(
+        version=(3, 10, 8),
+        plugins_known=False,
+        exchange_types=frozenset({"direct", "topic", "x-consistent-hash"}),
+        feature_flags=frozenset({"quorum_queue", "stream_queue"}),
+    )
+    hashed = requirements(
+        topology(exchanges=(Exchange(name="h", type=ExchangeType.CONSISTENT_HASH),))
+    )
+    modulus = requirements(
+        topology(exchanges=(Exchange(name="m", type=ExchangeType.MODULUS_HASH),))
+    )
+    shovel = requirements(topology(parameters=(Parameter(component="shovel", name="s", value={}),)))
+    assert missing(hashed, starting) == []
+    assert "rabbitmq_sharding" in missing(modulus, starting)[0]
+    assert missing(shovel, starting) == [], "not provable either way: the broker will answer"
