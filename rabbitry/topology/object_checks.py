@@ -33,6 +33,7 @@ from rabbitry.topology.primitives import (
     QueueType,
     canonical_json,
 )
+from rabbitry.topology.sharding import shard_queue_specs
 from rabbitry.topology.source_map import Loc, format_path
 from rabbitry.topology.spec import ExchangeSpec, QueueSpec, Spec, VhostSpec
 
@@ -311,6 +312,14 @@ def check_bindings(spec: Spec, findings: Findings) -> None:
     for loc, vhost in vhosts_of(spec):
         exchanges = {e.name: e for e in vhost.exchanges}
         queues = {q.name for q in vhost.queues}
+        # Sharding declares exchanges (and shard queues) too: binding into them is legitimate.
+        names = set(exchanges) | {s.name for s in vhost.sharded_exchanges}
+        names |= {m.name for m in vhost.modulus_sharding}
+        for sharded in vhost.sharded_exchanges:
+            try:
+                queues |= {q.name for q in shard_queue_specs(sharded)}
+            except (KeyError, IndexError, ValueError):
+                continue  # a bad queue_name template: the sharding checks report where
         for i, binding in enumerate(vhost.bindings):
             bloc = (*loc, "bindings", i)
             if binding.source == "":
@@ -319,7 +328,7 @@ def check_bindings(spec: Spec, findings: Findings) -> None:
                     "the default exchange cannot be bound: it already routes to every queue "
                     "by queue name",
                 )
-            elif not exchange_exists(binding.source, set(exchanges)):
+            elif not exchange_exists(binding.source, names):
                 findings.error(
                     (*bloc, "source"),
                     f"source exchange {binding.source!r} is not declared in this vhost; "
@@ -332,9 +341,7 @@ def check_bindings(spec: Spec, findings: Findings) -> None:
                         f"destination queue {binding.destination!r} is not declared in this "
                         "vhost; declare it under `queues` (or set destination_type: exchange)",
                     )
-            elif binding.destination == "" or not exchange_exists(
-                binding.destination, set(exchanges)
-            ):
+            elif binding.destination == "" or not exchange_exists(binding.destination, names):
                 findings.error(
                     (*bloc, "destination"),
                     f"destination exchange {binding.destination!r} is not declared in this "

@@ -252,3 +252,19 @@ def test_plan_warns_when_quorum_shards_want_more_replicas_than_the_cluster_has()
     for nodes in (3, None):
         state = BrokerState(topology=empty, record=record, node_count=nodes)
         assert plan(desired, state).warnings == ()
+
+
+def test_bindings_into_and_out_of_sharded_exchanges_are_not_dangling() -> None:
+    problems = check(
+        vhost_spec(
+            """
+            exchanges: [{name: events, type: topic}]
+            sharded_exchanges: [{name: orders, shards: 2}]
+            queues: [{name: audit}]
+            bindings:
+              - {source: events, destination: orders, destination_type: exchange, routing_key: "order.#"}
+              - {source: orders, destination: audit, routing_key: "1"}
+            """
+        )
+    )
+    assert [p for p in problems if p.severity == "error"] == []
