@@ -37,6 +37,9 @@ def check_policies(spec: Spec, findings: Findings) -> None:
         declared = {e.name for e in vhost.exchanges}
         upstreams = {p.name for p in vhost.parameters if p.component == "federation-upstream"}
         sets = {p.name for p in vhost.parameters if p.component == "federation-upstream-set"}
+        if vhost.federation is not None:
+            upstreams |= {u.name for u in vhost.federation.upstreams}
+            sets |= {u.name for u in vhost.federation.upstream_sets}
         kinds: list[tuple[str, Sequence[PolicySpec | OperatorPolicySpec]]] = [
             ("policies", vhost.policies),
             ("operator_policies", vhost.operator_policies),
@@ -85,15 +88,16 @@ def _check_policy_references(
     if isinstance(upstream, str) and upstream not in upstreams:
         findings.warning(
             (*loc, "federation-upstream"),
-            f"federation upstream {upstream!r} is not declared under `parameters` in this "
-            "vhost; the policy does nothing until it exists",
+            f"federation upstream {upstream!r} is declared neither under `federation.upstreams`"
+            " nor under `parameters` in this vhost; the policy does nothing until it exists",
         )
     upstream_set = definition.get("federation-upstream-set")
     if isinstance(upstream_set, str) and upstream_set != "all" and upstream_set not in sets:
         findings.warning(
             (*loc, "federation-upstream-set"),
-            f"federation upstream set {upstream_set!r} is not declared under `parameters` in "
-            "this vhost ('all' means every upstream)",
+            f"federation upstream set {upstream_set!r} is declared neither under"
+            " `federation.upstream_sets` nor under `parameters` in this vhost ('all' means every"
+            " upstream)",
         )
 
 

@@ -235,3 +235,18 @@ def test_link_states_compare_expected_links_with_the_brokers_answer() -> None:
     ]
     assert "hunter2" not in states[1].reason and "fed:***@" in states[1].reason
     assert states[1].to_json()["status"] == "error"
+
+
+def test_policy_naming_an_upstream_from_the_federation_block_is_not_warned_about() -> None:
+    problems = check(
+        vhost_spec(
+            """
+            exchanges: [{name: x, type: topic}]
+            federation:
+              upstreams: [{name: dc1, uri: "amqp://dc1"}]
+            policies:
+              - {name: fed, pattern: "^x$", apply_to: exchanges, definition: {federation-upstream: dc1}}
+            """
+        )
+    )
+    assert not any("dc1" in p.message for p in problems), problems
