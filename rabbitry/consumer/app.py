@@ -92,6 +92,7 @@ class App:
         idempotent: bool = False,
         ordered: bool | None = None,
         priority: int | None = None,
+        retry: QueueRetry | None = None,
     ) -> Callable[[H], H]:
         """Decorator: run the function for every message of ``queue``."""
 
@@ -103,6 +104,7 @@ class App:
                 idempotent=idempotent,
                 ordered=ordered,
                 priority=priority,
+                retry=retry,
             )
             return func
 
@@ -117,12 +119,14 @@ class App:
         idempotent: bool = False,
         ordered: bool | None = None,
         priority: int | None = None,
+        retry: QueueRetry | None = None,
     ) -> Route:
+        """Bind ``func`` to ``queue``; ``retry`` replaces the spec's retry set-up (or gives one
+        to an app without a spec)."""
         if queue in self.routes:
             raise AppError(f"queue {queue!r} already has a handler ({self.routes[queue].handler})")
         if timeout is not None and timeout <= 0:
             raise AppError(f"timeout of {queue!r} must be positive, got {timeout}")
-        retry: QueueRetry | None = None
         spec_ordered = False
         if self.vhost is not None:
             queue_spec = next((q for q in self.vhost.queues if q.name == queue), None)
@@ -133,7 +137,8 @@ class App:
                     f" (queues: {known})"
                 )
             try:
-                retry = queue_retry(self.vhost, queue_spec)
+                if retry is None:
+                    retry = queue_retry(self.vhost, queue_spec)
             except SpecError as exc:
                 raise AppError(str(exc)) from None
             spec_ordered = bool(queue_spec.arguments.single_active_consumer)
