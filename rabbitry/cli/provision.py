@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -13,10 +12,11 @@ from rabbitry.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
+    Target,
     broker_options,
     color_enabled,
     err,
-    parse_vars,
+    load_target,
     spec_options,
 )
 from rabbitry.errors import CapabilityError, PlanError
@@ -24,42 +24,15 @@ from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.display import render_plan
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.exporter import export_topology
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import read_state
-from rabbitry.topology import check_spec, dump_yaml, expand, load_spec, spec_document
+from rabbitry.topology import dump_yaml, spec_document
 from rabbitry.topology.primitives import Topology
 from rabbitry.uri import mask_uri
-
-
-@dataclass(frozen=True)
-class Target:
-    """A loaded spec and the broker it is planned against."""
-
-    topology: Topology
-    endpoints: Endpoints
-
-
-def _target(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
-) -> Target:
-    model = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(model, on_warning=lambda problem: err(f"warning: {problem}"))
-    broker = model.broker
-    endpoints = resolve_endpoints(
-        url,
-        management_url,
-        spec_url=broker.url if broker else None,
-        spec_management_url=broker.management_url if broker else None,
-    )
-    return Target(expand(model), endpoints)
 
 
 def _make_plan(client: ManagementClient, topology: Topology) -> Plan:
@@ -111,7 +84,7 @@ def plan_command(
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
-    target = _target(spec, variables, var_files, url, management_url)
+    target = load_target(spec, variables, var_files, url, management_url)
     with ManagementClient(target.endpoints.management_url) as client:
         the_plan = _make_plan(client, target.topology)
     if as_json:
@@ -152,7 +125,7 @@ def apply_command(
     as_json: bool,
 ) -> int:
     """Make the broker match the spec."""
-    target = _target(spec, variables, var_files, url, management_url)
+    target = load_target(spec, variables, var_files, url, management_url)
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with ManagementClient(target.endpoints.management_url) as client:
         the_plan = _make_plan(client, target.topology)

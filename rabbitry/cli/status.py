@@ -7,9 +7,13 @@ from pathlib import Path
 
 import click
 
-from rabbitry.cli.common import EXIT_OK, broker_options, err, parse_vars, spec_options
+from rabbitry.cli.common import (
+    EXIT_OK,
+    broker_options,
+    load_target,
+    spec_options,
+)
 from rabbitry.errors import SpecError
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.status import (
     LinkStatus,
@@ -17,9 +21,8 @@ from rabbitry.provisioner.status import (
     measure_distribution,
     sample_keys,
 )
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology import expand
 from rabbitry.topology.sharding import Sharding, shardings
-from rabbitry.topology.spec import Spec
 from rabbitry.uri import mask_uri
 
 EXIT_NOT_HEALTHY = 3
@@ -31,25 +34,6 @@ STATUS_COLORS = {
     LinkStatus.ERROR: "red",
     LinkStatus.MISSING: "red",
 }
-
-
-def _load(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
-) -> tuple[Spec, Endpoints]:
-    model = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(model, on_warning=lambda problem: err(f"warning: {problem}"))
-    broker = model.broker
-    endpoints = resolve_endpoints(
-        url,
-        management_url,
-        spec_url=broker.url if broker else None,
-        spec_management_url=broker.management_url if broker else None,
-    )
-    return model, endpoints
 
 
 @click.command("status")
@@ -69,7 +53,8 @@ def status_command(
     Exit 0 when every declared link is running, 3 when one is not (starting, error, missing),
     1 on errors.
     """
-    model, endpoints = _load(spec, variables, var_files, url, management_url)
+    target = load_target(spec, variables, var_files, url, management_url)
+    model, endpoints = target.spec, target.endpoints
     with ManagementClient(endpoints.management_url) as client:
         links = federation_status(client, model, expand(model))
     healthy = all(link.running for link in links if link.declared)
@@ -142,7 +127,8 @@ def shards_check_command(
     not touched. Exit 0 when every shard is within the tolerance and no key reached two
     shards, 3 otherwise, 1 on errors.
     """
-    model, endpoints = _load(spec, variables, var_files, url, management_url)
+    target = load_target(spec, variables, var_files, url, management_url)
+    model, endpoints = target.spec, target.endpoints
     targets: list[tuple[str, Sharding]] = [
         (vhost.name, sharding)
         for vhost in model.vhosts
