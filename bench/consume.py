@@ -98,11 +98,18 @@ def fill(url: str, qt: str, n: int, name: str = "bench.consume") -> str:
     return queue
 
 
-def remaining(url: str, queue: str) -> int:
+def remaining(url: str, queue: str, settle: float = 5.0) -> int:
+    """Messages left in ``queue``, after giving the broker ``settle`` s to apply the last acks."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
-    count = connection.channel().queue_declare(queue, passive=True).method.message_count
+    channel = connection.channel()
+    deadline = time.monotonic() + settle
+    while True:
+        count = int(channel.queue_declare(queue, passive=True).method.message_count)
+        if count == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     connection.close()
-    return int(count)
+    return count
 
 
 def timed(name: str, qt: str, n: int, run: Callable[[], None]) -> Result:

@@ -16,7 +16,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Coroutine, Generator
-from typing import Any
+from typing import Any, cast
 
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger
@@ -418,8 +418,7 @@ class AsyncWorker:
             else:
                 self.core.conclude(message, None, time.perf_counter() - started)
             return
-        coro = route.handler(message)
-        assert isinstance(coro, Coroutine)
+        coro = cast(Coroutine[Any, Any, Any], route.handler(message))
         try:
             first = coro.send(None)
         except StopIteration:

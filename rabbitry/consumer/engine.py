@@ -19,6 +19,7 @@ from typing import Any
 from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import (
+    ACK,
     Action,
     HandlerTimeout,
     Verdict,
@@ -186,7 +187,7 @@ class WorkerCore:
                 if mid is not None:
                     self.app.idempotency.remember(mid)
             self._ack(message)
-            return Verdict(Action.ACK)
+            return ACK
         counters.failed += 1
         if isinstance(error, HandlerTimeout):
             counters.timeouts += 1
