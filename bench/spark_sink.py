@@ -1,0 +1,283 @@
+"""Spark sink speed: the rabbitmq data source vs one AsyncPublisher process vs a naive sink.
+
+Usage:  python bench/spark_sink.py [--rows 200000] [--naive-rows 10000] [--rounds 1]
+        [--queue-type classic|quorum] [--url URL] [--write-docs]
+Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
+1 KB persistent messages through the default exchange into one durable queue (re-created empty
+for every contender), same broker, same run:
+- Spark sink: ``df.write.format("rabbitmq")`` of a DataFrame with a 1 KB binary column in 2
+  partitions on ``local[2]`` (one confirmed connection per partition, window 512), timed from
+  ``save()`` to its return (every row confirmed), Spark's job overhead included; a small write
+  first starts the Python workers.
+- One AsyncPublisher process: ``publish_many`` of the same number of 1 KB bodies, window 512.
+- Naive sink: ``foreachPartition`` opening a pika BlockingConnection per partition and waiting
+  for each row's confirm (``--naive-rows``, fewer rows: it is slow).
+Reported: rows/s of each and the ratios against the targets (sink >= 0.7x AsyncPublisher,
+>= 10x naive), with the machine's load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from rabbitry.publisher import AsyncPublisher
+from rabbitry.uri import mask_uri
+
+HERE = Path(__file__).resolve().parent
+SIZE = 1024
+BODY = b"x" * SIZE
+HEADING = "## Spark sink (bench/spark_sink.py)"
+
+
+@dataclass
+class Result:
+    name: str
+    rows: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def fresh_queue(url: str, queue_type: str) -> str:
+    name = f"bench.spark.{queue_type}"
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.queue_delete(name)
+    channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+    connection.close()
+    return name
+
+
+def depth(url: str, queue: str) -> int:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    count = int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+    connection.close()
+    return count
+
+
+def async_publisher(url: str, qt: str, n: int) -> Result:
+    queue = fresh_queue(url, qt)
+
+    async def main() -> float:
+        async with AsyncPublisher(url, window=512) as pub:
+            await pub.publish(b"warm-up", routing_key=queue)
+            started = time.perf_counter()
+            out = await pub.publish_many((BODY for _ in range(n)), routing_key=queue)
+            elapsed = time.perf_counter() - started
+            assert all(d.ok for d in out)
+            return elapsed
+
+    seconds = asyncio.run(main())
+    assert depth(url, queue) == n + 1
+    return Result("one AsyncPublisher process, window 512", n, seconds)
+
+
+def spark_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import rabbitry.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rabbitry-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rabbitry.spark.register(spark)
+    return spark
+
+
+def frame(spark: Any, n: int) -> Any:
+    from pyspark.sql import functions as F
+
+    body = F.expr(f"cast(repeat('x', {SIZE}) as binary)").alias("body")
+    return spark.range(0, n, numPartitions=2).select(body)
+
+
+def spark_sink(spark: Any, url: str, qt: str, n: int) -> Result:
+    queue = fresh_queue(url, qt)
+    df = frame(spark, n)
+
+    def save(data: Any) -> None:
+        data.write.format("rabbitmq").mode("append").option("url", url).option(
+            "routing_key", queue
+        ).option("body_column", "body").save()
+
+    save(frame(spark, 2_000))  # starts the Python workers
+    started = time.perf_counter()
+    save(df)
+    seconds = time.perf_counter() - started
+    assert depth(url, queue) == n + 2_000
+    return Result("Spark sink (rabbitmq data source), 2 partitions", n, seconds)
+
+
+def naive_rows(url: str, queue: str) -> Callable[[Iterable[Any]], None]:
+    def publish(rows: Iterable[Any]) -> None:
+        import pika as client
+
+        connection = client.BlockingConnection(client.URLParameters(url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        persistent = client.BasicProperties(delivery_mode=2)
+        for row in rows:
+            channel.basic_publish("", queue, bytes(row.body), persistent)
+        connection.close()
+
+    return publish
+
+
+def naive_sink(spark: Any, url: str, qt: str, n: int) -> Result:
+    queue = fresh_queue(url, qt)
+    frame(spark, 100).foreachPartition(naive_rows(url, queue))  # warm-up
+    df = frame(spark, n)
+    started = time.perf_counter()
+    df.foreachPartition(naive_rows(url, queue))
+    seconds = time.perf_counter() - started
+    assert depth(url, queue) == n + 100
+    return Result("naive foreachPartition, pika confirm each row", n, seconds)
+
+
+def median(results: list[Result]) -> Result:
+    return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def render(
+    results: dict[str, Result], args: argparse.Namespace, load: tuple[str, str], version: str
+) -> str:
+    sink = results["sink"]
+    lines = [
+        HEADING,
+        "",
+        "```bash",
+        ".venv/bin/python bench/spark_sink.py"
+        f" --rows {args.rows} --naive-rows {args.naive_rows} --rounds {args.rounds}"
+        f" --queue-type {args.queue_type} --write-docs",
+        "```",
+        "",
+        "1 KB persistent messages through the default exchange into one durable"
+        f" {args.queue_type} queue (re-created empty for each contender), same broker, same run."
+        " The sink writes a DataFrame with a 1 KB binary column in 2 partitions on `local[2]`"
+        " (one confirmed connection per partition, window 512), timed from `save()` to its"
+        " return with Spark's job overhead included, after a small write that starts the"
+        " Python workers. The AsyncPublisher publishes the same number of messages from one"
+        " process (window 512). The naive sink is a `foreachPartition` that opens pika and"
+        " waits for each row's confirm, on fewer rows.",
+        "",
+        f"RabbitMQ {version}, pyspark {pyspark_version()}, {args.rounds} round(s), median shown"
+        f" ({dt.date.today().isoformat()}); load average before {load[0]}, after {load[1]}"
+        " (2 cores, shared with the broker):",
+        "",
+        "| contender | rows | seconds | rows/s |",
+        "|---|---|---|---|",
+    ]
+    for result in results.values():
+        lines.append(
+            f"| {result.name} | {result.rows:,} | {result.seconds:.2f} | {result.rate:,.0f} |"
+        )
+    async_ratio = sink.rate / results["async"].rate
+    naive_ratio = sink.rate / results["naive"].rate
+    lines += [
+        "",
+        "| ratio | value | target |",
+        "|---|---|---|",
+        f"| Spark sink / one AsyncPublisher process | {async_ratio:.2f}x | >= 0.7x |",
+        f"| Spark sink / naive foreachPartition | {naive_ratio:.1f}x | >= 10x |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def broker_version(url: str) -> str:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    props = connection._impl.server_properties  # type: ignore[attr-defined]
+    connection.close()
+    version = props.get("version", b"?")
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def write_docs(text: str) -> None:
+    path = HERE.parent / "docs" / "benchmarks.md"
+    current = path.read_text() if path.exists() else "# Benchmarks\n"
+    if HEADING in current:
+        before, rest = current.split(HEADING, 1)
+        after = rest.split("\n## ", 1)
+        tail = "\n## " + after[1] if len(after) > 1 else ""
+        current = before + text.rstrip() + "\n" + tail
+    else:
+        current = current.rstrip() + "\n\n" + text.rstrip() + "\n"
+    path.write_text(current)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--url", default=os.environ.get("RABBITMQ_URL", "amqp://guest:guest@localhost:5672/")
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--naive-rows", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--queue-type", choices=("classic", "quorum"), default="classic")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    url, qt = args.url, args.queue_type
+    print(f"broker {mask_uri(url)}, {args.rows:,} rows, {qt} queue; load {load_average()}")
+    load_before = load_average()
+    spark = spark_session()
+    runs: dict[str, list[Result]] = {"sink": [], "async": [], "naive": []}
+    for round_no in range(args.rounds):
+        order = ["sink", "async", "naive"]
+        order = order[round_no % 3 :] + order[: round_no % 3]
+        for name in order:
+            if name == "sink":
+                result = spark_sink(spark, url, qt, args.rows)
+            elif name == "async":
+                result = async_publisher(url, qt, args.rows)
+            else:
+                result = naive_sink(spark, url, qt, args.naive_rows)
+            runs[name].append(result)
+            print(
+                f"round {round_no + 1}: {result.name}: {result.rate:,.0f} rows/s"
+                f" ({result.seconds:.2f} s)",
+                flush=True,
+            )
+    spark.stop()
+    results = {name: median(found) for name, found in runs.items()}
+    text = render(results, args, (load_before, load_average()), broker_version(url))
+    print()
+    print(text)
+    fresh_queue(url, qt)  # leave the queue empty
+    if args.write_docs:
+        write_docs(text)
+        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
