@@ -24,6 +24,7 @@ from pyspark.sql.datasource import (
 )
 
 from rabbitry.spark.checks import plan_write
+from rabbitry.spark.options import SinkOptionError
 from rabbitry.spark.partition import SinkPlan, publish_rows
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger
 from rabbitry.spark.rows import Column, ColumnKind
@@ -158,6 +159,13 @@ class RabbitMQStreamWriter(_StreamBase):
         )
 
 
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise SinkOptionError(
+            'messages cannot be overwritten: write with .mode("append") (or outputMode("append"))'
+        )
+
+
 class RabbitMQDataSource(DataSource):
     """``df.write.format("rabbitmq")``, ``df.writeStream.format("rabbitmq")``: docs/spark.md."""
 
@@ -166,7 +174,9 @@ class RabbitMQDataSource(DataSource):
         return NAME
 
     def writer(self, schema: T.StructType, overwrite: bool) -> RabbitMQBatchWriter:
+        _append_only(overwrite)
         return RabbitMQBatchWriter(plan_write(self.options, columns_of(schema), streaming=False))
 
     def streamWriter(self, schema: T.StructType, overwrite: bool) -> RabbitMQStreamWriter:
+        _append_only(overwrite)
         return RabbitMQStreamWriter(plan_write(self.options, columns_of(schema), streaming=True))

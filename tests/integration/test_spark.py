@@ -227,6 +227,10 @@ def test_bad_options_fail_before_any_row_is_published(spark: SparkSession, broke
         with pytest.raises(Exception, match=re.escape(message)) as err:
             sink(df, broker, **options)
         assert broker_password(broker) not in str(err.value)
+    with pytest.raises(Exception, match=re.escape('write with .mode("append")')):
+        df.write.format("rabbitmq").mode("overwrite").option("url", broker.vhost_amqp_url).option(
+            "exchange", "events"
+        ).save()
     assert queue_depth(broker, "all") == 0
 
 
