@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -26,7 +27,7 @@ from rabbitry.policies.retry import (
     PARKED_REASON_HEADER,
     QUEUE_HEADER,
 )
-from rabbitry.publisher import Publisher
+from rabbitry.publisher import Backoff, Publisher
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns import delay_scheme
 from tests.integration.conftest import Broker
@@ -396,3 +397,40 @@ def test_cancellation_drops_the_cancelled_delayed_job_and_delivers_the_others(
     assert time.monotonic() - started >= 0.8, "the jobs waited for their delay"
     assert worker.metrics["jobs"].cancelled == 1
     assert depth(applied, "jobs") == 0
+
+
+def test_worker_reconnects_and_consumes_again_after_its_connection_is_closed(
+    applied: Broker,
+) -> None:
+    app = make_app(applied)
+    got: list[str | None] = []
+
+    @app.handler("slow")
+    def handle(message: IncomingMessage) -> None:
+        got.append(message.message_id)
+
+    name = f"worker-{applied.vhost}"
+    worker = AsyncWorker(
+        app, applied.vhost_amqp_url, connection_name=name, backoff=Backoff(initial=0.05)
+    )
+    publish(applied, "slow", [b"before"])
+    closed: list[int] = []
+
+    def progress() -> bool:
+        if got and not closed:
+            connections = applied.get("/connections") or []
+            for connection in connections:
+                if (connection.get("client_properties") or {}).get("connection_name") == name:
+                    response = applied.http.delete(
+                        f"/connections/{quote(connection['name'], safe='')}"
+                    )
+                    closed.append(response.status_code)
+        if closed and worker.metrics.reconnects >= 1 and len(got) == 1:
+            with Publisher(applied.vhost_amqp_url) as pub:
+                pub.publish(b"after", routing_key="slow", message_id="after-0")
+            got.append("published")
+        return "after-0" in got
+
+    run_worker(worker, progress, timeout=30)
+    assert closed and worker.metrics.reconnects >= 1
+    assert got == ["slow-0", "published", "after-0"]
