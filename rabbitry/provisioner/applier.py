@@ -161,6 +161,9 @@ def definitions_for(resources: Iterable[Primitive]) -> dict[str, list[dict[str, 
     return dict(doc)
 
 
+PUT_FIRST = frozenset({"vhost", "user", "permission", "topic_permission"})
+"""Kinds put one by one before the imports: the objects in a vhost may need them."""
+
 BATCHED = (Exchange, Queue, Binding, Parameter)
 """Kinds created through the definitions import (policies too, but not operator policies)."""
 
@@ -370,10 +373,10 @@ class Applier:
             return self.result
 
         new_keys = {k: PENDING for k in plan.desired_digests if k not in record.managed}
+        self.managed = {**new_keys, **record.managed}
         if new_keys:
             # Intent first: whatever this run creates is owned even if it dies half-way.
-            self._write_record({**new_keys, **record.managed})
-        self.managed = {**new_keys, **record.managed}
+            self._write_record(self.managed)
         try:
             self._run(todo, deletions, options)
         except BrokerError as exc:
@@ -449,12 +452,7 @@ class Applier:
             )
             if batched:
                 batches[change.vhost].append(change)
-            elif change.action is not Action.ADOPT and change.kind in (
-                "vhost",
-                "user",
-                "permission",
-                "topic_permission",
-            ):
+            elif change.action is not Action.ADOPT and change.kind in PUT_FIRST:
                 self.put(change.vhost, resource)
                 self._done(f"{change.action.value}d {change.title}")
 
@@ -469,10 +467,9 @@ class Applier:
                 verb = "created" if change.action is Action.CREATE else "declared again"
                 self._done(f"{verb} {change.title}", show=False)
 
+        imported = {c.key for changes in batches.values() for c in changes}
         for change in todo:
-            if change.key in {c.key for b in batches.values() for c in b}:
-                continue
-            if change.kind in ("vhost", "user", "permission", "topic_permission"):
+            if change.key in imported or change.kind in PUT_FIRST:
                 continue
             if change.action in (Action.CREATE, Action.UPDATE):
                 assert change.desired is not None
