@@ -25,7 +25,8 @@ for spec in examples/shop.yaml examples/delays.yaml; do
     banner "rabbitry plan $spec"
     rabbitry plan "$spec"
     banner "rabbitry apply $spec"
-    rabbitry apply "$spec" --auto-approve
+    # --allow-replace: a dev broker set up by an older rabbitry is migrated, messages kept.
+    rabbitry apply "$spec" --auto-approve --allow-replace
     banner "rabbitry plan $spec (again: nothing left to do)"
     rabbitry plan "$spec" --detailed-exitcode
 done

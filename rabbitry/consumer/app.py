@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.stores import (
@@ -180,11 +181,14 @@ def _pick_vhost(spec: Spec, name: str | None) -> VhostSpec:
 
 
 def url_for_app(url: str, app: App) -> str:
-    """``url`` pointed at the app's vhost when it names none (no path, or a bare ``/``)."""
-    from urllib.parse import quote, urlsplit, urlunsplit
+    """``url`` pointed at the vhost of the app's spec, when it has one.
 
+    As for plan and apply, RABBITRY_URL says where the broker is and the spec says which vhost:
+    a URL naming the default vhost (``/%2F``, as ``rabbitry dev-broker env`` writes it) must not
+    send the workers of a spec's vhost to ``/``.
+    """
     parts = urlsplit(url)
-    if app.vhost is None or parts.path not in ("", "/"):
+    if app.vhost is None:
         return url
     path = "/" + quote(app.vhost.name, safe="")
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))

@@ -155,6 +155,22 @@ def queue_retry(vhost: VhostSpec, queue: QueueSpec) -> QueueRetry | None:
     return QueueRetry(queue.name, policy, parking, delay=delay_scheme(delay))
 
 
+PARKING_DELIVERY_LIMIT = 1_000_000
+"""Quorum parking lots and dead-letter queues: deliveries before the broker drops a message.
+
+Looking at a parking lot (``rabbitry dlq show``) returns what it read, and from RabbitMQ 4.0 a
+quorum queue without a limit gets 20, counting returns until 4.3: a parking lot looked at 20
+times would drop messages. A limit no inspection reaches, valid on 3.10 too (-1 is 4.0+)."""
+
+
+def holding_queue(name: str, queue_type: QueueType) -> Queue:
+    """A parking lot or dead-letter queue: keeps messages however often they are inspected."""
+    arguments: dict[str, JSON] = {}
+    if queue_type is QueueType.QUORUM:
+        arguments["x-delivery-limit"] = PARKING_DELIVERY_LIMIT
+    return Queue(name=name, type=queue_type, arguments=arguments)
+
+
 def _level_arguments(
     queue_type: str, ttl_ms: int, dlx: str, dl_key: str | None = None
 ) -> dict[str, JSON]:
@@ -195,7 +211,7 @@ def declare_delays(draft: VhostDraft) -> None:
             )
         )
         draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
-        draft.queues.append(Queue(name=parking, type=qtype))
+        draft.queues.append(holding_queue(parking, qtype))
         draft.bindings.append(Binding(source=unroutable, destination=parking))
 
         if isinstance(scheme, BinaryDelays):
@@ -295,7 +311,7 @@ def declare_retries(draft: VhostDraft) -> None:
         declared = set(by_name) | {q.name for q in draft.queues}
         for name in (parking_queue_of(spec), dead):
             if name is not None and name not in declared:
-                draft.queues.append(Queue(name=name, type=work.type))
+                draft.queues.append(holding_queue(name, work.type))
                 declared.add(name)
 
         retry = queue_retry(draft.spec, spec)

@@ -9,7 +9,7 @@ from pamqp import body as pamqp_body
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
-from rabbitry.consumer.app import App, AppError
+from rabbitry.consumer.app import App, AppError, url_for_app
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.publisher.confirms import ConfirmTracker
 from rabbitry.publisher.message import MessageBuilder
@@ -118,3 +118,14 @@ def test_app_binds_handlers_to_spec_queues(tmp_path: Path) -> None:
         app.add("plain", lambda m: None)
     with pytest.raises(AppError, match="not declared"):
         app.add("nope", lambda m: None)
+
+
+def test_workers_go_to_the_spec_vhost_whatever_vhost_the_url_names(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    app = App(path)
+    assert app.vhost is not None
+    expected = f"amqp://u:p@h:5672/{app.vhost.name}"
+    # `rabbitry dev-broker env` writes the default vhost explicitly, as %2F
+    assert url_for_app("amqp://u:p@h:5672/%2F", app) == expected
+    assert url_for_app("amqp://u:p@h:5672", app) == expected

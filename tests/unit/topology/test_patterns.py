@@ -106,6 +106,8 @@ def test_retry_via_queues_declares_distinct_tiers_parking_and_dead_lettering() -
     assert work["x-delivery-limit"] == 10
     assert work["x-dead-letter-strategy"] == "at-least-once"
     assert queues["work.parking"].type is QueueType.QUORUM
+    # inspecting a parking lot returns messages: never let that count towards dropping them
+    assert queues["work.parking"].arguments == {"x-delivery-limit": 1_000_000}
     retry = queue_retry(
         load(vhost_spec(RETRY)).vhosts[0], load(vhost_spec(RETRY)).vhosts[0].queues[0]
     )
