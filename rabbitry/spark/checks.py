@@ -38,7 +38,7 @@ def resolve_spec(options: SinkOptions) -> DelayScheme | None:
     if not path.is_file():
         raise SinkOptionError(f"spec: no such file {options.spec!r}")
     try:
-        spec = load_spec(path)
+        spec = load_spec(path, dict(options.spec_vars))
         check_spec(spec)
         topology = expand(spec)
     except RabbitryError as exc:

@@ -49,6 +49,7 @@ OPTIONS: dict[str, str] = {
     "delay_column": "numeric (seconds) or interval column: publish through the spec's delay levels",
     "delays": "name of the spec's delays entry for delay_column (default: the only one)",
     "spec": "rabbitry spec: exchanges and delays are resolved and checked against it",
+    "spec_vars": "template variables of the spec: name=value pairs, comma-separated",
     "vhost": "vhost of the spec to use (default: the URL's vhost)",
     "window": f"unconfirmed messages in flight per task (default {DEFAULT_WINDOW})",
     "mandatory": "true/false: an unroutable row fails its task (default false)",
@@ -84,6 +85,7 @@ class SinkOptions:
     delay_column: str | None = None
     delays: str | None = None
     spec: str | None = None
+    spec_vars: tuple[tuple[str, str], ...] = ()
     vhost: str | None = None
     window: int = DEFAULT_WINDOW
     mandatory: bool = False
@@ -143,6 +145,8 @@ class SinkOptions:
             raise SinkOptionError(
                 "delay_column needs spec= (the rabbitry spec that declares the delay levels)"
             )
+        if "spec_vars" in given and "spec" not in given:
+            raise SinkOptionError("spec_vars are the variables of a spec: give spec= too")
         if "delays" in given and delay_column is None:
             raise SinkOptionError("delays names the delay levels for delay_column; give both")
         headers = tuple(c.strip() for c in given.get("header_columns", "").split(",") if c.strip())
@@ -164,6 +168,7 @@ class SinkOptions:
             delay_column=delay_column,
             delays=given.get("delays") or None,
             spec=given.get("spec") or None,
+            spec_vars=_pairs(given, "spec_vars"),
             vhost=given.get("vhost") or None,
             window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW) or DEFAULT_WINDOW,
             mandatory=_bool(given, "mandatory", False),
@@ -223,6 +228,20 @@ def _column(given: Mapping[str, str], name: str) -> str | None:
     if not value:
         raise SinkOptionError(f"{name} is empty: give a column name or leave the option out")
     return value
+
+
+def _pairs(given: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in given.get(name, "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SinkOptionError(
+                f"{name} takes name=value pairs separated by commas, not {item!r}"
+            )
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
 
 
 def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:

@@ -9,19 +9,20 @@ partition under the same message ids.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import DelayScheme
+from rabbitry.publisher.confirms import Delivery
 from rabbitry.publisher.message import Message
 from rabbitry.publisher.settings import Backoff
 from rabbitry.publisher.sync import Publisher
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport
-from rabbitry.spark.rows import Column, RowEncoder
+from rabbitry.spark.rows import Column, Outgoing, RowEncoder
 from rabbitry.uri import mask_text
 
 # A task whose broker stays unreachable fails after this long; Spark may then retry it.
@@ -41,6 +42,67 @@ class SinkPlan:
         return RowEncoder(self.options, self.columns)
 
 
+class RowPublisher(Publisher):
+    """A ``Publisher`` whose ``stream`` takes the encoder's ``Outgoing`` rows.
+
+    Exchange and properties are the same for every row, so a row's frames are built straight
+    from its body, routing key, headers and id, without a ``Message`` per row and the general
+    argument handling of ``prepare``; rows with a delay still take ``prepare`` (the delay
+    levels choose their exchange and routing key).
+    """
+
+    def __init__(self, url: str, encoder: RowEncoder, **options: Any) -> None:
+        super().__init__(url, exchange=encoder.exchange, **options)
+        opts = encoder.options
+        self._row_exchange = encoder.exchange
+        self._properties: dict[str, Any] = {
+            "content_type": encoder.content_type,
+            "priority": opts.priority,
+            "expiration": opts.expiration,
+        }
+
+    def prepare_item(
+        self,
+        item: Any,
+        *,
+        exchange: str | None,
+        routing_key: str,
+        mandatory: bool | None,
+        headers: Mapping[str, Any] | None,
+        deadline: float | None,
+    ) -> Delivery:
+        if not isinstance(item, Outgoing):
+            return super().prepare_item(
+                item,
+                exchange=exchange,
+                routing_key=routing_key,
+                mandatory=mandatory,
+                headers=headers,
+                deadline=deadline,
+            )
+        if item.delay is not None:
+            delivery = self.prepare(
+                item.body,
+                routing_key=item.routing_key,
+                headers=item.headers,
+                delay=item.delay,
+                message_id=item.message_id,
+                **self._properties,
+            )
+            delivery.deadline = deadline
+            return delivery
+        return self.builder.build(
+            item.body,
+            exchange=self._row_exchange,
+            routing_key=item.routing_key,
+            mandatory=self.default_mandatory,
+            headers=item.headers,
+            message_id=item.message_id,
+            deadline=deadline,
+            **self._properties,
+        )
+
+
 def publish_rows(
     plan: SinkPlan,
     rows: Iterable[Sequence[Any]],
@@ -55,7 +117,7 @@ def publish_rows(
     encoder = plan.encoder()
     size = 0
 
-    def counted(messages: Iterator[Message]) -> Iterator[Message]:
+    def counted(messages: Iterator[Outgoing]) -> Iterator[Outgoing]:
         nonlocal size
         for message in messages:
             size += len(message.body)
@@ -63,11 +125,11 @@ def publish_rows(
 
     where = f"partition {partition}" + (f" of batch {batch}" if batch else "")
     started = time.monotonic()
-    publisher = Publisher(
+    publisher = RowPublisher(
         opts.url,
+        encoder,
         window=opts.window,
         confirm_timeout=opts.confirm_timeout,
-        exchange=opts.exchange,
         mandatory=opts.mandatory,
         persistent=opts.persistent,
         delays=plan.delays,
@@ -78,7 +140,9 @@ def publish_rows(
     confirmed = 0
     failure: str | None = None
     try:
-        for delivery in publisher.stream(counted(encoder.messages(rows, ids))):
+        outgoing = counted(encoder.messages(rows, ids))
+        # RowPublisher.prepare_item takes Outgoing rows where Publisher takes Message objects
+        for delivery in publisher.stream(cast("Iterable[Message]", outgoing)):
             if not delivery.ok:
                 failure = (
                     f"{ids.where(confirmed)} (message id {delivery.message_id}, exchange"

@@ -53,7 +53,7 @@ class SinkTotals:
         )
 
     def describe(self) -> str:
-        rate = f", {self.rows / self.seconds:,.0f} rows/s per partition" if self.seconds else ""
+        rate = f", {self.rows / self.seconds:,.0f} rows/s while publishing" if self.seconds else ""
         return (
             f"{self.rows:,} rows ({self.bytes:,} body bytes) in {self.partitions} partition(s),"
             f" {self.confirms:,} confirms, {self.retries} task retries,"

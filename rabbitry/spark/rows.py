@@ -2,7 +2,7 @@
 
 ``RowEncoder`` checks the options against the DataFrame's columns once, on the driver (a
 missing column or a wrong type fails the write before any row is published), and then turns
-row tuples, in schema order, into ``Message`` objects on the executors. Pure: columns are
+row tuples, in schema order, into ``Outgoing`` messages on the executors. Pure: columns are
 described by ``Column`` (name and ``ColumnKind``), so nothing here imports pyspark.
 """
 
@@ -15,9 +15,8 @@ import enum
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from rabbitry.publisher.message import Message
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 
@@ -95,8 +94,21 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"cannot write a {type(value).__name__} as JSON")
 
 
+class Outgoing(NamedTuple):
+    """One row's message: what varies per row (the rest is the same for every row)."""
+
+    body: bytes
+    routing_key: str
+    headers: dict[str, Any] | None
+    message_id: str
+    delay: float | dt.timedelta | None
+
+
 class RowEncoder:
-    """Checks the options against the columns; builds one ``Message`` per row tuple."""
+    """Checks the options against the columns; one ``Outgoing`` message per row tuple.
+
+    ``exchange``, ``content_type``, ``priority`` and ``expiration`` are the same for every row.
+    """
 
     def __init__(self, options: SinkOptions, columns: Sequence[Column]) -> None:
         self.options = options
@@ -137,27 +149,33 @@ class RowEncoder:
         else:
             self.content_type = None
 
-    def body(self, row: Sequence[Any], where: str) -> bytes:
-        if self._body is None:
-            data = dict(zip(self._names, row, strict=True))
-            return json.dumps(
-                data, separators=(",", ":"), ensure_ascii=False, default=json_default
-            ).encode("utf-8")
-        value = row[self._body]
-        if value is None:
-            raise SparkSinkError(f"{where}: body column {self.options.body_column!r} is null")
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        return bytes(value)
+    def json_body(self, row: Sequence[Any]) -> bytes:
+        data = dict(zip(self._names, row, strict=True))
+        return json.dumps(
+            data, separators=(",", ":"), ensure_ascii=False, default=json_default
+        ).encode("utf-8")
 
-    def messages(self, rows: Iterable[Sequence[Any]], ids: MessageIdScheme) -> Iterator[Message]:
+    @property
+    def exchange(self) -> str:
+        """The exchange of every row; "" with a delay column (the delay levels pick it)."""
+        return "" if self._delay is not None else self.options.exchange
+
+    def messages(self, rows: Iterable[Sequence[Any]], ids: MessageIdScheme) -> Iterator[Outgoing]:
         """One message per row, in order; the row index in the partition makes the id."""
         opts = self.options
         key_index, id_index, delay_index = self._key, self._id, self._delay
         headers_spec = self._headers
-        exchange = None if delay_index is not None else opts.exchange
+        body_index, body_is_text = self._body, self._body_is_text
         for index, row in enumerate(rows):
-            body = self.body(row, ids.where(index))
+            if body_index is None:
+                body = self.json_body(row)
+            else:
+                value = row[body_index]
+                if value is None:
+                    raise SparkSinkError(
+                        f"{ids.where(index)}: body column {opts.body_column!r} is null"
+                    )
+                body = value.encode("utf-8") if body_is_text else bytes(value)
             routing_key = opts.routing_key
             if key_index is not None:
                 value = row[key_index]
@@ -183,17 +201,7 @@ class RowEncoder:
             if delay_index is not None:
                 value = row[delay_index]
                 delay = 0.0 if value is None else _seconds(value)
-            yield Message(
-                body,
-                routing_key=routing_key,
-                exchange=exchange,
-                headers=headers,
-                message_id=message_id,
-                delay=delay,
-                content_type=self.content_type,
-                priority=opts.priority,
-                expiration=opts.expiration,
-            )
+            yield Outgoing(body, routing_key, headers, message_id, delay)
 
 
 def _options_naming(options: SinkOptions, column: str) -> list[str]:

@@ -7,6 +7,7 @@ installation instead.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -266,6 +267,46 @@ def test_publish_partitions_helper_reports_totals(spark: SparkSession, broker: B
     got = drain(broker, "helper", 3_000)
     assert sorted(int(g.body.split(b":")[1].rstrip(b"}")) for g in got) == list(range(3000))
     assert {parse_message_id(g.message_id)[0] for g in got} == {"nightly-2024-05-01"}
+
+
+def test_a_delay_column_goes_through_the_spec_delay_levels(
+    spark: SparkSession, broker: Broker
+) -> None:
+    spec = broker.spec(
+        f"""
+        version: 1
+        name: "{{{{ vars.stack }}}}"
+        vhosts:
+          - name: {broker.vhost}
+            queues:
+              - {{name: due, type: quorum}}
+            delays:
+              - name: delay
+                unit: 100ms
+                count: 10
+                targets:
+                  - queue: due
+        """
+    )
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    df = spark.range(0, 20, numPartitions=2).select(
+        F.col("id"), (F.col("id") % 2 * 0.8).alias("wait")
+    )
+    started = time.monotonic()
+    sink(
+        df,
+        broker,
+        spec=str(spec),
+        spec_vars=f"stack={broker.stack}",
+        routing_key="due",
+        delay_column="wait",
+    )
+    got = drain(broker, "due", 20, timeout=30)
+    elapsed = time.monotonic() - started
+    assert sorted(json.loads(g.body)["id"] for g in got) == list(range(20))
+    assert {g.routing_key.rsplit(".", 1)[-1] for g in got} == {"due"}
+    assert elapsed >= 0.8  # the delayed half waited its 0.8 s
 
 
 def run_stream(

@@ -35,6 +35,10 @@ def test_defaults_and_types() -> None:
         60000,
     )
     assert o.confirm_timeout == 2.5
+    assert parse(url=URL, spec="s.yaml", spec_vars="vhost=shop, stack = a=b").spec_vars == (
+        ("vhost", "shop"),
+        ("stack", "a=b"),
+    )
     assert o.check_exchange is True
     assert o.url_vhost == "orders"
     assert o.columns == {"kind": "routing_key_column", "a": "header_columns", "b": "header_columns"}
@@ -90,6 +94,8 @@ def test_missing_url_says_where_to_put_it() -> None:
         ({"delay_column": "d"}, "delay_column needs spec="),
         ({"delay_column": "d", "spec": "s.yaml", "exchange": "x"}, "leave out exchange"),
         ({"delays": "delay"}, "give both"),
+        ({"spec_vars": "a=b"}, "give spec= too"),
+        ({"spec": "s.yaml", "spec_vars": "a=b,c"}, "name=value pairs separated by commas, not 'c'"),
         ({"id_prefix": "p", "message_id_column": "id"}, "id_prefix or message_id_column"),
     ],
 )

@@ -21,7 +21,7 @@ def test_totals_count_rows_bytes_confirms_and_retries() -> None:
     )
     assert totals.describe() == (
         "15 rows (150 body bytes) in 2 partition(s), 15 confirms, 1 task retries,"
-        " 2 republished, 15 rows/s per partition"
+        " 2 republished, 15 rows/s while publishing"
     )
 
 

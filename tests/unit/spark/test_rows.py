@@ -37,8 +37,9 @@ def encoder(**options: str) -> RowEncoder:
 
 
 def test_the_row_as_json_by_default() -> None:
-    (m,) = encoder(exchange="events", routing_key="k").messages([ROW], IDS)
-    assert json.loads(m.body) == {  # type: ignore[arg-type]
+    enc = encoder(exchange="events", routing_key="k")
+    (m,) = enc.messages([ROW], IDS)
+    assert json.loads(m.body) == {
         "id": 7,
         "kind": "order.created",
         "payload": "AAE=",
@@ -46,7 +47,7 @@ def test_the_row_as_json_by_default() -> None:
         "price": "9.90",
         "wait": 1.5,
     }
-    assert (m.exchange, m.routing_key, m.content_type) == ("events", "k", "application/json")
+    assert (enc.exchange, m.routing_key, enc.content_type) == ("events", "k", "application/json")
     assert m.message_id == "job1:0:3:0"
 
 
@@ -60,24 +61,24 @@ def test_body_key_headers_and_properties_from_columns() -> None:
     )
     row2 = (8, "order.paid", b"x", None, None, None)
     m1, m2 = enc.messages([ROW, row2], IDS)
-    assert (m1.body, m1.routing_key, m1.content_type) == (b"\x00\x01", "order.created", None)
+    assert (m1.body, m1.routing_key, enc.content_type) == (b"\x00\x01", "order.created", None)
     assert m1.headers == {"id": 7, "at": dt.datetime(2024, 5, 1, 12, 0)}
     assert m2.headers == {"id": 8}  # null headers are left out
-    assert (m1.priority, m1.expiration) == (3, 1000)
+    assert (enc.options.priority, enc.options.expiration) == (3, 1000)
     assert [m1.message_id, m2.message_id] == ["job1:0:3:0", "job1:0:3:1"]
 
 
 def test_string_body_is_utf8_text() -> None:
-    (m,) = encoder(body_column="kind").messages([ROW], IDS)
-    assert (m.body, m.content_type) == (b"order.created", "text/plain; charset=utf-8")
-    (m,) = encoder(body_column="kind", content_type="application/x-kind").messages([ROW], IDS)
-    assert m.content_type == "application/x-kind"
+    enc = encoder(body_column="kind")
+    (m,) = enc.messages([ROW], IDS)
+    assert (m.body, enc.content_type) == (b"order.created", "text/plain; charset=utf-8")
+    assert encoder(body_column="kind", content_type="x/kind").content_type == "x/kind"
 
 
 def test_message_id_column_and_delay_column() -> None:
     enc = encoder(message_id_column="id", delay_column="wait", spec="s.yaml", routing_key="q")
     m1, m2 = enc.messages([ROW, (*ROW[:5], None)], IDS)
-    assert (m1.message_id, m1.delay, m1.exchange) == ("7", 1.5, None)
+    assert (m1.message_id, m1.delay, enc.exchange) == ("7", 1.5, "")
     assert m2.delay == 0.0  # null: no delay, straight to the delivery exchange
 
 
