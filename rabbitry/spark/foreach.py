@@ -17,7 +17,7 @@ from pyspark import AccumulatorParam, TaskContext
 from rabbitry.spark.checks import plan_write
 from rabbitry.spark.partition import publish_rows
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals
-from rabbitry.spark.source import columns_of
+from rabbitry.spark.schema import columns_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

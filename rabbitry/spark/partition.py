@@ -155,14 +155,16 @@ def publish_rows(
     except SparkSinkError:
         raise
     except RabbitryError as exc:
-        failure = f"{type(exc).__name__}: {mask_text(str(exc))}"
+        failure = f"{type(exc).__name__}: {exc}"
     finally:
         publisher.close()
     if failure is not None:
         raise SparkSinkError(
-            f"rabbitmq sink, {where} (task attempt {attempt}) to {opts.display_url}: {failure};"
-            f" {confirmed} earlier row(s) of this partition were confirmed and will be sent"
-            " again, with the same message ids, if Spark retries the task"
+            mask_text(
+                f"rabbitmq sink, {where} (task attempt {attempt}) to {opts.display_url}:"
+                f" {failure}; {confirmed} earlier row(s) of this partition were confirmed and"
+                " will be sent again, with the same message ids, if Spark retries the task"
+            )
         )
     return PartitionReport(
         partition=partition,

@@ -27,7 +27,7 @@ from rabbitry.spark.checks import plan_write
 from rabbitry.spark.options import SinkOptionError
 from rabbitry.spark.partition import SinkPlan, publish_rows
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger
-from rabbitry.spark.rows import Column, ColumnKind
+from rabbitry.spark.schema import columns_of
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
@@ -40,36 +40,6 @@ except ImportError:  # pragma: no cover - Spark 4.0
 NAME = "rabbitmq"
 QUERY_ID = "sql.streaming.queryId"
 BATCH_ID = "streaming.sql.batchId"
-
-
-def column_kind(data_type: T.DataType) -> ColumnKind:
-    if isinstance(data_type, T.StringType | T.CharType | T.VarcharType):
-        return ColumnKind.STRING
-    if isinstance(data_type, T.BinaryType):
-        return ColumnKind.BINARY
-    if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return ColumnKind.INTEGRAL
-    if isinstance(data_type, T.FloatType | T.DoubleType):
-        return ColumnKind.FRACTIONAL
-    if isinstance(data_type, T.DecimalType):
-        return ColumnKind.DECIMAL
-    if isinstance(data_type, T.BooleanType):
-        return ColumnKind.BOOLEAN
-    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        return ColumnKind.TIMESTAMP
-    if isinstance(data_type, T.DateType):
-        return ColumnKind.DATE
-    if isinstance(data_type, T.DayTimeIntervalType):
-        return ColumnKind.INTERVAL
-    if isinstance(data_type, T.StructType | T.ArrayType | T.MapType):
-        return ColumnKind.NESTED
-    return ColumnKind.OTHER
-
-
-def columns_of(schema: T.StructType) -> tuple[Column, ...]:
-    return tuple(
-        Column(f.name, column_kind(f.dataType), f.dataType.simpleString()) for f in schema.fields
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -372,9 +372,17 @@ def test_streaming_delivers_every_micro_batch_and_replays_with_the_same_ids(
     parsed = {mid: parse_message_id(mid) for mid in by_id}
     assert {prefix for prefix, *_ in parsed.values()} == {query_id}
     batches = Counter(batch for _, batch, _, _ in parsed.values())
-    assert set(batches) == set(range(last2 + 1))  # every micro-batch arrived
-    assert all(count == 40 for count in batches.values())  # 40 rows each, one id per row
-    values = sorted(int(re.search(rb'"value":(\d+)', b[0]).group(1)) for b in by_id.values())  # type: ignore[union-attr]
+    # Every completed micro-batch arrived whole: 40 rows, one id per row. A batch still running
+    # when the query was stopped (last2 + 1) may have published part of its rows: uncommitted,
+    # it would run again, under the same ids, at the next start.
+    assert set(range(last2 + 1)) <= set(batches) <= set(range(last2 + 2))
+    assert all(batches[batch] == 40 for batch in range(last2 + 1))
+    assert batches.get(last2 + 1, 0) <= 40
+    values = sorted(
+        int(re.search(rb'"value":(\d+)', bodies[0]).group(1))  # type: ignore[union-attr]
+        for mid, bodies in by_id.items()
+        if parsed[mid][1] <= last2
+    )
     assert values == list(range(40 * (last2 + 1)))
     repeated = {mid for mid, bodies in by_id.items() if len(bodies) > 1}
     assert repeated, "the uncommitted batch was not published again"

@@ -6,7 +6,7 @@ from pyspark.sql import types as T
 
 from rabbitry.spark.report import PartitionReport, SinkTotals
 from rabbitry.spark.rows import ColumnKind
-from rabbitry.spark.source import column_kind, columns_of
+from rabbitry.spark.schema import column_kind, columns_of
 
 
 def test_totals_count_rows_bytes_confirms_and_retries() -> None:
