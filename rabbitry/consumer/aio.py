@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Generator
 from typing import Any, cast
 
 from rabbitry.consumer.app import App, Route
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger
+from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.errors import BrokerError
@@ -28,7 +28,6 @@ from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.uri import mask_text
 
 _TICK = 0.1
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 
 
 class _Shutdown(Exception):
@@ -103,15 +102,7 @@ class AsyncWorker:
         connection_name: str | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        if isinstance(url, ConnectionSettings):
-            settings = url
-        else:
-            settings = ConnectionSettings.from_url(
-                url or app.url or DEFAULT_URL,
-                heartbeat=heartbeat,
-                connection_name=connection_name or "rabbitry worker",
-                backoff=backoff or Backoff(give_up_after=None),
-            )
+        settings = worker_settings(app, url, heartbeat, connection_name, backoff)
         self.options = WorkerOptions(
             prefetch=prefetch,
             concurrency=concurrency,

@@ -30,9 +30,10 @@ from rabbitry.consumer.decision import (
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.publisher.base import DEFAULT_URL
 from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.publisher.message import MessageBuilder
-from rabbitry.publisher.settings import ConnectionSettings
+from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")
@@ -45,6 +46,27 @@ _KEPT_PROPERTIES = (
     "reply_to",
     "priority",
 )
+
+
+def worker_settings(
+    app: App,
+    url: str | ConnectionSettings | None,
+    heartbeat: int | None,
+    connection_name: str | None,
+    backoff: Backoff | None,
+) -> ConnectionSettings:
+    """Connection settings of a worker: given ones, or from the URL, the app's, or localhost.
+
+    Workers reconnect for as long as they run, so their back-off never gives up by default.
+    """
+    if isinstance(url, ConnectionSettings):
+        return url
+    return ConnectionSettings.from_url(
+        url or app.url or DEFAULT_URL,
+        heartbeat=heartbeat,
+        connection_name=connection_name or "rabbitry worker",
+        backoff=backoff or Backoff(give_up_after=None),
+    )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from rabbitry.consumer.app import App
 from rabbitry.consumer.decision import CANCEL_HEADER
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger
+from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -34,7 +34,6 @@ from rabbitry.uri import mask_text
 
 _READ_SIZE = 262144
 _TICK = 0.1
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 
 
 class _Lost(Exception):
@@ -65,15 +64,7 @@ class Worker:
         connection_name: str | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        if isinstance(url, ConnectionSettings):
-            settings = url
-        else:
-            settings = ConnectionSettings.from_url(
-                url or app.url or DEFAULT_URL,
-                heartbeat=heartbeat,
-                connection_name=connection_name or "rabbitry worker",
-                backoff=backoff or Backoff(give_up_after=None),
-            )
+        settings = worker_settings(app, url, heartbeat, connection_name, backoff)
         self.options = WorkerOptions(
             prefetch=prefetch, concurrency=1, ack_every=ack_every, shutdown_timeout=shutdown_timeout
         )
