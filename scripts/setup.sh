@@ -211,7 +211,9 @@ setup_podman() {
     [[ -r /etc/debian_version && $EUID -eq 0 ]] ||
         die "no Docker engine answers, and setting up Podman needs Debian and root:" \
             "start Docker (or Podman's Docker-compatible service), or set RABBITMQ_URL"
-    apt_install podman runc netavark aardvark-dns conmon debootstrap
+    # netavark sets up the bridge network and port mappings with iptables, which podman only
+    # recommends: without it every container start fails with "netavark: No such file or directory".
+    apt_install podman runc netavark aardvark-dns conmon iptables debootstrap
     as_root mkdir -p "$RUN_DIR"
     write_containers_conf
     export CONTAINERS_CONF=$CONTAINERS_CONF_FILE
