@@ -204,8 +204,8 @@ class Applier:
                 "description": resource.description,
                 "tags": ",".join(resource.tags),
             }
-            if resource.default_queue_type is not None:
-                body["default_queue_type"] = resource.default_queue_type.value
+            # Always explicit: unset means classic here, whatever the node's own default is.
+            body["default_queue_type"] = (resource.default_queue_type or QueueType.CLASSIC).value
             c.put(f"/vhosts/{q(resource.name)}", body)
         elif isinstance(resource, User):
             body = {"tags": ",".join(resource.tags)}

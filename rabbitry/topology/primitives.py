@@ -264,8 +264,11 @@ class Vhost(Primitive):
 
     def settings(self) -> JSON:
         out: dict[str, JSON] = {"description": self.description, "tags": sorted(self.tags)}
-        if self.default_queue_type is not None:
-            out["default_queue_type"] = self.default_queue_type.value
+        # Unset means classic: RabbitMQ 3.x reports no type for such a vhost, 4.x reports
+        # "classic"; both must compare equal or a plan never converges.
+        qtype = self.default_queue_type
+        if qtype is not None and qtype is not QueueType.CLASSIC:
+            out["default_queue_type"] = qtype.value
         return out
 
     def members(self) -> Iterator[Primitive]:

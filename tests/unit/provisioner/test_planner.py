@@ -327,3 +327,14 @@ def test_intent_recorded_by_an_interrupted_apply_is_neither_drift_nor_done() -> 
     assert by_key[WORK.key(V)].action is Action.CREATE and not by_key[WORK.key(V)].drift
     made = by_key[("queue", V, "made")]
     assert made.action is Action.ADOPT and "stopped half-way" in made.reasons[0]
+
+
+def test_vhost_type_unset_and_classic_compare_equal_but_quorum_differs() -> None:
+    # RabbitMQ 3.x reports no default type for a vhost made without one, 4.x reports "classic".
+    desired = topo()
+    on_4x = topo(default_queue_type=QueueType.CLASSIC)
+    assert not plan(desired, state(on_4x, owned(desired))).has_changes
+    assert not plan(on_4x, state(desired, owned(on_4x))).has_changes
+    quorum = topo(default_queue_type=QueueType.QUORUM)
+    changed = plan(desired, state(quorum, owned(desired)))
+    assert [(c.action, c.kind) for c in changed.changes] == [(Action.UPDATE, "vhost")]
