@@ -3,7 +3,9 @@
 ``start_broker`` starts one and returns a ``BrokerContainer`` (a context manager that removes it).
 Several can run side by side (each gets its own host ports), on a shared network with a shared
 Erlang cookie for clusters. Host ports are chosen when the container is created, so stopping
-and starting a broker keeps its URLs on a local engine.
+and starting a broker keeps its URLs on a local engine. Host files can be bind-mounted
+read-only and more container ports published (``mounts``, ``extra_ports``), e.g. certificates
+and a TLS listener.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import socket
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from rabbitry.errors import BrokerError
@@ -68,6 +70,8 @@ class BrokerOptions(TypedDict, total=False):
     management_port: int | None
     startup_timeout: float
     environ: Mapping[str, str] | None
+    mounts: Mapping[str, str | os.PathLike[str]] | None
+    extra_ports: Sequence[int]
 
 
 def require_engine(environ: Mapping[str, str] | None = None) -> ContainerEngine:
@@ -138,16 +142,62 @@ def is_port_conflict(exc: BaseException) -> bool:
 
 
 def port_bindings(
-    engine: ContainerEngine, amqp: int | None, management: int | None
+    engine: ContainerEngine,
+    amqp: int | None,
+    management: int | None,
+    extra: Mapping[int, int | None] | None = None,
 ) -> dict[str, Any]:
-    """Docker SDK ``ports``: loopback only on a local engine (the broker has known credentials)."""
+    """Docker SDK ``ports``: loopback only on a local engine (the broker has known credentials).
+
+    ``extra`` maps more container ports to host ports (None: the engine picks one).
+    """
 
     def bind(port: int | None) -> Any:
         if not engine.local:
             return port
         return ("127.0.0.1", port) if port is not None else ("127.0.0.1",)
 
-    return {f"{AMQP_PORT}/tcp": bind(amqp), f"{MANAGEMENT_PORT}/tcp": bind(management)}
+    out = {f"{AMQP_PORT}/tcp": bind(amqp), f"{MANAGEMENT_PORT}/tcp": bind(management)}
+    for container_port, host_port in (extra or {}).items():
+        out[f"{container_port}/tcp"] = bind(host_port)
+    return out
+
+
+def check_extra_ports(ports: Sequence[int]) -> tuple[int, ...]:
+    """``extra_ports`` as given, or ``ValueError`` saying which one is not a port to publish."""
+    out: list[int] = []
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"extra_ports: {port!r} is not a TCP port number (1-65535)")
+        if port in (AMQP_PORT, MANAGEMENT_PORT):
+            raise ValueError(f"extra_ports: {port} is published anyway (AMQP or management)")
+        if port in out:
+            raise ValueError(f"extra_ports: {port} is listed twice")
+        out.append(port)
+    return tuple(out)
+
+
+def bind_mounts(mounts: Mapping[str, str | os.PathLike[str]]) -> dict[str, str]:
+    """``mounts`` (container path -> host path) as host path -> container path, checked.
+
+    Container paths must be absolute; host paths must exist (they are made absolute, since the
+    engine resolves relative ones against its own working directory); a host path may be
+    mounted once.
+    """
+    out: dict[str, str] = {}
+    for target, source in mounts.items():
+        if not PurePosixPath(target).is_absolute():
+            raise ValueError(f"mounts: container path {target!r} must be absolute")
+        host = Path(source).absolute()
+        if not host.exists():
+            raise ValueError(f"mounts: host path {str(host)!r} (for {target!r}) does not exist")
+        if str(host) in out:
+            raise ValueError(
+                f"mounts: host path {str(host)!r} is mounted twice"
+                f" ({out[str(host)]!r} and {target!r})"
+            )
+        out[str(host)] = target
+    return out
 
 
 def published_port(attrs: Mapping[str, Any], port: int) -> int:
@@ -283,6 +333,16 @@ class BrokerContainer:
         wrapped = self._container.get_wrapped_container()
         return str(wrapped.attrs.get("Config", {}).get("Hostname", ""))
 
+    def host_port(self, container_port: int) -> int:
+        """The host port a container port is published on (as of now: see ``broker``).
+
+        The AMQP and management ports, and those given as ``extra_ports`` to ``start_broker``;
+        ``BrokerError`` for a port that is not published. Connect to ``broker.host``.
+        """
+        wrapped = self._container.get_wrapped_container()
+        wrapped.reload()
+        return published_port(wrapped.attrs, container_port)
+
     def _read_broker(self) -> Broker:
         wrapped = self._container.get_wrapped_container()
         wrapped.reload()
@@ -369,6 +429,8 @@ def start_broker(
     management_port: int | None = None,
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
     environ: Mapping[str, str] | None = None,
+    mounts: Mapping[str, str | os.PathLike[str]] | None = None,
+    extra_ports: Sequence[int] = (),
 ) -> BrokerContainer:
     """Start a RabbitMQ broker in a container and wait until AMQP and management answer.
 
@@ -378,8 +440,19 @@ def start_broker(
     name, which a cluster's node names (``rabbit@<hostname>``) need. ``amqp_port`` and
     ``management_port`` are host ports (default: free ones). ``env`` adds container variables.
 
-    Raises ``BrokerUnavailable`` when no container engine answers, ``BrokerError`` otherwise.
+    ``mounts`` bind-mounts host files or directories read-only, as ``{container path: host
+    path}``; the broker runs as the image's ``rabbitmq`` user, so they must be readable by
+    others (files 0644, directories 0755). rabbitry's own image changes the owner of everything
+    under ``/etc/rabbitmq`` when it starts, so mount outside it (e.g. ``/etc/rabbitry/...``).
+    ``extra_ports`` publishes more container ports (e.g. 5671 for a TLS listener) on free host
+    ports, loopback only on a local engine; ``BrokerContainer.host_port`` tells which.
+    Whether the broker listens on them is up to its configuration (``env``).
+
+    Raises ``ValueError`` for a bad mount or port, ``BrokerUnavailable`` when no container
+    engine answers, ``BrokerError`` otherwise.
     """
+    volumes = bind_mounts(mounts or {})
+    more_ports = check_extra_ports(extra_ports)
     env_map = os.environ if environ is None else environ
     engine = require_engine(env_map)
     use_engine(engine)
@@ -403,9 +476,12 @@ def start_broker(
         # Fixed host ports (chosen here, not by the engine) survive a stop/start on Docker too.
         chosen_amqp = amqp_port or (free_port() if engine.local else None)
         chosen_mgmt = management_port or (free_port() if engine.local else None)
+        chosen_extra = {port: free_port() if engine.local else None for port in more_ports}
         container = container_class(image, username=username, password=password)
         container.ports.clear()
-        container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt))
+        container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt, chosen_extra))
+        for host_path, container_path in volumes.items():
+            container.with_volume_mapping(host_path, container_path, mode="ro")
         for key, value in broker_environment(
             username=username,
             password=password,
@@ -428,7 +504,7 @@ def start_broker(
             retry = (
                 is_port_conflict(exc)
                 and attempt < attempts
-                and (amqp_port is None or management_port is None)
+                and (amqp_port is None or management_port is None or bool(more_ports))
             )
             if retry:
                 continue

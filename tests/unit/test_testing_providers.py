@@ -20,7 +20,9 @@ from rabbitry.testing import (
     choose_provider,
 )
 from rabbitry.testing.containers import (
+    bind_mounts,
     broker_environment,
+    check_extra_ports,
     is_port_conflict,
     owner_is_gone,
     port_bindings,
@@ -295,6 +297,30 @@ def test_ports_bind_to_loopback_on_a_local_engine_only() -> None:
         "15672/tcp": ("127.0.0.1", 2),
     }
     assert port_bindings(remote, None, None) == {"5672/tcp": None, "15672/tcp": None}
+
+
+def test_extra_ports_are_published_like_the_others() -> None:
+    local = ContainerEngine(None, podman=False)
+    remote = ContainerEngine("tcp://remote:2375", podman=False)
+    assert port_bindings(local, 1, 2, {5671: 3})["5671/tcp"] == ("127.0.0.1", 3)
+    assert port_bindings(remote, None, None, {5671: None})["5671/tcp"] is None
+    assert check_extra_ports([5671, 15671]) == (5671, 15671)
+    for bad, why in ((5672, "published anyway"), (0, "not a TCP port"), (True, "not a TCP port")):
+        with pytest.raises(ValueError, match=why):
+            check_extra_ports([bad])
+    with pytest.raises(ValueError, match="twice"):
+        check_extra_ports([5671, 5671])
+
+
+def test_mounts_are_checked_and_keyed_by_host_path(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    assert bind_mounts({"/etc/rabbitry/tls": tmp_path}) == {str(tmp_path): "/etc/rabbitry/tls"}
+    with pytest.raises(ValueError, match="must be absolute"):
+        bind_mounts({"etc/tls": tmp_path})
+    with pytest.raises(ValueError, match="does not exist"):
+        bind_mounts({"/etc/tls": tmp_path / "missing"})
+    with pytest.raises(ValueError, match="mounted twice"):
+        bind_mounts({"/a": tmp_path / "ca.pem", "/b": tmp_path / "ca.pem"})
 
 
 def test_published_port_reads_inspect_data() -> None:

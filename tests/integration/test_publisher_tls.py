@@ -1,0 +1,295 @@
+"""Publisher and AsyncPublisher over amqps:// against a broker with a TLS listener.
+
+The certificates are made per test with the ``openssl`` CLI: a CA, a server certificate for
+127.0.0.1 and localhost, a client certificate, and a second CA that signed neither.
+The broker's TLS listener is configured through ``RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS``, which
+rabbitry's image (RabbitMQ 3.10) and the official image read alike: a file in
+``/etc/rabbitmq/conf.d`` would be read by both too, but rabbitry's image changes the owner of
+everything under ``/etc/rabbitmq`` when it starts and stops on a read-only mount there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+import pika
+import pytest
+
+from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publisher
+from rabbitry.testing.containers import BrokerContainer
+from rabbitry.testing.plugin import BrokerFactory
+
+pytestmark = pytest.mark.broker
+
+TLS_PORT = 5671
+CERT_DIR = "/etc/rabbitry/tls"
+USERNAME = "tls-user"
+PASSWORD = "tls-S3cret-pw"
+CLIENT_CN = "rabbitry test client"
+# What a client without a certificate sees: the broker's TLS 1.3 alert, or, when the broker's
+# close overtakes the alert (a reset drops it), the end of the TLS stream.
+NO_CERT_REFUSAL = (
+    r"(?i)certificate required|handshake failure|EOF occurred in violation of protocol"
+)
+# A failed TLS handshake counts as a lost connection and is retried with back-off (for 120 s by
+# default) before ConnectionLost: where a refusal is expected, give up after a few seconds.
+REFUSAL_BACKOFF = Backoff(initial=0.05, maximum=0.2, give_up_after=3.0)
+
+
+@dataclass(frozen=True)
+class Certs:
+    dir: Path
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+
+
+def _openssl(cwd: Path, *args: str) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"openssl {' '.join(args)}:\n{result.stderr}"
+
+
+def _make_ca(cwd: Path, name: str, cn: str) -> None:
+    _openssl(
+        cwd,
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={cn}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+
+
+def _make_leaf(cwd: Path, name: str, cn: str, extensions: str) -> None:
+    (cwd / f"{name}.ext").write_text(
+        "basicConstraints=CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n" + extensions
+    )
+    _openssl(
+        cwd,
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}",
+    )  # fmt: skip
+    _openssl(
+        cwd,
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Certs:
+    if shutil.which("openssl") is None:
+        pytest.fail("the TLS tests make their certificates with the openssl CLI: install it")
+    out = tmp_path / "tls"
+    out.mkdir()
+    _make_ca(out, "ca", "rabbitry test CA")
+    _make_ca(out, "other-ca", "rabbitry unrelated CA")
+    _make_leaf(
+        out,
+        "server",
+        "localhost",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    _make_leaf(out, "client", CLIENT_CN, "extendedKeyUsage=clientAuth\n")
+    # The broker runs as the image's rabbitmq user: it must be able to read the mounted files.
+    out.chmod(0o755)
+    for path in out.iterdir():
+        path.chmod(0o644)
+    return Certs(
+        dir=out,
+        ca=out / "ca.pem",
+        server_cert=out / "server.pem",
+        server_key=out / "server.key",
+        client_cert=out / "client.pem",
+        client_key=out / "client.key",
+        other_ca=out / "other-ca.pem",
+    )
+
+
+def start_tls_broker(
+    factory: BrokerFactory, certs: Certs, *, require_client_cert: bool
+) -> BrokerContainer:
+    """A broker with a TLS listener on 5671 next to the plain one (which the checks use)."""
+    verify = "{verify,verify_peer},{fail_if_no_peer_cert,true}"
+    if not require_client_cert:
+        verify = "{verify,verify_none}"
+    options = (
+        f'{{cacertfile,"{CERT_DIR}/ca.pem"}},{{certfile,"{CERT_DIR}/server.pem"}},'
+        f'{{keyfile,"{CERT_DIR}/server.key"}},{verify}'
+    )
+    erl_args = f"-rabbit ssl_listeners [{TLS_PORT}] -rabbit ssl_options [{options}]"
+    return factory(
+        username=USERNAME,
+        password=PASSWORD,
+        mounts={CERT_DIR: certs.dir},
+        extra_ports=[TLS_PORT],
+        env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args},
+    )
+
+
+def amqps_url(container: BrokerContainer, **query: str) -> str:
+    host = container.broker.host
+    port = container.host_port(TLS_PORT)
+    url = f"amqps://{USERNAME}:{quote(PASSWORD, safe='')}@{host}:{port}/%2F"
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def declare(container: BrokerContainer, queue: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(container.broker.amqp_url("/")))
+    connection.channel().queue_declare(queue, durable=True)
+    connection.close()
+
+
+def drain_ids(container: BrokerContainer, queue: str) -> list[str]:
+    """Message ids in ``queue``, read over the plain AMQP port."""
+    connection = pika.BlockingConnection(pika.URLParameters(container.broker.amqp_url("/")))
+    channel = connection.channel()
+    ids = []
+    while True:
+        method, props, _ = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        ids.append(props.message_id)
+    connection.close()
+    return ids
+
+
+def tls_connection(container: BrokerContainer, name: str, wait: float = 15.0) -> dict[str, Any]:
+    """The management API's view of the client connection named ``name``."""
+    broker = container.broker
+    end = time.monotonic() + wait
+    while True:
+        response = httpx.get(f"{broker.management_url}/api/connections", auth=broker.auth)
+        response.raise_for_status()
+        for connection in response.json():
+            if (connection.get("client_properties") or {}).get("connection_name") == name:
+                return dict(connection)
+        assert time.monotonic() < end, f"no connection named {name!r} in the management API"
+        time.sleep(0.25)
+
+
+def test_amqps_with_ca_file_publishes_confirmed_and_a_wrong_ca_is_refused(
+    rabbitmq_broker_factory: BrokerFactory, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    declare(container, "secure")
+
+    with Publisher(amqps_url(container), ca_file=str(certs.ca), connection_name="tls-sync") as pub:
+        assert pub.settings.tls is not None
+        sync = [pub.publish(b"sync", routing_key="secure") for _ in range(3)]
+        seen = tls_connection(container, "tls-sync")
+        assert seen["ssl"] is True and seen["port"] == TLS_PORT
+        assert not seen.get("peer_cert_subject"), "no client certificate was given"
+
+    async def publish_async() -> list[Any]:
+        url = amqps_url(container, cacertfile=str(certs.ca))  # the URL form of ca_file
+        async with AsyncPublisher(url, connection_name="tls-async") as pub:
+            out = [await pub.publish(b"async", routing_key="secure")]
+            out += await pub.publish_many([b"many"] * 50, routing_key="secure")
+            seen = tls_connection(container, "tls-async")
+            assert seen["ssl"] is True and seen["port"] == TLS_PORT
+            return out
+
+    sent = sync + asyncio.run(publish_async())
+    assert all(d.ok for d in sent)
+    assert sorted(drain_ids(container, "secure")) == sorted(d.message_id for d in sent)
+
+    # A CA that did not sign the broker's certificate: a clear error, password nowhere.
+    started = time.monotonic()
+    pub = Publisher(amqps_url(container), ca_file=str(certs.other_ca), backoff=REFUSAL_BACKOFF)
+    with pytest.raises(ConnectionLost) as wrong_ca:
+        pub.connect()
+    pub.close()
+    assert time.monotonic() - started < 15, "the failure must end with the back-off, not hang"
+    assert "CERTIFICATE_VERIFY_FAILED" in str(wrong_ca.value)
+    assert f"{container.broker.host}:{container.host_port(TLS_PORT)}" in str(wrong_ca.value)
+
+    async def publish_wrong_ca() -> None:
+        pub = AsyncPublisher(
+            amqps_url(container), ca_file=str(certs.other_ca), backoff=REFUSAL_BACKOFF
+        )
+        with pytest.raises(ConnectionLost) as exc:
+            await pub.publish(b"x", routing_key="secure")
+        assert "CERTIFICATE_VERIFY_FAILED" in str(exc.value)
+        assert PASSWORD not in str(exc.value) and PASSWORD not in repr(exc.value)
+        await pub.close()
+
+    asyncio.run(publish_wrong_ca())
+    assert PASSWORD not in str(wrong_ca.value) and PASSWORD not in repr(wrong_ca.value)
+    assert PASSWORD not in caplog.text
+    assert PASSWORD not in "".join(str(r.args) for r in caplog.records)
+    assert drain_ids(container, "secure") == []
+
+
+def test_client_certificate_is_presented_and_without_it_the_broker_refuses(
+    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+) -> None:
+    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=True)
+    declare(container, "mutual")
+
+    with Publisher(
+        amqps_url(container),
+        ca_file=str(certs.ca),
+        cert_file=str(certs.client_cert),
+        key_file=str(certs.client_key),
+        connection_name="mtls-sync",
+    ) as pub:
+        sync = pub.publish(b"sync", routing_key="mutual")
+        seen = tls_connection(container, "mtls-sync")
+        assert seen["ssl"] is True
+        assert CLIENT_CN in str(seen.get("peer_cert_subject"))
+
+    async def publish_async() -> Any:
+        url = amqps_url(
+            container,
+            cacertfile=str(certs.ca),
+            certfile=str(certs.client_cert),
+            keyfile=str(certs.client_key),
+        )
+        async with AsyncPublisher(url, connection_name="mtls-async") as pub:
+            delivery = await pub.publish(b"async", routing_key="mutual")
+            assert CLIENT_CN in str(tls_connection(container, "mtls-async")["peer_cert_subject"])
+            return delivery
+
+    sent = [sync, asyncio.run(publish_async())]
+    assert all(d.ok for d in sent)
+    assert sorted(drain_ids(container, "mutual")) == sorted(d.message_id for d in sent)
+
+    # No client certificate: the broker ends the handshake; a rabbitry error, not a hang.
+    started = time.monotonic()
+    pub = Publisher(amqps_url(container), ca_file=str(certs.ca), backoff=REFUSAL_BACKOFF)
+    with pytest.raises(ConnectionLost) as refused:
+        pub.publish(b"x", routing_key="mutual")
+    pub.close()
+    assert time.monotonic() - started < 15, "the refusal must not hang"
+    assert re.search(NO_CERT_REFUSAL, str(refused.value)), str(refused.value)
+    assert f"amqps://{USERNAME}@{container.broker.host}:" in str(refused.value)
+    assert PASSWORD not in str(refused.value)
+
+    async def publish_without_cert() -> None:
+        pub = AsyncPublisher(amqps_url(container), ca_file=str(certs.ca), backoff=REFUSAL_BACKOFF)
+        began = time.monotonic()
+        with pytest.raises(ConnectionLost) as exc:
+            await pub.publish(b"x", routing_key="mutual")
+        assert time.monotonic() - began < 15, "the refusal must not hang"
+        assert re.search(NO_CERT_REFUSAL, str(exc.value)), str(exc.value)
+        await pub.close()
+
+    asyncio.run(publish_without_cert())
+    assert drain_ids(container, "mutual") == []
