@@ -6,7 +6,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -15,6 +16,7 @@ import pika
 import pytest
 
 from rabbitry.errors import BrokerError, Nacked, PublishError, Unroutable
+from rabbitry.policies.delay import BinaryDelays, DelayError
 from rabbitry.publisher import (
     AsyncPublisher,
     Backoff,
@@ -23,6 +25,9 @@ from rabbitry.publisher import (
     Publisher,
     Status,
 )
+from rabbitry.topology import load_spec, load_topology
+from rabbitry.topology.patterns import delay_scheme
+from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker
 
@@ -231,3 +236,102 @@ def test_broker_restart_during_a_stream_loses_no_confirmed_message(
     connection.close()
     assert confirmed <= set(ids), "confirmed messages were lost"
     assert len(ids) - len(set(ids)) <= stats.republished  # duplicates only from republishing
+
+
+DELAY_SPEC = """
+    version: 1
+    name: "{{ vars.stack }}"
+    vhosts:
+      - name: "{{ vars.vhost }}"
+        queues:
+          - {name: reminders}
+        delays:
+          - name: later
+            unit: 100ms
+            count: 6
+            targets: [{queue: reminders}]
+"""
+
+
+def wait_for_message(broker: Broker, queue: str, timeout: float) -> tuple[float, Any, bytes]:
+    """When the first message appeared in ``queue`` (polled every 20 ms), its properties, body."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    try:
+        channel = connection.channel()
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            method, props, body = channel.basic_get(queue, auto_ack=True)
+            if method is not None:
+                return time.monotonic(), props, body
+            time.sleep(0.02)
+    finally:
+        connection.close()
+    raise AssertionError(f"nothing arrived in {queue!r} within {timeout} s")
+
+
+def counts(broker: Broker, queues: Iterable[str]) -> dict[str, int]:
+    """Exact message counts (passive declares), all through one connection: a snapshot."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    try:
+        channel = connection.channel()
+        return {q: int(channel.queue_declare(q, passive=True).method.message_count) for q in queues}
+    finally:
+        connection.close()
+
+
+def assert_delayed(
+    broker: Broker, scheme: BinaryDelays, sent: Any, published_at: float, delay: float
+) -> None:
+    """The message waited ``delay`` (0.9x at least, +3 s at most) in the spec's delay levels."""
+    seen = counts(broker, ["reminders", *map(scheme.level_queue, range(scheme.levels))])
+    assert seen.pop("reminders") == 0 and sum(seen.values()) == 1, "it waits in the levels"
+    arrived, props, _ = wait_for_message(broker, "reminders", delay + 3.0)
+    waited = arrived - published_at
+    assert 0.9 * delay <= waited <= delay + 3.0, f"delivered after {waited:.2f} s, not {delay} s"
+    assert props.message_id == sent.message_id
+    # The route is the spec's encoding: it visited the levels of the delay's set bits.
+    ticks = scheme.ticks(delay)
+    wanted = {scheme.level_queue(k) for k in range(scheme.levels) if ticks >> k & 1}
+    assert {death["queue"] for death in props.headers["x-death"]} == wanted
+
+
+def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused(
+    broker: Broker,
+) -> None:
+    path = broker.spec(DELAY_SPEC)
+    result = broker.run("apply", str(path), "--auto-approve")
+    assert result.exit_code == 0, result.output
+    variables = {"vhost": broker.vhost, "stack": broker.stack}
+    topology = load_topology(path, variables)
+    scheme = delay_scheme(load_spec(path, variables).vhosts[0].delays[0])
+    assert isinstance(scheme, BinaryDelays) and scheme.max_delay_ms == 6300
+    too_long = scheme.max_delay_ms / 1000 + 0.1
+
+    with Publisher.from_spec(topology, url=broker.vhost_amqp_url, delays=scheme) as pub:
+        with pytest.raises(DelayError, match=r"exceeds the 6 levels of 100 ms"):
+            pub.publish(b"too late", routing_key="reminders", delay=too_long)
+        assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0
+        published_at = time.monotonic()
+        sent = pub.publish(b"in 2 s", routing_key="reminders", delay=2.0)
+    assert sent.ok
+    assert_delayed(broker, scheme, sent, published_at, 2.0)
+
+    async def publish_async() -> tuple[Any, float]:
+        async with AsyncPublisher.from_spec(
+            topology, url=broker.vhost_amqp_url, delays=scheme
+        ) as pub:
+            with pytest.raises(DelayError, match="declare more levels"):
+                await pub.publish(b"too late", routing_key="reminders", delay=too_long)
+            assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0
+            started = time.monotonic()
+            delivery = await pub.publish(
+                b"in 1.5 s", routing_key="reminders", delay=timedelta(seconds=1.5)
+            )
+            return delivery, started
+
+    sent, published_at = asyncio.run(publish_async())
+    assert sent.ok
+    assert_delayed(broker, scheme, sent, published_at, 1.5)
+    # Nothing of the refused delays went anywhere: not the target, not the levels, not parking.
+    queues = ["reminders", "later.parking", *map(scheme.level_queue, range(scheme.levels))]
+    assert counts(broker, queues) == dict.fromkeys(queues, 0)
