@@ -78,6 +78,17 @@ def fresh_queue(url: str, queue_type: str) -> str:
     return name
 
 
+def broker_version(url: str) -> str:
+    """``RabbitMQ 4.0.5``: what the broker says of itself when a client connects."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        props = connection._impl.server_properties  # pika keeps them there
+        version = props.get("version", b"?")
+        return f"RabbitMQ {version.decode() if isinstance(version, bytes) else version}"
+    finally:
+        connection.close()
+
+
 def wait_for_count(url: str, queue: str, queue_type: str, count: int, limit: float = 300) -> None:
     """Poll until the broker holds ``count`` messages in ``queue``."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
@@ -239,10 +250,14 @@ def ensure_amqplib() -> Path | None:
     return NODE_DIR / "publish.js"
 
 
-def amqplib(url: str, qt: str, n: int, script: Path) -> Result:
+AMQPLIB = "Node amqplib confirm channel, window 512"
+AMQPLIB_OFF = "Node amqplib, confirms off"
+
+
+def amqplib(url: str, qt: str, n: int, script: Path, confirms: bool = True) -> Result:
     queue = fresh_queue(url, qt)
     done = subprocess.run(
-        ["node", str(script), url, queue, str(n), "512", str(SIZE)],
+        ["node", str(script), url, queue, str(n), "512" if confirms else "0", str(SIZE)],
         capture_output=True,
         text=True,
         check=False,
@@ -251,13 +266,13 @@ def amqplib(url: str, qt: str, n: int, script: Path) -> Result:
         raise RuntimeError(f"amqplib failed: {done.stderr.strip()[-500:]}")
     data = json.loads(done.stdout.strip().splitlines()[-1])
     return Result(
-        "Node amqplib confirm channel, window 512",
+        AMQPLIB if confirms else AMQPLIB_OFF,
         qt,
         n,
         data["seconds"],
         data["cpu"],
-        p50=data["p50"],
-        p99=data["p99"],
+        p50=data.get("p50"),
+        p99=data.get("p99"),
     )
 
 
@@ -297,13 +312,13 @@ def ratios(results: dict[tuple[str, str], Result]) -> str:
         (
             "AsyncPublisher / amqplib",
             "rabbitry AsyncPublisher",
-            "Node amqplib confirm channel, window 512",
+            AMQPLIB,
             1.0,
         ),
         (
             "Publisher / amqplib",
             "rabbitry Publisher",
-            "Node amqplib confirm channel, window 512",
+            AMQPLIB,
             None,
         ),
         (
@@ -330,6 +345,7 @@ def ratios(results: dict[tuple[str, str], Result]) -> str:
             "rabbitry AsyncPublisher, confirms off",
             0.8,
         ),
+        ("amqplib confirmed / unconfirmed (the broker's share)", AMQPLIB, AMQPLIB_OFF, None),
     ]
     for label, a, b, target in checks:
         cells = []
@@ -381,9 +397,8 @@ def main() -> None:
         ("aio-pika, gathered windows of 256", lambda u, qt: aio_pika_windows(u, qt, n // 2)),
     ]
     if script is not None:
-        contenders.append(
-            ("Node amqplib confirm channel, window 512", lambda u, qt: amqplib(u, qt, n, script))
-        )
+        contenders.append((AMQPLIB, lambda u, qt: amqplib(u, qt, n, script)))
+        contenders.append((AMQPLIB_OFF, lambda u, qt: amqplib(u, qt, n, script, confirms=False)))
     print(
         f"broker {mask_uri(url)}, {n} messages of {SIZE} B, {args.rounds} round(s)", file=sys.stderr
     )
@@ -399,6 +414,7 @@ def main() -> None:
     for qt in QUEUE_TYPES:
         fresh_queue(url, qt)  # leave the broker with empty queues
     day = time.strftime("%Y-%m-%d")
+    version = broker_version(url)
     text = f"""## Publishing (bench/publish.py)
 
 ```bash
@@ -413,7 +429,7 @@ of 256); the naive pika loop waits for each confirm ({args.naive_messages:,} mes
 are timed until the broker holds every message. CPU is the client process's own (user + system);
 latency is from handing a message to the client until its confirm.
 
-RabbitMQ 3.10.8, {args.rounds} round(s), {n:,} messages ({day}):
+{version}, {args.rounds} round(s), {n:,} messages ({day}):
 
 {table(results)}
 
