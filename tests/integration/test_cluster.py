@@ -64,7 +64,13 @@ def cluster() -> Iterator[list[BrokerContainer]]:
                 ("join_cluster", f"rabbit@{HOSTS[0]}"),
                 ("start_app",),
             ):
-                code, output = node.exec("rabbitmqctl", "-q", *argv)
+                # RabbitMQ 4 checks feature flags from both sides before a join; right after a
+                # node starts its peer may not reach it yet ({erpc,noconnection}): try again.
+                for attempt in range(5):
+                    code, output = node.exec("rabbitmqctl", "-q", *argv)
+                    if code == 0 or "noconnection" not in output or attempt == 4:
+                        break
+                    time.sleep(2)
                 assert code == 0, f"rabbitmqctl {' '.join(argv)} on {node.hostname}: {output}"
         yield nodes
     finally:
