@@ -3,10 +3,12 @@
 # first and does nothing when its result is already there, so a second run takes seconds.
 #
 #   - A Docker engine answers: nothing container-related is done; tests use the official
-#     rabbitmq:3.13-management image (testcontainers pulls it).
+#     rabbitmq:4.0-management image (testcontainers pulls it).
 #   - No Docker engine (Debian, root): installs podman + runc, writes a containers.conf for them,
-#     keeps `podman system service` running on a Docker-compatible socket, and builds the RabbitMQ
-#     test image from Debian packages (no container registry needed).
+#     keeps `podman system service` running on a Docker-compatible socket, and builds two RabbitMQ
+#     test images from Debian packages (no container registry needed): RabbitMQ 4.0 from Debian
+#     trixie, the one the tests use, and RabbitMQ 3.10 from bookworm, the oldest release rabbitry
+#     supports, for the compatibility run of scripts/test.sh.
 #   - Always: the virtualenv .venv with `pip install -e '.[dev,spark]'`, a Java runtime for
 #     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
 #     (scripts/test.sh sources it; so can you).
@@ -23,9 +25,10 @@ CONTAINERS_CONF_FILE=$RUN_DIR/containers.conf
 SERVICE_LOG=$RUN_DIR/podman-service.log
 SERVICE_PID=$RUN_DIR/podman-service.pid
 IMAGE_DIR=$ROOT/rabbitry/testing/image
-LOCAL_IMAGE=localhost/rabbitry-rabbitmq:3.10
-BASE_IMAGE=localhost/rabbitry-rabbitmq-base:bookworm
-DOCKER_IMAGE=rabbitmq:3.13-management
+# Debian suite:RabbitMQ version of each local image; the first is the default test image.
+LOCAL_IMAGES=(trixie:4.0 bookworm:3.10)
+DOCKER_IMAGE=rabbitmq:4.0-management
+DOCKER_COMPAT_IMAGE=rabbitmq:3.10-management
 VENV=$ROOT/.venv
 STATE_DIR=$ROOT/.rabbitry
 ENV_FILE=$STATE_DIR/env.sh
@@ -159,21 +162,22 @@ ensure_podman_service() {
 }
 
 build_base_image() {
-    local mirror rootfs
+    # $1: Debian suite, $2: image name.
+    local suite=$1 base=$2 mirror rootfs
     mirror=$(debian_mirror)
     rootfs=$(mktemp -d /var/tmp/rabbitry-rootfs.XXXXXX)
     # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
     trap "remove_rootfs '$rootfs'" EXIT
-    log "building $BASE_IMAGE: debootstrap bookworm from $mirror (about a minute)"
+    log "building $base: debootstrap $suite from $mirror (about a minute)"
     local started=$SECONDS
-    as_root debootstrap --variant=minbase --include=rabbitmq-server bookworm "$rootfs" "$mirror" \
-        >"$RUN_DIR/debootstrap.log" 2>&1 ||
-        die "debootstrap failed; see $RUN_DIR/debootstrap.log"
+    as_root debootstrap --variant=minbase --include=rabbitmq-server "$suite" "$rootfs" "$mirror" \
+        >"$RUN_DIR/debootstrap-$suite.log" 2>&1 ||
+        die "debootstrap failed; see $RUN_DIR/debootstrap-$suite.log"
     as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    as_root tar -C "$rootfs" -c . | podman import --quiet - "$BASE_IMAGE" >/dev/null
+    as_root tar -C "$rootfs" -c . | podman import --quiet - "$base" >/dev/null
     remove_rootfs "$rootfs"
     trap - EXIT
-    log "built $BASE_IMAGE in $((SECONDS - started)) s"
+    log "built $base in $((SECONDS - started)) s"
 }
 
 remove_rootfs() {
@@ -192,18 +196,23 @@ image_recipe() {
     cat "$IMAGE_DIR/Containerfile" "$IMAGE_DIR/entrypoint.sh" | sha256sum | cut -c1-16
 }
 
+local_image() { printf 'localhost/rabbitry-rabbitmq:%s\n' "${1#*:}"; }
+
 ensure_image() {
-    local recipe have
+    # $1: suite:version from LOCAL_IMAGES.
+    local suite=${1%%:*} image base recipe have
+    image=$(local_image "$1")
+    base=localhost/rabbitry-rabbitmq-base:$suite
     recipe=$(image_recipe)
-    if podman image exists "$LOCAL_IMAGE"; then
-        have=$(podman image inspect --format '{{index .Labels "rabbitry.recipe"}}' "$LOCAL_IMAGE")
+    if podman image exists "$image"; then
+        have=$(podman image inspect --format '{{index .Labels "rabbitry.recipe"}}' "$image")
         [[ $have == "$recipe" ]] && return 0
-        log "$LOCAL_IMAGE is out of date (recipe $have, want $recipe)"
+        log "$image is out of date (recipe $have, want $recipe)"
     fi
-    podman image exists "$BASE_IMAGE" || build_base_image
-    log "building $LOCAL_IMAGE"
+    podman image exists "$base" || build_base_image "$suite" "$base"
+    log "building $image"
     podman build --quiet --pull=never --label "rabbitry.recipe=$recipe" \
-        --build-arg "BASE=$BASE_IMAGE" -t "$LOCAL_IMAGE" -f "$IMAGE_DIR/Containerfile" \
+        --build-arg "BASE=$base" -t "$image" -f "$IMAGE_DIR/Containerfile" \
         "$IMAGE_DIR" >/dev/null
 }
 
@@ -218,7 +227,10 @@ setup_podman() {
     write_containers_conf
     export CONTAINERS_CONF=$CONTAINERS_CONF_FILE
     ensure_podman_service
-    ensure_image
+    local each
+    for each in "${LOCAL_IMAGES[@]}"; do
+        ensure_image "$each"
+    done
 }
 
 ensure_venv() {
@@ -264,9 +276,11 @@ write_env_file() {
             # inside a container) would otherwise look for a gateway address podman does not report.
             echo "export TESTCONTAINERS_RYUK_DISABLED=\${TESTCONTAINERS_RYUK_DISABLED:-true}"
             echo "export TESTCONTAINERS_CONNECTION_MODE=\${TESTCONTAINERS_CONNECTION_MODE:-docker_host}"
-            echo "export RABBITRY_TEST_IMAGE=\${RABBITRY_TEST_IMAGE:-$LOCAL_IMAGE}"
+            echo "export RABBITRY_TEST_IMAGE=\${RABBITRY_TEST_IMAGE:-$(local_image "${LOCAL_IMAGES[0]}")}"
+            echo "export RABBITRY_COMPAT_IMAGE=\${RABBITRY_COMPAT_IMAGE:-$(local_image "${LOCAL_IMAGES[1]}")}"
         else
             echo "export RABBITRY_TEST_IMAGE=\${RABBITRY_TEST_IMAGE:-$DOCKER_IMAGE}"
+            echo "export RABBITRY_COMPAT_IMAGE=\${RABBITRY_COMPAT_IMAGE:-$DOCKER_COMPAT_IMAGE}"
         fi
     } >"$tmp"
     mv "$tmp" "$ENV_FILE"

@@ -435,7 +435,7 @@ def start_broker(
     """Start a RabbitMQ broker in a container and wait until AMQP and management answer.
 
     ``image`` defaults to ``RABBITRY_TEST_IMAGE``, else the local build on Podman, else the
-    official ``rabbitmq:3.13-management``. ``network`` is the name of an existing network (see
+    official ``rabbitmq:4.0-management``. ``network`` is the name of an existing network (see
     ``broker_network``); with a ``hostname`` the container is also reachable on it under that
     name, which a cluster's node names (``rabbit@<hostname>``) need. ``amqp_port`` and
     ``management_port`` are host ports (default: free ones). ``env`` adds container variables.

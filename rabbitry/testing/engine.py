@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 
-LOCAL_TEST_IMAGE = "localhost/rabbitry-rabbitmq:3.10"
+LOCAL_TEST_IMAGE = "localhost/rabbitry-rabbitmq:4.0"
 """The image ``scripts/setup.sh`` builds from Debian packages where no registry is reachable."""
 
-OFFICIAL_TEST_IMAGE = "rabbitmq:3.13-management"
+OFFICIAL_TEST_IMAGE = "rabbitmq:4.0-management"
 """The image used with a Docker engine (pulled from Docker Hub)."""
 
 RABBITRY_PODMAN_SOCKET = "/run/rabbitry/podman.sock"
