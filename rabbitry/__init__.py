@@ -15,6 +15,7 @@ from rabbitry.errors import (
     RabbitryError,
     SpecError,
     SpecProblem,
+    TLSHandshakeError,
     Unroutable,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "RabbitryError",
     "SpecError",
     "SpecProblem",
+    "TLSHandshakeError",
     "Unroutable",
     "__version__",
 ]

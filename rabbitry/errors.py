@@ -58,6 +58,10 @@ class CapabilityError(BrokerError):
     """The broker lacks a plugin, feature flag or version the spec needs."""
 
 
+class TLSHandshakeError(BrokerError):
+    """The TLS handshake failed on a certificate (the broker's or ours): retrying cannot help."""
+
+
 class PlanError(RabbitryError):
     """The plan cannot be applied as asked (a replace or prune the flags do not allow)."""
 

@@ -73,12 +73,17 @@ class BinaryDelays:
     prefix: str
     unit_ms: int = 1000
     levels: int = 28
+    max_ms: int | None = None
+    """The longest delay the spec declares (``max``); the levels, whole powers of two, reach
+    up to almost twice as far, but a delay past the declared max is refused."""
 
     def __post_init__(self) -> None:
         if self.unit_ms <= 0:
             raise DelayError(f"delay unit must be positive, got {self.unit_ms} ms")
         if not 1 <= self.levels <= 64:
             raise DelayError(f"delay levels must be between 1 and 64, got {self.levels}")
+        if self.max_ms is not None and self.max_ms <= 0:
+            raise DelayError(f"delay max must be positive, got {self.max_ms} ms")
 
     @property
     def max_ticks(self) -> int:
@@ -86,7 +91,9 @@ class BinaryDelays:
 
     @property
     def max_delay_ms(self) -> int:
-        return self.unit_ms * self.max_ticks
+        """The longest delay accepted: the declared max, else what the levels reach."""
+        reach = self.unit_ms * self.max_ticks
+        return reach if self.max_ms is None else min(self.max_ms, reach)
 
     def level_exchange(self, level: int) -> str:
         return f"{self.prefix}.{level:02d}"
@@ -106,11 +113,16 @@ class BinaryDelays:
         ms = to_ms(delay)
         if ms < 0 or math.isnan(ms):
             raise DelayError(f"delay must not be negative, got {ms:g} ms")
+        if self.max_ms is not None and ms > self.max_ms:
+            raise DelayError(
+                f"delay of {ms:g} ms exceeds the declared max of {self.max_ms} ms of delay"
+                f" {self.prefix!r}: raise its `max` in the spec (vhosts[].delays[].max)"
+            )
         ticks = math.ceil(ms / self.unit_ms)
         if ticks > self.max_ticks:
             raise DelayError(
                 f"delay of {ms:g} ms exceeds the {self.levels} levels of {self.unit_ms} ms"
-                f" (at most {self.max_delay_ms} ms): declare more levels"
+                f" (at most {self.unit_ms * self.max_ticks} ms): declare more levels"
             )
         return ticks
 

@@ -7,7 +7,7 @@ when a connection is lost, and resolve exchanges, shard keys and delays from the
 
 from __future__ import annotations
 
-from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, Unroutable
+from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, TLSHandshakeError, Unroutable
 from rabbitry.publisher.aio import AsyncPublisher
 from rabbitry.publisher.base import PublisherStats
 from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
@@ -44,6 +44,7 @@ __all__ = [
     "PublisherStats",
     "Router",
     "Status",
+    "TLSHandshakeError",
     "UnknownExchange",
     "Unroutable",
 ]

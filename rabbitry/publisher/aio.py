@@ -355,6 +355,10 @@ class AsyncPublisher(PublisherBase):
         self._wire = None
         ready = self._ready
         if ready is not None and not ready.done():
+            # during the handshake: a refused client certificate ends it as a TLS alert
+            refusal = self.settings.tls_failure(exc) if exc is not None else None
+            if refusal is not None:
+                self._failure = refusal
             ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
             ready.exception()
         if self.closed:
@@ -387,6 +391,9 @@ class AsyncPublisher(PublisherBase):
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if self._failure is not None:
                         raise self._failure from None
+                    refusal = self.settings.tls_failure(exc)
+                    if refusal is not None:
+                        raise refusal from None
                     elapsed = time.monotonic() - started
                     if backoff.give_up_after is not None and elapsed >= backoff.give_up_after:
                         message = (

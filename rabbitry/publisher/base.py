@@ -15,9 +15,10 @@ from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.confirms import ConfirmTracker, Delivery
 from rabbitry.publisher.message import Body, Message, MessageBuilder
-from rabbitry.publisher.routing import NoRoute, Router
+from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
 from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.topology.primitives import Topology
+from rabbitry.topology.spec import Spec
 
 logger = logging.getLogger("rabbitry.publisher")
 
@@ -66,7 +67,7 @@ class PublisherBase:
         backoff: Backoff | None = None,
         topology: Topology | None = None,
         vhost: str | None = None,
-        delays: DelayScheme | None = None,
+        delays: DelayLevels | None = None,
         on_republish: RepublishHook | None = None,
     ) -> None:
         if window < 1:
@@ -106,20 +107,46 @@ class PublisherBase:
     @classmethod
     def from_spec(
         cls,
-        spec: str | Path | Topology,
+        spec: str | Path | Spec | Topology,
         *,
         vhost: str | None = None,
         url: str | ConnectionSettings | None = None,
+        variables: Mapping[str, str] | None = None,
+        delays: DelayScheme | str | None = None,
         **options: Any,
     ) -> Self:
-        """A publisher that resolves exchanges, shard keys and delays from a spec or topology."""
+        """A publisher that resolves exchanges and shard keys from a spec (a path, with its
+        template ``variables``, or a loaded ``Spec``) or an expanded ``Topology``, and delays
+        from the spec's ``delays``: a delayed message goes through the delay whose targets
+        include its address. ``delays=`` names the delay to use instead (or gives its levels;
+        a ``Topology`` keeps no delays, so with one ``delays=`` levels are the only way)."""
+        from rabbitry.topology import check_spec, expand, load_spec
+
+        model: Spec | None = None
         if isinstance(spec, Topology):
             topology = spec
         else:
-            from rabbitry.topology import load_topology
-
-            topology = load_topology(Path(spec))
-        return cls(url, topology=topology, vhost=vhost, **options)
+            model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables)
+            check_spec(model)
+            topology = expand(model)
+        named = delays if isinstance(delays, str) else None
+        if named is not None and model is None:
+            raise PublishError(
+                f"delays={named!r} names a delay of the spec, but from_spec was given a Topology,"
+                " which keeps no delays: give it the spec (a path or Spec) or the levels"
+            )
+        publisher = cls(
+            url,
+            topology=topology,
+            vhost=vhost,
+            delays=None if isinstance(delays, str) else delays,
+            **options,
+        )
+        if model is not None and (delays is None or named is not None):
+            chosen = next(v for v in model.vhosts if v.name == publisher.router.vhost)
+            found = SpecDelays.of(chosen)
+            publisher.router.delays = found if named is None else found.named(named)
+        return publisher
 
     @property
     def stats(self) -> PublisherStats:

@@ -12,7 +12,8 @@ from functools import lru_cache
 from typing import Any
 
 from rabbitry.errors import PublishError
-from rabbitry.policies.delay import DelayScheme
+from rabbitry.policies.delay import DelayScheme, Route
+from rabbitry.topology.patterns import delay_addresses, delay_scheme
 from rabbitry.topology.primitives import (
     Binding,
     DestinationType,
@@ -21,6 +22,7 @@ from rabbitry.topology.primitives import (
     Topology,
     Vhost,
 )
+from rabbitry.topology.spec import VhostSpec
 
 
 class UnknownExchange(PublishError):
@@ -39,6 +41,70 @@ class Target:
     routing_key: str
     headers: Mapping[str, Any] | None
     delayed: bool = False
+
+
+@dataclass(frozen=True)
+class SpecDelays:
+    """The delays of one vhost of a spec: a delayed message goes through the delay whose
+    targets include its address (the routing key it is published with)."""
+
+    vhost: str
+    patterns: tuple[tuple[DelayScheme, frozenset[str]], ...]
+    """Each delay's levels and the addresses it delivers to."""
+
+    @classmethod
+    def of(cls, vhost: VhostSpec) -> SpecDelays:
+        return cls(
+            vhost.name,
+            tuple((delay_scheme(d), frozenset(delay_addresses(vhost, d))) for d in vhost.delays),
+        )
+
+    def _describe(self) -> str:
+        return "; ".join(
+            f"{scheme.prefix} -> {', '.join(sorted(targets)) or 'no targets'}"
+            for scheme, targets in self.patterns
+        )
+
+    def named(self, name: str) -> DelayScheme:
+        """The levels of the delay called ``name``."""
+        for scheme, _ in self.patterns:
+            if scheme.prefix == name:
+                return scheme
+        known = ", ".join(scheme.prefix for scheme, _ in self.patterns) or "none"
+        raise PublishError(
+            f"vhost {self.vhost!r} of the spec declares no delay {name!r} (delays: {known})"
+        )
+
+    def scheme_for(self, address: str) -> DelayScheme:
+        """The levels of the one delay that delivers to ``address``."""
+        fits = [scheme for scheme, targets in self.patterns if address in targets]
+        if len(fits) == 1:
+            return fits[0]
+        if not self.patterns:
+            raise PublishError(
+                f"delay= needs delay levels: vhost {self.vhost!r} of the spec declares no"
+                " delays (vhosts[].delays); declare one or pass delays="
+            )
+        if not fits:
+            raise PublishError(
+                f"no delay of vhost {self.vhost!r} delivers to {address!r} (the routing key of"
+                f" a delayed message is its target address; {self._describe()}): add it to"
+                " the targets of a delay (vhosts[].delays[].targets), or pass delays= (the name"
+                " of a delay of the spec, or its levels)"
+            )
+        names = ", ".join(scheme.prefix for scheme in fits)
+        raise PublishError(
+            f"several delays of vhost {self.vhost!r} deliver to {address!r} ({names}): pass"
+            " delays= with the name of the one to use"
+        )
+
+    def route(self, delay: float | timedelta, address: str) -> Route:
+        """Entry exchange and routing key through the delay that delivers to ``address``."""
+        return self.scheme_for(address).route(delay, address)
+
+
+DelayLevels = DelayScheme | SpecDelays
+"""What a router delays messages with: one delay's levels, or a spec's delays by target."""
 
 
 @lru_cache(maxsize=4096)
@@ -66,7 +132,7 @@ class Router:
         topology: Topology | None = None,
         vhost: str | None = None,
         *,
-        delays: DelayScheme | None = None,
+        delays: DelayLevels | None = None,
     ) -> None:
         self.delays = delays
         self._vhost: Vhost | None = None
@@ -137,8 +203,9 @@ class Router:
         if delay is not None:
             if self.delays is None:
                 raise PublishError(
-                    "delay= needs delay levels: pass delays= (a BinaryDelays or FixedDelays of "
-                    "the spec) to the publisher"
+                    "delay= needs delay levels: make the publisher with from_spec(<spec path or"
+                    " Spec>) to use the spec's delays, or pass delays= (a BinaryDelays or"
+                    " FixedDelays, e.g. rabbitry.topology.patterns.delay_scheme of a spec's delay)"
                 )
             route = self.delays.route(delay, routing_key)
             return Target(route.exchange, route.routing_key, headers, delayed=True)

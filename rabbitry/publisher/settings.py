@@ -5,12 +5,30 @@ from __future__ import annotations
 import random
 import ssl
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_uri
+from rabbitry.errors import BrokerError, TLSHandshakeError
+from rabbitry.uri import mask_text, mask_uri
 
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
+
+_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+
+# TLS alerts by which the broker refuses our client certificate (OpenSSL reason codes). Only
+# these are permanent: a reset or an EOF may as well be a broker restarting.
+_CLIENT_CERT_ALERTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": (
+        "the broker requires a client certificate: pass cert_file and key_file"
+        " (certfile= and keyfile= in the URL)"
+    ),
+    "SSLV3_ALERT_BAD_CERTIFICATE": (
+        "the broker refused the client certificate: check cert_file and key_file"
+    ),
+    "TLSV1_ALERT_UNKNOWN_CA": (
+        "the broker does not trust the CA that signed the client certificate (cert_file)"
+    ),
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client certificate (cert_file) has expired",
+}
 
 
 @dataclass(frozen=True)
@@ -105,8 +123,39 @@ class ConnectionSettings:
             external_auth=query.get("auth_mechanism", "").upper() == "EXTERNAL",
         )
 
+    def tls_failure(self, exc: BaseException) -> TLSHandshakeError | None:
+        """The error to raise at once for a TLS failure that retrying cannot heal: a broker
+        certificate that does not verify, a client certificate the broker refuses. None for any
+        other failure (a reset or an EOF may be a broker restarting: those are retried)."""
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            name = self.server_hostname or self.host
+            if getattr(exc, "verify_code", None) == _HOSTNAME_MISMATCH:
+                hint = (
+                    f"the broker's certificate does not name {name!r}: connect with a host name"
+                    " the certificate names"
+                )
+            else:
+                hint = (
+                    "check that ca_file (cacertfile= in the URL) holds the CA that signed the"
+                    f" broker's certificate and that the certificate names {name!r}"
+                )
+        elif isinstance(exc, ssl.SSLError):
+            text = str(exc)
+            reason = getattr(exc, "reason", None)
+            found = next((k for k in _CLIENT_CERT_ALERTS if reason == k or k in text), None)
+            if found is None:
+                return None
+            hint = _CLIENT_CERT_ALERTS[found]
+        else:
+            return None
+        return TLSHandshakeError(
+            f"TLS handshake with {self.display} failed: {mask_text(str(exc))}; {hint}"
+        )
+
     @property
     def display(self) -> str:
-        """Where this connects to, safe to log: ``amqp://user@host:port/vhost``."""
+        """Where this connects to, safe to log: ``amqp://user@host:port/vhost``, the vhost
+        written as in a URL (``/`` is ``%2F``)."""
         scheme = "amqps" if self.tls else "amqp"
-        return f"{scheme}://{self.username}@{self.host}:{self.port}/{self.vhost}"
+        vhost = quote(self.vhost, safe="")
+        return f"{scheme}://{self.username}@{self.host}:{self.port}/{vhost}"

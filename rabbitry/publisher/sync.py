@@ -320,6 +320,11 @@ class Publisher(PublisherBase):
                 ) from None
             raise _Disconnected(f"the broker closed the connection: {exc}") from None
         except OSError as exc:
+            # a client certificate refused shows as an alert on the first read after the
+            # handshake (TLS 1.3 checks it after the client finished)
+            refusal = self.settings.tls_failure(exc)
+            if refusal is not None:
+                raise refusal from None
             raise _Disconnected(mask_text(str(exc)) or type(exc).__name__) from None
 
     def _drop_socket(self) -> None:
@@ -385,8 +390,11 @@ class Publisher(PublisherBase):
             if s.tls is not None:
                 sock = s.tls.wrap_socket(sock, server_hostname=s.server_hostname or s.host)
             sock.setblocking(False)
-        except Exception:
+        except Exception as exc:
             sock.close()
+            refusal = s.tls_failure(exc)
+            if refusal is not None:
+                raise refusal from None
             raise
         self._sock = sock
         self._session = Session(

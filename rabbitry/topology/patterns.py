@@ -70,7 +70,7 @@ def delay_scheme(spec: DelaySpec) -> DelayScheme:
             count = levels_for(spec.max, spec.unit)
         else:
             count = DEFAULT_BINARY_LEVELS
-        return BinaryDelays(spec.name, unit_ms=spec.unit, levels=count)
+        return BinaryDelays(spec.name, unit_ms=spec.unit, levels=count, max_ms=spec.max)
     levels = CLASSIC_FIXED_LEVELS_MS if spec.levels == "fixed" else tuple(spec.levels)
     return FixedDelays(spec.name, levels, round_up=spec.round == "up")
 
@@ -194,6 +194,11 @@ def _targets(vhost: VhostSpec, delay: DelaySpec) -> list[tuple[str, str | None, 
         if queue.retry is not None and queue.retry.via == delay.name:
             out.setdefault(queue.name, (queue.name, None, ""))
     return list(out.values())
+
+
+def delay_addresses(vhost: VhostSpec, delay: DelaySpec) -> list[str]:
+    """The addresses ``delay`` delivers to: its targets and the queues retrying via it."""
+    return [address for address, _, _ in _targets(vhost, delay)]
 
 
 def declare_delays(draft: VhostDraft) -> None:

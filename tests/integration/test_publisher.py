@@ -245,11 +245,15 @@ DELAY_SPEC = """
       - name: "{{ vars.vhost }}"
         queues:
           - {name: reminders}
+          - {name: digests}
         delays:
           - name: later
             unit: 100ms
             count: 6
             targets: [{queue: reminders}]
+          - name: daily
+            levels: [1d]
+            targets: [{queue: digests}]
 """
 
 
@@ -302,12 +306,14 @@ def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused
     result = broker.run("apply", str(path), "--auto-approve")
     assert result.exit_code == 0, result.output
     variables = {"vhost": broker.vhost, "stack": broker.stack}
-    topology = load_topology(path, variables)
-    scheme = delay_scheme(load_spec(path, variables).vhosts[0].delays[0])
+    spec = load_spec(path, variables)
+    scheme = delay_scheme(spec.vhosts[0].delays[0])
     assert isinstance(scheme, BinaryDelays) and scheme.max_delay_ms == 6300
     too_long = scheme.max_delay_ms / 1000 + 0.1
 
-    with Publisher.from_spec(topology, url=broker.vhost_amqp_url, delays=scheme) as pub:
+    # No delays= given: the publisher takes the levels of the spec's delay that delivers to
+    # "reminders" (not the one for "digests"), from the spec file or the loaded spec alike.
+    with Publisher.from_spec(path, variables=variables, url=broker.vhost_amqp_url) as pub:
         with pytest.raises(DelayError, match=r"exceeds the 6 levels of 100 ms"):
             pub.publish(b"too late", routing_key="reminders", delay=too_long)
         assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0
@@ -317,9 +323,7 @@ def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused
     assert_delayed(broker, scheme, sent, published_at, 2.0)
 
     async def publish_async() -> tuple[Any, float]:
-        async with AsyncPublisher.from_spec(
-            topology, url=broker.vhost_amqp_url, delays=scheme
-        ) as pub:
+        async with AsyncPublisher.from_spec(spec, url=broker.vhost_amqp_url) as pub:
             with pytest.raises(DelayError, match="declare more levels"):
                 await pub.publish(b"too late", routing_key="reminders", delay=too_long)
             assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0
@@ -334,4 +338,17 @@ def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused
     assert_delayed(broker, scheme, sent, published_at, 1.5)
     # Nothing of the refused delays went anywhere: not the target, not the levels, not parking.
     queues = ["reminders", "later.parking", *map(scheme.level_queue, range(scheme.levels))]
+    queues += ["digests", "daily.00", "daily.parking"]
     assert counts(broker, queues) == dict.fromkeys(queues, 0)
+
+    # A delay the publisher cannot place is refused before sending, saying what to do.
+    topology = load_topology(path, variables)
+    with (
+        Publisher.from_spec(topology, url=broker.vhost_amqp_url) as pub,
+        pytest.raises(PublishError, match="make the publisher with from_spec"),
+    ):
+        pub.publish(b"x", routing_key="reminders", delay=1.0)
+    with Publisher.from_spec(spec, url=broker.vhost_amqp_url) as pub:
+        with pytest.raises(PublishError, match=r"no delay of vhost .* delivers to 'ghost'"):
+            pub.publish(b"x", routing_key="ghost", delay=1.0)
+        assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0

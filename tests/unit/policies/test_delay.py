@@ -114,3 +114,17 @@ def test_fixed_levels_reject_beyond_last_or_inexact_when_asked() -> None:
         FixedDelays("f", (1000,)).route(2, "q")
     with pytest.raises(DelayError, match="ascending"):
         FixedDelays("f", (5000, 1000))
+
+
+def test_a_delay_past_the_declared_max_is_refused_though_the_levels_reach_further() -> None:
+    # max 10 s in 100 ms units needs 7 levels, which reach 12.7 s: the max still holds
+    scheme = BinaryDelays("later", unit_ms=100, levels=7, max_ms=10_000)
+    assert scheme.max_delay_ms == 10_000
+    assert scheme.route(10, "q").delay_ms == 10_000
+    assert scheme.route(timedelta(milliseconds=9_950), "q").delay_ms == 10_000
+    for beyond in (10.001, 12.7):
+        with pytest.raises(DelayError, match=r"declared max of 10000 ms of delay 'later'") as e:
+            scheme.route(beyond, "q")
+        assert "raise its `max`" in str(e.value)
+    with pytest.raises(DelayError, match="max must be positive"):
+        BinaryDelays("later", max_ms=0)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rabbitry.errors import PublishError
-from rabbitry.policies.delay import BinaryDelays
-from rabbitry.publisher.routing import Router, UnknownExchange, topic_matches
+from rabbitry.policies.delay import BinaryDelays, DelayError
+from rabbitry.publisher import AsyncPublisher, Publisher
+from rabbitry.publisher.routing import Router, SpecDelays, UnknownExchange, topic_matches
+from rabbitry.topology import expand, load_spec_text
 from rabbitry.topology.primitives import (
     Binding,
     DestinationType,
@@ -102,3 +106,82 @@ def test_vhost_must_be_named_when_ambiguous() -> None:
     with pytest.raises(PublishError, match="not in the topology"):
         Router(two, "c")
     assert DestinationType.QUEUE  # keep the import meaningful for readers of the model
+
+
+DELAYS_SPEC = """
+version: 1
+vhosts:
+  - name: app
+    queues:
+      - {name: reminders}
+      - {name: invoices}
+      - {name: mail, retry: {attempts: 3, backoff: [1s], via: slow}}
+      - {name: both}
+    exchanges: [{name: events, type: topic}]
+    delays:
+      - name: fast
+        unit: 100ms
+        max: 10s
+        targets:
+          - {queue: reminders}
+          - {queue: both}
+          - {name: expired, exchange: events, routing_key: order.expired}
+      - name: slow
+        targets: [{queue: invoices}, {queue: both}]
+"""
+
+
+def spec_delays() -> SpecDelays:
+    return SpecDelays.of(load_spec_text(DELAYS_SPEC, "spec.yaml", environ={}).vhosts[0])
+
+
+def test_spec_delays_pick_the_delay_that_delivers_to_the_address() -> None:
+    delays = spec_delays()
+    assert delays.scheme_for("reminders").prefix == "fast"
+    assert delays.scheme_for("expired").prefix == "fast"  # an exchange target, by its name
+    assert delays.scheme_for("invoices").prefix == "slow"
+    assert delays.scheme_for("mail").prefix == "slow"  # a queue retrying via the delay
+    route = delays.route(2, "reminders")
+    assert route.exchange == "fast.04" and route.routing_key.endswith(".reminders")
+    assert delays.named("slow").prefix == "slow"
+
+
+def test_spec_delays_refuse_an_address_no_delay_or_several_delays_deliver_to() -> None:
+    delays = spec_delays()
+    with pytest.raises(PublishError, match=r"no delay of vhost 'app' delivers to 'ghost'") as e:
+        delays.scheme_for("ghost")
+    assert "fast -> both, expired, reminders" in str(e.value) and "delays=" in str(e.value)
+    with pytest.raises(PublishError, match=r"several delays .* 'both' \(fast, slow\)") as e:
+        delays.scheme_for("both")
+    assert "pass delays= with the name" in str(e.value)
+    with pytest.raises(PublishError, match=r"no delay 'later' \(delays: fast, slow\)"):
+        delays.named("later")
+    with pytest.raises(PublishError, match="declares no delays"):
+        SpecDelays("app", ()).scheme_for("reminders")
+
+
+def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(DELAYS_SPEC.replace("name: app", "name: '{{ vars.vhost }}'"))
+    from_path = Publisher.from_spec(path, variables={"vhost": "app"}, vhost="app")
+    delivery = from_path.prepare(b"x", routing_key="reminders", delay=2.0)
+    assert delivery.exchange == "fast.04" and delivery.mandatory
+    with pytest.raises(DelayError, match="declared max of 10000 ms"):
+        from_path.prepare(b"x", routing_key="reminders", delay=12.0)
+    with pytest.raises(PublishError, match="several delays"):
+        from_path.prepare(b"x", routing_key="both", delay=2.0)
+
+    spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
+    named = AsyncPublisher.from_spec(spec, url="amqp://u:p@h/app", delays="slow")
+    assert named.prepare(b"x", routing_key="both", delay=2.0).exchange == "slow.01"
+
+    levels = BinaryDelays("fast", unit_ms=100, levels=7)
+    given = Publisher.from_spec(spec, vhost="app", delays=levels)
+    assert given.router.delays is levels
+    assert given.prepare(b"x", routing_key="both", delay=12.0).exchange == "fast.06"
+
+    topology = expand(spec)
+    with pytest.raises(PublishError, match="from_spec was given a Topology"):
+        Publisher.from_spec(topology, vhost="app", delays="slow")
+    with pytest.raises(PublishError, match=r"delay= needs delay levels: make the publisher"):
+        Publisher.from_spec(topology, vhost="app").prepare(b"x", routing_key="x", delay=1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rabbitry.policies.delay import BinaryDelays, FixedDelays
+import pytest
+
+from rabbitry.policies.delay import BinaryDelays, DelayError, FixedDelays
 from rabbitry.topology import expand
 from rabbitry.topology.patterns import delay_scheme, queue_retry
 from rabbitry.topology.primitives import DestinationType, QueueType, Vhost
@@ -184,3 +186,23 @@ def test_generated_names_must_not_clash() -> None:
 def test_delay_targets_must_exist() -> None:
     problems = messages("delays: [{name: d, targets: [{queue: ghost}, {name: x, exchange: nope}]}]")
     assert any("ghost" in p for p in problems) and any("nope" in p for p in problems)
+
+
+def test_a_binary_delay_keeps_its_declared_max() -> None:
+    spec = load(
+        vhost_spec(
+            """
+queues: [{name: due}]
+delays:
+  - {name: later, unit: 100ms, max: 10s, targets: [{queue: due}]}
+  - {name: counted, unit: 100ms, count: 7, targets: [{queue: due}]}
+"""
+        )
+    )
+    later, counted = (delay_scheme(d) for d in spec.vhosts[0].delays)
+    assert isinstance(later, BinaryDelays) and isinstance(counted, BinaryDelays)
+    assert later.levels == counted.levels == 7
+    assert later.max_delay_ms == 10_000 and counted.max_delay_ms == 12_700
+    assert counted.route(12.7, "due").delay_ms == 12_700
+    with pytest.raises(DelayError, match="declared max of 10000 ms"):
+        later.route(12.7, "due")
