@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from rabbitry.errors import RabbitryError
+from rabbitry.policies.delay import BinaryDelays
 from rabbitry.topology.expand import expand
 from rabbitry.topology.findings import Findings, effective_queue_type, exchange_exists, vhosts_of
 from rabbitry.topology.patterns import (
@@ -10,9 +13,10 @@ from rabbitry.topology.patterns import (
     dead_letter_queue_of,
     delay_scheme,
     parking_queue_of,
+    retry_policy,
 )
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec import ExponentialBackoffSpec, Spec
+from rabbitry.topology.spec import DelaySpec, ExponentialBackoffSpec, RetrySpec, Spec
 
 __all__ = ["check_delays", "check_generated_names", "check_retries"]
 
@@ -108,16 +112,56 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                     f"retry via {retry.via!r}: no such delay in this vhost (delays: {known});"
                     " use `queues` or the name of a `delays` entry",
                 )
-            elif (
-                delays[retry.via].levels != "binary"
-                and isinstance(retry.backoff, ExponentialBackoffSpec)
-                and retry.backoff.jitter
-            ):
-                findings.warning(
-                    (*loc, "retry", "backoff", "jitter"),
-                    f"delay {retry.via!r} has fixed levels: jittered delays are rounded up to"
-                    " the next level",
+            else:
+                problem = retry_delay_problem(retry, delays[retry.via])
+                if problem is not None:
+                    findings.error((*loc, "retry", "backoff"), problem)
+                elif (
+                    delays[retry.via].levels != "binary"
+                    and isinstance(retry.backoff, ExponentialBackoffSpec)
+                    and retry.backoff.jitter
+                ):
+                    findings.warning(
+                        (*loc, "retry", "backoff", "jitter"),
+                        f"delay {retry.via!r} has fixed levels: jittered delays are rounded up"
+                        " to the next level",
+                    )
+
+
+def retry_delay_problem(retry: RetrySpec, delay: DelaySpec) -> str | None:
+    """Why the delay ``retry`` goes through cannot hold one of its back-offs (None: it can).
+
+    A worker would otherwise find out only when a message fails that often, and could not
+    schedule its retry.
+    """
+    policy = retry_policy(retry)
+    backoff = policy.backoff
+    schedule = backoff.schedule_ms(policy.retries)
+    if not schedule:
+        return None
+    longest = max(schedule)
+    upper = math.floor(longest * (1 + backoff.jitter))
+    scheme = delay_scheme(delay)
+    if isinstance(scheme, BinaryDelays):
+        limit = scheme.max_delay_ms
+    else:
+        limit = scheme.levels_ms[-1]
+        if not scheme.round_up:
+            off = sorted({ms for ms in schedule if ms not in scheme.levels_ms})
+            if off:
+                return (
+                    f"back-offs {off} ms are not levels of delay {delay.name!r}, which rejects"
+                    f" other delays (round: reject): use its levels {list(scheme.levels_ms)} ms"
+                    " or `round: up`"
                 )
+    if upper <= limit:
+        return None
+    jittered = f" ({longest} ms with {backoff.jitter:g} jitter)" if backoff.jitter else ""
+    return (
+        f"the longest back-off, {upper} ms{jittered}, exceeds the {limit} ms delay"
+        f" {delay.name!r} can hold: raise that delay's `max` (or levels), or lower the"
+        " back-off"
+    )
 
 
 def check_generated_names(spec: Spec, findings: Findings) -> None:

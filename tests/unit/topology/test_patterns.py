@@ -206,3 +206,39 @@ delays:
     assert counted.route(12.7, "due").delay_ms == 12_700
     with pytest.raises(DelayError, match="declared max of 10000 ms"):
         later.route(12.7, "due")
+
+
+def test_a_retry_back_off_longer_than_its_delay_holds_is_refused() -> None:
+    (problem,) = messages(
+        "queues: [{name: q, retry: {attempts: 6, via: later}}]\n"
+        "delays: [{name: later, unit: 1s, max: 10s}]"
+    )
+    assert "queues[0].retry.backoff" in problem and "16000 ms" in problem
+    assert "10000 ms" in problem and "`max`" in problem
+    # the same back-offs fit once the delay holds them
+    assert not messages(
+        "queues: [{name: q, retry: {attempts: 6, via: later}}]\n"
+        "delays: [{name: later, unit: 1s, max: 16s}]"
+    )
+
+
+def test_jitter_counts_towards_the_longest_retry_delay() -> None:
+    body = (
+        "queues: [{name: q, retry: {attempts: 4, via: later, backoff: {jitter: 0.5}}}]\n"
+        "delays: [{name: later, unit: 100ms, max: %s}]"
+    )
+    (problem,) = messages(body % "5s")
+    assert "6000 ms (4000 ms with 0.5 jitter)" in problem
+    assert not messages(body % "6s")
+
+
+def test_fixed_levels_that_reject_other_delays_must_hold_every_back_off() -> None:
+    (problem,) = messages(
+        "queues: [{name: q, retry: {attempts: 3, via: later, backoff: [1s, 2s]}}]\n"
+        "delays: [{name: later, levels: [1s, 5s], round: reject}]"
+    )
+    assert "[2000]" in problem and "round: reject" in problem
+    assert not messages(
+        "queues: [{name: q, retry: {attempts: 3, via: later, backoff: [1s, 2s]}}]\n"
+        "delays: [{name: later, levels: [1s, 5s]}]"
+    )
