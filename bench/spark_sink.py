@@ -222,8 +222,9 @@ def render(
     lines += [
         "",
         ("Targets met." if not missed else "Not met: " + "; ".join(missed) + ".")
-        + f" For scale, one AsyncPublisher process alone is {scale} the naive sink: the"
-        " broker sets that ceiling here, for any confirmed publisher.",
+        + f" For scale, one AsyncPublisher process alone is {scale} the naive sink: with one"
+        " queue the broker, not the number of partitions, sets the ceiling of any confirmed"
+        " publisher here.",
         "",
     ]
     return "\n".join(lines)
