@@ -15,6 +15,7 @@ from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.confirms import ConfirmTracker, Delivery
 from rabbitry.publisher.message import Body, Message, MessageBuilder
+from rabbitry.publisher.protocol import Session
 from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
 from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.topology.primitives import Topology
@@ -44,6 +45,8 @@ class PublisherStats:
 
 class PublisherBase:
     """Options and message preparation; subclasses add the connection."""
+
+    _session: Session | None = None
 
     def __init__(
         self,
@@ -147,6 +150,13 @@ class PublisherBase:
             found = SpecDelays.of(chosen)
             publisher.router.delays = found if named is None else found.named(named)
         return publisher
+
+    @property
+    def blocked(self) -> bool:
+        """True while the broker blocks this connection's publishing (``connection.blocked``,
+        e.g. a memory or disk alarm): calls wait meanwhile, and nothing piles up."""
+        session = self._session
+        return session is not None and session.blocked
 
     @property
     def stats(self) -> PublisherStats:

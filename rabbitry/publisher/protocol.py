@@ -11,6 +11,7 @@ republished on the reopened channel.
 from __future__ import annotations
 
 import enum
+import logging
 import platform
 import re
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from rabbitry.publisher.errors import AccessRefused, ChannelClosed, ExchangeNotF
 from rabbitry.publisher.message import CHANNEL, MessageBuilder
 from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.uri import mask_text
+
+logger = logging.getLogger("rabbitry.publisher")
 
 _EXCHANGE_IN_TEXT = re.compile(r"exchange '(?P<name>.*)' in vhost")
 
@@ -166,6 +169,11 @@ class Session:
             )
         elif isinstance(frame, commands.Connection.Blocked | commands.Connection.Unblocked):
             self.blocked = isinstance(frame, commands.Connection.Blocked)
+            if self.blocked:
+                reason = mask_text(getattr(frame, "reason", "") or "no reason given")
+                logger.warning("%s blocks publishing (%s): waiting", self.settings.display, reason)
+            else:
+                logger.warning("%s accepts publishing again", self.settings.display)
             if self._on_blocked is not None:
                 self._on_blocked(self.blocked)
         elif isinstance(frame, commands.Channel.Close):

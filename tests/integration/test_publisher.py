@@ -352,3 +352,82 @@ def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused
         with pytest.raises(PublishError, match=r"no delay of vhost .* delivers to 'ghost'"):
             pub.publish(b"x", routing_key="ghost", delay=1.0)
         assert pub.stats.in_flight == 0 and pub.stats.confirmed == 0
+
+
+def test_a_broker_alarm_blocks_both_publishers_without_piling_up_and_they_resume(
+    rabbitmq_broker_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    container = rabbitmq_broker_factory()
+    url = container.broker.amqp_url("/")
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_declare("flow", durable=True)
+    connection.close()
+    caplog.set_level(logging.WARNING, logger="rabbitry.publisher")
+    window, total = 64, 500
+
+    def alarm(on: bool) -> None:
+        # A memory high watermark of 0 raises the memory alarm at once: the broker blocks
+        # every publishing connection until the watermark is back.
+        code, output = container.exec(
+            "rabbitmqctl", "set_vm_memory_high_watermark", "0" if on else "0.4"
+        )
+        assert code == 0, output
+
+    def wait_until(condition: Any, what: str, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < end, what
+            time.sleep(0.05)
+
+    # The blocking publisher, its calls in a thread: they must wait, not return or pile up.
+    with Publisher(url, window=window) as pub:
+        pub.publish(b"before", routing_key="flow")
+        alarm(True)
+        result: dict[str, Any] = {}
+        try:
+            worker = threading.Thread(
+                target=lambda: result.update(
+                    out=pub.publish_many((b"s%d" % i for i in range(total)), routing_key="flow")
+                ),
+                daemon=True,
+            )
+            worker.start()
+            wait_until(lambda: pub.blocked, "the publisher never saw connection.blocked")
+            worker.join(3)
+            assert worker.is_alive(), "publish_many returned while the broker blocked publishing"
+            assert pub.tracker.unsettled <= window
+        finally:
+            alarm(False)
+        worker.join(30)
+        assert not worker.is_alive(), "the publisher did not resume once unblocked"
+        assert not pub.blocked
+        assert len(result["out"]) == total and all(d.ok for d in result["out"])
+
+    # The asyncio publisher: a send waits while blocked, the loop stays free.
+    async def run_async() -> None:
+        async with AsyncPublisher(url, window=window) as apub:
+            await apub.publish(b"before", routing_key="flow")
+            await asyncio.to_thread(alarm, True)
+            try:
+                many = asyncio.ensure_future(
+                    apub.publish_many((b"a%d" % i for i in range(total)), routing_key="flow")
+                )
+                end = time.monotonic() + 20
+                while not apub.blocked:
+                    assert time.monotonic() < end, "AsyncPublisher never saw connection.blocked"
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(2)
+                assert not many.done(), "publish_many finished while the broker blocked it"
+                assert apub.tracker.unsettled <= window
+            finally:
+                await asyncio.to_thread(alarm, False)
+            out = await asyncio.wait_for(many, 30)
+            assert len(out) == total and all(d.ok for d in out)
+            assert not apub.blocked
+
+    asyncio.run(run_async())
+    assert "blocks publishing" in caplog.text and "accepts publishing again" in caplog.text
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    ids = drain_ids(connection.channel(), "flow")
+    connection.close()
+    assert len(ids) == 2 * (total + 1)
