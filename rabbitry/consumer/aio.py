@@ -217,6 +217,9 @@ class AsyncWorker:
                     self._wire.transport.abort()
                 self._wire = None
                 self.core.connection_lost()
+                refusal = s.tls_failure(exc)
+                if refusal is not None:  # a certificate does not heal by retrying
+                    raise refusal from None
                 give_up = s.backoff.give_up_after
                 if give_up is not None and time.monotonic() - started > give_up:
                     raise BrokerError(

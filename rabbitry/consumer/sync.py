@@ -116,6 +116,9 @@ class Worker:
             except (OSError, _Lost, TimeoutError) as exc:
                 self._drop()
                 core.connection_lost()
+                refusal = core.settings.tls_failure(exc)
+                if refusal is not None:  # a certificate does not heal by retrying
+                    raise refusal from None
                 if self._stopping:
                     break
                 core.metrics.reconnects += 1

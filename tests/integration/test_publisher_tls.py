@@ -15,6 +15,7 @@ import logging
 import re
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,9 @@ import httpx
 import pika
 import pytest
 
+from rabbitry.consumer import App, AsyncWorker, Worker
 from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publisher, TLSHandshakeError
+from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 
@@ -307,3 +310,49 @@ def test_client_certificate_is_presented_and_without_it_the_broker_refuses(
 
     asyncio.run(publish_without_cert())
     assert drain_ids(container, "mutual") == []
+
+
+def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
+    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+) -> None:
+    # Workers reconnect for as long as they run: without this, a wrong CA would have them
+    # retry forever with nothing but warnings.
+    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    declare(container, "secure")
+    app = App()
+
+    @app.handler("secure")
+    def handle(message: Any) -> None:  # never reached
+        raise AssertionError("no message should arrive")
+
+    settings = ConnectionSettings.from_url(
+        amqps_url(container), ca_file=str(certs.other_ca), backoff=Backoff(give_up_after=None)
+    )
+    worker = Worker(app, settings)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(10)
+        pytest.fail("the worker kept retrying a certificate that does not verify")
+    assert time.monotonic() - started < 10
+    assert failure and isinstance(failure[0], TLSHandshakeError), failure
+    assert "CERTIFICATE_VERIFY_FAILED" in str(failure[0]) and PASSWORD not in str(failure[0])
+
+    async def run_async() -> None:
+        aworker = AsyncWorker(app, settings)
+        with pytest.raises(TLSHandshakeError) as exc:
+            await asyncio.wait_for(aworker.run(), 10)
+        assert "CERTIFICATE_VERIFY_FAILED" in str(exc.value) and PASSWORD not in str(exc.value)
+
+    asyncio.run(run_async())
