@@ -158,4 +158,5 @@ class ConnectionSettings:
         written as in a URL (``/`` is ``%2F``)."""
         scheme = "amqps" if self.tls else "amqp"
         vhost = quote(self.vhost, safe="")
-        return f"{scheme}://{self.username}@{self.host}:{self.port}/{vhost}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6, as in a URL
+        return f"{scheme}://{self.username}@{host}:{self.port}/{vhost}"

@@ -20,6 +20,7 @@ URL = "amqps://app:s3cret-pw@rabbit.internal:5671/%2F"
         ("amqp://app:pw@rabbit", "amqp://app@rabbit:5672/%2F"),
         ("amqp://app:pw@rabbit/shop", "amqp://app@rabbit:5672/shop"),
         ("amqp://app:pw@rabbit/a%2Fb", "amqp://app@rabbit:5672/a%2Fb"),
+        ("amqp://app:pw@[::1]:5673/%2F", "amqp://app@[::1]:5673/%2F"),
     ],
 )
 def test_display_writes_the_vhost_as_in_a_url(url: str, shown: str) -> None:
