@@ -3,7 +3,7 @@
 The certificates are made per test with the ``openssl`` CLI: a CA, a server certificate for
 127.0.0.1 and localhost, a client certificate, and a second CA that signed neither.
 The broker's TLS listener is configured through ``RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS``, which
-rabbitry's image (RabbitMQ 3.10) and the official image read alike: a file in
+rabbitry's images (RabbitMQ 4.0 and 3.10) and the official image read alike: a file in
 ``/etc/rabbitmq/conf.d`` would be read by both too, but rabbitry's image changes the owner of
 everything under ``/etc/rabbitmq`` when it starts and stops on a read-only mount there.
 """
