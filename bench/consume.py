@@ -309,6 +309,16 @@ def ratios(results: dict[tuple[str, str], Result]) -> str:
     return "\n".join(lines)
 
 
+def broker_version(url: str) -> str:
+    """``RabbitMQ 4.0.5``: what the broker says of itself when a client connects."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        version = connection._impl.server_properties.get("version", b"?")
+        return f"RabbitMQ {version.decode() if isinstance(version, bytes) else version}"
+    finally:
+        connection.close()
+
+
 def write_docs(text: str) -> None:
     path = HERE.parent / "docs" / "benchmarks.md"
     heading = "## Consuming (bench/consume.py)"
@@ -373,7 +383,7 @@ def main() -> None:
             "",
             (__doc__ or "").split("\n\n", 1)[1].split("Amqplib is installed")[0].strip(),
             "",
-            f"RabbitMQ on this machine, {n:,} messages per run, median of {args.rounds}"
+            f"{broker_version(url)}, {n:,} messages per run, median of {args.rounds}"
             f" round(s), {time.strftime('%Y-%m-%d')}; load average {load_before[0]:.2f} before,"
             f" {load_after[0]:.2f} after:",
             "",
