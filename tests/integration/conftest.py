@@ -21,6 +21,16 @@ def with_credentials(url: str, user: str, password: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+def drain_ids(channel: Any, queue: str) -> list[str]:
+    """Message ids of everything in ``queue``, taken off it with ``basic_get``."""
+    ids = []
+    while True:
+        method, props, _ = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return ids
+        ids.append(props.message_id)
+
+
 class Broker:
     """The per-test vhost, seen through the CLI and the management API."""
 

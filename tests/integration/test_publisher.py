@@ -27,7 +27,7 @@ from rabbitry.publisher import (
 )
 from rabbitry.topology import load_spec, load_topology
 from rabbitry.topology.patterns import delay_scheme
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, drain_ids
 
 pytestmark = pytest.mark.broker
 
@@ -51,15 +51,6 @@ def queue_length(vhost: Any, name: str, expected: int | None = None, wait: float
         if count == expected or expected is None or time.monotonic() > end:
             return count
         time.sleep(0.5)
-
-
-def drain_ids(channel: Any, queue: str) -> list[str]:
-    ids = []
-    while True:
-        method, props, _ = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return ids
-        ids.append(props.message_id)
 
 
 def test_confirmed_messages_all_arrive(rabbitmq_vhost: Any, channel: Any) -> None:

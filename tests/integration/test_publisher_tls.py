@@ -31,6 +31,7 @@ from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publishe
 from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
+from tests.integration.conftest import drain_ids as drain_channel
 
 pytestmark = pytest.mark.broker
 
@@ -164,15 +165,10 @@ def declare(container: BrokerContainer, queue: str) -> None:
 def drain_ids(container: BrokerContainer, queue: str) -> list[str]:
     """Message ids in ``queue``, read over the plain AMQP port."""
     connection = pika.BlockingConnection(pika.URLParameters(container.broker.amqp_url("/")))
-    channel = connection.channel()
-    ids = []
-    while True:
-        method, props, _ = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        ids.append(props.message_id)
-    connection.close()
-    return ids
+    try:
+        return drain_channel(connection.channel(), queue)
+    finally:
+        connection.close()
 
 
 def tls_connection(container: BrokerContainer, name: str, wait: float = 15.0) -> dict[str, Any]:
