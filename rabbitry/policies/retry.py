@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,11 @@ class Backoff:
     def schedule_ms(self, retries: int) -> list[int]:
         """Base delays of retries 1..retries."""
         return [self.base_delay_ms(n) for n in range(1, retries + 1)]
+
+    def longest_ms(self, retries: int) -> int:
+        """The longest delay ``delay_ms`` can give retries 1..retries, jitter included."""
+        base = max(self.schedule_ms(retries), default=0)
+        return math.ceil(base * (1 + self.jitter))
 
 
 class Outcome(enum.StrEnum):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import BinaryDelays
 from rabbitry.topology.expand import expand
@@ -140,7 +138,7 @@ def retry_delay_problem(retry: RetrySpec, delay: DelaySpec) -> str | None:
     if not schedule:
         return None
     longest = max(schedule)
-    upper = math.floor(longest * (1 + backoff.jitter))
+    upper = backoff.longest_ms(policy.retries)
     scheme = delay_scheme(delay)
     if isinstance(scheme, BinaryDelays):
         limit = scheme.max_delay_ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -84,3 +85,12 @@ def test_bad_policies_are_refused() -> None:
     with pytest.raises(RetryConfigError):
         Backoff(jitter=1.5)
     assert failed_attempts({ATTEMPT_HEADER: "garbage"}) == 0
+
+
+def test_longest_ms_bounds_every_jittered_delay() -> None:
+    backoff = Backoff(initial_ms=1001, multiplier=3, max_ms=60_000, jitter=0.5)
+    assert backoff.longest_ms(3) == math.ceil(9009 * 1.5)
+    rng = random.Random(7)
+    assert max(backoff.delay_ms(n, rng) for n in (1, 2, 3) for _ in range(2000)) <= 13_514
+    assert Backoff(tiers_ms=(500, 2000)).longest_ms(5) == 2000
+    assert Backoff().longest_ms(0) == 0
