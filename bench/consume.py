@@ -39,7 +39,7 @@ import pika
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.policies.retry import Backoff, RetryPolicy
 from rabbitry.publisher import Publisher
-from rabbitry.topology.patterns import QueueRetry
+from rabbitry.topology.patterns.retries import QueueRetry
 from rabbitry.uri import mask_uri
 
 HERE = Path(__file__).resolve().parent

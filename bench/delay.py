@@ -32,7 +32,7 @@ from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.planner import plan
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology import load_spec, load_topology
-from rabbitry.topology.patterns import delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
 
 SPEC = """
 version: 1

@@ -33,7 +33,7 @@ from rabbitry.consumer import AsyncWorker
 from rabbitry.consumer.app import url_for_app
 from rabbitry.consumer.dlq import ParkingLot
 from rabbitry.publisher import Publisher
-from rabbitry.topology.patterns import delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
 
 # the handlers print each attempt themselves; the worker's own failure logs would repeat them
 logging.getLogger("rabbitry.worker").setLevel(logging.CRITICAL)

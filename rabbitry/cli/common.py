@@ -16,7 +16,7 @@ from rabbitry.errors import RabbitryError, SpecError
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -16,9 +16,9 @@ from rabbitry.errors import SpecProblem
 from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
 from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
-from rabbitry.topology.loader import render_spec_file
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.schema import json_schema_text
+from rabbitry.topology.spec.loader import render_spec_file
+from rabbitry.topology.spec.schema import json_schema_text
 from rabbitry.uri import mask_text
 
 _PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,}#][^,}#\n]*)""")

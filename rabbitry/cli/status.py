@@ -22,7 +22,7 @@ from rabbitry.provisioner.status import (
     sample_keys,
 )
 from rabbitry.topology import expand
-from rabbitry.topology.sharding import Sharding, shardings
+from rabbitry.topology.patterns.sharding import Sharding, shardings
 from rabbitry.uri import mask_uri
 
 EXIT_NOT_HEALTHY = 3

@@ -24,8 +24,8 @@ from rabbitry.consumer.stores import (
     MemoryIdempotencyStore,
 )
 from rabbitry.errors import RabbitryError, SpecError
-from rabbitry.topology.patterns import QueueRetry, queue_retry
-from rabbitry.topology.spec import Spec, VhostSpec
+from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
+from rabbitry.topology.spec.model import Spec, VhostSpec
 
 Handler = Callable[[IncomingMessage], Awaitable[None] | None]
 H = TypeVar("H", bound=Callable[..., Any])

@@ -27,7 +27,7 @@ from rabbitry.policies.retry import (
     failed_attempts,
     failure_headers,
 )
-from rabbitry.topology.patterns import QueueRetry
+from rabbitry.topology.patterns.retries import QueueRetry
 
 CANCEL_HEADER = "x-rabbitry-cancel"
 """On a control message: the message id of the job to withdraw."""
@@ -78,7 +78,7 @@ class Verdict:
     @property
     def tier_label(self) -> str:
         """``1s``/``250ms``: the counter label of a retry."""
-        from rabbitry.topology.patterns import duration_label
+        from rabbitry.topology.patterns.queues import duration_label
 
         return duration_label(self.delay_ms)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import OwnershipRecord, record_name
+from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
     ApplyTo,
@@ -33,7 +34,6 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
-from rabbitry.topology.sharding import is_plugin_shard_queue
 
 JSONDict = dict[str, Any]
 

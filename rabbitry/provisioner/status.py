@@ -21,10 +21,10 @@ import pika
 
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.topology.federation import FederatedObject, expected_links
+from rabbitry.topology.patterns.federation import FederatedObject, expected_links
+from rabbitry.topology.patterns.sharding import HashSource, Sharding
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.sharding import HashSource, Sharding
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
 from rabbitry.uri import mask_text
 
 __all__ = [

@@ -19,7 +19,7 @@ from rabbitry.publisher.protocol import Session
 from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
 from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
 
 logger = logging.getLogger("rabbitry.publisher")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme, Route
-from rabbitry.topology.patterns import delay_addresses, delay_scheme
+from rabbitry.topology.patterns.delays import delay_addresses, delay_scheme
 from rabbitry.topology.primitives import (
     Binding,
     DestinationType,
@@ -22,7 +22,7 @@ from rabbitry.topology.primitives import (
     Topology,
     Vhost,
 )
-from rabbitry.topology.spec import VhostSpec
+from rabbitry.topology.spec.model import VhostSpec
 
 
 class UnknownExchange(PublishError):
@@ -205,7 +205,8 @@ class Router:
                 raise PublishError(
                     "delay= needs delay levels: make the publisher with from_spec(<spec path or"
                     " Spec>) to use the spec's delays, or pass delays= (a BinaryDelays or"
-                    " FixedDelays, e.g. rabbitry.topology.patterns.delay_scheme of a spec's delay)"
+                    " FixedDelays, e.g. rabbitry.topology.patterns.delays.delay_scheme of a"
+                    " spec's delay)"
                 )
             route = self.delays.route(delay, routing_key)
             return Target(route.exchange, route.routing_key, headers, delayed=True)

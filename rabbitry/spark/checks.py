@@ -32,7 +32,7 @@ def resolve_spec(options: SinkOptions) -> DelayScheme | None:
     if options.spec is None:
         return None
     from rabbitry.topology import check_spec, expand, load_spec
-    from rabbitry.topology.patterns import delay_scheme
+    from rabbitry.topology.patterns.delays import delay_scheme
 
     path = Path(options.spec)
     if not path.is_file():

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology import primitives
+from rabbitry.topology.checks.validate import validate
 from rabbitry.topology.document import dump_yaml, spec_document, topology_data
-from rabbitry.topology.expand import expand
-from rabbitry.topology.loader import load_spec, load_spec_text, render_template
+from rabbitry.topology.patterns.expand import expand
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.schema import json_schema
-from rabbitry.topology.spec import Spec
-from rabbitry.topology.validate import validate
+from rabbitry.topology.spec.loader import load_spec, load_spec_text, render_template
+from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.spec.schema import json_schema
 
 __all__ = [
     "Spec",

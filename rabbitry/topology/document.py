@@ -17,14 +17,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
-from rabbitry.topology.arguments import (
-    ExchangeArguments,
-    KnownKeys,
-    OperatorPolicyDefinition,
-    PolicyDefinition,
-    QueueArguments,
-)
-from rabbitry.topology.passwords import DEFAULT_ALGORITHM, hash_password
 from rabbitry.topology.primitives import (
     JSON,
     ApplyTo,
@@ -43,8 +35,21 @@ from rabbitry.topology.primitives import (
     Vhost,
     same_json,
 )
-from rabbitry.topology.quantities import format_duration, format_size, parse_duration, parse_size
-from rabbitry.topology.spec import SCHEMA_VERSION
+from rabbitry.topology.spec.arguments import (
+    ExchangeArguments,
+    KnownKeys,
+    OperatorPolicyDefinition,
+    PolicyDefinition,
+    QueueArguments,
+)
+from rabbitry.topology.spec.model import SCHEMA_VERSION
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_password
+from rabbitry.topology.spec.quantities import (
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+)
 
 __all__ = [
     "DEFAULT_SCHEMA_REF",

@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.policies.delay import BinaryDelays
-from rabbitry.topology.patterns import delay_scheme, duration_label, queue_retry
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.queues import duration_label
+from rabbitry.topology.patterns.retries import queue_retry
 from rabbitry.topology.primitives import DestinationType, Topology, Vhost
-from rabbitry.topology.spec import Spec, VhostSpec
+from rabbitry.topology.spec.model import Spec, VhostSpec
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from rabbitry.testing.providers import Broker
 from rabbitry.topology import load_spec
-from rabbitry.topology.patterns import delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
 
 pytestmark = pytest.mark.broker
 

@@ -23,7 +23,8 @@ from rabbitry.policies.retry import (
     failure_headers,
 )
 from rabbitry.topology import load_spec
-from rabbitry.topology.patterns import delay_scheme, queue_retry
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.retries import queue_retry
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker

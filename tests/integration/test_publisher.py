@@ -26,7 +26,7 @@ from rabbitry.publisher import (
     Status,
 )
 from rabbitry.topology import load_spec, load_topology
-from rabbitry.topology.patterns import delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
 from tests.integration.conftest import Broker, drain_ids
 
 pytestmark = pytest.mark.broker

@@ -11,7 +11,7 @@ import pika
 import pytest
 
 from rabbitry.topology import load_spec
-from rabbitry.topology.sharding import is_plugin_shard_queue, sharding_of
+from rabbitry.topology.patterns.sharding import is_plugin_shard_queue, sharding_of
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker

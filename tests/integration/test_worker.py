@@ -29,7 +29,7 @@ from rabbitry.policies.retry import (
 )
 from rabbitry.publisher import Backoff, Publisher
 from rabbitry.topology import load_spec
-from rabbitry.topology.patterns import delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker

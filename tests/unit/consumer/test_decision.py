@@ -23,7 +23,7 @@ from rabbitry.policies.retry import (
     Backoff,
     RetryPolicy,
 )
-from rabbitry.topology.patterns import QueueRetry
+from rabbitry.topology.patterns.retries import QueueRetry
 
 TIERS = QueueRetry(
     queue="work",

@@ -12,7 +12,7 @@ from rabbitry.consumer.engine import WorkerCore, WorkerOptions
 from rabbitry.policies.retry import Backoff, RetryPolicy
 from rabbitry.publisher.protocol import State
 from rabbitry.publisher.settings import ConnectionSettings
-from rabbitry.topology.patterns import QueueRetry
+from rabbitry.topology.patterns.retries import QueueRetry
 from tests.unit.consumer.test_session_and_app import delivery
 
 RETRY = QueueRetry(

@@ -9,7 +9,7 @@ import pytest
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology import load_spec_text, validate
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
 
 
 def load(text: str, environ: Mapping[str, str] | None = None, **kwargs: object) -> Spec:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rabbitry.topology.arguments import (
+from rabbitry.topology.spec.arguments import (
     QUEUE_ARGUMENT_TYPES,
     ExchangeArguments,
     OperatorPolicyDefinition,

@@ -12,7 +12,6 @@ from pydantic import SecretStr
 
 from rabbitry.topology import dump_yaml, expand, load_spec, load_spec_text, spec_document
 from rabbitry.topology.document import topology_data
-from rabbitry.topology.passwords import password_matches
 from rabbitry.topology.primitives import (
     ApplyTo,
     Binding,
@@ -31,6 +30,7 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
+from rabbitry.topology.spec.passwords import password_matches
 
 from .conftest import load
 from .test_expand import EXAMPLES, SPEC

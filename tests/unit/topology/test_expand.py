@@ -8,7 +8,7 @@ import pytest
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology import expand, load_topology
-from rabbitry.topology.expand import VHOST_STEPS, VhostDraft
+from rabbitry.topology.patterns.expand import VHOST_STEPS, VhostDraft
 from rabbitry.topology.primitives import (
     ApplyTo,
     Binding,

@@ -8,7 +8,7 @@ from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import Action, plan
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology import expand
-from rabbitry.topology.federation import FederatedObject, expected_links
+from rabbitry.topology.patterns.federation import FederatedObject, expected_links
 from rabbitry.topology.primitives import ApplyTo, Parameter, Topology, Vhost
 
 from .conftest import check, load, vhost_spec

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from rabbitry.topology.passwords import hash_password, password_matches
+from rabbitry.topology.spec.passwords import hash_password, password_matches
 
 
 def test_hash_is_salt_plus_sha256_of_salt_and_password() -> None:

@@ -6,7 +6,8 @@ import pytest
 
 from rabbitry.policies.delay import BinaryDelays, DelayError, FixedDelays
 from rabbitry.topology import expand
-from rabbitry.topology.patterns import delay_scheme, queue_retry
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.retries import queue_retry
 from rabbitry.topology.primitives import DestinationType, QueueType, Vhost
 
 from .conftest import check, load, vhost_spec

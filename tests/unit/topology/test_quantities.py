@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rabbitry.topology.quantities import (
+from rabbitry.topology.spec.quantities import (
     format_duration,
     format_size,
     parse_duration,

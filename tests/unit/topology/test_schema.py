@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from rabbitry.topology import json_schema
-from rabbitry.topology.arguments import (
+from rabbitry.topology.spec.arguments import (
     ExchangeArguments,
     KnownKeys,
     OperatorPolicyDefinition,
@@ -17,9 +17,9 @@ from rabbitry.topology.arguments import (
     QueueArguments,
     aliases,
 )
-from rabbitry.topology.problems import model_at
-from rabbitry.topology.schema import json_schema_text
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.spec.problems import model_at
+from rabbitry.topology.spec.schema import json_schema_text
 
 ROOT = Path(__file__).parents[3]
 

@@ -11,15 +11,15 @@ from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import plan
 from rabbitry.provisioner.state import BrokerState, observed_vhost
 from rabbitry.topology import expand
-from rabbitry.topology.patterns import queue_retry
-from rabbitry.topology.primitives import ApplyTo, ExchangeType, QueueType, Topology, Vhost
-from rabbitry.topology.sharding import (
+from rabbitry.topology.patterns.retries import queue_retry
+from rabbitry.topology.patterns.sharding import (
     HashSource,
     is_plugin_shard_queue,
     plugin_shard_queue,
     shard_queue_specs,
     sharding_of,
 )
+from rabbitry.topology.primitives import ApplyTo, ExchangeType, QueueType, Topology, Vhost
 
 from .conftest import check, load, vhost_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rabbitry.errors import SpecProblem
 from rabbitry.topology import validate
-from rabbitry.topology.spec import QueueSpec, Spec, VhostSpec
+from rabbitry.topology.spec.model import QueueSpec, Spec, VhostSpec
 
 from .conftest import check, vhost_spec
 

@@ -9,14 +9,14 @@ when the spec came from a file.
 from __future__ import annotations
 
 from rabbitry.errors import SpecProblem
-from rabbitry.topology.cluster_checks import check_sharding_and_federation
-from rabbitry.topology.findings import (
+from rabbitry.topology.checks.clusters import check_sharding_and_federation
+from rabbitry.topology.checks.findings import (
     Check,
     Findings,
     effective_queue_type,
     is_builtin_exchange,
 )
-from rabbitry.topology.object_checks import (
+from rabbitry.topology.checks.objects import (
     check_access,
     check_bindings,
     check_dead_letter_exchanges,
@@ -26,11 +26,11 @@ from rabbitry.topology.object_checks import (
     check_unique_names,
     check_users,
 )
-from rabbitry.topology.pattern_checks import check_delays, check_generated_names, check_retries
-from rabbitry.topology.policy_checks import check_policies, check_policy_overlaps
-from rabbitry.topology.problems import by_position
-from rabbitry.topology.source_map import format_path
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.checks.patterns import check_delays, check_generated_names, check_retries
+from rabbitry.topology.checks.policies import check_policies, check_policy_overlaps
+from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.spec.problems import by_position
+from rabbitry.topology.spec.source_map import format_path
 
 __all__ = ["CHECKS", "effective_queue_type", "is_builtin_exchange", "validate"]
 

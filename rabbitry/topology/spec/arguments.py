@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.quantities import Bytes, MaxAge, Milliseconds
+from rabbitry.topology.spec.quantities import Bytes, MaxAge, Milliseconds
 
 Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
 DeadLetterStrategy = Literal["at-most-once", "at-least-once"]

@@ -16,10 +16,10 @@ import yaml
 from pydantic import ValidationError
 
 from rabbitry.errors import SpecError, SpecProblem
-from rabbitry.topology.problems import problems_from_validation_error
-from rabbitry.topology.source_map import SourceMap, load_marked_yaml
-from rabbitry.topology.spec import Spec
-from rabbitry.topology.template import LineMap, render_template, render_with_lines
+from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.spec.problems import problems_from_validation_error
+from rabbitry.topology.spec.source_map import SourceMap, load_marked_yaml
+from rabbitry.topology.spec.template import LineMap, render_template, render_with_lines
 
 __all__ = [
     "load_spec",

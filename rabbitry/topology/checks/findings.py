@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.source_map import Loc
-from rabbitry.topology.spec import QueueSpec, Spec, VhostSpec
+from rabbitry.topology.spec.model import QueueSpec, Spec, VhostSpec
+from rabbitry.topology.spec.source_map import Loc
 
 ERROR = "error"
 WARNING = "warning"

@@ -16,7 +16,7 @@ from rabbitry.topology.primitives import (
     TopicPermission,
     Vhost,
 )
-from rabbitry.topology.spec import Spec, VhostSpec
+from rabbitry.topology.spec.model import Spec, VhostSpec
 
 __all__ = ["VhostDraft"]
 

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import BinaryDelays
-from rabbitry.topology.expand import expand
-from rabbitry.topology.findings import Findings, effective_queue_type, exchange_exists, vhosts_of
-from rabbitry.topology.patterns import (
+from rabbitry.topology.checks.findings import (
+    Findings,
+    effective_queue_type,
+    exchange_exists,
+    vhosts_of,
+)
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.expand import expand
+from rabbitry.topology.patterns.retries import (
     VIA_QUEUES,
     dead_letter_queue_of,
-    delay_scheme,
     parking_queue_of,
     retry_policy,
 )
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec import DelaySpec, ExponentialBackoffSpec, RetrySpec, Spec
+from rabbitry.topology.spec.model import DelaySpec, ExponentialBackoffSpec, RetrySpec, Spec
 
 __all__ = ["check_delays", "check_generated_names", "check_retries"]
 

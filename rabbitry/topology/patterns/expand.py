@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rabbitry.topology.draft import VhostDraft
-from rabbitry.topology.federation import declare_federation
-from rabbitry.topology.patterns import PATTERN_STEPS
+from rabbitry.topology.patterns.delays import declare_delays
+from rabbitry.topology.patterns.draft import VhostDraft
+from rabbitry.topology.patterns.federation import declare_federation
+from rabbitry.topology.patterns.retries import declare_retries
+from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
 from rabbitry.topology.primitives import (
     JSON,
     Binding,
@@ -27,8 +29,7 @@ from rabbitry.topology.primitives import (
     Topology,
     User,
 )
-from rabbitry.topology.sharding import declare_modulus_sharding, declare_sharded_exchanges
-from rabbitry.topology.spec import Spec, UserSpec
+from rabbitry.topology.spec.model import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
 
@@ -133,7 +134,8 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
     declare_policies,
     declare_access,
     declare_parameters,
-    *PATTERN_STEPS,
+    declare_delays,
+    declare_retries,
     declare_sharded_exchanges,
     declare_modulus_sharding,
     declare_federation,

@@ -6,18 +6,18 @@ import re
 from urllib.parse import urlsplit
 
 from rabbitry.errors import RabbitryError
-from rabbitry.topology.federation import ALL_UPSTREAMS, policy_name
-from rabbitry.topology.findings import Findings, check_pattern, vhosts_of
-from rabbitry.topology.patterns import VIA_QUEUES
-from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.sharding import (
+from rabbitry.topology.checks.findings import Findings, check_pattern, vhosts_of
+from rabbitry.topology.patterns.federation import ALL_UPSTREAMS, policy_name
+from rabbitry.topology.patterns.retries import VIA_QUEUES
+from rabbitry.topology.patterns.sharding import (
     is_plugin_shard_queue,
     modulus_policy_name,
     shard_queue_name,
     shard_queue_specs,
 )
-from rabbitry.topology.source_map import Loc
-from rabbitry.topology.spec import FederationSpec, ShardedExchangeSpec, Spec, VhostSpec
+from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.spec.model import FederationSpec, ShardedExchangeSpec, Spec, VhostSpec
+from rabbitry.topology.spec.source_map import Loc
 
 __all__ = ["check_federation", "check_sharding", "check_sharding_and_federation"]
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from rabbitry.errors import SpecProblem
-from rabbitry.topology.arguments import KnownKeys, aliases
-from rabbitry.topology.source_map import Loc, SourceMap, format_path
+from rabbitry.topology.spec.arguments import KnownKeys, aliases
+from rabbitry.topology.spec.source_map import Loc, SourceMap, format_path
 
 _QUOTED = re.compile(r"'([^']*)'")
 _SECRET_KEYS = ("password", "url", "uri")

@@ -10,13 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from rabbitry.topology.arguments import (
-    ARGUMENT_WINS_KEYS,
-    MIN_RESOLVED_KEYS,
-    aliases,
-    policy_key_argument,
-)
-from rabbitry.topology.findings import (
+from rabbitry.topology.checks.findings import (
     Findings,
     check_pattern,
     check_unchecked,
@@ -25,8 +19,14 @@ from rabbitry.topology.findings import (
     vhosts_of,
 )
 from rabbitry.topology.primitives import ApplyTo, QueueType
-from rabbitry.topology.source_map import Loc
-from rabbitry.topology.spec import OperatorPolicySpec, PolicySpec, Spec, VhostSpec
+from rabbitry.topology.spec.arguments import (
+    ARGUMENT_WINS_KEYS,
+    MIN_RESOLVED_KEYS,
+    aliases,
+    policy_key_argument,
+)
+from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec, VhostSpec
+from rabbitry.topology.spec.source_map import Loc
 
 __all__ = ["check_policies", "check_policy_overlaps", "effective_policy", "matching_policies"]
 

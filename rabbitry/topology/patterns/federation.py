@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from rabbitry.topology.draft import VhostDraft
+from rabbitry.topology.patterns.draft import VhostDraft
 from rabbitry.topology.primitives import JSON, ApplyTo, Parameter, Policy, Vhost
-from rabbitry.topology.spec import (
+from rabbitry.topology.spec.model import (
     FederationPolicySpec,
     FederationSpec,
     FederationUpstreamSpec,

@@ -23,7 +23,7 @@ from jinja2 import nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from rabbitry.errors import SpecError, SpecProblem
-from rabbitry.topology.source_map import Mark
+from rabbitry.topology.spec.source_map import Mark
 
 
 class EnvironmentVariables(dict[str, str]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rabbitry.topology.spec import Spec
+from rabbitry.topology.spec.model import Spec
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -10,14 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
-from rabbitry.topology.arguments import (
-    OVERFLOW_TYPES,
-    QUEUE_ARGUMENT_TYPES,
-    ExchangeArguments,
-    QueueArguments,
-    aliases,
-)
-from rabbitry.topology.findings import (
+from rabbitry.topology.checks.findings import (
     Findings,
     check_pattern,
     check_unchecked,
@@ -26,16 +19,23 @@ from rabbitry.topology.findings import (
     is_builtin_exchange,
     vhosts_of,
 )
-from rabbitry.topology.policy_checks import effective_policy
+from rabbitry.topology.checks.policies import effective_policy
+from rabbitry.topology.patterns.sharding import shard_queue_specs
 from rabbitry.topology.primitives import (
     DestinationType,
     ExchangeType,
     QueueType,
     canonical_json,
 )
-from rabbitry.topology.sharding import shard_queue_specs
-from rabbitry.topology.source_map import Loc, format_path
-from rabbitry.topology.spec import ExchangeSpec, QueueSpec, Spec, VhostSpec
+from rabbitry.topology.spec.arguments import (
+    OVERFLOW_TYPES,
+    QUEUE_ARGUMENT_TYPES,
+    ExchangeArguments,
+    QueueArguments,
+    aliases,
+)
+from rabbitry.topology.spec.model import ExchangeSpec, QueueSpec, Spec, VhostSpec
+from rabbitry.topology.spec.source_map import Loc, format_path
 
 _QUEUE_ARGUMENT_KEYS = frozenset(aliases(QueueArguments))
 _EXCHANGE_ARGUMENT_KEYS = frozenset(aliases(ExchangeArguments))

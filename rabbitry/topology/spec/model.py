@@ -3,7 +3,11 @@
 Every model forbids unknown keys and documents its fields with attribute docstrings, which become
 the descriptions of the JSON Schema editors use for completion and hover help. Checks that need
 more than one field or object (references, duplicates, queue-type compatibility) live in
-``validate.py`` so that all of them are reported at once, with their locations.
+``rabbitry.topology.checks`` so that all of them are reported at once, with their locations.
+
+One file of about 500 lines on purpose: ``VhostSpec`` and ``Spec`` hold every other model, most
+of the length is the field documentation users read as hover help, and one file read top to
+bottom is the whole document's shape.
 """
 
 from __future__ import annotations
@@ -12,15 +16,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
-from rabbitry.topology.arguments import (
+from rabbitry.topology.primitives import ApplyTo, DestinationType, ExchangeType, QueueType
+from rabbitry.topology.spec.arguments import (
     ExchangeArguments,
     OperatorPolicyDefinition,
     PolicyDefinition,
     QueueArguments,
 )
-from rabbitry.topology.primitives import ApplyTo, DestinationType, ExchangeType, QueueType
-from rabbitry.topology.quantities import Milliseconds
-from rabbitry.topology.source_map import SourceMap
+from rabbitry.topology.spec.quantities import Milliseconds
+from rabbitry.topology.spec.source_map import SourceMap
 
 SCHEMA_VERSION = 1
 

@@ -24,8 +24,9 @@ from fractions import Fraction
 from typing import Any
 
 from rabbitry.errors import SpecError
-from rabbitry.topology.draft import VhostDraft
-from rabbitry.topology.patterns import VIA_QUEUES, declare_retries, delay_scheme
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.draft import VhostDraft
+from rabbitry.topology.patterns.retries import VIA_QUEUES, declare_retries
 from rabbitry.topology.primitives import (
     JSON,
     ApplyTo,
@@ -35,7 +36,7 @@ from rabbitry.topology.primitives import (
     Policy,
     Queue,
 )
-from rabbitry.topology.spec import (
+from rabbitry.topology.spec.model import (
     ModulusShardingSpec,
     QueueSpec,
     ShardedExchangeSpec,

@@ -1,0 +1,162 @@
+"""Delays (``vhosts[].delays``), plugin-free: a few spec lines, expanded into TTL levels.
+
+- binary: level k is a topic exchange and a queue ``<name>.<kk>`` whose TTL is ``unit * 2**k``;
+  the queue is bound with "bit k set", the exchange to the next level down with "bit k clear",
+  and each level queue dead-letters into the next level's exchange (level 0 into
+  ``<name>.deliver``). Every message in a queue has the same TTL, so nothing waits behind a
+  longer delay. See ``rabbitry.policies.delay`` for the routing keys.
+- fixed: one TTL queue per level behind a topic exchange ``<name>``.
+- both: targets are bound on ``<name>.deliver`` by address; a queue target directly, an exchange
+  target through a landing queue (TTL 0) that dead-letters with the target's routing key. What
+  reaches ``<name>.deliver`` for no target goes, through its alternate exchange
+  ``<name>.unroutable``, to ``<name>.parking``: never dropped, never wedging a level queue.
+  Quorum levels dead-letter at-least-once (``x-overflow: reject-publish``), so a delayed message
+  survives losing a node.
+"""
+
+from __future__ import annotations
+
+from rabbitry.policies.delay import (
+    CLASSIC_FIXED_LEVELS_MS,
+    BinaryDelays,
+    DelayScheme,
+    FixedDelays,
+    levels_for,
+)
+from rabbitry.topology.patterns.draft import VhostDraft
+from rabbitry.topology.patterns.queues import holding_queue, ttl_queue_arguments
+from rabbitry.topology.primitives import (
+    Binding,
+    DestinationType,
+    Exchange,
+    ExchangeType,
+    Queue,
+    QueueType,
+)
+from rabbitry.topology.spec.model import DelaySpec, VhostSpec
+
+DEFAULT_BINARY_LEVELS = 28
+
+
+def delay_scheme(spec: DelaySpec) -> DelayScheme:
+    """The encoder for one ``delays`` entry."""
+    if spec.levels == "binary":
+        if spec.count is not None:
+            count = spec.count
+        elif spec.max is not None:
+            count = levels_for(spec.max, spec.unit)
+        else:
+            count = DEFAULT_BINARY_LEVELS
+        return BinaryDelays(spec.name, unit_ms=spec.unit, levels=count, max_ms=spec.max)
+    levels = CLASSIC_FIXED_LEVELS_MS if spec.levels == "fixed" else tuple(spec.levels)
+    return FixedDelays(spec.name, levels, round_up=spec.round == "up")
+
+
+def _targets(vhost: VhostSpec, delay: DelaySpec) -> list[tuple[str, str | None, str]]:
+    """(address, exchange or None for a queue, routing key) of every target, retries included."""
+    out: dict[str, tuple[str, str | None, str]] = {}
+    for target in delay.targets:
+        out[target.address] = (target.address, target.exchange, target.routing_key)
+    for queue in vhost.queues:
+        if queue.retry is not None and queue.retry.via == delay.name:
+            out.setdefault(queue.name, (queue.name, None, ""))
+    return list(out.values())
+
+
+def delay_addresses(vhost: VhostSpec, delay: DelaySpec) -> list[str]:
+    """The addresses ``delay`` delivers to: its targets and the queues retrying via it."""
+    return [address for address, _, _ in _targets(vhost, delay)]
+
+
+def declare_delays(draft: VhostDraft) -> None:
+    for spec in draft.spec.delays:
+        scheme = delay_scheme(spec)
+        qtype = QueueType(spec.queue_type)
+        deliver, unroutable, parking = (
+            scheme.delivery_exchange,
+            f"{spec.name}.unroutable",
+            f"{spec.name}.parking",
+        )
+        draft.exchanges.append(
+            Exchange(
+                name=deliver, type=ExchangeType.TOPIC, arguments={"alternate-exchange": unroutable}
+            )
+        )
+        draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
+        draft.queues.append(holding_queue(parking, qtype))
+        draft.bindings.append(Binding(source=unroutable, destination=parking))
+
+        if isinstance(scheme, BinaryDelays):
+            for level in range(scheme.levels):
+                name = scheme.level_exchange(level)
+                below = scheme.level_exchange(level - 1) if level else deliver
+                draft.exchanges.append(Exchange(name=name, type=ExchangeType.TOPIC))
+                draft.queues.append(
+                    Queue(
+                        name=scheme.level_queue(level),
+                        type=qtype,
+                        arguments=ttl_queue_arguments(
+                            qtype.value, scheme.level_ttl_ms(level), below
+                        ),
+                    )
+                )
+                draft.bindings.append(
+                    Binding(
+                        source=name,
+                        destination=scheme.level_queue(level),
+                        routing_key=scheme.queue_pattern(level),
+                    )
+                )
+                draft.bindings.append(
+                    Binding(
+                        source=name,
+                        destination=below,
+                        destination_type=DestinationType.EXCHANGE,
+                        routing_key=scheme.skip_pattern(level),
+                    )
+                )
+        else:
+            draft.exchanges.append(Exchange(name=scheme.entry_exchange, type=ExchangeType.TOPIC))
+            for index, ttl in enumerate(scheme.levels_ms):
+                draft.queues.append(
+                    Queue(
+                        name=scheme.level_queue(index),
+                        type=qtype,
+                        arguments=ttl_queue_arguments(qtype.value, ttl, deliver),
+                    )
+                )
+                draft.bindings.append(
+                    Binding(
+                        source=scheme.entry_exchange,
+                        destination=scheme.level_queue(index),
+                        routing_key=scheme.queue_pattern(index),
+                    )
+                )
+
+        for address, exchange, routing_key in _targets(draft.spec, spec):
+            if exchange is None:
+                draft.bindings.append(
+                    Binding(
+                        source=deliver,
+                        destination=address,
+                        routing_key=scheme.delivery_pattern(address),
+                    )
+                )
+                continue
+            # A routing key cannot be rewritten in flight except by dead-lettering: land the
+            # message in a TTL-0 queue that dead-letters to the exchange with the target's key.
+            landing = f"{spec.name}.to.{address}"
+            draft.queues.append(
+                Queue(
+                    name=landing,
+                    type=qtype,
+                    arguments=ttl_queue_arguments(qtype.value, 0, exchange, routing_key),
+                )
+            )
+            draft.bindings.append(
+                Binding(
+                    source=deliver,
+                    destination=landing,
+                    routing_key=scheme.delivery_pattern(address),
+                )
+            )

@@ -1,0 +1,145 @@
+"""Retries (``queues[].retry``): tier queues, parking lots and dead-lettering of a work queue.
+
+The worker decides (``rabbitry.policies.retry``) and republishes with confirms, then acks.
+``via: queues`` declares one TTL queue per distinct tier for this queue,
+``<queue>.retry.<delay>``, dead-lettering back into the queue through the default exchange: per
+queue rather than shared per vhost, so a backlog of one queue's retries never delays another
+queue's, and deleting a queue's spec removes its tiers with it. ``via: <delay>`` sends retries
+through that delay's levels instead (exact per-message delays, jitter included). Exhausted and
+never-retried messages go to the parking lot ``<queue>.parking``; what the broker dead-letters
+(rejects, the quorum delivery limit) goes there too unless ``dead_letter`` says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rabbitry.errors import SpecError
+from rabbitry.policies.delay import DelayScheme
+from rabbitry.policies.retry import Backoff, RetryPolicy, distinct_tiers
+from rabbitry.topology.patterns.delays import delay_scheme
+from rabbitry.topology.patterns.draft import VhostDraft
+from rabbitry.topology.patterns.queues import duration_label, holding_queue, ttl_queue_arguments
+from rabbitry.topology.primitives import JSON, Queue, QueueType
+from rabbitry.topology.spec.model import QueueSpec, RetrySpec, VhostSpec
+
+VIA_QUEUES = "queues"
+
+
+def backoff_of(spec: RetrySpec) -> Backoff:
+    if isinstance(spec.backoff, list):
+        return Backoff(tiers_ms=tuple(spec.backoff))
+    b = spec.backoff
+    return Backoff(initial_ms=b.initial, multiplier=b.multiplier, max_ms=b.max, jitter=b.jitter)
+
+
+def retry_policy(spec: RetrySpec) -> RetryPolicy:
+    return RetryPolicy(
+        attempts=spec.attempts, backoff=backoff_of(spec), never_retry=tuple(spec.never_retry)
+    )
+
+
+@dataclass(frozen=True)
+class QueueRetry:
+    """Everything a worker needs to retry and park messages of one queue."""
+
+    queue: str
+    policy: RetryPolicy
+    parking_queue: str
+    tier_queues: dict[int, str] = field(default_factory=dict)
+    """Delay in ms -> TTL queue (``via: queues``); empty when retrying through a delay."""
+    delay: DelayScheme | None = None
+    """The delay levels retries go through (``via: <delay>``)."""
+
+    def tier_queue(self, delay_ms: int) -> str:
+        """The TTL queue for a scheduled delay (only exact tiers exist: no jitter via queues)."""
+        return self.tier_queues[delay_ms]
+
+
+def parking_queue_of(queue: QueueSpec) -> str | None:
+    if queue.parking is False:
+        return None
+    if isinstance(queue.parking, str):
+        return queue.parking
+    if queue.parking is True or queue.retry is not None:
+        return f"{queue.name}.parking"
+    return None
+
+
+def dead_letter_queue_of(queue: QueueSpec) -> str | None:
+    """The queue the broker dead-letters into, by the ``dead_letter`` rules."""
+    choice = queue.dead_letter
+    if choice is False:
+        return None
+    if choice is None or choice == "parking":
+        parking = parking_queue_of(queue)
+        if choice == "parking" or parking is not None:
+            return parking
+        return None
+    if choice is True:
+        return f"{queue.name}.dead"
+    return str(choice)
+
+
+def tier_delays(spec: RetrySpec) -> list[int]:
+    return distinct_tiers(backoff_of(spec).schedule_ms(max(0, spec.attempts - 1)))
+
+
+def queue_retry(vhost: VhostSpec, queue: QueueSpec) -> QueueRetry | None:
+    """The resolved retry set-up of ``queue`` (None when it does not retry)."""
+    if queue.retry is None:
+        return None
+    parking = parking_queue_of(queue) or f"{queue.name}.parking"
+    policy = retry_policy(queue.retry)
+    if queue.retry.via == VIA_QUEUES:
+        tiers = {
+            delay: f"{queue.name}.retry.{duration_label(delay)}"
+            for delay in tier_delays(queue.retry)
+        }
+        return QueueRetry(queue.name, policy, parking, tiers)
+    delay = next((d for d in vhost.delays if d.name == queue.retry.via), None)
+    if delay is None:
+        raise SpecError(
+            f"queue {queue.name!r} retries via {queue.retry.via!r}, which is not a delay of"
+            f" vhost {vhost.name!r}"
+        )
+    return QueueRetry(queue.name, policy, parking, delay=delay_scheme(delay))
+
+
+def declare_retries(draft: VhostDraft) -> None:
+    by_name = {q.name: i for i, q in enumerate(draft.queues)}
+    for spec in draft.spec.queues:
+        index = by_name.get(spec.name)
+        if index is None:
+            continue
+        work = draft.queues[index]
+        extra: dict[str, JSON] = {}
+        dead = dead_letter_queue_of(spec)
+        if dead is not None:
+            extra["x-dead-letter-exchange"] = ""  # the default exchange routes by queue name
+            extra["x-dead-letter-routing-key"] = dead
+            if work.type is QueueType.QUORUM:
+                extra["x-dead-letter-strategy"] = "at-least-once"
+                extra["x-overflow"] = "reject-publish"
+        if spec.delivery_limit is not None:
+            extra["x-delivery-limit"] = spec.delivery_limit
+        if extra:
+            draft.queues[index] = work.model_copy(update={"arguments": {**work.arguments, **extra}})
+
+        declared = set(by_name) | {q.name for q in draft.queues}
+        for name in (parking_queue_of(spec), dead):
+            if name is not None and name not in declared:
+                draft.queues.append(holding_queue(name, work.type))
+                declared.add(name)
+
+        retry = queue_retry(draft.spec, spec)
+        if retry is None:
+            continue
+        for delay_ms, tier in retry.tier_queues.items():
+            draft.queues.append(
+                Queue(
+                    name=tier,
+                    type=work.type,
+                    arguments=ttl_queue_arguments(work.type.value, delay_ms, "", spec.name),
+                )
+            )
