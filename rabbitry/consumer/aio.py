@@ -18,13 +18,13 @@ from collections import deque
 from collections.abc import Coroutine, Generator
 from typing import Any, cast
 
+from rabbitry.amqp.session import ConnectionRefused, State
+from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.errors import BrokerError
-from rabbitry.publisher.protocol import ConnectionRefused, State
-from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.uri import mask_text
 
 _TICK = 0.1

@@ -23,6 +23,7 @@ from typing import Any
 
 import pika
 
+from rabbitry.amqp.message import Message
 from rabbitry.consumer.decision import replay_headers
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.retry import (
@@ -32,7 +33,7 @@ from rabbitry.policies.retry import (
     PARKED_REASON_HEADER,
     QUEUE_HEADER,
 )
-from rabbitry.publisher import Message, Publisher
+from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_text
 
 _IDLE = 1.0

@@ -16,6 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
+from rabbitry.amqp.message import MessageBuilder
+from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings
 from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import (
@@ -30,10 +33,6 @@ from rabbitry.consumer.decision import (
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession, Subscription
-from rabbitry.publisher.base import DEFAULT_URL
-from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
-from rabbitry.publisher.message import MessageBuilder
-from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")

@@ -20,12 +20,12 @@ from typing import Any
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
+from rabbitry.amqp import frames
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery
+from rabbitry.amqp.message import CHANNEL, MessageBuilder
+from rabbitry.amqp.session import Session
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.publisher import wire
-from rabbitry.publisher.confirms import ConfirmTracker, Delivery
-from rabbitry.publisher.message import CHANNEL, MessageBuilder
-from rabbitry.publisher.protocol import Session
-from rabbitry.publisher.settings import ConnectionSettings
 
 _HEAD = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
@@ -84,11 +84,11 @@ class ConsumerSession(Session):
         self.consuming.clear()
         if self.stopping:
             return
-        self.out += wire.method_frame(
+        self.out += frames.method_frame(
             CHANNEL, commands.Basic.Qos(prefetch_count=min(self.prefetch, 65535))
         )
         for index, sub in enumerate(self.subscriptions):
-            self.out += wire.method_frame(
+            self.out += frames.method_frame(
                 CHANNEL,
                 commands.Basic.Consume(
                     queue=sub.queue,
@@ -103,7 +103,7 @@ class ConsumerSession(Session):
         if not self.ready:
             return
         for index in range(len(self.subscriptions)):
-            self.out += wire.method_frame(
+            self.out += frames.method_frame(
                 CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
             )
 
@@ -132,7 +132,7 @@ class ConsumerSession(Session):
                 if stop >= end:
                     break
                 if buf[stop] != 0xCE:
-                    raise wire.FrameError(f"frame of type {kind} does not end with 0xCE")
+                    raise frames.FrameError(f"frame of type {kind} does not end with 0xCE")
                 offset = stop + 1
                 if kind == 3 and self._incoming is not None:
                     self._parts.append(bytes(buf[start:stop]))
@@ -163,7 +163,7 @@ class ConsumerSession(Session):
                     if body_size == 0:
                         self._deliver(inbox)
                     continue
-                elif kind == wire.FRAME_HEARTBEAT:
+                elif kind == frames.FRAME_HEARTBEAT:
                     continue
                 _, chan, obj = pamqp_frame.unmarshal(bytes(buf[offset - size - 8 : offset]))
                 self._other(chan, obj)

@@ -19,6 +19,9 @@ from collections.abc import Coroutine
 from types import FrameType
 from typing import Any
 
+from rabbitry.amqp.confirms import Delivery
+from rabbitry.amqp.session import ConnectionRefused, State
+from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.app import App
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
@@ -26,10 +29,7 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
 from rabbitry.errors import BrokerError
-from rabbitry.publisher.confirms import Delivery
-from rabbitry.publisher.protocol import ConnectionRefused, State
-from rabbitry.publisher.settings import Backoff, ConnectionSettings
-from rabbitry.publisher.sync import Publisher
+from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_text
 
 _READ_SIZE = 262144

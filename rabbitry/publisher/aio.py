@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.message import Body, Message
+from rabbitry.amqp.session import ConnectionRefused, Session
 from rabbitry.errors import BrokerError, ConfirmTimeout
 from rabbitry.publisher.base import PublisherBase, logger
-from rabbitry.publisher.confirms import Delivery, Status
 from rabbitry.publisher.errors import ConnectionLost, PublisherClosed
-from rabbitry.publisher.message import Body, Message
-from rabbitry.publisher.protocol import ConnectionRefused, Session
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18

@@ -11,19 +11,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Self
 
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery
+from rabbitry.amqp.message import Body, Message, MessageBuilder
+from rabbitry.amqp.session import Session
+from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
-from rabbitry.publisher.confirms import ConfirmTracker, Delivery
-from rabbitry.publisher.message import Body, Message, MessageBuilder
-from rabbitry.publisher.protocol import Session
 from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
-from rabbitry.publisher.settings import Backoff, ConnectionSettings
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
 logger = logging.getLogger("rabbitry.publisher")
 
-DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 DEFAULT_WINDOW = 512
 
 RepublishHook = Callable[[list[Delivery]], None]

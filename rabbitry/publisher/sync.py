@@ -19,12 +19,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.message import Body, Message
+from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
 from rabbitry.publisher.base import PublisherBase, logger
-from rabbitry.publisher.confirms import Delivery, Status
 from rabbitry.publisher.errors import ConnectionLost, PublisherClosed
-from rabbitry.publisher.message import Body, Message
-from rabbitry.publisher.protocol import ConnectionRefused, Session, State
 from rabbitry.uri import mask_text
 
 _READ_SIZE = 262144

@@ -13,12 +13,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from rabbitry.amqp.confirms import Delivery
+from rabbitry.amqp.message import Message
+from rabbitry.amqp.settings import Backoff
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import DelayScheme
-from rabbitry.publisher.confirms import Delivery
-from rabbitry.publisher.message import Message
-from rabbitry.publisher.settings import Backoff
-from rabbitry.publisher.sync import Publisher
+from rabbitry.publisher import Publisher
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport

@@ -26,9 +26,9 @@ import httpx
 import pika
 import pytest
 
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import App, AsyncWorker, Worker
 from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publisher, TLSHandshakeError
-from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel

@@ -7,11 +7,11 @@ import struct
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
+from rabbitry.amqp.session import State
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions
 from rabbitry.policies.retry import Backoff, RetryPolicy
-from rabbitry.publisher.protocol import State
-from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.topology.patterns.retries import QueueRetry
 from tests.unit.consumer.test_session_and_app import delivery
 

@@ -9,12 +9,12 @@ from pamqp import body as pamqp_body
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
+from rabbitry.amqp.confirms import ConfirmTracker
+from rabbitry.amqp.message import MessageBuilder
+from rabbitry.amqp.session import State
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, AppError, url_for_app
 from rabbitry.consumer.session import ConsumerSession, Subscription
-from rabbitry.publisher.confirms import ConfirmTracker
-from rabbitry.publisher.message import MessageBuilder
-from rabbitry.publisher.protocol import State
-from rabbitry.publisher.settings import ConnectionSettings
 
 
 def delivery(tag: int, body: bytes, consumer: str = "rabbitry.1", frame_max: int = 0) -> bytes:

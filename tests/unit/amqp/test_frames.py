@@ -8,8 +8,8 @@ import pytest
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 
-from rabbitry.publisher import wire
-from rabbitry.publisher.message import MessageBuilder
+from rabbitry.amqp import frames
+from rabbitry.amqp.message import MessageBuilder
 
 
 def reference(
@@ -80,9 +80,9 @@ def test_reader_decodes_acks_nacks_and_other_frames_across_chunks() -> None:
         frame.marshal(commands.Basic.Ack(delivery_tag=7, multiple=True), 1)
         + frame.marshal(commands.Basic.Nack(delivery_tag=9, multiple=False), 1)
         + frame.marshal(commands.Connection.Blocked("low memory"), 0)
-        + wire.HEARTBEAT_FRAME
+        + frames.HEARTBEAT_FRAME
     )
-    reader = wire.FrameReader()
+    reader = frames.FrameReader()
     events = []
     for i in range(0, len(data), 5):
         events += reader.feed(data[i : i + 5])
@@ -93,10 +93,10 @@ def test_reader_decodes_acks_nacks_and_other_frames_across_chunks() -> None:
 
 
 def test_reader_rejects_a_protocol_header_answer() -> None:
-    with pytest.raises(wire.FrameError, match="protocol version"):
-        wire.FrameReader().feed(b"AMQP\x00\x00\x09\x01")
+    with pytest.raises(frames.FrameError, match="protocol version"):
+        frames.FrameReader().feed(b"AMQP\x00\x00\x09\x01")
 
 
 def test_long_names_are_refused_with_the_limit() -> None:
     with pytest.raises(ValueError, match="at most 255"):
-        wire.publish_method_frame(1, "x" * 256, "", False)
+        frames.publish_method_frame(1, "x" * 256, "", False)

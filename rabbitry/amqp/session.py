@@ -20,12 +20,12 @@ from typing import Any
 from pamqp import body as pamqp_body
 from pamqp import commands, header
 
+from rabbitry.amqp import frames
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status, describe
+from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ExchangeNotFound
+from rabbitry.amqp.message import CHANNEL, MessageBuilder
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import PublishError
-from rabbitry.publisher import wire
-from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status, describe
-from rabbitry.publisher.errors import AccessRefused, ChannelClosed, ExchangeNotFound
-from rabbitry.publisher.message import CHANNEL, MessageBuilder
-from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.publisher")
@@ -93,14 +93,14 @@ class Session:
         self.tracker = tracker
         self.builder = builder
         self.confirms = confirms
-        self.out = bytearray(wire.PROTOCOL_HEADER)
+        self.out = bytearray(frames.PROTOCOL_HEADER)
         self.state = State.HANDSHAKE
         self.blocked = False
         self.heartbeat = 0
         self.closed_by_broker: ConnectionRefused | None = None
         self.channel_errors = 0
         self._resend = resend or []
-        self._reader = wire.FrameReader()
+        self._reader = frames.FrameReader()
         self._return: tuple[int, str, str, str] | None = None
         self._skip_body = 0
         self._on_blocked = on_blocked
@@ -130,7 +130,7 @@ class Session:
         if self.state in (State.CLOSING, State.CLOSED):
             return
         self.state = State.CLOSING
-        self.out += wire.method_frame(0, commands.Connection.Close(200, "closed by client", 0, 0))
+        self.out += frames.method_frame(0, commands.Connection.Close(200, "closed by client", 0, 0))
 
     def tick(self, now: float) -> bool:
         """Queue a heartbeat when due; False when the broker has been silent for too long."""
@@ -138,7 +138,7 @@ class Session:
         if not hb:
             return True
         if now - self.last_sent >= hb / 2:
-            self.out += wire.HEARTBEAT_FRAME
+            self.out += frames.HEARTBEAT_FRAME
             self.last_sent = now
         return now - self.last_received < hb * 2
 
@@ -180,7 +180,7 @@ class Session:
             self._channel_closed(frame)
         elif isinstance(frame, commands.Channel.OpenOk):
             if self.confirms:
-                self.out += wire.method_frame(CHANNEL, commands.Confirm.Select())
+                self.out += frames.method_frame(CHANNEL, commands.Confirm.Select())
             else:
                 self._become_ready()
         elif isinstance(frame, commands.Confirm.SelectOk):
@@ -191,9 +191,9 @@ class Session:
             self._tune(frame)
         elif isinstance(frame, commands.Connection.OpenOk):
             self.state = State.OPENING_CHANNEL
-            self.out += wire.method_frame(CHANNEL, commands.Channel.Open())
+            self.out += frames.method_frame(CHANNEL, commands.Channel.Open())
         elif isinstance(frame, commands.Connection.Close):
-            self.out += wire.method_frame(0, commands.Connection.CloseOk())
+            self.out += frames.method_frame(0, commands.Connection.CloseOk())
             during = self.state in (State.HANDSHAKE, State.OPENING_CHANNEL)
             self.state = State.CLOSED
             self.closed_by_broker = ConnectionRefused(
@@ -209,7 +209,7 @@ class Session:
         if isinstance(frame, header.ContentHeader) and self._return is not None:
             code, text, exchange, key = self._return
             self._return = None
-            self.tracker.returned_message(wire.message_id_of(frame), code, text, exchange, key)
+            self.tracker.returned_message(frames.message_id_of(frame), code, text, exchange, key)
             self._skip_body = frame.body_size
             return True
         if isinstance(frame, pamqp_body.ContentBody) and self._skip_body:
@@ -228,7 +228,7 @@ class Session:
             raise ConnectionRefused(
                 403, f"the broker does not offer {mechanism} authentication ({mechanisms})", True
             )
-        self.out += wire.method_frame(
+        self.out += frames.method_frame(
             0,
             commands.Connection.StartOk(
                 client_properties=client_properties(s.connection_name),
@@ -245,13 +245,13 @@ class Session:
         heartbeat = 0 if wanted == 0 else (min(wanted, server) if server else wanted)
         self.heartbeat = heartbeat
         self.builder.frame_max = frame_max
-        self.out += wire.method_frame(
+        self.out += frames.method_frame(
             0,
             commands.Connection.TuneOk(
                 channel_max=frame.channel_max or 2047, frame_max=frame_max, heartbeat=heartbeat
             ),
         )
-        self.out += wire.method_frame(0, commands.Connection.Open(virtual_host=s.vhost))
+        self.out += frames.method_frame(0, commands.Connection.Open(virtual_host=s.vhost))
 
     def _become_ready(self) -> None:
         self.state = State.READY
@@ -261,7 +261,7 @@ class Session:
                 self.publish(delivery)
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        self.out += wire.method_frame(CHANNEL, commands.Channel.CloseOk())
+        self.out += frames.method_frame(CHANNEL, commands.Channel.CloseOk())
         self.channel_errors += 1
         code = frame.reply_code or 0
         text = mask_text(frame.reply_text)
@@ -283,4 +283,4 @@ class Session:
             )
         self._resend.extend(tracker.take_unsettled())
         self.state = State.OPENING_CHANNEL
-        self.out += wire.method_frame(CHANNEL, commands.Channel.Open())
+        self.out += frames.method_frame(CHANNEL, commands.Channel.Open())

@@ -6,8 +6,8 @@ import ssl
 
 import pytest
 
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import TLSHandshakeError
-from rabbitry.publisher.settings import ConnectionSettings
 from rabbitry.uri import mask_uri
 
 URL = "amqps://app:s3cret-pw@rabbit.internal:5671/%2F"

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from rabbitry.publisher import wire
-from rabbitry.publisher.confirms import Delivery
+from rabbitry.amqp import frames
+from rabbitry.amqp.confirms import Delivery
 
 CHANNEL = 1
 DEFAULT_FRAME_MAX = 131072
@@ -123,7 +123,7 @@ class MessageBuilder:
         key = (exchange, routing_key, mandatory)
         method = self._methods.get(key)
         if method is None:
-            method = wire.publish_method_frame(CHANNEL, exchange, routing_key, mandatory)
+            method = frames.publish_method_frame(CHANNEL, exchange, routing_key, mandatory)
             if len(self._methods) >= _CACHE_LIMIT:
                 self._methods.clear()
             self._methods[key] = method
@@ -171,7 +171,7 @@ class MessageBuilder:
         skey = (message_type, user_id)
         suffix_entry = self._suffixes.get(skey)
         if suffix_entry is None:
-            suffix_entry = wire.properties_suffix(
+            suffix_entry = frames.properties_suffix(
                 message_type=message_type, user_id=user_id, app_id=self.app_id
             )
             self._suffixes[skey] = suffix_entry
@@ -180,13 +180,13 @@ class MessageBuilder:
             message_id = self.ids.next()
             mid = bytes((32,)) + message_id.encode("ascii")
         else:
-            mid = wire.shortstr(message_id, "message id")
+            mid = frames.shortstr(message_id, "message id")
         if timestamp is None and self.timestamps:
             timestamp = int(time.time())
-        frames = method + wire.content_frames(
+        encoded = method + frames.content_frames(
             CHANNEL, flags | sflags, prefix, mid, timestamp, suffix, data, self.frame_max
         )
-        return Delivery(frames, message_id, exchange, routing_key, mandatory, deadline)
+        return Delivery(encoded, message_id, exchange, routing_key, mandatory, deadline)
 
     @staticmethod
     def _prefix(
@@ -199,7 +199,7 @@ class MessageBuilder:
         reply_to: str | None,
         expiration: str | None,
     ) -> tuple[int, bytes]:
-        return wire.properties_prefix(
+        return frames.properties_prefix(
             content_type=ctype,
             content_encoding=content_encoding,
             headers=headers,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.errors import ConfirmTimeout, Nacked, Unroutable
-from rabbitry.publisher.confirms import ConfirmTracker, Delivery, Status
 
 
 def delivery(i: int, *, mandatory: bool = False, deadline: float | None = None) -> Delivery:

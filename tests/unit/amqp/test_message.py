@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pamqp import frame
 
-from rabbitry.publisher.message import MessageBuilder, MessageIds, encode_body
+from rabbitry.amqp.message import MessageBuilder, MessageIds, encode_body
 
 
 def properties(frames: bytes):  # type: ignore[no-untyped-def]

@@ -31,6 +31,10 @@ _CLIENT_CERT_ALERTS = {
 }
 
 
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
+"""Where clients connect when given no URL: a local broker as its defaults are."""
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Reconnect delays: ``initial`` doubling up to ``maximum``, +-``jitter``; stop after
