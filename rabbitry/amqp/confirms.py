@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, Unroutable
@@ -28,6 +29,7 @@ class Status(enum.Enum):
     """Written with confirms off: nothing more is known."""
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Delivery:
     """One published message and its outcome (``ok``, ``status``, ``error``).
 
@@ -36,42 +38,18 @@ class Delivery:
     was sent again after a connection or channel loss: the broker may hold that many copies.
     """
 
-    __slots__ = (
-        "deadline",
-        "error",
-        "exchange",
-        "frames",
-        "mandatory",
-        "message_id",
-        "republished",
-        "returned",
-        "routing_key",
-        "status",
-        "tag",
-        "waiter",
-    )
-
-    def __init__(
-        self,
-        frames: bytes,
-        message_id: str,
-        exchange: str,
-        routing_key: str,
-        mandatory: bool,
-        deadline: float | None = None,
-    ) -> None:
-        self.frames = frames
-        self.message_id = message_id
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.deadline = deadline
-        self.status = Status.PENDING
-        self.error: PublishError | None = None
-        self.returned: tuple[int, str] | None = None
-        self.tag = 0
-        self.republished = 0
-        self.waiter: Any = None
+    frames: bytes
+    message_id: str
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    deadline: float | None = None
+    status: Status = Status.PENDING
+    error: PublishError | None = None
+    returned: tuple[int, str] | None = None
+    tag: int = 0
+    republished: int = 0
+    waiter: Any = None
 
     @property
     def ok(self) -> bool:

@@ -1,8 +1,14 @@
-"""Errors the broker sends on a channel: all are ``PublishError`` so one ``except`` catches them."""
+"""Errors of the client layer: what the broker sends on a channel, and a connection gone for good.
+
+All are ``PublishError`` so one ``except`` around publishing catches every failure;
+``ConnectionLost`` is a ``BrokerError`` too, which is what a worker that gives up raises.
+"""
 
 from __future__ import annotations
 
-from rabbitry.errors import PublishError
+from typing import Any
+
+from rabbitry.errors import BrokerError, PublishError
 
 
 class ChannelClosed(PublishError):
@@ -19,3 +25,15 @@ class ExchangeNotFound(ChannelClosed):
 
 class AccessRefused(ChannelClosed):
     """The user may not publish to this exchange (403 ACCESS_REFUSED)."""
+
+
+class ConnectionLost(PublishError, BrokerError):
+    """The connection broke and did not come back within ``give_up_after``; a message in flight
+    may or may not be stored."""
+
+    deliveries: list[Any]
+    """For ``publish_many``: every message sent so far, each with its outcome."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.deliveries = []

@@ -76,27 +76,21 @@ class MessageIds:
         return f"{self._prefix}{self._counter & 0xFFFFFFFFFFFF:012x}"
 
 
+@dataclass(kw_only=True, eq=False)
 class MessageBuilder:
     """Turns publish arguments into a ``Delivery`` with its frames ready to write."""
 
-    def __init__(
-        self,
-        *,
-        app_id: str | None = None,
-        content_type: str | None = None,
-        persistent: bool = True,
-        timestamps: bool = True,
-        frame_max: int = DEFAULT_FRAME_MAX,
-    ) -> None:
-        self.app_id = app_id
-        self.content_type = content_type
-        self.persistent = persistent
-        self.timestamps = timestamps
-        self.frame_max = frame_max
-        self.ids = MessageIds()
-        self._methods: dict[tuple[str, str, bool], bytes] = {}
-        self._prefixes: dict[tuple[Any, ...], tuple[int, bytes]] = {}
-        self._suffixes: dict[tuple[str | None, str | None], tuple[int, bytes]] = {}
+    app_id: str | None = None
+    content_type: str | None = None
+    persistent: bool = True
+    timestamps: bool = True
+    frame_max: int = DEFAULT_FRAME_MAX
+    ids: MessageIds = field(default_factory=MessageIds, init=False)
+    _methods: dict[tuple[str, str, bool], bytes] = field(default_factory=dict, init=False)
+    _prefixes: dict[tuple[Any, ...], tuple[int, bytes]] = field(default_factory=dict, init=False)
+    _suffixes: dict[tuple[str | None, str | None], tuple[int, bytes]] = field(
+        default_factory=dict, init=False
+    )
 
     def build(
         self,

@@ -16,15 +16,16 @@ import signal
 import time
 from collections import deque
 from collections.abc import Coroutine, Generator
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
-from rabbitry.amqp.session import ConnectionRefused, State
-from rabbitry.amqp.settings import Backoff, ConnectionSettings
+from rabbitry.amqp.aio import Wire, open_wire
+from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.session import State
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
+from rabbitry.consumer.engine import AsyncWorkerKeywords, logger, worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
-from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
 _TICK = 0.1
@@ -65,23 +66,6 @@ class _Resume:
                     return stop.value
 
 
-class _Wire(asyncio.Protocol):
-    def __init__(self, owner: AsyncWorker) -> None:
-        self.owner = owner
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.owner._write()
-
-    def data_received(self, data: bytes) -> None:
-        self.owner._on_data(self, data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.owner._on_lost(self, exc)
-
-
 class AsyncWorker:
     """Runs the handlers of an ``App`` until stopped: ``await AsyncWorker(app, url).run()``.
 
@@ -93,25 +77,12 @@ class AsyncWorker:
         self,
         app: App,
         url: str | ConnectionSettings | None = None,
-        *,
-        prefetch: int = 300,
-        concurrency: int = 64,
-        ack_every: int = 0,
-        shutdown_timeout: float = 30.0,
-        heartbeat: int | None = None,
-        connection_name: str | None = None,
-        backoff: Backoff | None = None,
+        **keywords: Unpack[AsyncWorkerKeywords],
     ) -> None:
-        settings = worker_settings(app, url, heartbeat, connection_name, backoff)
-        self.options = WorkerOptions(
-            prefetch=prefetch,
-            concurrency=concurrency,
-            ack_every=ack_every,
-            shutdown_timeout=shutdown_timeout,
-        )
-        self.core = WorkerCore(app, settings, self.options)
+        self.core = worker_core(app, url, {"concurrency": 64, **keywords})
+        self.options = self.core.options
         self.app = app
-        self._wire: _Wire | None = None
+        self._wire: Wire | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[Any], IncomingMessage] = {}
         self._waiting: deque[IncomingMessage] = deque()
@@ -181,59 +152,34 @@ class AsyncWorker:
                     loop.remove_signal_handler(sig)
 
     async def _connect(self) -> None:
-        assert self._loop is not None
-        loop = self._loop
         s = self.core.settings
-        attempt = 0
-        started = time.monotonic()
+        retry = Reconnect(s, time.monotonic())
         while not self._stopping:
             session = self.core.new_session()
-            self._ready = loop.create_future()
+            self._ready = asyncio.get_running_loop().create_future()
             self._lost = asyncio.Event()
-            wire = _Wire(self)
+            wire = Wire(self)
 
-            def attach(wire: _Wire = wire) -> _Wire:
+            def attach(wire: Wire = wire) -> Wire:
                 self._wire = wire
                 return wire
 
             try:
                 async with asyncio.timeout(s.connect_timeout):
-                    await loop.create_connection(
-                        attach,
-                        s.host,
-                        s.port,
-                        ssl=s.tls,
-                        server_hostname=(s.server_hostname or s.host) if s.tls else None,
-                    )
+                    await open_wire(s, attach)
                     await self._ready
                 session.last_received = time.monotonic()
-                if attempt or self.core.metrics.reconnects:
+                if retry.attempt or self.core.metrics.reconnects:
                     logger.info("connected to %s", s.display)
                 return
             except (OSError, ConnectionError, TimeoutError) as exc:
                 if self._failure is not None:
                     raise self._failure from None
-                if self._wire is not None and self._wire.transport is not None:
-                    self._wire.transport.abort()
+                if self._wire is not None:
+                    self._wire.abort()
                 self._wire = None
                 self.core.connection_lost()
-                refusal = s.tls_failure(exc)
-                if refusal is not None:  # a certificate does not heal by retrying
-                    raise refusal from None
-                give_up = s.backoff.give_up_after
-                if give_up is not None and time.monotonic() - started > give_up:
-                    raise BrokerError(
-                        f"could not connect to {s.display}: {mask_text(str(exc))}"
-                    ) from None
-                pause = s.backoff.delay(attempt)
-                attempt += 1
-                logger.warning(
-                    "connecting to %s failed (%s); retrying in %.1f s",
-                    s.display,
-                    mask_text(str(exc)),
-                    pause,
-                )
-                await asyncio.sleep(pause)
+                await asyncio.sleep(retry.failed(exc, time.monotonic()))
 
     async def _shutdown(self) -> None:
         """Stop consuming, let running handlers finish (up to the deadline), settle, close."""
@@ -289,21 +235,21 @@ class AsyncWorker:
 
     # -- I/O --------------------------------------------------------------------------------------
 
-    def _on_data(self, wire: _Wire, data: bytes) -> None:
+    # -- the transport's events (``rabbitry.amqp.aio.WireOwner``) ---------------------------------
+
+    def wire_made(self, wire: Wire) -> None:
+        self._write()
+
+    def wire_writable(self, wire: Wire, writable: bool) -> None:
+        pass  # acks and retries are small; the prefetch bounds what is in flight
+
+    def wire_data(self, wire: Wire, data: bytes) -> None:
         core = self.core
         session = core.session
         if wire is not self._wire or session is None:
             return
-        try:
-            session.receive(data, time.monotonic())
-        except ConnectionRefused as exc:
-            if exc.permanent:
-                self._failure = BrokerError(
-                    f"{core.settings.display} refused the connection: {exc}"
-                )
-            self._write()
-            if wire.transport is not None:
-                wire.transport.close()
+        if not wire.feed(session, data):
+            self._failure = wire.refusal or self._failure
             return
         core.sync_generation()
         if session.state is State.CLOSED:
@@ -332,12 +278,14 @@ class AsyncWorker:
                     dispatch(message)
         self._write()
 
-    def _on_lost(self, wire: _Wire, exc: Exception | None) -> None:
+    def wire_lost(self, wire: Wire, exc: Exception | None) -> None:
         if wire is not self._wire:
             return
         self._wire = None
         ready = self._ready
-        if ready is not None and not ready.done():
+        handshaking = ready is not None and not ready.done()
+        if ready is not None and handshaking:
+            # _connect retries (or stops, on a refusal) and says so: not a lost connection
             ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
             ready.exception()
         self.core.connection_lost()
@@ -345,7 +293,7 @@ class AsyncWorker:
         for waiting in self._ordered_waiting.values():
             waiting.clear()
         self._ordered_busy.clear()
-        if not self._stopping:
+        if not (self._stopping or handshaking):
             self.core.metrics.reconnects += 1
             logger.warning(
                 "connection to %s lost (%s): reconnecting; unacked messages return to their queues",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.amqp.message import MessageBuilder
@@ -66,6 +66,46 @@ def worker_settings(
         connection_name=connection_name or "rabbitry worker",
         backoff=backoff or Backoff(give_up_after=None),
     )
+
+
+class WorkerKeywords(TypedDict, total=False):
+    """What ``Worker`` and ``AsyncWorker`` take besides the app and the URL."""
+
+    prefetch: int
+    """Unacked deliveries the broker may have outstanding (default 300)."""
+    ack_every: int
+    """Send a multiple ack after this many finished messages (0: half the prefetch)."""
+    shutdown_timeout: float
+    """How long in-flight handlers may still run at shutdown (default 30 s)."""
+    heartbeat: int | None
+    connection_name: str | None
+    backoff: Backoff | None
+    """Reconnect timing; workers never give up by default."""
+
+
+class AsyncWorkerKeywords(WorkerKeywords, total=False):
+    concurrency: int
+    """Async handlers running at once (default 64)."""
+
+
+def worker_core(
+    app: App, url: str | ConnectionSettings | None, keywords: AsyncWorkerKeywords
+) -> WorkerCore:
+    """The core of a worker built from the keywords its shell was given."""
+    settings = worker_settings(
+        app,
+        url,
+        keywords.get("heartbeat"),
+        keywords.get("connection_name"),
+        keywords.get("backoff"),
+    )
+    options = WorkerOptions(
+        prefetch=keywords.get("prefetch", DEFAULT_PREFETCH),
+        concurrency=keywords.get("concurrency", 1),
+        ack_every=keywords.get("ack_every", 0),
+        shutdown_timeout=keywords.get("shutdown_timeout", 30.0),
+    )
+    return WorkerCore(app, settings, options)
 
 
 @dataclass(frozen=True)

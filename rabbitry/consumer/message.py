@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from pamqp import decode
@@ -61,48 +62,23 @@ def decode_properties(flags: int, raw: bytes) -> dict[str, Any]:
     return out
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class IncomingMessage:
     """One delivery: ``body``, ``headers``, ``message_id`` and the other properties,
     ``routing_key``, ``exchange``, ``redelivered``, the ``queue`` it came from, and
     ``attempt`` (1 for a first delivery, n after n - 1 failures)."""
 
-    __slots__ = (
-        "_flags",
-        "_props",
-        "_raw",
-        "body",
-        "consumer",
-        "exchange",
-        "generation",
-        "queue",
-        "redelivered",
-        "routing_key",
-        "tag",
-    )
-
-    def __init__(
-        self,
-        tag: int,
-        consumer: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        flags: int,
-        raw: bytes,
-        body: bytes,
-        queue: str = "",
-    ) -> None:
-        self.tag = tag
-        self.consumer = consumer
-        self.redelivered = redelivered
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self._flags = flags
-        self._raw = raw
-        self._props: dict[str, Any] | None = None
-        self.body = body
-        self.queue = queue
-        self.generation = 0
+    tag: int
+    consumer: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    _flags: int
+    _raw: bytes
+    body: bytes
+    queue: str = ""
+    _props: dict[str, Any] | None = None
+    generation: int = 0
 
     @property
     def properties(self) -> dict[str, Any]:

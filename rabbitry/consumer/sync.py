@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import signal
-import socket
-import ssl
 import time
 from collections.abc import Coroutine
 from types import FrameType
-from typing import Any
+from typing import Any, Unpack
 
+from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
-from rabbitry.amqp.session import ConnectionRefused, State
-from rabbitry.amqp.settings import Backoff, ConnectionSettings
+from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.session import State
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App
 from rabbitry.consumer.decision import CANCEL_HEADER
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions, logger, worker_settings
+from rabbitry.consumer.engine import WorkerKeywords, logger, worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -32,12 +31,7 @@ from rabbitry.errors import BrokerError
 from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_text
 
-_READ_SIZE = 262144
 _TICK = 0.1
-
-
-class _Lost(Exception):
-    """The socket broke or the broker closed the connection."""
 
 
 def cancel_job(publisher: Publisher, queue: str, job_id: str, *, exchange: str = "") -> Delivery:
@@ -56,21 +50,13 @@ class Worker:
         self,
         app: App,
         url: str | ConnectionSettings | None = None,
-        *,
-        prefetch: int = 300,
-        ack_every: int = 0,
-        shutdown_timeout: float = 30.0,
-        heartbeat: int | None = None,
-        connection_name: str | None = None,
-        backoff: Backoff | None = None,
+        **keywords: Unpack[WorkerKeywords],
     ) -> None:
-        settings = worker_settings(app, url, heartbeat, connection_name, backoff)
-        self.options = WorkerOptions(
-            prefetch=prefetch, concurrency=1, ack_every=ack_every, shutdown_timeout=shutdown_timeout
-        )
-        self.core = WorkerCore(app, settings, self.options)
+        # handlers run one at a time in the calling thread
+        self.core = worker_core(app, url, {**keywords, "concurrency": 1})
+        self.options = self.core.options
         self.app = app
-        self._sock: socket.socket | None = None
+        self._wire: SocketWire | None = None
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -105,49 +91,37 @@ class Worker:
 
     def _run(self, max_idle: float | None) -> None:
         core = self.core
-        attempt = 0
+        retry: Reconnect | None = None
         while not self._stopping:
             try:
                 session = self._connect()
-                attempt = 0
+                retry = None
                 self._serve(session, max_idle)
                 if max_idle is not None and not self._stopping:
                     self._stopping = True
-            except (OSError, _Lost, TimeoutError) as exc:
+            except (OSError, Disconnected) as exc:
+                was_ready = core.session is not None and core.session.ready
                 self._drop()
                 core.connection_lost()
-                refusal = core.settings.tls_failure(exc)
-                if refusal is not None:  # a certificate does not heal by retrying
-                    raise refusal from None
                 if self._stopping:
                     break
-                core.metrics.reconnects += 1
-                pause = core.settings.backoff.delay(attempt)
-                attempt += 1
-                logger.warning(
-                    "connection to %s lost (%s); reconnecting in %.1f s",
-                    core.settings.display,
-                    mask_text(str(exc)),
-                    pause,
-                )
-                time.sleep(pause)
+                if retry is None:
+                    retry = Reconnect(core.settings, time.monotonic())
+                    if was_ready:
+                        core.metrics.reconnects += 1
+                        logger.warning(
+                            "connection to %s lost (%s): reconnecting; unacked messages return"
+                            " to their queues",
+                            core.settings.display,
+                            mask_text(str(exc)),
+                        )
+                time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
 
     def _connect(self) -> ConsumerSession:
-        s = self.core.settings
-        sock = socket.create_connection((s.host, s.port), timeout=s.connect_timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if s.tls is not None:
-            sock = s.tls.wrap_socket(sock, server_hostname=s.server_hostname or s.host)
-        sock.settimeout(None)
-        self._sock = sock
+        self._wire = wire = SocketWire(self.core.settings)
         session = self.core.new_session()
-        session.last_received = time.monotonic()
-        deadline = time.monotonic() + s.connect_timeout
-        while not session.ready:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no AMQP handshake with {s.display}")
-            self._io(0.1)
+        wire.handshake(session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:
@@ -161,37 +135,16 @@ class Worker:
             elif max_idle is not None and now - last_message > max_idle and not core.publishing:
                 return
             if not session.tick(now):
-                raise _Lost("no heartbeat from the broker")
+                raise Disconnected("no heartbeat from the broker")
             self._send(core.take_output(flush=not got))
 
     def _io(self, timeout: float) -> int:
         """Read what arrived (waiting up to ``timeout``), run its handlers; messages handled."""
         core = self.core
-        sock, session = self._sock, core.session
-        assert sock is not None and session is not None
-        if session.out:
-            self._send(session.take_output())
-        pending = isinstance(sock, ssl.SSLSocket) and sock.pending()
-        if not pending:
-            readable, _, _ = select.select([sock], [], [], timeout)
-            if not readable:
-                return 0
-        try:
-            data = sock.recv(_READ_SIZE)
-        except (BlockingIOError, ssl.SSLWantReadError):
+        wire, session = self._wire, core.session
+        assert wire is not None and session is not None
+        if not wire.exchange(session, timeout):
             return 0
-        if not data:
-            raise _Lost("the broker closed the connection")
-        try:
-            session.receive(data, time.monotonic())
-        except ConnectionRefused as exc:
-            with contextlib.suppress(OSError):
-                self._send(session.take_output())
-            if exc.permanent:
-                raise BrokerError(
-                    f"{core.settings.display} refused the connection: {exc}"
-                ) from None
-            raise _Lost(str(exc)) from None
         core.sync_generation()
         if session.cancelled_by_broker:
             logger.error(
@@ -239,30 +192,23 @@ class Worker:
         self.core.conclude(message, error, time.perf_counter() - started)
 
     def _send(self, data: bytes) -> None:
-        if not data:
-            return
-        sock = self._sock
-        if sock is None:
-            return
-        sock.sendall(data)
-        session = self.core.session
-        if session is not None:
-            session.last_sent = time.monotonic()
+        wire, session = self._wire, self.core.session
+        if data and wire is not None and session is not None:
+            wire.send_all(session, data)
 
     def _drop(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
 
     def _shutdown(self) -> None:
         core = self.core
         session = core.session
-        if session is None or self._sock is None:
+        if session is None or self._wire is None:
             self._drop()
             return
         deadline = time.monotonic() + self.options.shutdown_timeout
-        with contextlib.suppress(OSError, _Lost, BrokerError):
+        with contextlib.suppress(OSError, Disconnected, BrokerError):
             session.cancel_consumers()
             self._send(core.take_output())
             while core.publishing and time.monotonic() < deadline:

@@ -8,13 +8,13 @@ when a connection is lost, and resolve exchanges, shard keys and delays from the
 from __future__ import annotations
 
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
-from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ExchangeNotFound
+from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ConnectionLost, ExchangeNotFound
 from rabbitry.amqp.message import Message, MessageBuilder
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, TLSHandshakeError, Unroutable
 from rabbitry.publisher.aio import AsyncPublisher
 from rabbitry.publisher.base import PublisherStats
-from rabbitry.publisher.errors import ConnectionLost, PublisherClosed
+from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
 from rabbitry.publisher.sync import Publisher
 

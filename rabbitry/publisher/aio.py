@@ -14,48 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import timedelta
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Unpack
 
+from rabbitry.amqp.aio import Wire, open_wire
 from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.session import ConnectionRefused, Session
-from rabbitry.errors import BrokerError, ConfirmTimeout
-from rabbitry.publisher.base import PublisherBase, logger
-from rabbitry.publisher.errors import ConnectionLost, PublisherClosed
+from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.session import Session
+from rabbitry.errors import ConfirmTimeout
+from rabbitry.publisher.base import BatchOptions, PublisherBase, PublishOptions, logger
+from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18
 _TICK = 0.5
-
-
-class _Wire(asyncio.Protocol):
-    """Moves bytes between the transport and the publisher's current session."""
-
-    def __init__(self, owner: AsyncPublisher) -> None:
-        self.owner = owner
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        # a full window of large messages may sit in the buffer: pause only well beyond it
-        transport.set_write_buffer_limits(high=1 << 24)
-        self.owner._flush()
-
-    def data_received(self, data: bytes) -> None:
-        self.owner._on_data(self, data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.owner._on_lost(self, exc)
-
-    def pause_writing(self) -> None:
-        self.owner._writable = False
-
-    def resume_writing(self) -> None:
-        self.owner._writable = True
-        self.owner._wake()
 
 
 class AsyncPublisher(PublisherBase):
@@ -69,7 +43,7 @@ class AsyncPublisher(PublisherBase):
     def __init__(self, url: Any = None, **options: Any) -> None:
         super().__init__(url, **options)
         self.tracker.on_settle = self._settled
-        self._wire: _Wire | None = None
+        self._wire: Wire | None = None
         self._session: Session | None = None
         self._writable = True
         self._flush_scheduled = False
@@ -140,40 +114,14 @@ class AsyncPublisher(PublisherBase):
 
     # -- publishing ---------------------------------------------------------------------------
 
-    async def publish(
-        self,
-        body: Body,
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        headers: Mapping[str, Any] | None = None,
-        mandatory: bool | None = None,
-        delay: float | timedelta | None = None,
-        shard_key: str | None = None,
-        message_id: str | None = None,
-        check_route: bool = False,
-        timeout: float | None = None,
-        **properties: Any,
-    ) -> Delivery:
+    async def publish(self, body: Body, **options: Unpack[PublishOptions]) -> Delivery:
         """Publish one message and wait for its confirm; the settled ``Delivery``."""
-        delivery = await self.send(
-            body,
-            exchange=exchange,
-            routing_key=routing_key,
-            headers=headers,
-            mandatory=mandatory,
-            delay=delay,
-            shard_key=shard_key,
-            message_id=message_id,
-            check_route=check_route,
-            timeout=timeout,
-            **properties,
-        )
+        delivery = await self.send(body, **options)
         if delivery.status is Status.PENDING:
             await _settled(delivery)
         return delivery.result()
 
-    async def send(self, body: Body, **options: Any) -> Delivery:
+    async def send(self, body: Body, **options: Unpack[PublishOptions]) -> Delivery:
         """Hand one message to the connection; await the returned ``Delivery`` for its confirm.
 
         Waits only while the window is full, the broker blocks publishers, or the connection
@@ -187,41 +135,21 @@ class AsyncPublisher(PublisherBase):
         return delivery
 
     async def publish_many(
-        self,
-        messages: Iterable[Message | Body],
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        mandatory: bool | None = None,
-        headers: Mapping[str, Any] | None = None,
-        window: int | None = None,
+        self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> list[Delivery]:
         """Publish all with at most ``window`` unconfirmed; every ``Delivery`` once settled,
         in input order. Failures are reported per message (``ok``/``error``), not raised."""
         out: list[Delivery] = []
-        async for delivery in self.stream(
-            messages,
-            exchange=exchange,
-            routing_key=routing_key,
-            mandatory=mandatory,
-            headers=headers,
-            window=window,
-        ):
+        async for delivery in self.stream(messages, **options):
             out.append(delivery)
         return out
 
     async def stream(
-        self,
-        messages: Iterable[Message | Body],
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        mandatory: bool | None = None,
-        headers: Mapping[str, Any] | None = None,
-        window: int | None = None,
+        self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> AsyncIterator[Delivery]:
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
-        limit = window or self.window
+        batch = self.batch(options)
+        limit = batch.window
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         issued: list[Delivery] = []
@@ -233,14 +161,7 @@ class AsyncPublisher(PublisherBase):
                     yield issued[head]
                     head += 1
                 session = await self._room(limit)
-            delivery = prepare(
-                item,
-                exchange=exchange,
-                routing_key=routing_key,
-                mandatory=mandatory,
-                headers=headers,
-                deadline=None if timeout is None else time.monotonic() + timeout,
-            )
+            delivery = prepare(item, batch, None if timeout is None else time.monotonic() + timeout)
             self._write(session, delivery)
             issued.append(delivery)
             if head > 4096 and head * 2 > len(issued):
@@ -324,21 +245,22 @@ class AsyncPublisher(PublisherBase):
             else:
                 waiter.set_result(None)
 
-    def _on_data(self, wire: _Wire, data: bytes) -> None:
+    # -- the transport's events (``rabbitry.amqp.aio.WireOwner``) ---------------------------------
+
+    def wire_made(self, wire: Wire) -> None:
+        self._flush()
+
+    def wire_writable(self, wire: Wire, writable: bool) -> None:
+        self._writable = writable
+        if writable:
+            self._wake()
+
+    def wire_data(self, wire: Wire, data: bytes) -> None:
         session = self._session
         if wire is not self._wire or session is None:
             return
-        try:
-            session.receive(data, time.monotonic())
-        except ConnectionRefused as exc:
-            if exc.permanent:
-                self._failure = BrokerError(
-                    f"{self.settings.display} refused the connection: {exc}"
-                )
-            if session.out:
-                self._flush()
-            if wire.transport is not None:
-                wire.transport.close()
+        if not wire.feed(session, data):
+            self._failure = wire.refusal or self._failure
             return
         if session.out:
             self._flush()
@@ -349,7 +271,7 @@ class AsyncPublisher(PublisherBase):
         if self._space is not None:
             self._wake()  # the waiter checks its own window
 
-    def _on_lost(self, wire: _Wire, exc: Exception | None) -> None:
+    def wire_lost(self, wire: Wire, exc: Exception | None) -> None:
         if wire is not self._wire:
             return
         self._wire = None
@@ -361,6 +283,7 @@ class AsyncPublisher(PublisherBase):
                 self._failure = refusal
             ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
             ready.exception()
+            return  # the connect loop retries or stops, and says so: nothing was lost
         if self.closed:
             return
         logger.warning(
@@ -371,18 +294,14 @@ class AsyncPublisher(PublisherBase):
             self._reconnecting = self._loop.create_task(self._connect_loop(first=False))
 
     async def _connect_loop(self, *, first: bool) -> None:
-        assert self._loop is not None
-        loop = self._loop
-        backoff = self.settings.backoff
+        retry = Reconnect(self.settings, time.monotonic())
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
-        started = time.monotonic()
-        attempt = 0
         try:
             while not self.closed:
                 try:
-                    await self._connect_once(loop, resend)
+                    await self._connect_once(resend)
                     self._failure = None
                     if resend:
                         self._announce_republish(resend)
@@ -391,49 +310,28 @@ class AsyncPublisher(PublisherBase):
                 except (OSError, ConnectionError, TimeoutError) as exc:
                     if self._failure is not None:
                         raise self._failure from None
-                    refusal = self.settings.tls_failure(exc)
-                    if refusal is not None:
-                        raise refusal from None
-                    elapsed = time.monotonic() - started
-                    if backoff.give_up_after is not None and elapsed >= backoff.give_up_after:
-                        message = (
-                            f"could not connect to {self.settings.display} for {elapsed:.0f} s:"
-                            f" {mask_text(str(exc))}"
-                        )
-                        lost = ConnectionLost(message)
-                        for d in resend:
-                            self.tracker.fail_detached(
-                                d, ConnectionLost(f"message {d.message_id}: {message}")
-                            )
-                        self._failure = lost
-                        raise lost from None
-                    pause = backoff.delay(attempt)
-                    attempt += 1
-                    logger.info(
-                        "connecting to %s failed (%s); retrying in %.1f s",
-                        self.settings.display,
-                        mask_text(str(exc)),
-                        pause,
-                    )
-                    await asyncio.sleep(pause)
+                    await asyncio.sleep(retry.failed(exc, time.monotonic()))
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self._failure = exc
+            reason = str(exc) if isinstance(exc, ConnectionLost) else "not sent"
             for d in resend:
-                self.tracker.fail_detached(d, ConnectionLost(f"message {d.message_id}: not sent"))
+                self.tracker.fail_detached(d, ConnectionLost(f"message {d.message_id}: {reason}"))
             self._wake()
             raise
         finally:
             self._reconnecting = None
 
-    async def _connect_once(self, loop: asyncio.AbstractEventLoop, resend: list[Delivery]) -> None:
+    async def _connect_once(self, resend: list[Delivery]) -> None:
         s = self.settings
         session = Session(s, self.tracker, self.builder, confirms=self.confirms, resend=resend)
         session.last_received = time.monotonic()
-        self._ready = loop.create_future()
-        wire = _Wire(self)
+        assert self._loop is not None
+        self._ready = self._loop.create_future()
+        # a full window of large messages may sit in the buffer: pause only well beyond it
+        wire = Wire(self, write_buffer_high=1 << 24)
 
-        def attach() -> _Wire:
+        def attach() -> Wire:
             # before connection_made: the broker speaks first, its bytes must find the session
             self._wire = wire
             self._session = session
@@ -442,13 +340,7 @@ class AsyncPublisher(PublisherBase):
 
         async with asyncio.timeout(s.connect_timeout):
             try:
-                await loop.create_connection(
-                    attach,
-                    s.host,
-                    s.port,
-                    ssl=s.tls,
-                    server_hostname=(s.server_hostname or s.host) if s.tls else None,
-                )
+                await open_wire(s, attach)
             except BaseException:
                 if self._wire is wire:
                     self._wire = None
@@ -460,7 +352,7 @@ class AsyncPublisher(PublisherBase):
                     raise self._failure from None
                 raise
         if self._ticker is None:
-            self._ticker = loop.call_later(_TICK, self._tick)
+            self._ticker = self._loop.call_later(_TICK, self._tick)
 
     def _tick(self) -> None:
         self._ticker = None

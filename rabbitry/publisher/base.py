@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypedDict
 
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
@@ -26,6 +26,52 @@ logger = logging.getLogger("rabbitry.publisher")
 DEFAULT_WINDOW = 512
 
 RepublishHook = Callable[[list[Delivery]], None]
+
+
+class PublishOptions(TypedDict, total=False):
+    """The keywords of one message: ``publish``, ``send`` and ``prepare`` take these, with the
+    defaults ``PublisherBase.prepare`` gives them."""
+
+    exchange: str | None
+    routing_key: str
+    headers: Mapping[str, Any] | None
+    mandatory: bool | None
+    delay: float | timedelta | None
+    shard_key: str | None
+    message_id: str | None
+    check_route: bool
+    timeout: float | None
+    content_type: str | None
+    content_encoding: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    expiration: str | int | None
+    priority: int | None
+    persistent: bool | None
+    message_type: str | None
+    user_id: str | None
+    timestamp: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch's defaults, resolved once per ``stream`` call rather than per message."""
+
+    exchange: str | None
+    routing_key: str
+    mandatory: bool | None
+    headers: Mapping[str, Any] | None
+    window: int
+
+
+class BatchOptions(TypedDict, total=False):
+    """The keywords of ``publish_many`` and ``stream``: defaults for every message of a batch."""
+
+    exchange: str | None
+    routing_key: str
+    mandatory: bool | None
+    headers: Mapping[str, Any] | None
+    window: int | None
 
 
 @dataclass(frozen=True)
@@ -222,17 +268,23 @@ class PublisherBase:
             **properties,
         )
 
-    def prepare_item(
-        self,
-        item: Message | Body,
-        *,
-        exchange: str | None,
-        routing_key: str,
-        mandatory: bool | None,
-        headers: Mapping[str, Any] | None,
-        deadline: float | None,
-    ) -> Delivery:
-        """One element of ``publish_many``: a ``Message`` or a bare body (call defaults)."""
+    def batch(self, options: BatchOptions) -> Batch:
+        return Batch(
+            exchange=options.get("exchange"),
+            routing_key=options.get("routing_key", ""),
+            mandatory=options.get("mandatory"),
+            headers=options.get("headers"),
+            window=options.get("window") or self.window,
+        )
+
+    def prepare_item(self, item: Message | Body, batch: Batch, deadline: float | None) -> Delivery:
+        """One element of ``publish_many``: a ``Message`` or a bare body (batch defaults)."""
+        exchange, routing_key, mandatory, headers = (
+            batch.exchange,
+            batch.routing_key,
+            batch.mandatory,
+            batch.headers,
+        )
         if not isinstance(item, Message):
             if exchange is None and not self.router.knows_topology:
                 # the fast path: no per-message routing work at all

@@ -10,29 +10,22 @@ and pika's blocking API cannot express it. pika stays the client of rabbitry's c
 from __future__ import annotations
 
 import contextlib
-import select
-import socket
-import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from datetime import timedelta
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Unpack
 
+from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.session import ConnectionRefused, Session, State
+from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.session import Session, State
 from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
-from rabbitry.publisher.base import PublisherBase, logger
-from rabbitry.publisher.errors import ConnectionLost, PublisherClosed
-from rabbitry.uri import mask_text
+from rabbitry.publisher.base import BatchOptions, PublisherBase, PublishOptions, logger
+from rabbitry.publisher.errors import PublisherClosed
 
-_READ_SIZE = 262144
 _OUT_HIGH_WATER = 1 << 20
-
-
-class _Disconnected(Exception):
-    """The socket broke or the broker closed the connection."""
 
 
 class Publisher(PublisherBase):
@@ -45,14 +38,13 @@ class Publisher(PublisherBase):
     messages are sent again (``stats.republished`` counts them: consumers may see duplicates).
     """
 
-    _sock: socket.socket | None = None
+    _wire: SocketWire | None = None
     _session: Session | None = None
 
     def __init__(self, url: Any = None, **options: Any) -> None:
         super().__init__(url, **options)
-        self._sock = None
+        self._wire = None
         self._session = None
-        self._wbuf = bytearray()
         self._broken: PublishError | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -85,20 +77,19 @@ class Publisher(PublisherBase):
                 lambda d: True,
                 lambda d: PublisherClosed(f"message {d.message_id}: publisher closed unconfirmed"),
             )
-            session, sock = self._session, self._sock
-            if session is not None and sock is not None:
-                with contextlib.suppress(OSError, _Disconnected, ConnectionRefused):
+            session, wire = self._session, self._wire
+            if session is not None and wire is not None:
+                with contextlib.suppress(OSError, Disconnected, BrokerError):
                     session.close()
                     end = time.monotonic() + 1.0
-                    self._wbuf += session.take_output()
                     while session.state is not State.CLOSED and time.monotonic() < end:
-                        self._io(0.1)
+                        wire.exchange(session, 0.1)
             self._drop_socket()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message in flight is settled (raises ConfirmTimeout if not)."""
         end = None if timeout is None else time.monotonic() + timeout
-        while self.tracker.unsettled or self._wbuf:
+        while self.tracker.unsettled or self._unsent:
             if end is not None and time.monotonic() >= end:
                 raise ConfirmTimeout(
                     f"{self.tracker.unsettled} message(s) still unconfirmed after {timeout} s"
@@ -107,35 +98,9 @@ class Publisher(PublisherBase):
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def publish(
-        self,
-        body: Body,
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        headers: Mapping[str, Any] | None = None,
-        mandatory: bool | None = None,
-        delay: float | timedelta | None = None,
-        shard_key: str | None = None,
-        message_id: str | None = None,
-        check_route: bool = False,
-        timeout: float | None = None,
-        **properties: Any,
-    ) -> Delivery:
+    def publish(self, body: Body, **options: Unpack[PublishOptions]) -> Delivery:
         """Publish one message and wait for its confirm; the settled ``Delivery``."""
-        delivery = self.prepare(
-            body,
-            exchange=exchange,
-            routing_key=routing_key,
-            headers=headers,
-            mandatory=mandatory,
-            delay=delay,
-            shard_key=shard_key,
-            message_id=message_id,
-            check_route=check_route,
-            timeout=timeout,
-            **properties,
-        )
+        delivery = self.prepare(body, **options)
         self._send(delivery)
         if not self.confirms:
             self._drain_output()
@@ -145,14 +110,7 @@ class Publisher(PublisherBase):
         return delivery.result()
 
     def publish_many(
-        self,
-        messages: Iterable[Message | Body],
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        mandatory: bool | None = None,
-        headers: Mapping[str, Any] | None = None,
-        window: int | None = None,
+        self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> list[Delivery]:
         """Publish all, ``window`` unconfirmed at most; one settled ``Delivery`` per message,
         in order. Failures are reported per message (``delivery.ok`` / ``.error``), not raised;
@@ -160,34 +118,19 @@ class Publisher(PublisherBase):
         ``deliveries`` lists every message sent so far with its outcome."""
         done: list[Delivery] = []
         try:
-            done.extend(
-                self.stream(
-                    messages,
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    mandatory=mandatory,
-                    headers=headers,
-                    window=window,
-                )
-            )
+            done.extend(self.stream(messages, **options))
         except ConnectionLost as exc:
             exc.deliveries = done + self.tracker.pending()
             raise
         return done
 
     def stream(
-        self,
-        messages: Iterable[Message | Body],
-        *,
-        exchange: str | None = None,
-        routing_key: str = "",
-        mandatory: bool | None = None,
-        headers: Mapping[str, Any] | None = None,
-        window: int | None = None,
+        self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> Iterator[Delivery]:
         """Like ``publish_many`` but lazy: yields each ``Delivery`` (in input order) once it is
         settled, reading ``messages`` only as the window allows: memory stays bounded."""
-        limit = window or self.window
+        batch = self.batch(options)
+        limit = batch.window
         tracker = self.tracker
         issued: deque[Delivery] = deque()
         source = iter(messages)
@@ -209,14 +152,7 @@ class Publisher(PublisherBase):
                     if item is _END:
                         exhausted = True
                         break
-                    delivery = prepare(
-                        item,
-                        exchange=exchange,
-                        routing_key=routing_key,
-                        mandatory=mandatory,
-                        headers=headers,
-                        deadline=deadline,
-                    )
+                    delivery = prepare(item, batch, deadline)
                     if self._broken is not None:
                         tracker.fail(delivery, self._broken)
                     else:
@@ -256,14 +192,21 @@ class Publisher(PublisherBase):
         return session
 
     def _drain_output(self) -> None:
-        while self._wbuf or (self._session is not None and self._session.out):
-            self._step(0.0 if not self._wbuf else 0.5, want_read=False)
+        while self._unsent or (self._session is not None and self._session.out):
+            self._step(0.0 if not self._unsent else 0.5, want_read=False)
+
+    @property
+    def _unsent(self) -> bool:
+        return self._wire is not None and bool(self._wire.wbuf)
 
     def _step(self, timeout: float, *, want_read: bool = True) -> None:
         """One round of socket I/O; reconnects (and republishes) when the connection broke."""
+        wire, session = self._wire, self._session
         try:
-            self._io(timeout, want_read=want_read)
-        except _Disconnected as exc:
+            if wire is None or session is None:
+                raise Disconnected("not connected")
+            wire.exchange(session, timeout, want_read=want_read)
+        except Disconnected as exc:
             logger.warning("connection to %s lost: %s", self.settings.display, exc)
             self._open(first=False)
         session = self._session
@@ -276,70 +219,15 @@ class Publisher(PublisherBase):
                 self._drop_socket()
                 self._open(first=False)
 
-    def _io(self, timeout: float, *, want_read: bool = True) -> None:
-        sock, session = self._sock, self._session
-        if sock is None or session is None:
-            raise _Disconnected("not connected")
-        if session.out:
-            self._wbuf += session.out
-            session.out.clear()
-            session.last_sent = time.monotonic()
-        try:
-            if self._wbuf:
-                try:
-                    sent = sock.send(self._wbuf)
-                    del self._wbuf[:sent]
-                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                    pass
-            pending_tls = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
-            if not pending_tls:
-                readable, _, _ = select.select(
-                    [sock] if want_read else [],
-                    [sock] if self._wbuf else [],
-                    [],
-                    timeout if (want_read or self._wbuf) else 0,
-                )
-                if not readable:
-                    return
-            while True:
-                try:
-                    data = sock.recv(_READ_SIZE)
-                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    break
-                if not data:
-                    raise _Disconnected("the broker closed the socket")
-                session.receive(data, time.monotonic())
-                if len(data) < _READ_SIZE and not (
-                    isinstance(sock, ssl.SSLSocket) and sock.pending()
-                ):
-                    break
-        except ConnectionRefused as exc:
-            if exc.permanent:
-                raise BrokerError(
-                    f"{self.settings.display} refused the connection: {exc}"
-                ) from None
-            raise _Disconnected(f"the broker closed the connection: {exc}") from None
-        except OSError as exc:
-            # a client certificate refused shows as an alert on the first read after the
-            # handshake (TLS 1.3 checks it after the client finished)
-            refusal = self.settings.tls_failure(exc)
-            if refusal is not None:
-                raise refusal from None
-            raise _Disconnected(mask_text(str(exc)) or type(exc).__name__) from None
-
     def _drop_socket(self) -> None:
-        if self._sock is not None:
-            with contextlib.suppress(OSError):
-                self._sock.close()
-        self._sock = None
-        self._wbuf.clear()
+        if self._wire is not None:
+            self._wire.close()
+        self._wire = None
 
     def _open(self, *, first: bool) -> None:
         """Connect (again), with back-off; unconfirmed messages are republished once ready."""
         self._drop_socket()
-        backoff = self.settings.backoff
-        started = time.monotonic()
-        attempt = 0
+        retry = Reconnect(self.settings, time.monotonic())
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
@@ -350,63 +238,26 @@ class Publisher(PublisherBase):
                 if resend:
                     self._announce_republish(resend)
                 return
-            except BrokerError:
-                self._fail_all(resend, ConnectionLost)
-                raise
-            except (OSError, _Disconnected, ConnectionRefused) as exc:
-                elapsed = time.monotonic() - started
-                give_up = backoff.give_up_after
-                if first and attempt == 0 and not resend and give_up is not None and give_up <= 0:
-                    give_up = 0
-                if give_up is not None and elapsed >= give_up:
-                    message = (
-                        f"could not connect to {self.settings.display} for {elapsed:.0f} s: "
-                        f"{mask_text(str(exc))}"
-                    )
-                    self._fail_all(resend, ConnectionLost, message)
-                    self._broken = ConnectionLost(message)
-                    raise ConnectionLost(message) from None
-                pause = backoff.delay(attempt)
-                attempt += 1
-                logger.info(
-                    "connecting to %s failed (%s); retrying in %.1f s",
-                    self.settings.display,
-                    mask_text(str(exc)),
-                    pause,
-                )
+            except (OSError, Disconnected, BrokerError) as exc:
+                self._drop_socket()
+                try:
+                    pause = retry.failed(exc, time.monotonic())
+                except BrokerError as final:
+                    for d in resend:
+                        self.tracker.fail_detached(
+                            d, ConnectionLost(f"message {d.message_id}: {final}")
+                        )
+                    if isinstance(final, ConnectionLost):
+                        self._broken = final
+                    raise
                 time.sleep(pause)
 
-    def _fail_all(
-        self, deliveries: list[Delivery], kind: type[PublishError], message: str = ""
-    ) -> None:
-        for d in deliveries:
-            self.tracker.fail_detached(d, kind(f"message {d.message_id}: {message or 'not sent'}"))
-
     def _connect_once(self, resend: list[Delivery]) -> None:
-        s = self.settings
-        sock = socket.create_connection((s.host, s.port), timeout=s.connect_timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if s.tls is not None:
-                sock = s.tls.wrap_socket(sock, server_hostname=s.server_hostname or s.host)
-            sock.setblocking(False)
-        except Exception as exc:
-            sock.close()
-            refusal = s.tls_failure(exc)
-            if refusal is not None:
-                raise refusal from None
-            raise
-        self._sock = sock
+        self._wire = wire = SocketWire(self.settings)
         self._session = Session(
-            s, self.tracker, self.builder, confirms=self.confirms, resend=resend
+            self.settings, self.tracker, self.builder, confirms=self.confirms, resend=resend
         )
-        self._session.last_received = time.monotonic()
-        end = time.monotonic() + s.connect_timeout
-        while not self._session.ready:
-            if time.monotonic() >= end:
-                self._drop_socket()
-                raise _Disconnected(f"no handshake with {s.display} in {s.connect_timeout} s")
-            self._io(min(0.5, max(0.0, end - time.monotonic())))
+        wire.handshake(self._session)
 
 
 _END: Any = object()

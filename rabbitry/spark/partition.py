@@ -9,7 +9,7 @@ partition under the same message ids.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,6 +19,7 @@ from rabbitry.amqp.settings import Backoff
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher import Publisher
+from rabbitry.publisher.base import Batch
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport
@@ -61,25 +62,9 @@ class RowPublisher(Publisher):
             "expiration": opts.expiration,
         }
 
-    def prepare_item(
-        self,
-        item: Any,
-        *,
-        exchange: str | None,
-        routing_key: str,
-        mandatory: bool | None,
-        headers: Mapping[str, Any] | None,
-        deadline: float | None,
-    ) -> Delivery:
+    def prepare_item(self, item: Any, batch: Batch, deadline: float | None) -> Delivery:
         if not isinstance(item, Outgoing):
-            return super().prepare_item(
-                item,
-                exchange=exchange,
-                routing_key=routing_key,
-                mandatory=mandatory,
-                headers=headers,
-                deadline=deadline,
-            )
+            return super().prepare_item(item, batch, deadline)
         if item.delay is not None:
             delivery = self.prepare(
                 item.body,

@@ -185,3 +185,15 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
         Publisher.from_spec(topology, vhost="app", delays="slow")
     with pytest.raises(PublishError, match=r"delay= needs delay levels: make the publisher"):
         Publisher.from_spec(topology, vhost="app").prepare(b"x", routing_key="x", delay=1)
+
+
+def test_publish_options_name_exactly_what_prepare_and_the_message_builder_accept() -> None:
+    import inspect
+
+    from rabbitry.amqp.message import MessageBuilder
+    from rabbitry.publisher.base import PublisherBase, PublishOptions
+
+    prepare = set(inspect.signature(PublisherBase.prepare).parameters) - {"self", "body"}
+    build = set(inspect.signature(MessageBuilder.build).parameters) - {"self", "body"}
+    accepted = (prepare - {"properties"}) | (build - {"deadline"})
+    assert set(PublishOptions.__annotations__) == accepted

@@ -1,0 +1,130 @@
+"""The blocking transport: a non-blocking socket, buffered writes, reads fed into a session.
+
+``SocketWire.exchange`` is one round of I/O for ``Publisher`` and ``Worker`` alike: write what
+the session produced, wait up to a timeout for the broker, feed every byte that arrived into the
+session. A broken connection raises ``Disconnected`` (the caller reconnects through
+``Reconnect``); what retrying cannot fix raises at once (``TLSHandshakeError``, a refused login
+as ``BrokerError``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import ssl
+import time
+
+from rabbitry.amqp.reconnect import refusal_error
+from rabbitry.amqp.session import ConnectionRefused, Session
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.uri import mask_text
+
+READ_SIZE = 262144
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class Disconnected(Exception):
+    """The connection is gone (or never finished its handshake): connect again."""
+
+
+class SocketWire:
+    """One socket to the broker. Not thread-safe: one caller drives it."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.settings = settings
+        self.sock = open_socket(settings)
+        self.wbuf = bytearray()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.wbuf.clear()
+
+    def handshake(self, session: Session) -> None:
+        """Drive the session until it is ready, within the connect timeout."""
+        s = self.settings
+        session.last_received = time.monotonic()
+        end = time.monotonic() + s.connect_timeout
+        while not session.ready:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise Disconnected(f"no AMQP handshake with {s.display} in {s.connect_timeout} s")
+            self.exchange(session, min(0.5, left))
+
+    def send_all(self, session: Session, data: bytes | bytearray) -> None:
+        """Write ``data`` (and what the session has to say) before returning."""
+        self.wbuf += data
+        while self.wbuf or session.out:
+            self.exchange(session, 0.5, want_read=False)
+
+    def exchange(self, session: Session, timeout: float, *, want_read: bool = True) -> bool:
+        """One round of I/O; True when bytes arrived (and went into ``session``)."""
+        sock = self.sock
+        if session.out:
+            self.wbuf += session.out
+            session.out.clear()
+        try:
+            if self.wbuf:
+                try:
+                    sent = sock.send(self.wbuf)
+                    del self.wbuf[:sent]
+                    session.last_sent = time.monotonic()
+                except _WOULD_BLOCK:
+                    pass
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending() > 0):
+                readable, _, _ = select.select(
+                    [sock] if want_read else [],
+                    [sock] if self.wbuf else [],
+                    [],
+                    timeout if (want_read or self.wbuf) else 0,
+                )
+                if not readable:
+                    return False
+            got = False
+            while True:
+                try:
+                    data = sock.recv(READ_SIZE)
+                except _WOULD_BLOCK:
+                    break
+                if not data:
+                    raise Disconnected("the broker closed the connection")
+                got = True
+                session.receive(data, time.monotonic())
+                if len(data) < READ_SIZE and not (
+                    isinstance(sock, ssl.SSLSocket) and sock.pending()
+                ):
+                    break
+            return got
+        except ConnectionRefused as exc:
+            # say goodbye properly (close-ok) before the socket goes
+            with contextlib.suppress(OSError):
+                sock.send(bytes(session.out))
+            if exc.permanent:
+                raise refusal_error(self.settings, exc) from None
+            raise Disconnected(f"the broker closed the connection: {exc}") from None
+        except OSError as exc:
+            # a client certificate refused shows as an alert on the first read after the
+            # handshake (TLS 1.3 checks it after the client finished)
+            refusal = self.settings.tls_failure(exc)
+            if refusal is not None:
+                raise refusal from None
+            raise Disconnected(mask_text(str(exc)) or type(exc).__name__) from None
+
+
+def open_socket(settings: ConnectionSettings) -> socket.socket:
+    """A connected, non-blocking socket (TLS done when the settings ask for it)."""
+    s = settings
+    sock = socket.create_connection((s.host, s.port), timeout=s.connect_timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if s.tls is not None:
+            sock = s.tls.wrap_socket(sock, server_hostname=s.server_hostname or s.host)
+        sock.setblocking(False)
+    except Exception as exc:
+        sock.close()
+        refusal = s.tls_failure(exc)
+        if refusal is not None:
+            raise refusal from None
+        raise
+    return sock
