@@ -123,6 +123,7 @@ def _container_env(container: Any) -> dict[str, str]:
 
 def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
     # Imported here: the CLI starts without them, and they need the `test` extra.
+    from rabbitry.testing.broker import Broker, BrokerUnavailable, wait_until_ready
     from rabbitry.testing.containers import (
         AMQP_PORT,
         MANAGEMENT_PORT,
@@ -138,7 +139,6 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
         require_engine,
     )
     from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
-    from rabbitry.testing.providers import Broker, BrokerUnavailable, wait_until_ready
 
     try:
         engine = require_engine()
@@ -218,8 +218,8 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
 
 
 def _down(name: str) -> bool:
+    from rabbitry.testing.broker import BrokerUnavailable
     from rabbitry.testing.containers import docker_client, require_engine
-    from rabbitry.testing.providers import BrokerUnavailable
 
     try:
         engine = require_engine()

@@ -7,6 +7,7 @@ Outside pytest, ``provide_broker()`` and ``start_broker()`` give the same broker
 
 from __future__ import annotations
 
+from rabbitry.testing.broker import Broker, BrokerUnavailable, broker_from_urls, wait_until_ready
 from rabbitry.testing.containers import (
     BrokerContainer,
     BrokerOptions,
@@ -20,15 +21,11 @@ from rabbitry.testing.engine import (
     find_engine,
 )
 from rabbitry.testing.providers import (
-    Broker,
-    BrokerUnavailable,
     ProviderChoice,
     ProviderKind,
     broker_from_env,
-    broker_from_urls,
     choose_provider,
     provide_broker,
-    wait_until_ready,
 )
 from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost, vhost_exists
 

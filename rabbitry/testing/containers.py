@@ -21,18 +21,18 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from rabbitry.errors import BrokerError
+from rabbitry.testing.broker import (
+    SETUP_HINT,
+    Broker,
+    BrokerUnavailable,
+    wait_until_ready,
+)
 from rabbitry.testing.engine import (
     LOCAL_TEST_IMAGE,
     ContainerEngine,
     default_image,
     find_engine,
     use_engine,
-)
-from rabbitry.testing.providers import (
-    SETUP_HINT,
-    Broker,
-    BrokerUnavailable,
-    wait_until_ready,
 )
 from rabbitry.uri import mask_text
 

@@ -19,14 +19,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rabbitry.errors import BrokerError
+from rabbitry.testing.broker import Broker, BrokerUnavailable
 from rabbitry.testing.containers import BrokerContainer, broker_network, start_broker
-from rabbitry.testing.providers import (
-    Broker,
-    BrokerUnavailable,
-    ProviderKind,
-    choose_provider,
-    provide_broker,
-)
+from rabbitry.testing.providers import ProviderKind, choose_provider, provide_broker
 from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost
 
 if TYPE_CHECKING:

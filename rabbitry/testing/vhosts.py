@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 
 from rabbitry.errors import BrokerError
-from rabbitry.testing.providers import Broker
+from rabbitry.testing.broker import Broker
 
 VHOST_PREFIX = "rabbitry-test-"
 

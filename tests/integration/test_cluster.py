@@ -16,9 +16,9 @@ from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
 from rabbitry.policies.delay import BinaryDelays
+from rabbitry.testing.broker import Broker
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
-from rabbitry.testing.providers import Broker
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
 

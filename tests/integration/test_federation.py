@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.testing.broker import Broker
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
-from rabbitry.testing.providers import Broker
 
 pytestmark = pytest.mark.broker
 
