@@ -19,45 +19,17 @@ from rabbitry.cli.common import (
     load_target,
     spec_options,
 )
-from rabbitry.errors import CapabilityError, PlanError
+from rabbitry.errors import PlanError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
-from rabbitry.provisioner.capabilities import check as check_capabilities
-from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.exporter import export_topology
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.planner import Action, Plan, plan
+from rabbitry.provisioner.planner import Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.state import read_state
+from rabbitry.provisioner.stack import plan_topology
 from rabbitry.topology import dump_yaml, spec_document
-from rabbitry.topology.primitives import Topology
 from rabbitry.uri import mask_uri
-
-
-def _make_plan(client: ManagementClient, topology: Topology) -> Plan:
-    """Check the broker can hold the topology, then plan against what it has."""
-    report = check_capabilities(client, topology)
-    if report.problems:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
-            " nothing was changed:\n  " + "\n  ".join(report.problems)
-        )
-    state = read_state(
-        client,
-        stack=topology.name,
-        vhosts=[v.name for v in topology.vhosts],
-        users=[u.name for u in topology.users],
-        global_parameters=[p.name for p in topology.global_parameters],
-    )
-    the_plan = plan(topology, state)
-    migrated = [
-        c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
-    ]
-    gaps = missing(migration_requirements(migrated), report.broker)
-    if gaps:
-        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
-    return the_plan
 
 
 def _show(target: Target, the_plan: Plan, prune: bool) -> None:
@@ -86,7 +58,7 @@ def plan_command(
     """Show what apply would change on the broker; changes nothing."""
     target = load_target(spec, variables, var_files, url, management_url)
     with ManagementClient(target.endpoints.management_url) as client:
-        the_plan = _make_plan(client, target.topology)
+        the_plan = plan_topology(client, target.topology)
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
@@ -128,7 +100,7 @@ def apply_command(
     target = load_target(spec, variables, var_files, url, management_url)
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with ManagementClient(target.endpoints.management_url) as client:
-        the_plan = _make_plan(client, target.topology)
+        the_plan = plan_topology(client, target.topology)
         if not as_json:
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:

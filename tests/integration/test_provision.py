@@ -17,16 +17,12 @@ from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Plan, plan
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology import load_topology
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
 
-SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+SPEC = one_vhost_spec("""
         exchanges:
           - {name: orders, type: topic, alternate_exchange: unrouted}
           - {name: unrouted, type: fanout}
@@ -44,7 +40,7 @@ SPEC = """
           - {source: by-header, destination: audit, arguments: {x-match: all, kind: audit}}
         policies:
           - {name: cap, pattern: "^audit$", apply_to: queues, definition: {max-length: 1000}}
-"""
+""")
 
 
 def test_apply_from_empty_then_second_plan_is_empty(broker: Broker) -> None:
@@ -68,6 +64,25 @@ def test_apply_from_empty_then_second_plan_is_empty(broker: Broker) -> None:
     assert "No changes" in again.output
     as_json = json.loads(broker.run("plan", str(spec), "--json").output)
     assert as_json["format_version"] == 1 and as_json["changes"] == []
+
+
+def test_plan_and_apply_from_python_do_what_the_commands_do(broker: Broker) -> None:
+    import rabbitry
+
+    spec = broker.spec(SPEC)
+    where = {
+        "url": broker.amqp_url,
+        "management_url": broker.management_url,
+        "variables": {"vhost": broker.vhost, "stack": broker.stack},
+    }
+    before = rabbitry.plan(spec, **where)
+    assert before.has_changes and any(c.title.endswith("/work") for c in before.changes)
+    assert broker.queue_names() == set()  # planning changed nothing
+
+    result = rabbitry.apply(spec, **where)
+    assert result.changed and broker.queue_names() == {"work", "unrouted", "audit"}
+    assert not rabbitry.plan(spec, **where).has_changes
+    assert not rabbitry.apply(spec, **where).changed
 
 
 def test_hand_made_drift_is_detected_and_repaired(broker: Broker) -> None:

@@ -1,0 +1,123 @@
+"""Plan and apply a spec from Python: what ``rabbitry plan`` and ``rabbitry apply`` do.
+
+``plan(spec)`` reads the broker and returns the ``Plan``; ``apply(spec)`` makes the broker match,
+with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``force``). Both
+check first that the broker can hold the spec (plugins, feature flags, version) and change
+nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL`` /
+``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rabbitry.errors import CapabilityError, PlanError
+from rabbitry.provisioner.applier import ApplyOptions, ApplyResult, apply_plan, refusals
+from rabbitry.provisioner.capabilities import check as check_capabilities
+from rabbitry.provisioner.capabilities import migration_requirements, missing
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.planner import plan as plan_changes
+from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.state import read_state
+from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology.primitives import Topology
+from rabbitry.topology.spec.model import Spec
+
+__all__ = ["Target", "apply", "plan", "plan_topology", "target_of"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """An expanded, checked spec and the broker it is meant for."""
+
+    topology: Topology
+    endpoints: Endpoints
+
+
+def target_of(
+    spec: str | Path | Spec,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> Target:
+    """Load (a path, with template ``variables``) and check ``spec``; resolve its broker."""
+    model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables)
+    check_spec(model)
+    broker = model.broker
+    endpoints = resolve_endpoints(
+        url,
+        management_url,
+        spec_url=broker.url if broker else None,
+        spec_management_url=broker.management_url if broker else None,
+    )
+    return Target(expand(model), endpoints)
+
+
+def plan_topology(client: ManagementClient, topology: Topology) -> Plan:
+    """Check the broker can hold ``topology``, then plan against what it has."""
+    report = check_capabilities(client, topology)
+    if report.problems:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
+            " nothing was changed:\n  " + "\n  ".join(report.problems)
+        )
+    state = read_state(
+        client,
+        stack=topology.name,
+        vhosts=[v.name for v in topology.vhosts],
+        users=[u.name for u in topology.users],
+        global_parameters=[p.name for p in topology.global_parameters],
+    )
+    the_plan = plan_changes(topology, state)
+    migrated = [
+        c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
+    ]
+    gaps = missing(migration_requirements(migrated), report.broker)
+    if gaps:
+        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
+    return the_plan
+
+
+def plan(
+    spec: str | Path | Spec,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> Plan:
+    """What applying ``spec`` would change on the broker; changes nothing."""
+    target = target_of(spec, url=url, management_url=management_url, variables=variables)
+    with ManagementClient(target.endpoints.management_url) as client:
+        return plan_topology(client, target.topology)
+
+
+def apply(
+    spec: str | Path | Spec,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    variables: Mapping[str, str] | None = None,
+    allow_replace: bool = False,
+    prune: bool = False,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> ApplyResult:
+    """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
+    needs a replace, prune or force the arguments do not allow."""
+    target = target_of(spec, url=url, management_url=management_url, variables=variables)
+    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    with ManagementClient(target.endpoints.management_url) as client:
+        the_plan = plan_topology(client, target.topology)
+        if not the_plan.has_changes:
+            return ApplyResult()
+        problems = refusals(the_plan, options)
+        if problems:
+            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
+        return apply_plan(
+            client, the_plan, options, AmqpQueueCounter(target.endpoints), progress=progress
+        )

@@ -1,0 +1,145 @@
+"""The layers of docs/ARCHITECTURE.md, enforced: who may import whom, and no import circles.
+
+Only imports that run when a module loads count (module level, outside ``TYPE_CHECKING``);
+an import inside a function is how a layer reaches an optional heavier one on demand.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import rabbitry
+
+ROOT = Path(rabbitry.__file__).parent
+
+# package -> packages it must never import at load time
+FORBIDDEN = {
+    "rabbitry.topology": (
+        "rabbitry.provisioner",
+        "rabbitry.amqp",
+        "rabbitry.publisher",
+        "rabbitry.consumer",
+        "rabbitry.spark",
+        "rabbitry.cli",
+        "rabbitry.testing",
+    ),
+    "rabbitry.policies": (
+        "rabbitry.topology",
+        "rabbitry.provisioner",
+        "rabbitry.amqp",
+        "rabbitry.publisher",
+        "rabbitry.consumer",
+        "rabbitry.cli",
+    ),
+    "rabbitry.amqp": (
+        "rabbitry.topology",
+        "rabbitry.provisioner",
+        "rabbitry.publisher",
+        "rabbitry.consumer",
+        "rabbitry.spark",
+        "rabbitry.cli",
+    ),
+    "rabbitry.publisher": (
+        "rabbitry.provisioner",
+        "rabbitry.consumer",
+        "rabbitry.spark",
+        "rabbitry.cli",
+    ),
+    "rabbitry.consumer": ("rabbitry.provisioner", "rabbitry.spark", "rabbitry.cli"),
+    "rabbitry.provisioner": (
+        "rabbitry.publisher",
+        "rabbitry.consumer",
+        "rabbitry.spark",
+        "rabbitry.cli",
+    ),
+    "rabbitry.spark": ("rabbitry.provisioner", "rabbitry.consumer", "rabbitry.cli"),
+    "rabbitry.testing": ("rabbitry.cli",),
+}
+# consumer/ may use the publisher only through its public front
+PUBLIC_ONLY = {"rabbitry.consumer": "rabbitry.publisher"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def load_time_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.If | ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return {name for name in found if name.startswith("rabbitry")}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges[name] = {m for m in load_time_imports(path) if m in modules and m != name}
+    return edges
+
+
+def test_no_layer_imports_one_it_must_not() -> None:
+    wrong = []
+    for module, targets in graph().items():
+        for package, banned in FORBIDDEN.items():
+            if module == package or module.startswith(package + "."):
+                wrong += [
+                    f"{module} -> {t}" for t in targets if t.startswith(banned) and t != package
+                ]
+    assert wrong == []
+
+
+def test_the_consumer_uses_only_the_publishers_front() -> None:
+    wrong = [
+        f"{module} -> {t}"
+        for module, targets in graph().items()
+        for package, front in PUBLIC_ONLY.items()
+        if module.startswith(package)
+        for t in targets
+        if t.startswith(front + ".")
+    ]
+    assert wrong == []
+
+
+def test_no_import_circles() -> None:
+    edges = graph()
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            # a package's __init__ importing its own modules is how packages work
+            if nxt.startswith(node + "."):
+                continue
+            if state.get(nxt) == 1:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            walk(node)
+    assert circles == []
