@@ -98,26 +98,17 @@ def estimate_seconds(messages: int | None) -> float:
     return 2 * (messages or 0) / SHOVEL_RATE_ESTIMATE
 
 
+@dataclass
 class Migrator:
     """Runs (or resumes) one queue migration through the management API and the shovel plugin."""
 
-    def __init__(
-        self,
-        client: ManagementClient,
-        count_messages: MessageCounter,
-        save_step: Callable[[MigrationState | None], None],
-        progress: Callable[[str], None] = lambda _line: None,
-        before_step: Callable[[str], None] = lambda _step: None,
-        poll_seconds: float = 0.05,
-        move_timeout: float = 3600.0,
-    ) -> None:
-        self.client = client
-        self.count = count_messages
-        self.save_step = save_step
-        self.progress = progress
-        self.before_step = before_step
-        self.poll = poll_seconds
-        self.move_timeout = move_timeout
+    client: ManagementClient
+    count_messages: MessageCounter
+    save_step: Callable[[MigrationState | None], None]
+    progress: Callable[[str], None] = lambda _line: None
+    before_step: Callable[[str], None] = lambda _step: None
+    poll_seconds: float = 0.05
+    move_timeout: float = 3600.0
 
     def run(
         self,
@@ -204,7 +195,7 @@ class Migrator:
     def _delete_empty(self, vhost: str, queue: str) -> None:
         if self._exists(vhost, queue) is None:
             return
-        messages, _ = self.count(vhost, queue)
+        messages, _ = self.count_messages(vhost, queue)
         if messages:
             raise BrokerError(
                 f"queue {vhost}/{queue} still holds {messages} message(s) after draining;"
@@ -221,7 +212,7 @@ class Migrator:
             if self.client.get_optional(path) is None:
                 if self._exists(vhost, source) is None:
                     return
-                messages, _ = self.count(vhost, source)
+                messages, _ = self.count_messages(vhost, source)
                 if not messages:
                     return
                 self.progress(f"moving {messages} message(s) {vhost}/{source} -> {target}")
@@ -255,7 +246,7 @@ class Migrator:
         while self.client.get_optional(path) is not None:
             if time.monotonic() > deadline:
                 raise BrokerError(f"the shovel {path} did not finish in time; run apply again")
-            time.sleep(self.poll)
+            time.sleep(self.poll_seconds)
 
 
 def queue_bindings(bindings: Sequence[Binding], queue: str) -> list[Binding]:

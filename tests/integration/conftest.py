@@ -31,6 +31,20 @@ def drain_ids(channel: Any, queue: str) -> list[str]:
         ids.append(props.message_id)
 
 
+def one_vhost_spec(vhost_keys: str) -> str:
+    """A spec whose stack and one vhost are the test's own (``Broker.run`` passes both as
+    variables), with ``vhost_keys`` (indented as under ``- name:``) for that vhost."""
+    return (
+        """
+    version: 1
+    name: "{{ vars.stack }}"
+    vhosts:
+      - name: "{{ vars.vhost }}"
+"""
+        + vhost_keys
+    )
+
+
 class Broker:
     """The per-test vhost, seen through the CLI and the management API."""
 

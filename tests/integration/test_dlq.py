@@ -12,15 +12,11 @@ import pytest
 from rabbitry.consumer.decision import REPLAYED_HEADER
 from rabbitry.consumer.dlq import ParkingLot, Selection
 from rabbitry.policies.retry import ATTEMPT_HEADER, LAST_ERROR_HEADER, QUEUE_HEADER
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
-SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+SPEC = one_vhost_spec("""
         exchanges:
           - {name: events, type: topic}
         queues:
@@ -30,7 +26,7 @@ SPEC = """
           - {name: audit}
         bindings:
           - {source: events, destination: audit, routing_key: "replayed.#"}
-"""
+""")
 
 
 @pytest.fixture

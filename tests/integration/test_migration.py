@@ -18,15 +18,11 @@ from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import read_state
 from rabbitry.publisher import Message, Publisher
 from rabbitry.topology import load_topology
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
-BEFORE = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+BEFORE = one_vhost_spec("""
         exchanges:
           - {name: orders, type: topic}
           - {name: dead, type: fanout}
@@ -36,7 +32,7 @@ BEFORE = """
         bindings:
           - {source: orders, destination: work, routing_key: "order.*"}
           - {source: dead, destination: dead}
-"""
+""")
 AFTER = BEFORE.replace(
     "- {name: work, type: classic}",
     "- {name: work, type: quorum, arguments: {x-dead-letter-exchange: dead}}",

@@ -25,15 +25,11 @@ from rabbitry.policies.retry import (
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.retries import queue_retry
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
-SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+SPEC = one_vhost_spec("""
         exchanges:
           - {name: events, type: topic}
         queues:
@@ -58,7 +54,7 @@ SPEC = """
           - name: fixed
             levels: [1s, 2s]
             targets: [{queue: due}]
-"""
+""")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from rabbitry.publisher import (
 )
 from rabbitry.topology import load_spec, load_topology
 from rabbitry.topology.patterns.delays import delay_scheme
-from tests.integration.conftest import Broker, drain_ids
+from tests.integration.conftest import Broker, drain_ids, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
@@ -229,11 +229,7 @@ def test_broker_restart_during_a_stream_loses_no_confirmed_message(
     assert len(ids) - len(set(ids)) <= stats.republished  # duplicates only from republishing
 
 
-DELAY_SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+DELAY_SPEC = one_vhost_spec("""
         queues:
           - {name: reminders}
           - {name: digests}
@@ -245,7 +241,7 @@ DELAY_SPEC = """
           - name: daily
             levels: [1d]
             targets: [{queue: digests}]
-"""
+""")
 
 
 def wait_for_message(broker: Broker, queue: str, timeout: float) -> tuple[float, Any, bytes]:

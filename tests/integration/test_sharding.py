@@ -12,15 +12,11 @@ import pytest
 
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.sharding import is_plugin_shard_queue, sharding_of
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
-SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+SPEC = one_vhost_spec("""
         sharded_exchanges:
           - name: orders
             weights: [1, 1, 1, 2]
@@ -30,16 +26,12 @@ SPEC = """
             shards: 2
             hash_header: tenant
             queue_name: "tenant-shard-{index}"
-"""
+""")
 
-MODULUS = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+MODULUS = one_vhost_spec("""
         modulus_sharding:
           - {name: images, shards_per_node: 2}
-"""
+""")
 
 
 def wait_for_node_stats(broker: Broker) -> None:

@@ -30,15 +30,11 @@ from rabbitry.policies.retry import (
 from rabbitry.publisher import Backoff, Publisher
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
 
-SPEC = """
-    version: 1
-    name: "{{ vars.stack }}"
-    vhosts:
-      - name: "{{ vars.vhost }}"
+SPEC = one_vhost_spec("""
         queues:
           - name: work
             retry: {attempts: 3, backoff: [1s, 2s], never_retry: [ValueError]}
@@ -53,7 +49,7 @@ SPEC = """
             unit: 100ms
             count: 6
             targets: [{queue: jobs}]
-"""
+""")
 
 
 @pytest.fixture

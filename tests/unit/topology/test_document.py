@@ -11,46 +11,29 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from rabbitry.topology import dump_yaml, expand, load_spec, load_spec_text, spec_document
+from rabbitry.topology import primitives as p
 from rabbitry.topology.document import topology_data
-from rabbitry.topology.primitives import (
-    ApplyTo,
-    Binding,
-    DestinationType,
-    Exchange,
-    ExchangeType,
-    GlobalParameter,
-    OperatorPolicy,
-    Parameter,
-    Permission,
-    Policy,
-    Queue,
-    QueueType,
-    TopicPermission,
-    Topology,
-    User,
-    Vhost,
-)
 from rabbitry.topology.spec.passwords import password_matches
 
 from .conftest import load
 from .test_expand import EXAMPLES, SPEC
 
 
-def round_trip(topology: Topology) -> Topology:
+def round_trip(topology: p.Topology) -> p.Topology:
     text = dump_yaml(spec_document(topology))
     return expand(load_spec_text(text, "export.yaml", environ={}))
 
 
 def test_document_omits_defaults() -> None:
-    topology = Topology(
+    topology = p.Topology(
         name="s",
         vhosts=(
-            Vhost(
+            p.Vhost(
                 name="v",
-                exchanges=(Exchange(name="e"),),
-                queues=(Queue(name="q"),),
-                bindings=(Binding(source="e", destination="q"),),
-                permissions=(Permission(user="u"),),
+                exchanges=(p.Exchange(name="e"),),
+                queues=(p.Queue(name="q"),),
+                bindings=(p.Binding(source="e", destination="q"),),
+                permissions=(p.Permission(user="u"),),
             ),
         ),
     )
@@ -79,7 +62,7 @@ def test_dump_yaml_has_schema_comment_and_stable_order() -> None:
 
 
 def test_units_and_unchecked_split() -> None:
-    queue = Queue(
+    queue = p.Queue(
         name="q",
         arguments={
             "x-message-ttl": 30_000,
@@ -89,7 +72,7 @@ def test_units_and_unchecked_split() -> None:
             "x-plugin": 1,
         },
     )
-    (doc,) = spec_document(Topology(vhosts=(Vhost(name="v", queues=(queue,)),)))["vhosts"]
+    (doc,) = spec_document(p.Topology(vhosts=(p.Vhost(name="v", queues=(queue,)),)))["vhosts"]
     assert doc["queues"][0]["arguments"] == {
         "x-message-ttl": "30s",
         "x-expires": 1500,
@@ -100,21 +83,21 @@ def test_units_and_unchecked_split() -> None:
 
 
 def test_queue_type_relative_to_vhost_default() -> None:
-    vhost = Vhost(
+    vhost = p.Vhost(
         name="v",
-        default_queue_type=QueueType.QUORUM,
-        queues=(Queue(name="a", type=QueueType.QUORUM), Queue(name="b")),
+        default_queue_type=p.QueueType.QUORUM,
+        queues=(p.Queue(name="a", type=p.QueueType.QUORUM), p.Queue(name="b")),
     )
-    doc = spec_document(Topology(vhosts=(vhost,)))["vhosts"][0]
+    doc = spec_document(p.Topology(vhosts=(vhost,)))["vhosts"][0]
     assert doc["queues"] == [{"name": "a"}, {"name": "b", "type": "classic"}]
-    assert round_trip(Topology(vhosts=(vhost,))) == Topology(vhosts=(vhost,))
+    assert round_trip(p.Topology(vhosts=(vhost,))) == p.Topology(vhosts=(vhost,))
 
 
 def test_users_are_exported_with_a_hash_never_a_password() -> None:
-    topology = Topology(
+    topology = p.Topology(
         users=(
-            User(name="a", password=SecretStr("pw"), tags=("administrator",)),
-            User(name="b", password_hash="xyz", hashing_algorithm="rabbit_password_hashing_md5"),
+            p.User(name="a", password=SecretStr("pw"), tags=("administrator",)),
+            p.User(name="b", password_hash="xyz", hashing_algorithm="rabbit_password_hashing_md5"),
         )
     )
     a, b = spec_document(topology)["users"]
@@ -130,20 +113,20 @@ def test_users_are_exported_with_a_hash_never_a_password() -> None:
 
 def test_template_syntax_in_values_survives_the_loader() -> None:
     tricky = "{{ not a template }} {% nope %} {# no #} }}{"
-    topology = Topology(
+    topology = p.Topology(
         vhosts=(
-            Vhost(
+            p.Vhost(
                 name="v",
                 description=tricky,
-                queues=(Queue(name="{{q}}"),),
-                bindings=(Binding(source="{%e", destination="{{q}}", routing_key="{#"),),
+                queues=(p.Queue(name="{{q}}"),),
+                bindings=(p.Binding(source="{%e", destination="{{q}}", routing_key="{#"),),
             ),
         )
     )
     assert round_trip(topology) == topology
 
 
-def without_passwords(topology: Topology) -> Topology:
+def without_passwords(topology: p.Topology) -> p.Topology:
     users = tuple(
         u.model_copy(update={"password": None, "password_hash": None}) for u in topology.users
     )
@@ -164,7 +147,7 @@ def test_example_round_trips() -> None:
 
 
 def test_topology_data_masks_passwords() -> None:
-    data = topology_data(Topology(users=(User(name="a", password=SecretStr("pw")),)))
+    data = topology_data(p.Topology(users=(p.User(name="a", password=SecretStr("pw")),)))
     assert data["users"][0]["password"] == "***"
     assert "pw" not in yaml.safe_dump(data)
 
@@ -234,52 +217,52 @@ def argument_maps(known: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy
 
 
 exchanges = st.builds(
-    Exchange,
+    p.Exchange,
     name=names,
-    type=st.sampled_from(ExchangeType),
+    type=st.sampled_from(p.ExchangeType),
     durable=st.booleans(),
     auto_delete=st.booleans(),
     internal=st.booleans(),
     arguments=argument_maps({"alternate-exchange": names, "hash-header": texts}),
 )
 queues = st.builds(
-    Queue,
+    p.Queue,
     name=names,
-    type=st.sampled_from(QueueType),
+    type=st.sampled_from(p.QueueType),
     durable=st.booleans(),
     auto_delete=st.booleans(),
     arguments=argument_maps(QUEUE_ARGUMENT_VALUES),
 )
 bindings = st.builds(
-    Binding,
+    p.Binding,
     source=texts,
     destination=texts,
-    destination_type=st.sampled_from(DestinationType),
+    destination_type=st.sampled_from(p.DestinationType),
     routing_key=texts,
     arguments=st.dictionaries(texts, json_values, max_size=2),
 )
 policies = st.builds(
-    Policy,
+    p.Policy,
     name=names,
     pattern=texts,
-    apply_to=st.sampled_from(ApplyTo),
+    apply_to=st.sampled_from(p.ApplyTo),
     priority=st.integers(-5, 5),
     definition=argument_maps(POLICY_VALUES),
 )
 operator_policies = st.builds(
-    OperatorPolicy,
+    p.OperatorPolicy,
     name=names,
     pattern=texts,
-    apply_to=st.sampled_from(ApplyTo),
+    apply_to=st.sampled_from(p.ApplyTo),
     priority=st.integers(0, 5),
     definition=argument_maps({"max-length": non_negative, "message-ttl": non_negative}),
 )
 vhosts = st.builds(
-    Vhost,
+    p.Vhost,
     name=names,
     description=st.text(NAME_CHARS | st.just("\n"), max_size=20),
     tags=st.lists(names, max_size=2).map(tuple),
-    default_queue_type=st.none() | st.sampled_from(QueueType),
+    default_queue_type=st.none() | st.sampled_from(p.QueueType),
     exchanges=st.lists(exchanges, max_size=3).map(tuple),
     queues=st.lists(queues, max_size=3).map(tuple),
     bindings=st.lists(bindings, max_size=2).map(tuple),
@@ -287,7 +270,7 @@ vhosts = st.builds(
     operator_policies=st.lists(operator_policies, max_size=1).map(tuple),
     parameters=st.lists(
         st.builds(
-            Parameter,
+            p.Parameter,
             component=st.sampled_from(["federation-upstream", "federation-upstream-set", "shovel"]),
             name=names,
             value=json_values,
@@ -295,15 +278,15 @@ vhosts = st.builds(
         max_size=2,
     ).map(tuple),
     permissions=st.lists(
-        st.builds(Permission, user=names, configure=texts, write=texts, read=texts), max_size=2
+        st.builds(p.Permission, user=names, configure=texts, write=texts, read=texts), max_size=2
     ).map(tuple),
     topic_permissions=st.lists(
-        st.builds(TopicPermission, user=names, exchange=texts, write=texts, read=texts),
+        st.builds(p.TopicPermission, user=names, exchange=texts, write=texts, read=texts),
         max_size=2,
     ).map(tuple),
 )
 users = st.builds(
-    User,
+    p.User,
     name=names,
     password=st.none(),
     password_hash=st.none() | st.from_regex(r"\A[A-Za-z0-9+/]{8,20}=?\Z"),
@@ -317,19 +300,19 @@ users = st.builds(
     tags=st.lists(names, max_size=2).map(tuple),
 )
 topologies = st.builds(
-    Topology,
+    p.Topology,
     name=st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,20}\Z"),
     vhosts=st.lists(vhosts, max_size=2).map(tuple),
     users=st.lists(users, max_size=2).map(tuple),
     global_parameters=st.lists(
-        st.builds(GlobalParameter, name=names, value=json_values), max_size=2
+        st.builds(p.GlobalParameter, name=names, value=json_values), max_size=2
     ).map(tuple),
 )
 
 
-def normalize_users(topology: Topology) -> Topology:
+def normalize_users(topology: p.Topology) -> p.Topology:
     """A user without a hash exports no hashing algorithm, so it comes back with the default."""
-    default = User.model_fields["hashing_algorithm"].default
+    default = p.User.model_fields["hashing_algorithm"].default
     users = tuple(
         u if u.password_hash else u.model_copy(update={"hashing_algorithm": default})
         for u in topology.users
@@ -339,7 +322,7 @@ def normalize_users(topology: Topology) -> Topology:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topologies)
-def test_any_topology_round_trips(topology: Topology) -> None:
+def test_any_topology_round_trips(topology: p.Topology) -> None:
     assert round_trip(topology) == normalize_users(topology)
 
 

@@ -8,21 +8,8 @@ import pytest
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology import expand, load_topology
+from rabbitry.topology import primitives as p
 from rabbitry.topology.patterns.expand import VHOST_STEPS, VhostDraft
-from rabbitry.topology.primitives import (
-    ApplyTo,
-    Binding,
-    DestinationType,
-    Exchange,
-    ExchangeType,
-    OperatorPolicy,
-    Parameter,
-    Permission,
-    Policy,
-    Queue,
-    QueueType,
-    TopicPermission,
-)
 
 from .conftest import load
 
@@ -76,51 +63,51 @@ def test_expand_translates_every_object() -> None:
     assert topology.name == "shop"
     (vhost,) = topology.vhosts
     assert (vhost.name, vhost.description, vhost.tags) == ("v", "d", ("t",))
-    assert vhost.default_queue_type is QueueType.QUORUM
+    assert vhost.default_queue_type is p.QueueType.QUORUM
     assert vhost.exchanges == (
-        Exchange(
+        p.Exchange(
             name="e",
-            type=ExchangeType.TOPIC,
+            type=p.ExchangeType.TOPIC,
             arguments={"x-p": 1, "alternate-exchange": "ae"},
         ),
-        Exchange(name="ae", type=ExchangeType.FANOUT, internal=True),
-        Exchange(
-            name="h", type=ExchangeType.CONSISTENT_HASH, arguments={"hash-property": "message_id"}
+        p.Exchange(name="ae", type=p.ExchangeType.FANOUT, internal=True),
+        p.Exchange(
+            name="h", type=p.ExchangeType.CONSISTENT_HASH, arguments={"hash-property": "message_id"}
         ),
     )
     assert vhost.queues == (
-        Queue(
+        p.Queue(
             name="q",
-            type=QueueType.QUORUM,
+            type=p.QueueType.QUORUM,
             arguments={"x-message-ttl": 30_000, "x-max-length-bytes": 1024, "x-custom": True},
         ),
-        Queue(name="c", type=QueueType.CLASSIC, durable=False, auto_delete=True),
+        p.Queue(name="c", type=p.QueueType.CLASSIC, durable=False, auto_delete=True),
     )
     assert vhost.bindings == (
-        Binding(source="e", destination="q", routing_key="a.#"),
-        Binding(
+        p.Binding(source="e", destination="q", routing_key="a.#"),
+        p.Binding(
             source="amq.topic",
             destination="e",
-            destination_type=DestinationType.EXCHANGE,
+            destination_type=p.DestinationType.EXCHANGE,
             arguments={"k": "v"},
         ),
     )
     assert vhost.policies == (
-        Policy(
+        p.Policy(
             name="p",
             pattern="^q$",
-            apply_to=ApplyTo.QUEUES,
+            apply_to=p.ApplyTo.QUEUES,
             priority=3,
             definition={"expires": 86_400_000, "plugin-key": "x"},
         ),
     )
     assert vhost.operator_policies == (
-        OperatorPolicy(name="cap", pattern=".*", definition={"max-length": 100}),
+        p.OperatorPolicy(name="cap", pattern=".*", definition={"max-length": 100}),
     )
-    assert vhost.permissions == (Permission(user="app", configure=""),)
-    assert vhost.topic_permissions == (TopicPermission(user="app", exchange="e", write="^a\\."),)
+    assert vhost.permissions == (p.Permission(user="app", configure=""),)
+    assert vhost.topic_permissions == (p.TopicPermission(user="app", exchange="e", write="^a\\."),)
     assert vhost.parameters == (
-        Parameter(component="federation-upstream", name="up", value={"uri": "amqp://remote"}),
+        p.Parameter(component="federation-upstream", name="up", value={"uri": "amqp://remote"}),
     )
     app, ops = topology.users
     assert app.password is not None and app.password.get_secret_value() == "secret"
@@ -138,7 +125,7 @@ def test_queue_type_stays_out_of_arguments() -> None:
 
 def test_expansion_steps_are_pluggable() -> None:
     def add_parking_lot(draft: VhostDraft) -> None:
-        draft.queues.append(Queue(name=f"{draft.spec.name}.parking-lot"))
+        draft.queues.append(p.Queue(name=f"{draft.spec.name}.parking-lot"))
 
     topology = expand(load(SPEC), (*VHOST_STEPS, add_parking_lot))
     assert topology.vhosts[0].queues[-1].name == "v.parking-lot"
@@ -166,6 +153,6 @@ def test_example_expands(monkeypatch: pytest.MonkeyPatch) -> None:
     assert warnings == []
     (vhost,) = topology.vhosts
     assert vhost.name == "test-1"
-    assert {q.name: q.type for q in vhost.queues}["orders.work"] is QueueType.QUORUM
+    assert {q.name: q.type for q in vhost.queues}["orders.work"] is p.QueueType.QUORUM
     password = topology.users[0].password
     assert password is not None and password.get_secret_value() == "change-me"
