@@ -20,21 +20,16 @@ Amqplib is installed from the npm registry into bench/.node/ (gitignored) on fir
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import resource
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import aio_pika
 import pika
+from results import Run, arguments, broker_version, node_script, ratio, run_node, write_section
 
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.policies.retry import Backoff, RetryPolicy
@@ -58,21 +53,7 @@ AMQPLIB = f"Node amqplib, multiple-ack every {ACK_EVERY}"
 RETRY = "rabbitry AsyncWorker, every message fails once"
 
 
-@dataclass
-class Result:
-    name: str
-    queue_type: str
-    messages: int
-    seconds: float
-    cpu: float
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    @property
-    def cpu_per_100k(self) -> float:
-        return self.cpu * 100_000 / self.messages
+Result = Run
 
 
 def cpu_now() -> float:
@@ -199,31 +180,8 @@ def pika_ack_each(url: str, queue: str, qt: str, n: int) -> Result:
     return timed(PIKA, qt, n, run)
 
 
-def ensure_amqplib() -> Path | None:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        print("node/npm not found: skipping amqplib", file=sys.stderr)
-        return None
-    NODE_DIR.mkdir(exist_ok=True)
-    shutil.copy(HERE / "node" / "package.json", NODE_DIR / "package.json")
-    shutil.copy(HERE / "node" / "consume.js", NODE_DIR / "consume.js")
-    if not (NODE_DIR / "node_modules" / "amqplib").is_dir():
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=NODE_DIR, check=True
-        )
-    return NODE_DIR / "consume.js"
-
-
 def amqplib(url: str, queue: str, qt: str, n: int, script: Path) -> Result:
-    done = subprocess.run(
-        ["node", str(script), url, queue, str(n), str(PREFETCH), str(ACK_EVERY)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"amqplib failed: {done.stderr.strip()[-500:]}")
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data = run_node(script, url, queue, str(n), str(PREFETCH), str(ACK_EVERY))
     return Result(AMQPLIB, qt, n, data["seconds"], data["cpu"])
 
 
@@ -304,48 +262,19 @@ def ratios(results: dict[tuple[str, str], Result]) -> str:
         cells = []
         for qt in QUEUE_TYPES:
             ra, rb = results.get((a, qt)), results.get((b, qt))
-            cells.append(f"{ra.rate / rb.rate:.2f}x" if ra and rb else "-")
+            cells.append(ratio(ra and ra.rate, rb and rb.rate))
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
     return "\n".join(lines)
 
 
-def broker_version(url: str) -> str:
-    """``RabbitMQ 4.0.5``: what the broker says of itself when a client connects."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        version = connection._impl.server_properties.get("version", b"?")
-        return f"RabbitMQ {version.decode() if isinstance(version, bytes) else version}"
-    finally:
-        connection.close()
-
-
-def write_docs(text: str) -> None:
-    path = HERE.parent / "docs" / "benchmarks.md"
-    heading = "## Consuming (bench/consume.py)"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    if heading in current:
-        before, rest = current.split(heading, 1)
-        after = rest.split("\n## ", 1)
-        tail = "\n## " + after[1] if len(after) > 1 else ""
-        current = before + text.rstrip() + "\n" + tail
-    else:
-        current = current.rstrip() + "\n\n" + text.rstrip() + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/")
     parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=1, help="median of this many rounds")
-    parser.add_argument("--url", default=None)
     parser.add_argument("--skip-node", action="store_true")
-    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    url = vhost_url(
-        args.url or os.environ.get("RABBITMQ_URL") or "amqp://guest:guest@localhost:5672/"
-    )
+    url = vhost_url(args.url)
     n = args.messages
-    script = None if args.skip_node else ensure_amqplib()
+    script = None if args.skip_node else node_script("consume.js")
     print(f"broker {mask_uri(url)}, {n} messages of {SIZE} B, prefetch {PREFETCH}", flush=True)
     load_before = os.getloadavg()
     runs: dict[tuple[str, str], list[Result]] = {}
@@ -395,7 +324,7 @@ def main() -> None:
     )
     print(text)
     if args.write_docs:
-        write_docs(text)
+        write_section("## Consuming (bench/consume.py)", text)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,7 @@ Amqplib is installed from the npm registry into bench/.node/ (gitignored) on fir
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +24,15 @@ from pathlib import Path
 
 import aio_pika
 import pika
+from results import (
+    Run,
+    arguments,
+    broker_version,
+    fresh_queue,
+    node_script,
+    run_node,
+    write_section,
+)
 
 from rabbitry.publisher import AsyncPublisher, Delivery, Publisher
 from rabbitry.uri import mask_uri
@@ -41,23 +45,10 @@ QUEUE_TYPES = ("classic", "quorum")
 
 
 @dataclass
-class Result:
-    name: str
-    queue_type: str
-    messages: int
-    seconds: float
-    cpu: float
+class Result(Run):
     latencies_ms: list[float] = field(default_factory=list)
     p50: float | None = None
     p99: float | None = None
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    @property
-    def cpu_per_100k(self) -> float:
-        return self.cpu * 100_000 / self.messages
 
     def finish(self) -> Result:
         if self.latencies_ms and self.p50 is None:
@@ -66,27 +57,6 @@ class Result:
             self.p99 = data[min(len(data) - 1, int(len(data) * 0.99))]
         self.latencies_ms = []
         return self
-
-
-def fresh_queue(url: str, queue_type: str) -> str:
-    name = f"bench.publish.{queue_type}"
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_delete(name)
-    channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-    connection.close()
-    return name
-
-
-def broker_version(url: str) -> str:
-    """``RabbitMQ 4.0.5``: what the broker says of itself when a client connects."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        props = connection._impl.server_properties  # pika keeps them there
-        version = props.get("version", b"?")
-        return f"RabbitMQ {version.decode() if isinstance(version, bytes) else version}"
-    finally:
-        connection.close()
 
 
 def wait_for_count(url: str, queue: str, queue_type: str, count: int, limit: float = 300) -> None:
@@ -148,7 +118,7 @@ def latencies(out: list[Delivery], sent: list[float], settled: dict[int, float])
 
 
 def rabbitry_sync(url: str, qt: str, n: int, confirms: bool) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.publish.{qt}", qt)
     sent: list[float] = []
     settled: dict[int, float] = {}
     with Publisher(url, confirms=confirms, window=512) as pub:
@@ -165,7 +135,7 @@ def rabbitry_sync(url: str, qt: str, n: int, confirms: bool) -> Result:
 
 
 def rabbitry_async(url: str, qt: str, n: int, confirms: bool, window: int = 512) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.publish.{qt}", qt)
     sent: list[float] = []
     settled: dict[int, float] = {}
 
@@ -186,7 +156,7 @@ def rabbitry_async(url: str, qt: str, n: int, confirms: bool, window: int = 512)
 
 
 def pika_naive(url: str, qt: str, n: int) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.publish.{qt}", qt)
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
     channel.confirm_delivery()
@@ -205,7 +175,7 @@ def pika_naive(url: str, qt: str, n: int) -> Result:
 
 
 def aio_pika_windows(url: str, qt: str, n: int, window: int = 256) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.publish.{qt}", qt)
     lat: list[float] = []
 
     async def main() -> Clock:
@@ -234,37 +204,13 @@ def aio_pika_windows(url: str, qt: str, n: int, window: int = 256) -> Result:
     return Result(name, qt, n, clock.wall, clock.cpu, lat).finish()
 
 
-def ensure_amqplib() -> Path | None:
-    node = shutil.which("node")
-    npm = shutil.which("npm")
-    if node is None or npm is None:
-        print("node/npm not found: skipping amqplib", file=sys.stderr)
-        return None
-    NODE_DIR.mkdir(exist_ok=True)
-    shutil.copy(HERE / "node" / "package.json", NODE_DIR / "package.json")
-    shutil.copy(HERE / "node" / "publish.js", NODE_DIR / "publish.js")
-    if not (NODE_DIR / "node_modules" / "amqplib").is_dir():
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent"], cwd=NODE_DIR, check=True
-        )
-    return NODE_DIR / "publish.js"
-
-
 AMQPLIB = "Node amqplib confirm channel, window 512"
 AMQPLIB_OFF = "Node amqplib, confirms off"
 
 
 def amqplib(url: str, qt: str, n: int, script: Path, confirms: bool = True) -> Result:
-    queue = fresh_queue(url, qt)
-    done = subprocess.run(
-        ["node", str(script), url, queue, str(n), "512" if confirms else "0", str(SIZE)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"amqplib failed: {done.stderr.strip()[-500:]}")
-    data = json.loads(done.stdout.strip().splitlines()[-1])
+    queue = fresh_queue(url, f"bench.publish.{qt}", qt)
+    data = run_node(script, url, queue, str(n), "512" if confirms else "0", str(SIZE))
     return Result(
         AMQPLIB if confirms else AMQPLIB_OFF,
         qt,
@@ -388,30 +334,11 @@ def sweep_table(
     return "\n".join(lines) + "\n"
 
 
-def write_docs(text: str) -> None:
-    path = HERE.parent / "docs" / "benchmarks.md"
-    heading = "## Publishing (bench/publish.py)"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    if heading in current:
-        before, rest = current.split(heading, 1)
-        after = rest.split("\n## ", 1)
-        tail = "\n## " + after[1] if len(after) > 1 else ""
-        current = before + text.rstrip() + "\n" + tail
-    else:
-        current = current.rstrip() + "\n\n" + text.rstrip() + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--url", default=os.environ.get("RABBITMQ_URL", "amqp://guest:guest@localhost:5672/%2F")
-    )
+    parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/%2F")
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--naive-messages", type=int, default=5_000)
-    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--skip-node", action="store_true")
-    parser.add_argument("--write-docs", action="store_true")
     parser.add_argument(
         "--sweep-windows",
         default="512,2048,8192,32768",
@@ -420,7 +347,7 @@ def main() -> None:
     args = parser.parse_args()
     url = args.url
     n = args.messages
-    script = None if args.skip_node else ensure_amqplib()
+    script = None if args.skip_node else node_script("publish.js")
     contenders: list[tuple[str, Callable[[str, str], Result]]] = [
         ("rabbitry Publisher", lambda u, qt: rabbitry_sync(u, qt, n, True)),
         ("rabbitry Publisher, confirms off", lambda u, qt: rabbitry_sync(u, qt, n, False)),
@@ -458,7 +385,7 @@ def main() -> None:
                 file=sys.stderr,
             )
     for qt in QUEUE_TYPES:
-        fresh_queue(url, qt)  # leave the broker with empty queues
+        fresh_queue(url, f"bench.publish.{qt}", qt)  # leave the broker with empty queues
     day = time.strftime("%Y-%m-%d")
     version = broker_version(url)
     text = f"""## Publishing (bench/publish.py)
@@ -494,7 +421,7 @@ default, and `window=2048` is the setting for classic queues.
 """
     print(text)
     if args.write_docs:
-        write_docs(text)
+        write_section("## Publishing (bench/publish.py)", text)
 
 
 if __name__ == "__main__":

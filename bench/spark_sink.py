@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+from results import arguments, broker_version, fresh_queue, load_average, write_section
 
 from rabbitry.publisher import AsyncPublisher
 from rabbitry.uri import mask_uri
@@ -51,16 +52,6 @@ class Result:
         return self.rows / self.seconds
 
 
-def fresh_queue(url: str, queue_type: str) -> str:
-    name = f"bench.spark.{queue_type}"
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_delete(name)
-    channel.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
-    connection.close()
-    return name
-
-
 def depth(url: str, queue: str) -> int:
     connection = pika.BlockingConnection(pika.URLParameters(url))
     count = int(connection.channel().queue_declare(queue, passive=True).method.message_count)
@@ -69,7 +60,7 @@ def depth(url: str, queue: str) -> int:
 
 
 def async_publisher(url: str, qt: str, n: int) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.spark.{qt}", qt)
 
     async def main() -> float:
         async with AsyncPublisher(url, window=512) as pub:
@@ -113,7 +104,7 @@ def frame(spark: Any, n: int) -> Any:
 
 
 def spark_sink(spark: Any, url: str, qt: str, n: int) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.spark.{qt}", qt)
     df = frame(spark, n)
 
     def save(data: Any) -> None:
@@ -145,7 +136,7 @@ def naive_rows(url: str, queue: str) -> Callable[[Iterable[Any]], None]:
 
 
 def naive_sink(spark: Any, url: str, qt: str, n: int) -> Result:
-    queue = fresh_queue(url, qt)
+    queue = fresh_queue(url, f"bench.spark.{qt}", qt)
     frame(spark, 100).foreachPartition(naive_rows(url, queue))  # warm-up
     df = frame(spark, n)
     started = time.perf_counter()
@@ -185,7 +176,7 @@ def render(
         " confirm, on fewer rows. Rounds rotate the order of the contenders; the median round"
         " is shown.",
         "",
-        f"RabbitMQ {version}, pyspark {pyspark_version()}, {args.rounds} round(s)"
+        f"{version}, pyspark {pyspark_version()}, {args.rounds} round(s)"
         f" ({dt.date.today().isoformat()}); load average (1, 5, 15 min) before {load[0]},"
         f" after {load[1]}, on 2 cores shared with the broker and other work:",
         "",
@@ -236,41 +227,11 @@ def pyspark_version() -> str:
     return str(pyspark.__version__)
 
 
-def broker_version(url: str) -> str:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    props = connection._impl.server_properties  # type: ignore[attr-defined]
-    connection.close()
-    version = props.get("version", b"?")
-    return version.decode() if isinstance(version, bytes) else str(version)
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def write_docs(text: str) -> None:
-    path = HERE.parent / "docs" / "benchmarks.md"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    if HEADING in current:
-        before, rest = current.split(HEADING, 1)
-        after = rest.split("\n## ", 1)
-        tail = "\n## " + after[1] if len(after) > 1 else ""
-        current = before + text.rstrip() + "\n" + tail
-    else:
-        current = current.rstrip() + "\n\n" + text.rstrip() + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--url", default=os.environ.get("RABBITMQ_URL", "amqp://guest:guest@localhost:5672/")
-    )
+    parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/")
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--naive-rows", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--queue-types", default="classic,quorum")
-    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     url = args.url
     kinds = [k.strip() for k in args.queue_types.split(",") if k.strip()]
@@ -305,9 +266,9 @@ def main() -> None:
     print()
     print(text)
     for qt in kinds:
-        fresh_queue(url, qt)  # leave the queues empty
+        fresh_queue(url, f"bench.spark.{qt}", qt)  # leave the queues empty
     if args.write_docs:
-        write_docs(text)
+        write_section(HEADING, text)
         print(f"wrote {HEADING!r} in docs/benchmarks.md")
 
 
