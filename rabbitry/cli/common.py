@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from rabbitry.errors import RabbitryError, SpecError
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.topology import check_spec, expand, load_spec
-from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec.model import Spec
+from rabbitry.provisioner.target import target_of
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,33 +108,27 @@ def broker_options(func: F) -> F:
     return func
 
 
-@dataclass(frozen=True)
-class Target:
-    """A loaded, checked spec and the broker it is meant for."""
+def target_options(func: F) -> F:
+    """``SPEC``, its template variables and the broker options, handed to the command as one
+    loaded and checked ``target`` (warnings to stderr)."""
 
-    spec: Spec
-    endpoints: Endpoints
+    @functools.wraps(func)
+    def command(
+        spec: Path,
+        variables: tuple[str, ...],
+        var_files: tuple[Path, ...],
+        url: str | None,
+        management_url: str | None,
+        **options: Any,
+    ) -> Any:
+        target = target_of(
+            spec,
+            url=url,
+            management_url=management_url,
+            variables=parse_vars(variables),
+            var_files=var_files,
+            on_warning=lambda problem: err(f"warning: {problem}"),
+        )
+        return func(target, **options)
 
-    @cached_property
-    def topology(self) -> Topology:
-        return expand(self.spec)
-
-
-def load_target(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
-) -> Target:
-    """Load and check SPEC (warnings to stderr) and resolve its broker: flags, env, spec."""
-    model = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(model, on_warning=lambda problem: err(f"warning: {problem}"))
-    broker = model.broker
-    endpoints = resolve_endpoints(
-        url,
-        management_url,
-        spec_url=broker.url if broker else None,
-        spec_management_url=broker.management_url if broker else None,
-    )
-    return Target(model, endpoints)
+    return spec_options(broker_options(command))  # type: ignore[return-value]

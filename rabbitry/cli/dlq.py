@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,7 +16,7 @@ from rich.table import Table
 from rabbitry.cli.common import broker_options
 from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse_matches
 from rabbitry.errors import RabbitryError
-from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 
@@ -28,34 +30,55 @@ def _console() -> Console:
     return console
 
 
-def _selection(count: int | None, ids: tuple[str, ...], match: tuple[str, ...]) -> Selection:
-    try:
-        return Selection(count=count, ids=frozenset(ids), match=parse_matches(match))
-    except DlqError as exc:
-        raise click.UsageError(str(exc)) from None
+@dataclass(frozen=True)
+class LotTarget:
+    """The parking lot a command works on, the broker it is on, and which of its messages."""
 
+    queue: str
+    vhost: str
+    endpoints: Endpoints
+    selection: Selection
 
-def selection_options(func: Any) -> Any:
-    func = click.option(
-        "--match", multiple=True, metavar="KEY=VALUE", help="Only messages with this header."
-    )(func)
-    func = click.option("--id", "ids", multiple=True, help="Only this message id (repeatable).")(
-        func
-    )
-    func = click.option("--count", type=int, help="At most this many messages, oldest first.")(func)
-    return func
+    def open(self) -> ParkingLot:
+        return ParkingLot(self.endpoints.amqp_url_for(self.vhost), self.queue)
 
 
 def vhost_option(func: Any) -> Any:
     return click.option("--vhost", default="/", show_default=True, help="The vhost.")(func)
 
 
-def _lot(url: str | None, vhost: str, queue: str) -> ParkingLot:
-    endpoints = resolve_endpoints(url, None)
-    try:
-        return ParkingLot(endpoints.amqp_url_for(vhost), queue)
-    except RabbitryError as exc:
-        raise click.ClickException(str(exc)) from None
+def lot_options(func: Any) -> Any:
+    """``QUEUE``, the broker options, ``--vhost`` and the selection (``--count``, ``--id``,
+    ``--match``), handed to the command as one ``lot``."""
+
+    @functools.wraps(func)
+    def command(
+        queue: str,
+        url: str | None,
+        management_url: str | None,
+        vhost: str,
+        count: int | None,
+        ids: tuple[str, ...],
+        match: tuple[str, ...],
+        **options: Any,
+    ) -> Any:
+        try:
+            selection = Selection(count=count, ids=frozenset(ids), match=parse_matches(match))
+        except DlqError as exc:
+            raise click.UsageError(str(exc)) from None
+        endpoints = resolve_endpoints(url, management_url)
+        return func(LotTarget(queue, vhost, endpoints, selection), **options)
+
+    decorated = click.option(
+        "--match", multiple=True, metavar="KEY=VALUE", help="Only messages with this header."
+    )(command)
+    decorated = click.option(
+        "--id", "ids", multiple=True, help="Only this message id (repeatable)."
+    )(decorated)
+    decorated = click.option("--count", type=int, help="At most this many messages, oldest first.")(
+        decorated
+    )
+    return click.argument("queue")(broker_options(vhost_option(decorated)))
 
 
 def _when(ms: int | None) -> str:
@@ -90,11 +113,8 @@ def dlq() -> None:
 def list_command(url: str | None, management_url: str | None, vhost: str, as_json: bool) -> None:
     """Parking lots (queues named *.parking or *.dead) and how many messages each holds."""
     endpoints = resolve_endpoints(url, management_url)
-    try:
-        with ManagementClient(endpoints.management_url) as client:
-            queues = client.queue_stats(vhost)
-    except RabbitryError as exc:
-        raise click.ClickException(str(exc)) from None
+    with ManagementClient(endpoints.management_url) as client:
+        queues = client.queue_stats(vhost)
     # management statistics lag by seconds: ask each parking lot itself for its count
     counter = AmqpQueueCounter(endpoints)
     lots: list[dict[str, Any]] = []
@@ -124,28 +144,15 @@ def list_command(url: str | None, management_url: str | None, vhost: str, as_jso
 
 
 @dlq.command("show")
-@click.argument("queue")
-@broker_options
-@vhost_option
-@selection_options
+@lot_options
 @click.option("--limit", default=20, show_default=True, help="Show at most this many.")
 @click.option("--json", "as_json", is_flag=True)
-def show_command(
-    queue: str,
-    url: str | None,
-    management_url: str | None,
-    vhost: str,
-    count: int | None,
-    ids: tuple[str, ...],
-    match: tuple[str, ...],
-    limit: int,
-    as_json: bool,
-) -> None:
+def show_command(target: LotTarget, limit: int, as_json: bool) -> None:
     """Parked messages with their failure headers; they stay in the queue."""
-    selection = _selection(count, ids, match)
-    with _lot(url, vhost, queue) as lot:
+    queue = target.queue
+    with target.open() as lot:
         depth = lot.depth
-        parked = lot.peek(selection, limit=limit)
+        parked = lot.peek(target.selection, limit=limit)
     if as_json:
         rows = [_row(p) for p in parked]
         click.echo(
@@ -176,32 +183,20 @@ def show_command(
 
 
 @dlq.command("replay")
-@click.argument("queue")
-@broker_options
-@vhost_option
-@selection_options
+@lot_options
 @click.option("--all", "take_all", is_flag=True, help="Replay every message (no selection).")
 @click.option("--exchange", help="Publish here instead of each message's original queue.")
 @click.option("--routing-key", help="With --exchange (default: the parked message's key).")
 def replay_command(
-    queue: str,
-    url: str | None,
-    management_url: str | None,
-    vhost: str,
-    count: int | None,
-    ids: tuple[str, ...],
-    match: tuple[str, ...],
-    take_all: bool,
-    exchange: str | None,
-    routing_key: str | None,
+    target: LotTarget, take_all: bool, exchange: str | None, routing_key: str | None
 ) -> None:
     """Send parked messages back (confirmed), each exactly once; the rest stay parked."""
-    selection = _selection(count, ids, match)
+    queue, selection = target.queue, target.selection
     if selection.everything and not take_all:
         raise click.UsageError("say which messages: --count, --id, --match, or --all")
     console = _console()
     with (
-        _lot(url, vhost, queue) as lot,
+        target.open() as lot,
         Progress(
             TextColumn("replaying"),
             BarColumn(),
@@ -217,15 +212,12 @@ def replay_command(
         def on_progress(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        try:
-            report = lot.replay(
-                selection, exchange=exchange, routing_key=routing_key, on_progress=on_progress
-            )
-        except RabbitryError as exc:
-            raise click.ClickException(str(exc)) from None
-    target = exchange if exchange is not None else "their original queues"
+        report = lot.replay(
+            selection, exchange=exchange, routing_key=routing_key, on_progress=on_progress
+        )
+    to = exchange if exchange is not None else "their original queues"
     console.print(
-        f"replayed {report.moved} of {report.scanned} message(s) from {queue} to {target};"
+        f"replayed {report.moved} of {report.scanned} message(s) from {queue} to {to};"
         f" {report.kept} left in {queue}"
     )
     for message_id, why in report.failed:
@@ -235,28 +227,16 @@ def replay_command(
 
 
 @dlq.command("purge")
-@click.argument("queue")
-@broker_options
-@vhost_option
-@selection_options
+@lot_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def purge_command(
-    queue: str,
-    url: str | None,
-    management_url: str | None,
-    vhost: str,
-    count: int | None,
-    ids: tuple[str, ...],
-    match: tuple[str, ...],
-    yes: bool,
-) -> None:
+def purge_command(target: LotTarget, yes: bool) -> None:
     """Delete parked messages: the selected ones, or all of them."""
-    selection = _selection(count, ids, match)
-    what = "ALL messages" if selection.everything else "the selected messages"
+    queue = target.queue
+    what = "ALL messages" if target.selection.everything else "the selected messages"
     if not yes:
-        click.confirm(f"Delete {what} of {queue} in vhost {vhost}?", abort=True)
-    with _lot(url, vhost, queue) as lot:
-        removed = lot.purge(selection)
+        click.confirm(f"Delete {what} of {queue} in vhost {target.vhost}?", abort=True)
+    with target.open() as lot:
+        removed = lot.purge(target.selection)
     _console().print(f"deleted {removed} message(s) from {queue}")
 
 

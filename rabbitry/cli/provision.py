@@ -12,12 +12,10 @@ from rabbitry.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
-    Target,
     broker_options,
     color_enabled,
     err,
-    load_target,
-    spec_options,
+    target_options,
 )
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
@@ -28,6 +26,7 @@ from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import plan_topology
+from rabbitry.provisioner.target import Target
 from rabbitry.topology import dump_yaml, spec_document
 from rabbitry.uri import mask_uri
 
@@ -38,8 +37,7 @@ def _show(target: Target, the_plan: Plan, prune: bool) -> None:
 
 
 @click.command("plan")
-@spec_options
-@broker_options
+@target_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan (has format_version).")
 @click.option(
     "--detailed-exitcode",
@@ -47,16 +45,11 @@ def _show(target: Target, the_plan: Plan, prune: bool) -> None:
     help="Exit 0 when there is nothing to do, 2 when there are changes, 1 on errors.",
 )
 def plan_command(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
+    target: Target,
     as_json: bool,
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
-    target = load_target(spec, variables, var_files, url, management_url)
     with ManagementClient(target.endpoints.management_url) as client:
         the_plan = plan_topology(client, target.topology)
     if as_json:
@@ -69,8 +62,7 @@ def plan_command(
 
 
 @click.command("apply")
-@spec_options
-@broker_options
+@target_options
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
 @click.option(
     "--allow-replace",
@@ -85,11 +77,7 @@ def plan_command(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the applied plan and result as JSON.")
 def apply_command(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
+    target: Target,
     auto_approve: bool,
     allow_replace: bool,
     prune: bool,
@@ -97,7 +85,6 @@ def apply_command(
     as_json: bool,
 ) -> int:
     """Make the broker match the spec."""
-    target = load_target(spec, variables, var_files, url, management_url)
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with ManagementClient(target.endpoints.management_url) as client:
         the_plan = plan_topology(client, target.topology)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from rabbitry.cli.common import (
     EXIT_OK,
-    broker_options,
-    load_target,
-    spec_options,
+    target_options,
 )
 from rabbitry.errors import SpecError
 from rabbitry.provisioner.management import ManagementClient
@@ -21,6 +18,7 @@ from rabbitry.provisioner.status import (
     measure_distribution,
     sample_keys,
 )
+from rabbitry.provisioner.target import Target
 from rabbitry.topology import expand
 from rabbitry.topology.patterns.sharding import Sharding, shardings
 from rabbitry.uri import mask_uri
@@ -37,15 +35,10 @@ STATUS_COLORS = {
 
 
 @click.command("status")
-@spec_options
-@broker_options
+@target_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
 def status_command(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
+    target: Target,
     as_json: bool,
 ) -> int:
     """Show the state of every federation link the spec declares.
@@ -53,7 +46,6 @@ def status_command(
     Exit 0 when every declared link is running, 3 when one is not (starting, error, missing),
     1 on errors.
     """
-    target = load_target(spec, variables, var_files, url, management_url)
     model, endpoints = target.spec, target.endpoints
     with ManagementClient(endpoints.management_url) as client:
         links = federation_status(client, model, expand(model))
@@ -95,8 +87,7 @@ def shards_group() -> None:
 
 
 @shards_group.command("check")
-@spec_options
-@broker_options
+@target_options
 @click.option("--exchange", help="Only this sharded exchange (default: all of them).")
 @click.option(
     "--sample", default=10_000, show_default=True, type=click.IntRange(1), help="Sample keys."
@@ -110,11 +101,7 @@ def shards_group() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
 def shards_check_command(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
-    url: str | None,
-    management_url: str | None,
+    target: Target,
     exchange: str | None,
     sample: int,
     tolerance: float,
@@ -127,7 +114,6 @@ def shards_check_command(
     not touched. Exit 0 when every shard is within the tolerance and no key reached two
     shards, 3 otherwise, 1 on errors.
     """
-    target = load_target(spec, variables, var_files, url, management_url)
     model, endpoints = target.spec, target.endpoints
     targets: list[tuple[str, Sharding]] = [
         (vhost.name, sharding)

@@ -10,52 +10,22 @@ nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.provisioner.applier import ApplyOptions, ApplyResult, apply_plan, refusals
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import read_state
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.provisioner.target import target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
-__all__ = ["Target", "apply", "plan", "plan_topology", "target_of"]
-
-
-@dataclass(frozen=True)
-class Target:
-    """An expanded, checked spec and the broker it is meant for."""
-
-    topology: Topology
-    endpoints: Endpoints
-
-
-def target_of(
-    spec: str | Path | Spec,
-    *,
-    url: str | None = None,
-    management_url: str | None = None,
-    variables: Mapping[str, str] | None = None,
-) -> Target:
-    """Load (a path, with template ``variables``) and check ``spec``; resolve its broker."""
-    model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables)
-    check_spec(model)
-    broker = model.broker
-    endpoints = resolve_endpoints(
-        url,
-        management_url,
-        spec_url=broker.url if broker else None,
-        spec_management_url=broker.management_url if broker else None,
-    )
-    return Target(expand(model), endpoints)
+__all__ = ["apply", "plan", "plan_topology"]
 
 
 def plan_topology(client: ManagementClient, topology: Topology) -> Plan:

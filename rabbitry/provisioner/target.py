@@ -1,0 +1,54 @@
+"""A checked spec and the broker it is meant for: where plan, apply, status and shards start.
+
+The broker comes from the arguments, then ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL``, then
+the spec's ``broker:`` section, then localhost. Light on purpose (no HTTP client): commands
+that only need the spec import it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from rabbitry.errors import SpecProblem
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology.primitives import Topology
+from rabbitry.topology.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class Target:
+    """A loaded, checked spec and the broker it is meant for."""
+
+    spec: Spec
+    endpoints: Endpoints
+
+    @cached_property
+    def topology(self) -> Topology:
+        return expand(self.spec)
+
+
+def target_of(
+    spec: str | Path | Spec,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    on_warning: Callable[[SpecProblem], None] | None = None,
+) -> Target:
+    """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
+    resolve its broker. Warnings go to ``on_warning`` (default: the topology logger)."""
+    model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables, var_files)
+    check_spec(model, on_warning)
+    broker = model.broker
+    endpoints = resolve_endpoints(
+        url,
+        management_url,
+        spec_url=broker.url if broker else None,
+        spec_management_url=broker.management_url if broker else None,
+    )
+    return Target(model, endpoints)
