@@ -22,6 +22,7 @@ class WireOwner(Protocol):
     def wire_data(self, wire: Wire, data: bytes) -> None: ...
     def wire_lost(self, wire: Wire, exc: Exception | None) -> None: ...
     def wire_writable(self, wire: Wire, writable: bool) -> None: ...
+    def wire_refused(self, wire: Wire, error: BrokerError) -> None: ...
 
 
 class Wire(asyncio.Protocol):
@@ -31,7 +32,6 @@ class Wire(asyncio.Protocol):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self.write_buffer_high = write_buffer_high
-        self.refusal: BrokerError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -54,14 +54,14 @@ class Wire(asyncio.Protocol):
 
     def feed(self, session: Session, data: bytes) -> bool:
         """Pass ``data`` to ``session``; False when the broker refused or closed the connection
-        (the goodbye is written and the transport closed; ``refusal`` holds the error to raise
-        when retrying cannot help)."""
+        (the goodbye is written and the transport closed; a refusal retrying cannot help goes
+        to the owner's ``wire_refused``)."""
         try:
             session.receive(data, time.monotonic())
             return True
         except ConnectionRefused as exc:
             if exc.permanent:
-                self.refusal = refusal_error(session.settings, exc)
+                self.owner.wire_refused(self, refusal_error(session.settings, exc))
             if self.transport is not None:
                 if session.out:
                     self.transport.write(session.take_output())

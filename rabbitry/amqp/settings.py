@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import ssl
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from rabbitry.errors import BrokerError, TLSHandshakeError
@@ -29,6 +30,20 @@ _CLIENT_CERT_ALERTS = {
     ),
     "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client certificate (cert_file) has expired",
 }
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """What a client may set beside (or instead of) its URL's query options."""
+
+    heartbeat: int | None
+    connection_name: str | None
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    ssl_context: ssl.SSLContext | None
+    verify: bool
+    connect_timeout: float | None
+    backoff: Backoff | None
 
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
@@ -75,21 +90,13 @@ class ConnectionSettings:
     external_auth: bool = False
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        heartbeat: int | None = None,
-        connection_name: str | None = None,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        verify: bool = True,
-        connect_timeout: float | None = None,
-        backoff: Backoff | None = None,
-    ) -> ConnectionSettings:
-        """``amqp[s]://user:pass@host:port/vhost?heartbeat=30&connection_name=x``."""
+    def from_url(cls, url: str, **options: Unpack[ConnectionOptions]) -> ConnectionSettings:
+        """``amqp[s]://user:pass@host:port/vhost?heartbeat=30&connection_name=x``; ``options``
+        win over the URL's query."""
+        heartbeat, ca_file = options.get("heartbeat"), options.get("ca_file")
+        cert_file, key_file = options.get("cert_file"), options.get("key_file")
+        connect_timeout, backoff = options.get("connect_timeout"), options.get("backoff")
+        ssl_context = options.get("ssl_context")
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -105,7 +112,7 @@ class ConnectionSettings:
             cert = cert_file or query.get("certfile")
             if cert:
                 tls.load_cert_chain(cert, key_file or query.get("keyfile"))
-            if not verify or query.get("verify") == "verify_none":
+            if not options.get("verify", True) or query.get("verify") == "verify_none":
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
         hb = heartbeat if heartbeat is not None else int(query.get("heartbeat", 60))
@@ -121,7 +128,7 @@ class ConnectionSettings:
             tls=tls,
             server_hostname=parts.hostname,
             heartbeat=hb,
-            connection_name=connection_name or query.get("connection_name"),
+            connection_name=options.get("connection_name") or query.get("connection_name"),
             connect_timeout=timeout,
             backoff=backoff or Backoff(),
             external_auth=query.get("auth_mechanism", "").upper() == "EXTERNAL",

@@ -26,6 +26,7 @@ from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.engine import AsyncWorkerKeywords, logger, worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
 _TICK = 0.1
@@ -243,13 +244,13 @@ class AsyncWorker:
     def wire_writable(self, wire: Wire, writable: bool) -> None:
         pass  # acks and retries are small; the prefetch bounds what is in flight
 
+    def wire_refused(self, wire: Wire, error: BrokerError) -> None:
+        self._failure = error
+
     def wire_data(self, wire: Wire, data: bytes) -> None:
         core = self.core
         session = core.session
-        if wire is not self._wire or session is None:
-            return
-        if not wire.feed(session, data):
-            self._failure = wire.refusal or self._failure
+        if wire is not self._wire or session is None or not wire.feed(session, data):
             return
         core.sync_generation()
         if session.state is State.CLOSED:

@@ -95,36 +95,27 @@ def link_states(
         link_type = str(item.get("type", ""))
         name = item.get(link_type) or item.get("exchange") or item.get("queue") or ""
         seen[FederatedObject(link_type, str(name), str(item.get("upstream", "")))] = item
+
+    def state(link: FederatedObject, item: dict[str, Any], declared: bool) -> LinkState:
+        return LinkState(
+            vhost,
+            link.type,
+            link.name,
+            link.upstream,
+            _status(str(item.get("status", ""))),
+            mask_text(str(item.get("error") or "")),
+            declared=declared,
+        )
+
     out: list[LinkState] = []
     wanted = list(expected)
     for link in wanted:
         found = seen.get(link)
         if found is None:
             out.append(LinkState(vhost, link.type, link.name, link.upstream, LinkStatus.MISSING))
-            continue
-        out.append(
-            LinkState(
-                vhost,
-                link.type,
-                link.name,
-                link.upstream,
-                _status(str(found.get("status", ""))),
-                mask_text(str(found.get("error") or "")),
-            )
-        )
-    for link, item in sorted(seen.items()):
-        if link not in wanted:
-            out.append(
-                LinkState(
-                    vhost,
-                    link.type,
-                    link.name,
-                    link.upstream,
-                    _status(str(item.get("status", ""))),
-                    mask_text(str(item.get("error") or "")),
-                    declared=False,
-                )
-            )
+        else:
+            out.append(state(link, found, declared=True))
+    out += [state(link, item, False) for link, item in sorted(seen.items()) if link not in wanted]
     return out
 
 

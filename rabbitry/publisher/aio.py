@@ -23,7 +23,7 @@ from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session
-from rabbitry.errors import ConfirmTimeout
+from rabbitry.errors import BrokerError, ConfirmTimeout
 from rabbitry.publisher.base import BatchOptions, PublisherBase, PublishOptions, logger
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.uri import mask_text
@@ -255,12 +255,12 @@ class AsyncPublisher(PublisherBase):
         if writable:
             self._wake()
 
+    def wire_refused(self, wire: Wire, error: BrokerError) -> None:
+        self._failure = error
+
     def wire_data(self, wire: Wire, data: bytes) -> None:
         session = self._session
-        if wire is not self._wire or session is None:
-            return
-        if not wire.feed(session, data):
-            self._failure = wire.refusal or self._failure
+        if wire is not self._wire or session is None or not wire.feed(session, data):
             return
         if session.out:
             self._flush()

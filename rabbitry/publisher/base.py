@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import logging
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Self, TypedDict
+from typing import Any, Self, TypedDict, Unpack
 
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.session import Session
-from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings
+from rabbitry.amqp.settings import DEFAULT_URL, ConnectionOptions, ConnectionSettings
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
@@ -106,17 +105,11 @@ class PublisherBase:
         content_type: str | None = None,
         app_id: str | None = None,
         timestamps: bool = True,
-        heartbeat: int | None = None,
-        connection_name: str | None = None,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        backoff: Backoff | None = None,
         topology: Topology | None = None,
         vhost: str | None = None,
         delays: DelayLevels | None = None,
         on_republish: RepublishHook | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
@@ -125,16 +118,7 @@ class PublisherBase:
         if isinstance(url, ConnectionSettings):
             settings = url
         else:
-            settings = ConnectionSettings.from_url(
-                url or DEFAULT_URL,
-                heartbeat=heartbeat,
-                connection_name=connection_name,
-                ca_file=ca_file,
-                cert_file=cert_file,
-                key_file=key_file,
-                ssl_context=ssl_context,
-                backoff=backoff,
-            )
+            settings = ConnectionSettings.from_url(url or DEFAULT_URL, **connection)
         self.settings = settings
         self.confirms = confirms
         self.window = window

@@ -74,26 +74,23 @@ def create_test_vhost(broker: Broker, name: str | None = None) -> TestVhost:
     return TestVhost(name=name, broker=broker)
 
 
-def delete_vhost(broker: Broker, name: str) -> bool:
-    """Delete a vhost and everything in it; False when it did not exist."""
+def _vhost_call(broker: Broker, method: str, name: str, doing: str) -> bool:
+    """``method`` on the vhost's API resource; False when the vhost does not exist."""
     with httpx.Client(base_url=broker.management_url, auth=broker.auth, timeout=30.0) as client:
         try:
-            response = client.delete(f"/api/vhosts/{quote(name, safe='')}")
+            response = client.request(method, f"/api/vhosts/{quote(name, safe='')}")
         except httpx.HTTPError as exc:
-            raise BrokerError(f"deleting vhost {name!r} on {broker!r}: {exc}") from exc
+            raise BrokerError(f"{doing} vhost {name!r} on {broker!r}: {exc}") from exc
     if response.status_code == 404:
         return False
-    _check(response, f"deleting vhost {name!r}")
+    _check(response, f"{doing} vhost {name!r}")
     return True
+
+
+def delete_vhost(broker: Broker, name: str) -> bool:
+    """Delete a vhost and everything in it; False when it did not exist."""
+    return _vhost_call(broker, "DELETE", name, "deleting")
 
 
 def vhost_exists(broker: Broker, name: str) -> bool:
-    with httpx.Client(base_url=broker.management_url, auth=broker.auth, timeout=30.0) as client:
-        try:
-            response = client.get(f"/api/vhosts/{quote(name, safe='')}")
-        except httpx.HTTPError as exc:
-            raise BrokerError(f"reading vhost {name!r} on {broker!r}: {exc}") from exc
-    if response.status_code == 404:
-        return False
-    _check(response, f"reading vhost {name!r}")
-    return True
+    return _vhost_call(broker, "GET", name, "reading")

@@ -66,6 +66,12 @@ class Broker:
         path.write_text(textwrap.dedent(body).lstrip())
         return path
 
+    def apply(self, body: str, name: str = "spec.yaml") -> Broker:
+        """Write the spec ``body`` and apply it (it must apply cleanly)."""
+        result = self.run("apply", str(self.spec(body, name)), "--auto-approve")
+        assert result.exit_code == 0, result.output
+        return self
+
     def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
         verb, *rest = args
         argv = [verb, *rest]

@@ -32,8 +32,7 @@ SPEC = one_vhost_spec("""
 @pytest.fixture
 def parked(broker: Broker) -> Broker:
     """``work.parking`` holding ten messages parked by a worker (m-0 .. m-9)."""
-    result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
-    assert result.exit_code == 0, result.output
+    broker.apply(SPEC)
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
     channel = connection.channel()
     channel.confirm_delivery()
@@ -74,15 +73,20 @@ def cli(broker: Broker, *args: str) -> Any:
     )
 
 
+def on_work_parking(broker: Broker, verb: str, *args: str) -> Any:
+    """``rabbitry dlq VERB work.parking --vhost <the test's> ARGS``."""
+    return cli(broker, verb, "work.parking", "--vhost", broker.vhost, *args)
+
+
 def test_show_lists_failure_headers_and_leaves_the_messages(parked: Broker) -> None:
-    result = cli(parked, "show", "work.parking", "--vhost", parked.vhost, "--json")
+    result = on_work_parking(parked, "show", "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     assert document["depth"] == 10 and len(document["messages"]) == 10
     first = document["messages"][0]
     assert first["message_id"] == "m-0" and first["origin"] == "work"
     assert first["attempts"] == 2 and first["last_error"] == "RuntimeError: failure 0"
-    human = cli(parked, "show", "work.parking", "--vhost", parked.vhost, "--limit", "3")
+    human = on_work_parking(parked, "show", "--limit", "3")
     assert human.exit_code == 0 and "m-2" in human.output and "m-3" not in human.output
     listed = cli(parked, "list", "--vhost", parked.vhost, "--json")
     lots = {q["name"]: q for q in json.loads(listed.output)["parking_lots"]}
@@ -94,17 +98,7 @@ def test_show_lists_failure_headers_and_leaves_the_messages(parked: Broker) -> N
 
 
 def test_replay_moves_each_selected_message_once_and_leaves_the_rest(parked: Broker) -> None:
-    result = cli(
-        parked,
-        "replay",
-        "work.parking",
-        "--vhost",
-        parked.vhost,
-        "--match",
-        "tenant=acme",
-        "--count",
-        "3",
-    )
+    result = on_work_parking(parked, "replay", "--match", "tenant=acme", "--count", "3")
     assert result.exit_code == 0, result.output
     assert "replayed 3 of 10" in result.output and "7 left" in result.output
     back = contents(parked, "work")
@@ -118,12 +112,9 @@ def test_replay_moves_each_selected_message_once_and_leaves_the_rest(parked: Bro
 
 
 def test_replay_by_id_to_an_exchange(parked: Broker) -> None:
-    result = cli(
+    result = on_work_parking(
         parked,
         "replay",
-        "work.parking",
-        "--vhost",
-        parked.vhost,
         "--id",
         "m-4",
         "--id",
@@ -140,7 +131,7 @@ def test_replay_by_id_to_an_exchange(parked: Broker) -> None:
 
 
 def test_replay_needs_a_selection_and_all_moves_everything(parked: Broker) -> None:
-    refused = cli(parked, "replay", "work.parking", "--vhost", parked.vhost)
+    refused = on_work_parking(parked, "replay")
     assert refused.exit_code == 1 and "--all" in refused.output
     with ParkingLot(parked.vhost_amqp_url, "work.parking") as lot:
         report = lot.replay(Selection())

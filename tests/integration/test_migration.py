@@ -67,10 +67,7 @@ def drain_ids(broker: Broker, queue: str) -> list[str]:
 
 
 def test_50000_messages_migrate_to_quorum_under_live_publishers(broker: Broker) -> None:
-    assert (
-        broker.run("apply", str(broker.spec(BEFORE, "before.yaml")), "--auto-approve").exit_code
-        == 0
-    )
+    broker.apply(BEFORE, "before.yaml")
     before = fill(broker, 50_000, "pre")
 
     live_ids: list[str] = []
@@ -133,10 +130,7 @@ class Killed(Exception):
 def test_migration_killed_at_any_step_is_finished_by_the_next_apply(
     broker: Broker, step: str
 ) -> None:
-    assert (
-        broker.run("apply", str(broker.spec(BEFORE, "before.yaml")), "--auto-approve").exit_code
-        == 0
-    )
+    broker.apply(BEFORE, "before.yaml")
     before = fill(broker, 2000, "m")
     after_spec = broker.spec(AFTER, "after.yaml")
     topology = load_topology(Path(after_spec), {"vhost": broker.vhost, "stack": broker.stack})

@@ -59,9 +59,7 @@ SPEC = one_vhost_spec("""
 
 @pytest.fixture
 def applied(broker: Broker) -> Broker:
-    result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
-    assert result.exit_code == 0, result.output
-    return broker
+    return broker.apply(SPEC)
 
 
 def _spec(broker: Broker) -> Any:
@@ -75,6 +73,14 @@ def _channel(broker: Broker) -> tuple[pika.BlockingConnection, Any]:
     channel = connection.channel()
     channel.confirm_delivery()
     return connection, channel
+
+
+def send_delayed(broker: Broker, scheme: Any, delay: float, address: str, body: bytes) -> None:
+    """Publish ``body`` into the delay levels of ``scheme``, due at ``address`` after ``delay``."""
+    connection, channel = _channel(broker)
+    route = scheme.route(delay, address)
+    channel.basic_publish(route.exchange, route.routing_key, body, mandatory=True)
+    connection.close()
 
 
 def _collect(
@@ -119,10 +125,7 @@ def test_binary_delays_arrive_in_due_order_without_head_of_line_blocking(applied
 
 def test_exchange_target_delivers_with_its_routing_key(applied: Broker) -> None:
     scheme = delay_scheme(_spec(applied).delays[0])
-    connection, channel = _channel(applied)
-    route = scheme.route(0.3, "order-expired")
-    channel.basic_publish(route.exchange, route.routing_key, b"order-42", mandatory=True)
-    connection.close()
+    send_delayed(applied, scheme, 0.3, "order-expired", b"order-42")
     (arrival,) = _collect(applied, "expired", 1, timeout=10)
     assert arrival[2] == b"order-42"
 
@@ -141,17 +144,11 @@ def test_fixed_levels_round_up_and_deliver(applied: Broker) -> None:
 
 def test_unroutable_delayed_message_lands_in_the_delay_parking_queue(applied: Broker) -> None:
     scheme = delay_scheme(_spec(applied).delays[0])
-    connection, channel = _channel(applied)
-    route = scheme.route(0.2, "nobody-listens")
-    channel.basic_publish(route.exchange, route.routing_key, b"lost?", mandatory=True)
-    connection.close()
+    send_delayed(applied, scheme, 0.2, "nobody-listens", b"lost?")
     (parked,) = _collect(applied, "delay.parking", 1, timeout=10)
     assert parked[2] == b"lost?"
     # The level queues are not wedged: a message behind it still arrives.
-    connection, channel = _channel(applied)
-    route = scheme.route(0.2, "due")
-    channel.basic_publish(route.exchange, route.routing_key, b"after", mandatory=True)
-    connection.close()
+    send_delayed(applied, scheme, 0.2, "due", b"after")
     assert _collect(applied, "due", 1, timeout=10)[0][2] == b"after"
 
 

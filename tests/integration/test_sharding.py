@@ -71,10 +71,9 @@ def drain(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str
 def test_weighted_shards_share_keys_by_weight_and_a_key_sticks_to_one_shard(
     broker: Broker,
 ) -> None:
-    spec_path = broker.spec(SPEC)
     wait_for_node_stats(broker)
-    result = broker.run("apply", str(spec_path), "--auto-approve")
-    assert result.exit_code == 0, result.output
+    broker.apply(SPEC)
+    spec_path = broker.tmp / "spec.yaml"
     spec = load_spec(spec_path, {"vhost": broker.vhost, "stack": broker.stack})
     sharding = sharding_of(spec, "orders")
     assert set(sharding.queues) <= broker.queue_names()
@@ -150,10 +149,9 @@ def depths_after(broker: Broker, queues: tuple[str, ...]) -> dict[str, int]:
 def test_modulus_sharding_lets_the_plugin_make_shard_queues_that_route_and_stay_unmanaged(
     broker: Broker,
 ) -> None:
-    spec_path = broker.spec(MODULUS)
     wait_for_node_stats(broker)
-    result = broker.run("apply", str(spec_path), "--auto-approve")
-    assert result.exit_code == 0, result.output
+    broker.apply(MODULUS)
+    spec_path = broker.tmp / "spec.yaml"
 
     deadline = time.monotonic() + 30
     shard_queues: list[str] = []

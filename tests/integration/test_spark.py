@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 
 import rabbitry.spark
 from rabbitry.spark import parse_message_id
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -272,24 +272,19 @@ def test_publish_partitions_helper_reports_totals(spark: SparkSession, broker: B
 def test_a_delay_column_goes_through_the_spec_delay_levels(
     spark: SparkSession, broker: Broker
 ) -> None:
-    spec = broker.spec(
-        f"""
-        version: 1
-        name: "{{{{ vars.stack }}}}"
-        vhosts:
-          - name: {broker.vhost}
-            queues:
-              - {{name: due, type: quorum}}
-            delays:
-              - name: delay
-                unit: 100ms
-                count: 10
-                targets:
-                  - queue: due
-        """
+    broker.apply(
+        one_vhost_spec("""
+        queues:
+          - {name: due, type: quorum}
+        delays:
+          - name: delay
+            unit: 100ms
+            count: 10
+            targets:
+              - queue: due
+""")
     )
-    applied = broker.run("apply", str(spec), "--auto-approve")
-    assert applied.exit_code == 0, applied.output
+    spec = broker.tmp / "spec.yaml"
     df = spark.range(0, 20, numPartitions=2).select(
         F.col("id"), (F.col("id") % 2 * 0.8).alias("wait")
     )
@@ -298,7 +293,7 @@ def test_a_delay_column_goes_through_the_spec_delay_levels(
         df,
         broker,
         spec=str(spec),
-        spec_vars=f"stack={broker.stack}",
+        spec_vars=f"stack={broker.stack},vhost={broker.vhost}",
         routing_key="due",
         delay_column="wait",
     )

@@ -54,9 +54,7 @@ SPEC = one_vhost_spec("""
 
 @pytest.fixture
 def applied(broker: Broker) -> Broker:
-    result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
-    assert result.exit_code == 0, result.output
-    return broker
+    return broker.apply(SPEC)
 
 
 def make_app(broker: Broker, **options: Any) -> App:

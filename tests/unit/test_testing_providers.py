@@ -412,18 +412,23 @@ def test_plain():
 """
 
 
-def _no_broker_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def run_plugin_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str, **env: str
+) -> pytest.RunResult:
+    """PLUGIN_TEST in a pytest subprocess with no broker to be had, apart from ``env``."""
     for name in ("RABBITMQ_URL", "RABBITRY_TEST_BROKER", "RABBITRY_MANAGEMENT_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pytester.makepyfile(PLUGIN_TEST)
+    return pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
 
 
 def test_plugin_skips_with_what_to_do_when_no_broker_can_be_had(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _no_broker_env(monkeypatch)
-    pytester.makepyfile(PLUGIN_TEST)
-    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result = run_plugin_test(pytester, monkeypatch, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*scripts/setup.sh*RABBITMQ_URL*"])
 
@@ -431,30 +436,22 @@ def test_plugin_skips_with_what_to_do_when_no_broker_can_be_had(
 def test_plugin_marks_broker_tests(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _no_broker_env(monkeypatch)
-    pytester.makepyfile(PLUGIN_TEST)
-    result = pytester.runpytest_subprocess("-m", "not broker", "-p", "no:cacheprovider")
+    result = run_plugin_test(pytester, monkeypatch, "-m", "not broker")
     result.assert_outcomes(passed=1, deselected=1)
 
 
-def test_plugin_fails_when_a_forced_provider_fails(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"RABBITRY_TEST_BROKER": "testcontainers"}, "*RABBITRY_TEST_BROKER=testcontainers, but*"),
+        ({"RABBITMQ_URL": "http://u:secret@h"}, "*is not an AMQP URL*"),
+    ],
+    ids=["forced provider fails", "bad RABBITMQ_URL"],
+)
+def test_plugin_fails_the_broker_tests_when_the_broker_asked_for_cannot_be_had(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], said: str
 ) -> None:
-    _no_broker_env(monkeypatch)
-    monkeypatch.setenv("RABBITRY_TEST_BROKER", "testcontainers")
-    pytester.makepyfile(PLUGIN_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = run_plugin_test(pytester, monkeypatch, **env)
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*RABBITRY_TEST_BROKER=testcontainers, but*"])
-
-
-def test_plugin_fails_on_a_bad_rabbitmq_url(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _no_broker_env(monkeypatch)
-    monkeypatch.setenv("RABBITMQ_URL", "http://u:secret@h")
-    pytester.makepyfile(PLUGIN_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*is not an AMQP URL*"])
+    result.stdout.fnmatch_lines([said])
     assert "secret" not in result.stdout.str()

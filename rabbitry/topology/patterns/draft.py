@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rabbitry.topology.primitives import (
-    Binding,
-    Exchange,
-    OperatorPolicy,
-    Parameter,
-    Permission,
-    Policy,
-    Queue,
-    QueueType,
-    TopicPermission,
-    Vhost,
-)
+from rabbitry.topology import primitives
 from rabbitry.topology.spec.model import Spec, VhostSpec
 
 __all__ = ["VhostDraft"]
@@ -27,22 +16,22 @@ class VhostDraft:
 
     stack: Spec
     spec: VhostSpec
-    exchanges: list[Exchange] = field(default_factory=list)
-    queues: list[Queue] = field(default_factory=list)
-    bindings: list[Binding] = field(default_factory=list)
-    policies: list[Policy] = field(default_factory=list)
-    operator_policies: list[OperatorPolicy] = field(default_factory=list)
-    parameters: list[Parameter] = field(default_factory=list)
-    permissions: list[Permission] = field(default_factory=list)
-    topic_permissions: list[TopicPermission] = field(default_factory=list)
+    exchanges: list[primitives.Exchange] = field(default_factory=list)
+    queues: list[primitives.Queue] = field(default_factory=list)
+    bindings: list[primitives.Binding] = field(default_factory=list)
+    policies: list[primitives.Policy] = field(default_factory=list)
+    operator_policies: list[primitives.OperatorPolicy] = field(default_factory=list)
+    parameters: list[primitives.Parameter] = field(default_factory=list)
+    permissions: list[primitives.Permission] = field(default_factory=list)
+    topic_permissions: list[primitives.TopicPermission] = field(default_factory=list)
 
     @property
-    def default_queue_type(self) -> QueueType:
+    def default_queue_type(self) -> primitives.QueueType:
         """The type of queues that do not name one, as the broker decides it."""
-        return self.spec.default_queue_type or QueueType.CLASSIC
+        return self.spec.default_queue_type or primitives.QueueType.CLASSIC
 
-    def build(self) -> Vhost:
-        return Vhost(
+    def build(self) -> primitives.Vhost:
+        return primitives.Vhost(
             name=self.spec.name,
             description=self.spec.description,
             tags=tuple(self.spec.tags),

@@ -10,25 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rabbitry.topology import primitives
 from rabbitry.topology.patterns.delays import declare_delays
 from rabbitry.topology.patterns.draft import VhostDraft
 from rabbitry.topology.patterns.federation import declare_federation
 from rabbitry.topology.patterns.retries import declare_retries
 from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
-from rabbitry.topology.primitives import (
-    JSON,
-    Binding,
-    Exchange,
-    GlobalParameter,
-    OperatorPolicy,
-    Parameter,
-    Permission,
-    Policy,
-    Queue,
-    TopicPermission,
-    Topology,
-    User,
-)
 from rabbitry.topology.spec.model import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
@@ -40,14 +27,14 @@ ExpansionStep = Callable[[VhostDraft], None]
 
 def declare_exchanges(draft: VhostDraft) -> None:
     for spec in draft.spec.exchanges:
-        arguments: dict[str, JSON] = {
+        arguments: dict[str, primitives.JSON] = {
             **spec.arguments.as_broker_dict(),
             **spec.unchecked_arguments,
         }
         if spec.alternate_exchange is not None:
             arguments["alternate-exchange"] = spec.alternate_exchange
         draft.exchanges.append(
-            Exchange(
+            primitives.Exchange(
                 name=spec.name,
                 type=spec.type,
                 durable=spec.durable,
@@ -61,7 +48,7 @@ def declare_exchanges(draft: VhostDraft) -> None:
 def declare_queues(draft: VhostDraft) -> None:
     for spec in draft.spec.queues:
         draft.queues.append(
-            Queue(
+            primitives.Queue(
                 name=spec.name,
                 type=spec.type or draft.default_queue_type,
                 durable=spec.durable,
@@ -74,7 +61,7 @@ def declare_queues(draft: VhostDraft) -> None:
 def declare_bindings(draft: VhostDraft) -> None:
     for spec in draft.spec.bindings:
         draft.bindings.append(
-            Binding(
+            primitives.Binding(
                 source=spec.source,
                 destination=spec.destination,
                 destination_type=spec.destination_type,
@@ -87,7 +74,7 @@ def declare_bindings(draft: VhostDraft) -> None:
 def declare_policies(draft: VhostDraft) -> None:
     for spec in draft.spec.policies:
         draft.policies.append(
-            Policy(
+            primitives.Policy(
                 name=spec.name,
                 pattern=spec.pattern,
                 apply_to=spec.apply_to,
@@ -97,7 +84,7 @@ def declare_policies(draft: VhostDraft) -> None:
         )
     for op in draft.spec.operator_policies:
         draft.operator_policies.append(
-            OperatorPolicy(
+            primitives.OperatorPolicy(
                 name=op.name,
                 pattern=op.pattern,
                 apply_to=op.apply_to,
@@ -110,11 +97,13 @@ def declare_policies(draft: VhostDraft) -> None:
 def declare_access(draft: VhostDraft) -> None:
     for perm in draft.spec.permissions:
         draft.permissions.append(
-            Permission(user=perm.user, configure=perm.configure, write=perm.write, read=perm.read)
+            primitives.Permission(
+                user=perm.user, configure=perm.configure, write=perm.write, read=perm.read
+            )
         )
     for tperm in draft.spec.topic_permissions:
         draft.topic_permissions.append(
-            TopicPermission(
+            primitives.TopicPermission(
                 user=tperm.user, exchange=tperm.exchange, write=tperm.write, read=tperm.read
             )
         )
@@ -123,7 +112,7 @@ def declare_access(draft: VhostDraft) -> None:
 def declare_parameters(draft: VhostDraft) -> None:
     for param in draft.spec.parameters:
         draft.parameters.append(
-            Parameter(component=param.component, name=param.name, value=param.value)
+            primitives.Parameter(component=param.component, name=param.name, value=param.value)
         )
 
 
@@ -143,7 +132,7 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
 """The base steps, then the patterns (delays, retries), which refer to declared objects."""
 
 
-def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> Topology:
+def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> primitives.Topology:
     """The primitives ``spec`` stands for. Run ``validate(spec)`` first: this does not check."""
     vhosts = []
     for vhost_spec in spec.vhosts:
@@ -151,19 +140,19 @@ def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> Topology
         for step in steps:
             step(draft)
         vhosts.append(draft.build())
-    return Topology(
+    return primitives.Topology(
         name=spec.name,
         vhosts=tuple(vhosts),
         users=tuple(_user(u) for u in spec.users),
         global_parameters=tuple(
-            GlobalParameter(name=p.name, value=p.value) for p in spec.global_parameters
+            primitives.GlobalParameter(name=p.name, value=p.value) for p in spec.global_parameters
         ),
     )
 
 
-def _user(spec: UserSpec) -> User:
+def _user(spec: UserSpec) -> primitives.User:
     algorithm = {"hashing_algorithm": spec.hashing_algorithm} if spec.hashing_algorithm else {}
-    return User(
+    return primitives.User(
         name=spec.name,
         password=spec.password,
         password_hash=spec.password_hash,

@@ -8,21 +8,11 @@ from rabbitry.provisioner.capabilities import (
     parse_version,
     requirements,
 )
-from rabbitry.topology.primitives import (
-    ApplyTo,
-    Exchange,
-    ExchangeType,
-    Parameter,
-    Policy,
-    Queue,
-    QueueType,
-    Topology,
-    Vhost,
-)
+from rabbitry.topology import primitives as p
 
 
-def topology(**fields: object) -> Topology:
-    return Topology(vhosts=(Vhost(name="v", **fields),))  # type: ignore[arg-type]
+def topology(**fields: object) -> p.Topology:
+    return p.Topology(vhosts=(p.Vhost(name="v", **fields),))  # type: ignore[arg-type]
 
 
 FULL = BrokerCapabilities(
@@ -33,20 +23,22 @@ FULL = BrokerCapabilities(
 
 
 def test_plain_topology_needs_nothing() -> None:
-    assert missing(requirements(topology(queues=(Queue(name="q"),))), FULL) == []
+    assert missing(requirements(topology(queues=(p.Queue(name="q"),))), FULL) == []
 
 
 def test_missing_plugin_is_named_with_the_command_to_enable_it() -> None:
-    needs = requirements(topology(exchanges=(Exchange(name="m", type=ExchangeType.MODULUS_HASH),)))
+    needs = requirements(
+        topology(exchanges=(p.Exchange(name="m", type=p.ExchangeType.MODULUS_HASH),))
+    )
     (problem,) = missing(needs, FULL)
     assert "exchange m (vhost v)" in problem
     assert "rabbitmq-plugins enable rabbitmq_sharding" in problem
 
 
 def test_at_least_once_dead_lettering_needs_stream_queue_flag_and_3_10() -> None:
-    queue = Queue(
+    queue = p.Queue(
         name="level",
-        type=QueueType.QUORUM,
+        type=p.QueueType.QUORUM,
         arguments={"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"},
     )
     needs = requirements(topology(queues=(queue,)))
@@ -59,8 +51,8 @@ def test_at_least_once_dead_lettering_needs_stream_queue_flag_and_3_10() -> None
 
 
 def test_new_apply_to_values_need_3_12() -> None:
-    policy = Policy(
-        name="p", pattern=".*", apply_to=ApplyTo.QUORUM_QUEUES, definition={"max-length": 1}
+    policy = p.Policy(
+        name="p", pattern=".*", apply_to=p.ApplyTo.QUORUM_QUEUES, definition={"max-length": 1}
     )
     (problem,) = missing(requirements(topology(policies=(policy,))), FULL)
     assert "3.12" in problem and "policy p" in problem
@@ -68,8 +60,8 @@ def test_new_apply_to_values_need_3_12() -> None:
 
 def test_federation_parameters_and_shovels_need_their_plugins() -> None:
     params = (
-        Parameter(component="federation-upstream", name="up", value={"uri": "amqp://x"}),
-        Parameter(component="shovel", name="move", value={}),
+        p.Parameter(component="federation-upstream", name="up", value={"uri": "amqp://x"}),
+        p.Parameter(component="shovel", name="move", value={}),
     )
     problems = missing(requirements(topology(parameters=params)), FULL)
     assert len(problems) == 1 and "rabbitmq_shovel" in problems[0]
@@ -88,12 +80,14 @@ def test_unlisted_plugins_fall_back_to_the_exchange_types_the_broker_offers() ->
         feature_flags=frozenset({"quorum_queue", "stream_queue"}),
     )
     hashed = requirements(
-        topology(exchanges=(Exchange(name="h", type=ExchangeType.CONSISTENT_HASH),))
+        topology(exchanges=(p.Exchange(name="h", type=p.ExchangeType.CONSISTENT_HASH),))
     )
     modulus = requirements(
-        topology(exchanges=(Exchange(name="m", type=ExchangeType.MODULUS_HASH),))
+        topology(exchanges=(p.Exchange(name="m", type=p.ExchangeType.MODULUS_HASH),))
     )
-    shovel = requirements(topology(parameters=(Parameter(component="shovel", name="s", value={}),)))
+    shovel = requirements(
+        topology(parameters=(p.Parameter(component="shovel", name="s", value={}),))
+    )
     assert missing(hashed, starting) == []
     assert "rabbitmq_sharding" in missing(modulus, starting)[0]
     assert missing(shovel, starting) == [], "not provable either way: the broker will answer"
