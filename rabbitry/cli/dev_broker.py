@@ -124,7 +124,8 @@ def _container_env(container: Any) -> dict[str, str]:
 def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
     # Imported here: the CLI starts without them, and they need the `test` extra.
     from rabbitry.testing.broker import Broker, BrokerUnavailable, wait_until_ready
-    from rabbitry.testing.containers import (
+    from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
+    from rabbitry.testing.host import (
         AMQP_PORT,
         MANAGEMENT_PORT,
         ROLE_LABEL,
@@ -138,7 +139,6 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
         published_port,
         require_engine,
     )
-    from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
 
     try:
         engine = require_engine()
@@ -219,7 +219,7 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
 
 def _down(name: str) -> bool:
     from rabbitry.testing.broker import BrokerUnavailable
-    from rabbitry.testing.containers import docker_client, require_engine
+    from rabbitry.testing.host import docker_client, require_engine
 
     try:
         engine = require_engine()

@@ -10,6 +10,10 @@
 - Queues are only deleted (prune or replace) when empty, unless ``force``; classic queues use the
   broker's atomic ``if-empty`` delete, quorum and stream queues (which do not support it) an exact
   AMQP count.
+
+One module of about 500 lines on purpose: ``Applier`` is one run's steps in the order the broker
+needs them (ownership first, creations, read-back, updates, migrations, deletions last), and
+that order is easiest to check when it reads top to bottom in one place.
 """
 
 from __future__ import annotations

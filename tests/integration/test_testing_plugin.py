@@ -23,7 +23,7 @@ from rabbitry.testing import (
     find_engine,
     vhost_exists,
 )
-from rabbitry.testing.containers import docker_client, free_port, require_engine
+from rabbitry.testing.host import docker_client, free_port, require_engine
 from rabbitry.testing.plugin import BrokerFactory
 
 CLI = [sys.executable, "-c", "from rabbitry.cli import main; main()"]

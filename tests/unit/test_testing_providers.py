@@ -19,15 +19,6 @@ from rabbitry.testing import (
     broker_from_urls,
     choose_provider,
 )
-from rabbitry.testing.containers import (
-    bind_mounts,
-    broker_environment,
-    check_extra_ports,
-    is_port_conflict,
-    owner_is_gone,
-    port_bindings,
-    published_port,
-)
 from rabbitry.testing.engine import (
     ContainerEngine,
     EngineProbe,
@@ -37,6 +28,15 @@ from rabbitry.testing.engine import (
     engine_settings,
     find_engine,
     use_engine,
+)
+from rabbitry.testing.host import (
+    bind_mounts,
+    broker_environment,
+    check_extra_ports,
+    is_port_conflict,
+    owner_is_gone,
+    port_bindings,
+    published_port,
 )
 
 pytest_plugins = ["pytester"]

@@ -1,0 +1,227 @@
+"""The host side of a broker container: the engine's client, free and published ports, bind
+mounts, and the owner labels that let a later run remove what a killed one left behind.
+
+``rabbitry.testing.containers`` starts brokers with these; nothing here starts a container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from rabbitry.errors import BrokerError
+from rabbitry.testing.broker import (
+    SETUP_HINT,
+    BrokerUnavailable,
+)
+from rabbitry.testing.engine import (
+    ContainerEngine,
+    find_engine,
+)
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+AMQP_PORT = 5672
+MANAGEMENT_PORT = 15672
+OWNER_LABEL = "rabbitry.owner"
+ROLE_LABEL = "rabbitry.role"
+_PORT_CONFLICT_MARKERS = ("already in use", "already allocated", "address in use")
+
+
+def require_engine(environ: Mapping[str, str] | None = None) -> ContainerEngine:
+    """The container engine to use; ``BrokerUnavailable`` (with what to do) when none answers."""
+    env = os.environ if environ is None else environ
+    engine = find_engine(env)
+    if engine is None:
+        where = env.get("DOCKER_HOST") or "the Docker and Podman sockets"
+        raise BrokerUnavailable(
+            f"no RabbitMQ broker for the tests: RABBITMQ_URL is unset and no container engine "
+            f"answers ({where}); {SETUP_HINT}"
+        )
+    return engine
+
+
+def docker_client(engine: ContainerEngine) -> DockerClient:
+    """A Docker SDK client for ``engine`` (the SDK comes with rabbitry's ``test`` extra)."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise BrokerUnavailable(
+            "the Docker SDK is not installed: pip install 'rabbitry[test]'"
+        ) from exc
+    try:
+        if engine.docker_host is None:
+            return docker.from_env()
+        return docker.DockerClient(base_url=engine.docker_host)
+    except docker.errors.DockerException as exc:
+        raise BrokerError(f"cannot talk to {engine.describe()}: {exc}") from exc
+
+
+def broker_environment(
+    *,
+    username: str,
+    password: str,
+    erlang_cookie: str | None = None,
+    nodename: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Container environment understood by the official image and by rabbitry's own image."""
+    out = {"RABBITMQ_DEFAULT_USER": username, "RABBITMQ_DEFAULT_PASS": password}
+    if erlang_cookie is not None:
+        out["RABBITMQ_ERLANG_COOKIE"] = erlang_cookie
+    if nodename is not None:
+        out["RABBITMQ_NODENAME"] = nodename
+    out.update(env or {})
+    return out
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the engine may still lose a race for it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def is_port_conflict(exc: BaseException) -> bool:
+    return any(marker in str(exc).lower() for marker in _PORT_CONFLICT_MARKERS)
+
+
+def port_bindings(
+    engine: ContainerEngine,
+    amqp: int | None,
+    management: int | None,
+    extra: Mapping[int, int | None] | None = None,
+) -> dict[str, Any]:
+    """Docker SDK ``ports``: loopback only on a local engine (the broker has known credentials).
+
+    ``extra`` maps more container ports to host ports (None: the engine picks one).
+    """
+
+    def bind(port: int | None) -> Any:
+        if not engine.local:
+            return port
+        return ("127.0.0.1", port) if port is not None else ("127.0.0.1",)
+
+    out = {f"{AMQP_PORT}/tcp": bind(amqp), f"{MANAGEMENT_PORT}/tcp": bind(management)}
+    for container_port, host_port in (extra or {}).items():
+        out[f"{container_port}/tcp"] = bind(host_port)
+    return out
+
+
+def check_extra_ports(ports: Sequence[int]) -> tuple[int, ...]:
+    """``extra_ports`` as given, or ``ValueError`` saying which one is not a port to publish."""
+    out: list[int] = []
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"extra_ports: {port!r} is not a TCP port number (1-65535)")
+        if port in (AMQP_PORT, MANAGEMENT_PORT):
+            raise ValueError(f"extra_ports: {port} is published anyway (AMQP or management)")
+        if port in out:
+            raise ValueError(f"extra_ports: {port} is listed twice")
+        out.append(port)
+    return tuple(out)
+
+
+def bind_mounts(mounts: Mapping[str, str | os.PathLike[str]]) -> dict[str, str]:
+    """``mounts`` (container path -> host path) as host path -> container path, checked.
+
+    Container paths must be absolute; host paths must exist (they are made absolute, since the
+    engine resolves relative ones against its own working directory); a host path may be
+    mounted once.
+    """
+    out: dict[str, str] = {}
+    for target, source in mounts.items():
+        if not PurePosixPath(target).is_absolute():
+            raise ValueError(f"mounts: container path {target!r} must be absolute")
+        host = Path(source).absolute()
+        if not host.exists():
+            raise ValueError(f"mounts: host path {str(host)!r} (for {target!r}) does not exist")
+        if str(host) in out:
+            raise ValueError(
+                f"mounts: host path {str(host)!r} is mounted twice"
+                f" ({out[str(host)]!r} and {target!r})"
+            )
+        out[str(host)] = target
+    return out
+
+
+def published_port(attrs: Mapping[str, Any], port: int) -> int:
+    """Host port of container ``port`` from ``docker inspect`` data."""
+    bindings = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    for binding in bindings.get(f"{port}/tcp") or []:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    raise BrokerError(f"container port {port} is not published on the host")
+
+
+def broker_host(engine: ContainerEngine) -> str:
+    """Host name clients use for published ports."""
+    if engine.local:
+        return "127.0.0.1"
+    from urllib.parse import urlsplit
+
+    assert engine.docker_host is not None
+    return urlsplit(engine.docker_host.replace("tcp://", "http://", 1)).hostname or "localhost"
+
+
+# Orphans: without a reaper container (Podman), brokers of a killed test run would stay. Each
+# container is labelled with its owner process; a later run on this host removes those whose
+# owner is gone.
+def _process_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) counts from after the parenthesised command name, which may hold spaces.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_label(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_process_start_time(pid) or '?'}"
+
+
+def owner_is_gone(
+    label: str,
+    hostname: str,
+    start_time_of: Callable[[int], str | None] = _process_start_time,
+) -> bool:
+    """True when ``label`` names a process of this host that no longer runs."""
+    host, _, rest = label.partition(":")
+    pid_text, _, started = rest.partition(":")
+    if host != hostname or not pid_text.isdigit() or started in ("", "?"):
+        return False
+    return start_time_of(int(pid_text)) != started
+
+
+def reap_orphans(client: DockerClient) -> list[str]:
+    """Remove broker containers whose owner process on this host has exited; their names."""
+    if not Path("/proc/self/stat").exists():
+        return []
+    removed = []
+    hostname = socket.gethostname()
+    try:
+        containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
+    except Exception:
+        return []
+    for container in containers:
+        label = (container.labels or {}).get(OWNER_LABEL, "")
+        if owner_is_gone(label, hostname):
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+                removed.append(container.name)
+    return removed
