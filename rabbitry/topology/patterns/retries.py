@@ -108,6 +108,8 @@ def queue_retry(vhost: VhostSpec, queue: QueueSpec) -> QueueRetry | None:
 
 def declare_retries(draft: VhostDraft) -> None:
     by_name = {q.name: i for i, q in enumerate(draft.queues)}
+    # one set for the whole vhost, kept up to date: building it per queue was quadratic
+    declared = {q.name for q in draft.queues}
     for spec in draft.spec.queues:
         index = by_name.get(spec.name)
         if index is None:
@@ -126,7 +128,6 @@ def declare_retries(draft: VhostDraft) -> None:
         if extra:
             draft.queues[index] = work.model_copy(update={"arguments": {**work.arguments, **extra}})
 
-        declared = set(by_name) | {q.name for q in draft.queues}
         for name in (parking_queue_of(spec), dead):
             if name is not None and name not in declared:
                 draft.queues.append(holding_queue(name, work.type))
@@ -136,6 +137,7 @@ def declare_retries(draft: VhostDraft) -> None:
         if retry is None:
             continue
         for delay_ms, tier in retry.tier_queues.items():
+            declared.add(tier)
             draft.queues.append(
                 Queue(
                     name=tier,
