@@ -22,6 +22,7 @@ from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.exporter import export_topology
+from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
@@ -76,6 +77,14 @@ def plan_command(
     help="Allow deleting or replacing queues that hold messages or have consumers.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the applied plan and result as JSON.")
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait this long for another apply of the same stack to finish (0: refuse at once).",
+)
 def apply_command(
     target: Target,
     auto_approve: bool,
@@ -83,10 +92,14 @@ def apply_command(
     prune: bool,
     force: bool,
     as_json: bool,
+    lock_timeout: float,
 ) -> int:
-    """Make the broker match the spec."""
+    """Make the broker match the spec (one apply per stack at a time)."""
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
-    with ManagementClient(target.endpoints.management_url) as client:
+    with (
+        ManagementClient(target.endpoints.management_url) as client,
+        StackLock(client, target.topology.name).held(lock_timeout),
+    ):
         the_plan = plan_topology(client, target.topology)
         if not as_json:
             _show(target, the_plan, prune=prune)

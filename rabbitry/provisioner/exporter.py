@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rabbitry.errors import BrokerError
+from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import read_state
@@ -51,6 +52,8 @@ def export_topology(
         vhosts=state.topology.vhosts,
         users=exported_users,
         global_parameters=tuple(
-            p for p in state.topology.global_parameters if not p.name.startswith(RECORD_PREFIX)
+            p
+            for p in state.topology.global_parameters
+            if not p.name.startswith((RECORD_PREFIX, LOCK_PREFIX))
         ),
     )

@@ -37,6 +37,15 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     return base, parts.username, parts.password
 
 
+_BROKER_TERMS = {
+    "queue_supervisor_not_found": (
+        "the broker was still creating queues of another definitions import into this vhost"
+        " (two applies at once?); wait for the other run to finish, then apply again"
+    ),
+}
+"""Erlang terms the management API answers with, as a sentence that says what to do."""
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -53,6 +62,7 @@ class ManagementClient:
         self.base_url = base
         self.username = username or url_user or "guest"
         password = password if password is not None else url_password
+        self._settings = (username, password, timeout, verify)
         self._client = httpx.Client(
             base_url=base + "/api",
             auth=(self.username, password if password is not None else "guest"),
@@ -63,6 +73,17 @@ class ManagementClient:
 
     def __repr__(self) -> str:
         return f"ManagementClient({self.base_url!r}, username={self.username!r})"
+
+    def clone(self) -> ManagementClient:
+        """A client with the same settings and its own connection (for another thread)."""
+        username, password, timeout, verify = self._settings
+        return ManagementClient(
+            self.base_url,
+            username=username or self.username,
+            password=password,
+            timeout=timeout,
+            verify=verify,
+        )
 
     def __enter__(self) -> ManagementClient:
         return self
@@ -88,9 +109,23 @@ class ManagementClient:
         json: Any = None,
         params: Mapping[str, str] | None = None,
         allow: tuple[int, ...] = (),
+        timeout: float | None = None,
     ) -> httpx.Response:
         try:
-            response = self._client.request(method, path, json=json, params=params)
+            response = self._client.request(
+                method,
+                path,
+                json=json,
+                params=params,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
+        except httpx.TimeoutException:
+            waited = timeout if timeout is not None else self._client.timeout.read
+            raise BrokerError(
+                f"{method} /api{path} got no answer from {self.base_url} within {waited:g} s;"
+                " the broker may still be working on it: run the same command again to see"
+                " where it stands"
+            ) from None
         except httpx.HTTPError as exc:
             raise BrokerError(
                 f"cannot reach the management API at {self.base_url}: {mask_text(str(exc))}"
@@ -112,6 +147,13 @@ class ManagementClient:
         hint = ""
         if response.status_code == 401:
             hint = f" (user {self.username!r} was refused: check the credentials)"
+        for term, sentence in _BROKER_TERMS.items():
+            if term in reason:
+                # what happened and what to do first; the broker's own words below it
+                return mask_text(
+                    f"{method} /api{path} failed: {sentence}\n  broker said (HTTP"
+                    f" {response.status_code}): {reason}"
+                )
         return mask_text(
             f"{method} /api{path} failed with HTTP {response.status_code}: {reason}{hint}"
         )
@@ -184,10 +226,13 @@ class ManagementClient:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def import_definitions(self, definitions: JSONDict, vhost: str | None = None) -> None:
-        """The broker's own bulk import: the fastest way to create many objects at once."""
+    def import_definitions(
+        self, definitions: JSONDict, vhost: str | None = None, *, timeout: float | None = None
+    ) -> None:
+        """The broker's own bulk import: the fastest way to create many objects at once. It
+        answers when every object is made, so a large one needs a ``timeout`` to match."""
         path = "/definitions" if vhost is None else f"/definitions/{q(vhost)}"
-        self.request("POST", path, json=definitions)
+        self.request("POST", path, json=definitions, timeout=timeout)
 
     def put_global_parameter(self, name: str, value: Any) -> None:
         self.put(f"/global-parameters/{q(name)}", {"name": name, "value": value})

@@ -16,6 +16,7 @@ from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.provisioner.applier import ApplyOptions, ApplyResult, apply_plan, refusals
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
+from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
@@ -76,12 +77,17 @@ def apply(
     prune: bool = False,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
+    lock_timeout: float = 0.0,
 ) -> ApplyResult:
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
-    needs a replace, prune or force the arguments do not allow."""
+    needs a replace, prune or force the arguments do not allow, and ``LockHeld`` when another
+    run applies the same stack (after waiting up to ``lock_timeout`` seconds)."""
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
-    with ManagementClient(target.endpoints.management_url) as client:
+    with (
+        ManagementClient(target.endpoints.management_url) as client,
+        StackLock(client, target.topology.name).held(lock_timeout),
+    ):
         the_plan = plan_topology(client, target.topology)
         if not the_plan.has_changes:
             return ApplyResult()

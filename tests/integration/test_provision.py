@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -13,8 +15,9 @@ import pytest
 
 from rabbitry.errors import ApplyError, BrokerError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
+from rabbitry.provisioner.lock import StackLock, lock_name
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.planner import Plan, plan
+from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology import load_topology
 from tests.integration.conftest import Broker, one_vhost_spec
@@ -326,3 +329,101 @@ def test_failure_half_way_reports_what_was_done_and_the_next_apply_converges(
     assert broker.get("/operator-policies/{vhost}/cap")["definition"] == {"max-length": 100000}
     for user in ("a", "b"):
         broker.http.delete(f"/users/{user}-{quote(broker.vhost, safe='')}")
+
+
+class ImportCutOff(ManagementClient):
+    """The real management client, whose connection drops after a number of imports."""
+
+    def __init__(self, url: str, imports: int) -> None:
+        super().__init__(url)
+        self.imports_left = imports
+
+    def import_definitions(self, definitions: Any, vhost: str | None = None, **kw: Any) -> None:
+        if self.imports_left == 0:
+            raise BrokerError("connection reset by peer (injected)")
+        self.imports_left -= 1
+        super().import_definitions(definitions, vhost, **kw)
+
+
+MANY = one_vhost_spec(
+    """
+        exchanges:
+          - {name: hub, type: topic}
+        queues:
+"""
+    + "".join(
+        f"          - {{name: q{i}, type: {'quorum' if i % 2 else 'classic'}}}\n" for i in range(30)
+    )
+    + "        bindings:\n"
+    + "".join(
+        f"          - {{source: hub, destination: q{i}, routing_key: k.{i}}}\n" for i in range(30)
+    )
+)
+
+
+def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Broker) -> None:
+    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+
+    def fresh_plan(client: ManagementClient) -> Plan:
+        return plan(topology, read_state(client, broker.stack, [broker.vhost]))
+
+    lines: list[str] = []
+    cut = ImportCutOff(broker.management_url, imports=2)
+    with pytest.raises(ApplyError) as failure:
+        apply_plan(cut, fresh_plan(cut), ApplyOptions(import_chunk=20), progress=lines.append)
+    assert f"created 20 of 61 object(s) in {broker.vhost} (import 1 of 4)" in lines
+    assert f"created 40 of 61 object(s) in {broker.vhost} (import 2 of 4)" in lines
+    created = [line for line in failure.value.done if line.startswith("created ")]
+    assert len(created) == 40
+    # whole chunks only: the exchange and 30 queues came first, then the first 9 bindings
+    assert broker.queue_names() == {f"q{i}" for i in range(30)}
+    bound = [b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]
+    assert len(bound) == 9
+
+    with ManagementClient(broker.management_url) as client:
+        rest = fresh_plan(client)
+        creations = [c for c in rest.changes if c.action is Action.CREATE]
+        assert len(creations) == 21 and {c.kind for c in creations} == {"binding"}
+        # what the cut run made is adopted (recorded), not planned again
+        assert {c.action for c in rest.changes} == {Action.CREATE, Action.ADOPT}
+        assert not any(c.drift for c in rest.changes), "half-made is not drift"
+        apply_plan(client, rest, ApplyOptions(import_chunk=20))
+        assert not fresh_plan(client).has_changes
+    assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
+
+
+def test_an_apply_while_another_holds_the_stack_is_refused_naming_the_holder(
+    broker: Broker,
+) -> None:
+    spec = str(broker.spec(SPEC))
+    with ManagementClient(broker.management_url) as client:
+        held = StackLock(client, broker.stack, settle=0.05)
+        with held.held():
+            refused = broker.run("apply", spec, "--auto-approve")
+            assert refused.exit_code == 1
+            assert f"stack {broker.stack!r} is being applied by {held.holder}" in refused.output
+            assert "--lock-timeout" in refused.output
+            assert broker.queue_names() == set(), "nothing was changed"
+
+            # with a timeout the second run waits, and goes on once the first lets go
+            threading.Timer(1.0, held.release).start()
+            started = time.monotonic()
+            waited = broker.run("apply", spec, "--auto-approve", "--lock-timeout", "30")
+            assert waited.exit_code == 0, waited.output
+            assert time.monotonic() - started >= 1.0
+        assert broker.queue_names() == {"work", "unrouted", "audit"}
+        assert client.global_parameter(lock_name(broker.stack)) is None, "released"
+
+
+def test_the_lock_of_a_killed_apply_expires_and_is_taken_over(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ManagementClient(broker.management_url) as client:
+        long_ago = time.time() - 3600
+        killed = {"token": "t", "holder": "ci@runner-7 (pid 4242)", "since": long_ago,
+                  "expires": long_ago + 60}  # fmt: skip
+        client.put_global_parameter(lock_name(broker.stack), killed)
+        result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
+        assert result.exit_code == 0, result.output
+        assert "taking over the lock" in caplog.text and "ci@runner-7" in caplog.text
+        assert client.global_parameter(lock_name(broker.stack)) is None

@@ -1,0 +1,170 @@
+"""One apply at a time per stack, by a lock held on the broker itself (no local state file).
+
+The lock is a global parameter ``rabbitry.lock.<stack>`` whose value says who holds it (user,
+host, process), since when, and until when: the holder renews the expiry every few seconds
+while it runs, so the lock of a run that was killed expires by itself after ``ttl`` seconds and
+the next apply takes it over (with a warning naming the old holder).
+
+Taking it: read it; if someone else holds an unexpired lock, wait (up to ``lock_timeout``) or
+refuse with the holder's name and since when; otherwise write our own value, wait ``settle``
+seconds, and read it back: if another run wrote after us, theirs wins and we wait. The
+management API has no compare-and-set, so two runs that each read "free" and write more than
+``settle`` seconds apart could both go on; the read-back narrows that window to a stall of a
+whole ``settle`` between one run's read and its write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import getpass
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.provisioner.management import ManagementClient, q
+
+logger = logging.getLogger("rabbitry.provisioner")
+
+LOCK_PREFIX = "rabbitry.lock."
+DEFAULT_TTL = 60.0
+"""Seconds a lock outlives its last renewal: how long a killed run blocks the next one."""
+
+
+class LockHeld(RabbitryError):
+    """Another run holds the stack's lock (and kept it past ``lock_timeout``)."""
+
+
+def lock_name(stack: str) -> str:
+    return LOCK_PREFIX + stack
+
+
+def holder_description() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{socket.gethostname()} (pid {os.getpid()})"
+
+
+def _when(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class StackLock:
+    """The lock of one stack; ``with StackLock(client, stack).held(): ...``."""
+
+    def __init__(
+        self,
+        client: ManagementClient,
+        stack: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        settle: float = 0.5,
+        renew_client: Callable[[], ManagementClient] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.name = lock_name(stack)
+        self.stack = stack
+        self.ttl = ttl
+        self.settle = settle
+        self.token = uuid.uuid4().hex
+        self.holder = holder_description()
+        self.clock = clock
+        # the renewer runs in a thread: it needs its own HTTP connection
+        self._renew_client = renew_client or client.clone
+        self.since = 0.0
+
+    def _value(self, since: float) -> dict[str, Any]:
+        now = self.clock()
+        return {
+            "token": self.token,
+            "holder": self.holder,
+            "since": since,
+            "expires": now + self.ttl,
+        }
+
+    def _current(self) -> dict[str, Any] | None:
+        value = self.client.global_parameter(self.name)
+        return value if isinstance(value, dict) else None
+
+    def acquire(self, timeout: float = 0.0) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds for another holder to let go."""
+        deadline = time.monotonic() + timeout
+        while True:
+            current = self._current()
+            now = self.clock()
+            if current is not None and current.get("token") != self.token:
+                expires = float(current.get("expires", 0))
+                if expires > now:
+                    if time.monotonic() >= deadline:
+                        raise LockHeld(self._held_message(current, timeout))
+                    time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+                    continue
+                logger.warning(
+                    "taking over the lock of stack %r: %s held it since %s and stopped renewing"
+                    " it at %s (a run that was killed?)",
+                    self.stack,
+                    current.get("holder", "?"),
+                    _when(float(current.get("since", 0))),
+                    _when(expires),
+                )
+            since = self.clock()
+            self.client.put_global_parameter(self.name, self._value(since))
+            time.sleep(self.settle)
+            after = self._current()
+            if after is not None and after.get("token") == self.token:
+                self.since = since
+                return
+            # someone wrote after us: theirs stands; wait for it like any other holder
+
+    def _held_message(self, current: dict[str, Any], timeout: float) -> str:
+        waited = f" after waiting {timeout:g} s" if timeout else ""
+        return (
+            f"stack {self.stack!r} is being applied by {current.get('holder', '?')} since"
+            f" {_when(float(current.get('since', 0)))}{waited}; wait for it to finish, or pass"
+            " --lock-timeout SECONDS to wait (a lock whose holder was killed expires by itself"
+            f" at {_when(float(current.get('expires', 0)))})"
+        )
+
+    def release(self) -> None:
+        """Let go, unless someone has taken the lock over meanwhile."""
+        current = self._current()
+        if current is not None and current.get("token") == self.token:
+            self.client.delete(f"/global-parameters/{q(self.name)}")
+
+    @contextlib.contextmanager
+    def held(self, timeout: float = 0.0) -> Iterator[StackLock]:
+        """Hold the lock for the ``with`` block, renewing it in the background."""
+        self.acquire(timeout)
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew, args=(stop,), daemon=True)
+        renewer.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            renewer.join(timeout=5)
+            with contextlib.suppress(BrokerError):
+                self.release()
+
+    def _renew(self, stop: threading.Event) -> None:
+        with self._renew_client() as client:
+            while not stop.wait(self.ttl / 4):
+                try:
+                    current = client.global_parameter(self.name)
+                    if not isinstance(current, dict) or current.get("token") != self.token:
+                        logger.error(
+                            "the lock of stack %r was taken over while this run held it", self.stack
+                        )
+                        return
+                    client.put_global_parameter(self.name, self._value(self.since))
+                except BrokerError as exc:  # the next renewal may get through
+                    logger.warning("could not renew the lock of stack %r: %s", self.stack, exc)
