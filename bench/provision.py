@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-import yaml
+from results import one_vhost_spec
 
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, definitions_for
 from rabbitry.provisioner.management import ManagementClient, q
@@ -52,20 +52,14 @@ def spec_text(vhost: str, scale: int) -> str:
         }
         for i in range(max(1, scale // 15))
     ]
-    doc = {
-        "version": 1,
-        "name": vhost,
-        "vhosts": [
-            {
-                "name": vhost,
-                "exchanges": exchanges,
-                "queues": queues,
-                "bindings": bindings,
-                "policies": policies,
-            }
-        ],
-    }
-    return yaml.safe_dump(doc, sort_keys=False)
+    return one_vhost_spec(
+        vhost,
+        vhost,
+        exchanges=exchanges,
+        queues=queues,
+        bindings=bindings,
+        policies=policies,
+    )
 
 
 def rabbitry_apply(client: ManagementClient, spec: Path) -> Topology:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import yaml
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "benchmarks.md"
@@ -123,3 +124,9 @@ def run_node(script: Path, *args: str) -> dict[str, Any]:
         raise RuntimeError(f"amqplib failed: {done.stderr.strip()[-500:]}")
     data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return data
+
+
+def one_vhost_spec(stack: str, vhost: str, **objects: list[dict[str, Any]]) -> str:
+    """A spec of one stack with one vhost holding ``objects`` (exchanges=[...], queues=[...])."""
+    document = {"version": 1, "name": stack, "vhosts": [{"name": vhost, **objects}]}
+    return yaml.safe_dump(document, sort_keys=False)

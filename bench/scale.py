@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import yaml
-from results import arguments, write_section
+from results import arguments, one_vhost_spec, write_section
 
 from rabbitry.provisioner.applier import definitions_for
 from rabbitry.provisioner.management import ManagementClient, q
@@ -37,7 +37,7 @@ RETRY_QUEUES = 1000
 def spec_text(stack: str, vhost: str, objects: int) -> str:
     """About ``objects`` primitives: topic exchanges, classic and quorum queues, bindings, some
     policies, 1,000 queues with ``retry:`` (tier queues and parking lots) and a delay."""
-    k = max(1, (objects - 8 * RETRY_QUEUES) // 5)
+    k = max(10, (objects - 5 * RETRY_QUEUES) // 5)
     exchanges = [{"name": f"ex.{i}", "type": "topic"} for i in range(k)]
     queues: list[dict[str, object]] = []
     bindings = []
@@ -60,21 +60,9 @@ def spec_text(stack: str, vhost: str, objects: int) -> str:
         {"name": f"cap.{i}", "pattern": f"^audit\\.{i}$", "definition": {"max-length": 100000}}
         for i in range(max(1, k // 100))
     ]
-    doc = {
-        "version": 1,
-        "name": stack,
-        "vhosts": [
-            {
-                "name": vhost,
-                "exchanges": exchanges,
-                "queues": queues,
-                "bindings": bindings,
-                "policies": policies,
-                "delays": [{"name": "later", "max": "1h", "targets": [{"queue": "q.1"}]}],
-            }
-        ],
-    }
-    return yaml.safe_dump(doc, sort_keys=False)
+    later = {"name": "later", "max": "1h", "targets": [{"queue": "q.1"}]}
+    objects = {"exchanges": exchanges, "queues": queues, "bindings": bindings}
+    return one_vhost_spec(stack, vhost, **objects, policies=policies, delays=[later])
 
 
 def run(*argv: str) -> tuple[float, int, str]:

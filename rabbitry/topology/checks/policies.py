@@ -7,8 +7,9 @@ which is rarely what the author of either meant, so overlaps are reported as war
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from rabbitry.topology.checks.findings import (
     Findings,
@@ -25,7 +26,7 @@ from rabbitry.topology.spec.arguments import (
     aliases,
     policy_key_argument,
 )
-from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec, VhostSpec
+from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec
 from rabbitry.topology.spec.source_map import Loc
 
 __all__ = ["check_policies", "check_policy_overlaps", "effective_policy", "matching_policies"]
@@ -136,25 +137,56 @@ def _applies_to(policy: PolicySpec | OperatorPolicySpec, qtype: QueueType | None
     return apply_to in (ApplyTo.ALL, ApplyTo.QUEUES)
 
 
+_LITERAL = re.compile(r"\^((?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])*)\$")
+r"""A pattern that matches one name only: ``^orders\.work$`` (escaped punctuation allowed)."""
+
+
+class _PatternIndex:
+    """Policy patterns ready to match many names: a pattern that names one object exactly is a
+    dict entry, the others are compiled once. Matching every object of a large vhost against
+    every pattern with ``re.search`` was the slowest part of validating it."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.exact: dict[str, list[int]] = {}
+        self.searched: list[tuple[int, re.Pattern[str]]] = []
+        for index, pattern in enumerate(patterns):
+            literal = _LITERAL.fullmatch(pattern)
+            if literal is not None:
+                name = re.sub(r"\\(.)", r"\1", literal.group(1))
+                self.exact.setdefault(name, []).append(index)
+                continue
+            try:
+                self.searched.append((index, re.compile(pattern)))
+            except re.error:
+                continue  # reported by the policy checks; it matches nothing here
+
+    def matches(self, name: str) -> list[int]:
+        found = [i for i, compiled in self.searched if compiled.search(name) is not None]
+        exact = self.exact.get(name)
+        return sorted(found + exact) if exact else found
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern_index(patterns: tuple[str, ...]) -> _PatternIndex:
+    return _PatternIndex(patterns)
+
+
 def matching_policies(
-    policies: Iterable[PolicySpec], name: str, qtype: QueueType | None
+    policies: Sequence[PolicySpec], name: str, qtype: QueueType | None
 ) -> list[tuple[int, PolicySpec]]:
-    out = []
-    for index, policy in enumerate(policies):
-        try:
-            matches = re.search(policy.pattern, name) is not None
-        except re.error:
-            continue
-        if matches and _applies_to(policy, qtype):
-            out.append((index, policy))
-    return out
+    """The policies whose pattern matches ``name`` and that apply to its kind, in spec order."""
+    index = _pattern_index(tuple(p.pattern for p in policies))
+    return [(i, policies[i]) for i in index.matches(name) if _applies_to(policies[i], qtype)]
 
 
 def effective_policy(
-    policies: Iterable[PolicySpec], name: str, qtype: QueueType | None
+    policies: Sequence[PolicySpec], name: str, qtype: QueueType | None
 ) -> PolicySpec | None:
     """The one policy the broker applies: the matching policy with the highest priority."""
-    matching = matching_policies(policies, name, qtype)
+    return _effective(matching_policies(policies, name, qtype))
+
+
+def _effective(matching: list[tuple[int, PolicySpec]]) -> PolicySpec | None:
     return max(matching, key=lambda m: m[1].priority)[1] if matching else None
 
 
@@ -164,14 +196,16 @@ def check_policy_overlaps(spec: Spec, findings: Findings) -> None:
         for i, queue in enumerate(vhost.queues):
             qtype = effective_queue_type(queue, vhost)
             qloc = (*loc, "queues", i)
+            matching = matching_policies(vhost.policies, queue.name, qtype)
             _check_shadowed(
-                vhost, queue.name, qtype, queue.arguments.as_broker_dict(), qloc, findings
+                _effective(matching), queue.name, queue.arguments.as_broker_dict(), qloc, findings
             )
-            _check_ties(vhost, queue.name, qtype, "queue", qloc, findings)
+            _check_ties(matching, queue.name, "queue", qloc, findings)
         for i, exchange in enumerate(vhost.exchanges):
             eloc = (*loc, "exchanges", i)
+            matching = matching_policies(vhost.policies, exchange.name, None)
             if exchange.alternate_exchange is not None:
-                policy = effective_policy(vhost.policies, exchange.name, None)
+                policy = _effective(matching)
                 if policy is not None and policy.definition.alternate_exchange is not None:
                     findings.warning(
                         (*eloc, "alternate_exchange"),
@@ -180,18 +214,16 @@ def check_policy_overlaps(spec: Spec, findings: Findings) -> None:
                         "policy's value is ignored: keep one of them (policies can be changed "
                         "without re-declaring the exchange)",
                     )
-            _check_ties(vhost, exchange.name, None, "exchange", eloc, findings)
+            _check_ties(matching, exchange.name, "exchange", eloc, findings)
 
 
 def _check_shadowed(
-    vhost: VhostSpec,
+    policy: PolicySpec | None,
     name: str,
-    qtype: QueueType,
     args: dict[str, object],
     qloc: Loc,
     findings: Findings,
 ) -> None:
-    policy = effective_policy(vhost.policies, name, qtype)
     if policy is None:
         return
     for key, value in policy.definition.as_broker_dict().items():
@@ -213,9 +245,8 @@ def _check_shadowed(
 
 
 def _check_ties(
-    vhost: VhostSpec, name: str, qtype: QueueType | None, kind: str, loc: Loc, findings: Findings
+    matching: list[tuple[int, PolicySpec]], name: str, kind: str, loc: Loc, findings: Findings
 ) -> None:
-    matching = matching_policies(vhost.policies, name, qtype)
     if len(matching) < 2:
         return
     top = max(p.priority for _, p in matching)

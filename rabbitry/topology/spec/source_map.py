@@ -79,13 +79,22 @@ def identity_marks(line: int, column: int) -> Mark:
     return Mark(line + 1, column + 1)
 
 
+Position = tuple[int, int]
+"""A 0-based (line, column) in the text YAML saw."""
+
+
 @dataclass
 class SourceMap:
-    """Positions of the keys and values of one loaded document, by path."""
+    """Positions of the keys and values of one loaded document, by path.
+
+    Positions are kept as YAML saw them and translated to the template's file:line only for
+    the few that a problem points at: translating every node of a large spec cost more than
+    parsing it."""
 
     file: str | None
-    keys: dict[Loc, Mark] = field(default_factory=dict)
-    values: dict[Loc, Mark] = field(default_factory=dict)
+    keys: dict[Loc, Position] = field(default_factory=dict)
+    values: dict[Loc, Position] = field(default_factory=dict)
+    translate: MarkTranslator = identity_marks
 
     def locate(self, loc: Loc, *, at_key: bool = False) -> Mark | None:
         """Where ``loc`` is: its value (or key), else the nearest enclosing thing that exists."""
@@ -93,13 +102,13 @@ class SourceMap:
         first = (self.keys, self.values) if at_key else (self.values, self.keys)
         for table in first:
             if loc in table:
-                return table[loc]
+                return self.translate(*table[loc])
         for end in range(len(loc) - 1, -1, -1):
             parent = loc[:end]
             if parent in self.keys:
-                return self.keys[parent]
+                return self.translate(*self.keys[parent])
             if parent in self.values:
-                return self.values[parent]
+                return self.translate(*self.values[parent])
         return None
 
     def problem(
@@ -168,22 +177,32 @@ def load_marked_yaml(
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        builder = _Builder(loader, SourceMap(file), translate)
+        builder = _Builder(loader, SourceMap(file, translate=translate))
         data = builder.build(node, ()) if node is not None else None
         return MarkedDocument(data, builder.source, builder.problems)
     finally:
         loader.dispose()
 
 
+_STR = "tag:yaml.org,2002:str"
+
+
 class _Builder:
-    def __init__(self, loader: _Loader, source: SourceMap, translate: MarkTranslator) -> None:
+    def __init__(self, loader: _Loader, source: SourceMap) -> None:
         self.loader = loader
         self.source = source
-        self.translate = translate
         self.problems: list[SpecProblem] = []
 
-    def mark(self, node: Node) -> Mark:
-        return self.translate(node.start_mark.line, node.start_mark.column)
+    def mark(self, node: Node) -> Position:
+        start = node.start_mark
+        return (start.line, start.column)
+
+    def scalar(self, node: Node) -> Any:
+        # most scalars are strings, which PyYAML's constructor would return unchanged after a
+        # few calls; the others (numbers, booleans, null, timestamps) go through it
+        if node.tag == _STR and isinstance(node, ScalarNode):
+            return node.value
+        return self.loader.construct_object(node, deep=True)
 
     def build(self, node: Node, loc: Loc) -> Any:
         self.source.values.setdefault(loc, self.mark(node))
@@ -196,7 +215,7 @@ class _Builder:
                 out.append(self.build(item, (*loc, index)))
             return out
         assert isinstance(node, ScalarNode)
-        return self.loader.construct_object(node, deep=True)
+        return self.scalar(node)
 
     def build_mapping(self, node: MappingNode, loc: Loc) -> dict[Any, Any]:
         self.check_duplicates(node, loc)
@@ -204,7 +223,7 @@ class _Builder:
         self.loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self.scalar(key_node)
             if not isinstance(key, str | int | float | bool) or key is None:
                 self.problems.append(
                     self.located((*loc,), "mapping keys must be plain names", key_node)
@@ -221,9 +240,9 @@ class _Builder:
         for key_node, _ in _own_pairs(node):
             if not isinstance(key_node, ScalarNode):
                 continue
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self.scalar(key_node)
             if key in seen:
-                first = self.mark(seen[key])
+                first = self.source.translate(*self.mark(seen[key]))
                 self.problems.append(
                     self.located(
                         (*loc, key),
@@ -236,7 +255,7 @@ class _Builder:
                 seen[key] = key_node
 
     def located(self, loc: Loc, message: str, node: Node) -> SpecProblem:
-        mark = self.mark(node)
+        mark = self.source.translate(*self.mark(node))
         return SpecProblem(
             message,
             path=format_path(loc),

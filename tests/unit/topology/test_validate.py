@@ -473,3 +473,28 @@ def test_specs_built_in_code_get_paths_without_lines() -> None:
     (problem,) = validate(spec)
     assert problem.path == "vhosts[0].queues[0].exclusive"
     assert (problem.file, problem.line) == (None, None)
+
+
+def test_policy_matching_treats_escaped_literals_exactly_and_everything_else_as_regex() -> None:
+    from rabbitry.topology.checks.policies import matching_policies
+    from rabbitry.topology.spec.model import PolicySpec
+
+    def policy(name: str, pattern: str) -> PolicySpec:
+        return PolicySpec.model_validate(
+            {"name": name, "pattern": pattern, "definition": {"max-length": 1}}
+        )
+
+    policies = [
+        policy("exact", r"^audit\.5$"),
+        policy("dot", "^a.b$"),
+        policy("prefix", r"^audit\."),
+        policy("broken", "^(unclosed"),
+    ]
+
+    def names(queue: str) -> list[str]:
+        return [p.name for _, p in matching_policies(policies, queue, None)]
+
+    assert names("audit.5") == ["exact", "prefix"]  # spec order kept
+    assert names("audit.50") == ["prefix"]
+    assert names("auditX5") == []
+    assert names("aXb") == ["dot"] and names("a.b") == ["dot"]
