@@ -1,23 +1,54 @@
-"""The ``rabbitry`` command: one module per verb group, thin over the library."""
+"""The ``rabbitry`` command: one module per verb group, thin over the library.
+
+Verb modules load only when their command runs (or help lists them): ``rabbitry --version``
+imports none of them, and ``validate`` none of the clients, the HTTP client or Spark.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from rabbitry import __version__
-from rabbitry.cli import dev_broker, dlq, provision, spec_commands, status, worker
 from rabbitry.cli.common import RabbitryGroup
 
+COMMANDS = {
+    "validate": ("spec_commands", "validate"),
+    "render": ("spec_commands", "render"),
+    "plan": ("provision", "plan_command"),
+    "apply": ("provision", "apply_command"),
+    "export": ("provision", "export_command"),
+    "schema": ("spec_commands", "schema"),
+    "graph": ("spec_commands", "graph"),
+    "status": ("status", "status_command"),
+    "shards": ("status", "shards_group"),
+    "dev-broker": ("dev_broker", "dev_broker_group"),
+    "worker": ("worker", "worker"),
+    "dlq": ("dlq", "dlq"),
+}
+"""Command name -> (module in rabbitry.cli, attribute), in the order ``--help`` lists them."""
 
-@click.group(cls=RabbitryGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(RabbitryGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        module = importlib.import_module(f"rabbitry.cli.{where[0]}")
+        command: Any = getattr(module, where[1])
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rabbitry")
 def cli() -> None:
     """Declarative RabbitMQ topology, delays and retries from one YAML spec."""
-
-
-for _module in (spec_commands, provision, dev_broker, status, worker, dlq):
-    for _command in _module.commands:
-        cli.add_command(_command)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import click
 
 from rabbitry.errors import RabbitryError, SpecError
-from rabbitry.provisioner.target import target_of
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,6 +120,8 @@ def target_options(func: F) -> F:
         management_url: str | None,
         **options: Any,
     ) -> Any:
+        from rabbitry.provisioner.target import target_of  # the spec model loads only here
+
         target = target_of(
             spec,
             url=url,

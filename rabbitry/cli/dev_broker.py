@@ -299,6 +299,3 @@ def url_command(name: str, management: bool, vhost: str, reveal: bool) -> None:
 def env_command(name: str) -> None:
     """Print shell exports of the URLs, secrets included: eval "$(rabbitry dev-broker env)"."""
     click.echo(env_exports(_require_state(name)))
-
-
-commands: list[click.Command] = [dev_broker_group]

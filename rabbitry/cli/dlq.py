@@ -238,6 +238,3 @@ def purge_command(target: LotTarget, yes: bool) -> None:
     with target.open() as lot:
         removed = lot.purge(target.selection)
     _console().print(f"deleted {removed} message(s) from {queue}")
-
-
-commands: list[click.Command] = [dlq]

@@ -167,6 +167,4 @@ def export_command(
     return EXIT_OK
 
 
-commands: list[click.Command] = [plan_command, apply_command, export_command]
-
-__all__ = ["EXIT_ERROR", "commands"]
+__all__ = ["EXIT_ERROR"]

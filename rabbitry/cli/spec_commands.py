@@ -170,6 +170,3 @@ def _svg(dot_text: str) -> str:
     if done.returncode != 0:
         raise click.ClickException(f"dot failed: {done.stderr.strip()}")
     return done.stdout
-
-
-commands: list[click.Command] = [validate, render, schema, graph]

@@ -167,6 +167,4 @@ def shards_check_command(
     return EXIT_OK if healthy else EXIT_NOT_HEALTHY
 
 
-commands: list[click.Command] = [status_command, shards_group]
-
-__all__ = ["EXIT_NOT_HEALTHY", "commands"]
+__all__ = ["EXIT_NOT_HEALTHY"]

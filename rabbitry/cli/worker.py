@@ -137,6 +137,3 @@ def run(
             log.debug("ran for %.1f s", time.monotonic() - started)
     except RabbitryError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-commands: list[click.Command] = [worker]
