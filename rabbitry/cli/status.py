@@ -8,6 +8,7 @@ import click
 
 from rabbitry.cli.common import (
     EXIT_OK,
+    color_enabled,
     target_options,
 )
 from rabbitry.errors import SpecError
@@ -62,9 +63,9 @@ def status_command(
         if not links:
             click.echo("No federation links declared.")
         for link in links:
-            state = click.style(
-                f"{link.status.value:<8}", fg=STATUS_COLORS.get(link.status, "yellow")
-            )
+            state = f"{link.status.value:<8}"
+            if color_enabled():  # NO_COLOR and pipes get plain text
+                state = click.style(state, fg=STATUS_COLORS.get(link.status, "yellow"))
             extra = "" if link.declared else "  (not in the spec)"
             reason = f"  {link.reason}" if link.reason else ""
             if link.status is LinkStatus.MISSING:

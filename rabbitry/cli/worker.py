@@ -89,7 +89,13 @@ def worker() -> None:
     help="Seconds in-flight handlers may finish after SIGTERM/SIGINT.",
 )
 @click.option("--metrics-port", type=int, help="Serve Prometheus text on this port (/metrics).")
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="Least severe log records to print.",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 def run(
     target: str,

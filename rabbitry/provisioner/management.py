@@ -6,6 +6,7 @@ credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -26,13 +27,22 @@ def q(name: str) -> str:
 
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """``http://u:p@h:15672/`` -> (``http://h:15672``, u, p)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # an unclosed [ipv6], a port that is not a number
+        raise BrokerError(
+            f"management URL {mask_uri(url)!r} is not a URL ({exc}): write it like"
+            " http://user:password@host:15672"
+        ) from None
     if parts.scheme not in ("http", "https"):
-        raise BrokerError(f"management URL {mask_uri(url)!r} must start with http:// or https://")
+        # without a scheme the userinfo is not parsed as such: mask what looks like it
+        shown = mask_uri(url) if "://" in url else re.sub(r"^([^:/@]*):[^@]*@", r"\1:***@", url)
+        raise BrokerError(f"management URL {shown!r} must start with http:// or https://")
     host = parts.hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = f"{host}:{port}" if port else host
     base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     return base, parts.username, parts.password
 

@@ -54,3 +54,21 @@ def test_a_known_broker_term_becomes_a_sentence_with_the_raw_answer_below() -> N
     assert "two applies at once" in first and "apply again" in first
     assert "queue_supervisor_not_found" in second and "HTTP 400" in second
     assert "s3cret" not in text
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://[::1", "is not a URL"),
+        ("http://ops:s3cret@host:abc", "is not a URL"),
+        ("ops:s3cret@host:15672", "must start with http://"),
+    ],
+)
+def test_a_malformed_management_url_is_a_clear_error_without_its_password(
+    url: str, said: str
+) -> None:
+    from rabbitry.errors import BrokerError
+
+    with pytest.raises(BrokerError, match=said) as bad:
+        ManagementClient(url)
+    assert "s3cret" not in str(bad.value)
