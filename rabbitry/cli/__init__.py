@@ -14,19 +14,21 @@ import click
 from rabbitry import __version__
 from rabbitry.cli.common import RabbitryGroup
 
+_BY_MODULE = {
+    "spec_commands": {
+        "validate": "validate",
+        "render": "render",
+        "schema": "schema",
+        "graph": "graph",
+    },
+    "provision": {"plan": "plan_command", "apply": "apply_command", "export": "export_command"},
+    "status": {"status": "status_command", "shards": "shards_group"},
+    "worker": {"worker": "worker"},
+    "dlq": {"dlq": "dlq"},
+    "dev_broker": {"dev-broker": "dev_broker_group"},
+}
 COMMANDS = {
-    "validate": ("spec_commands", "validate"),
-    "render": ("spec_commands", "render"),
-    "plan": ("provision", "plan_command"),
-    "apply": ("provision", "apply_command"),
-    "export": ("provision", "export_command"),
-    "schema": ("spec_commands", "schema"),
-    "graph": ("spec_commands", "graph"),
-    "status": ("status", "status_command"),
-    "shards": ("status", "shards_group"),
-    "dev-broker": ("dev_broker", "dev_broker_group"),
-    "worker": ("worker", "worker"),
-    "dlq": ("dlq", "dlq"),
+    name: (module, attr) for module, verbs in _BY_MODULE.items() for name, attr in verbs.items()
 }
 """Command name -> (module in rabbitry.cli, attribute), in the order ``--help`` lists them."""
 
