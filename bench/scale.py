@@ -114,9 +114,11 @@ def one_size(client: ManagementClient, objects: int, tmp: Path) -> dict[str, flo
         (tmp / f"{theirs}.yaml").write_text(yaml.safe_dump(definitions, sort_keys=False))
         figures["get_definitions"] = time.perf_counter() - started
     finally:
-        for vhost in (ours, theirs):
-            client.delete(f"/vhosts/{q(vhost)}")
-        client.delete(f"/global-parameters/{q('rabbitry.stack.' + ours)}")
+        print(f"{objects}: {figures}", flush=True)  # before the clean-up, which may be slow
+        with client.clone() as cleaner:
+            for vhost in (ours, theirs):
+                cleaner.delete(f"/vhosts/{q(vhost)}")
+            cleaner.delete(f"/global-parameters/{q('rabbitry.stack.' + ours)}")
     return figures
 
 
@@ -208,7 +210,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
             results[size] = one_size(client, size, Path(tmp))
-            print(f"{size}: {results[size]}", flush=True)
     text = render(results, version, startup)
     print(text)
     if args.write_docs:

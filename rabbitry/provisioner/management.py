@@ -121,14 +121,20 @@ class ManagementClient:
         allow: tuple[int, ...] = (),
         timeout: float | None = None,
     ) -> httpx.Response:
+        call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         try:
-            response = self._client.request(
-                method,
-                path,
-                json=json,
-                params=params,
-                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
-            )
+            try:
+                response = self._client.request(
+                    method, path, json=json, params=params, timeout=call_timeout
+                )
+            except httpx.RemoteProtocolError:
+                # the broker closes keep-alive connections left idle (a long apply, a wait for
+                # a lock): an idempotent request goes again once on a fresh connection
+                if method not in ("GET", "PUT", "DELETE"):
+                    raise
+                response = self._client.request(
+                    method, path, json=json, params=params, timeout=call_timeout
+                )
         except httpx.TimeoutException:
             waited = timeout if timeout is not None else self._client.timeout.read
             raise BrokerError(
