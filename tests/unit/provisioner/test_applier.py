@@ -40,9 +40,11 @@ def test_a_chunk_size_below_one_is_refused() -> None:
         import_chunks([], 0)
 
 
-def test_import_timeout_grows_with_the_chunk_and_never_drops_below_the_default() -> None:
-    assert import_timeout(10) == 30.0
-    assert import_timeout(50_000) == pytest.approx(1000.0)
+def test_import_timeout_follows_the_chunk_size_and_the_previous_chunks_time() -> None:
+    assert import_timeout(10) == 120.0
+    assert import_timeout(50_000) == pytest.approx(2500.0)
+    assert import_timeout(2000, previous=10.0) == 120.0
+    assert import_timeout(2000, previous=45.0) == pytest.approx(180.0)
 
 
 def test_a_known_broker_term_becomes_a_sentence_with_the_raw_answer_below() -> None:
