@@ -26,6 +26,7 @@ _BY_MODULE = {
     "worker": {"worker": "worker"},
     "dlq": {"dlq": "dlq"},
     "dev_broker": {"dev-broker": "dev_broker_group"},
+    "completion": {"completion": "completion_command"},
 }
 COMMANDS = {
     name: (module, attr) for module, verbs in _BY_MODULE.items() for name, attr in verbs.items()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from rabbitry.errors import RabbitryError, SpecError
+from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -19,6 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CHANGES = 2
+EXIT_INTERRUPTED = 130
 
 
 def spec_options(func: F) -> F:
@@ -43,6 +47,14 @@ def spec_options(func: F) -> F:
     return func
 
 
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Machine-readable output on stdout (has format_version); errors as JSON on stderr.",
+)
+
+
 def parse_vars(pairs: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -57,12 +69,176 @@ def err(message: str) -> None:
     click.echo(mask_text(message), err=True)
 
 
+class Invocation:
+    """How this run of the command talks: set from the command line before any command runs."""
+
+    json = False
+    """``--json`` was given: errors go to stderr as one JSON object, not as text."""
+    verbose = 0
+
+
 def color_enabled() -> bool:
-    """Colour only on a terminal and only when NO_COLOR is unset (https://no-color.org)."""
+    """Colour only on a terminal, and neither under NO_COLOR (https://no-color.org) nor with
+    ``--no-color`` (which sets NO_COLOR for everything this process prints)."""
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
-class RabbitryGroup(click.Group):
+class MaskingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_text(super().format(record))
+
+
+VERBOSE_LOGGERS = {
+    1: {"rabbitry": "INFO", "httpx": "WARNING"},
+    2: {"rabbitry": "DEBUG", "httpx": "DEBUG", "httpcore": "INFO", "pika": "INFO"},
+}
+"""What ``-v`` and ``-vv`` show: rabbitry's steps and every HTTP call; then AMQP and wire
+detail."""
+
+
+def set_verbosity(level: int) -> None:
+    """``-v``: log rabbitry's steps and each management API call to stderr, secrets masked."""
+    Invocation.verbose = max(Invocation.verbose, level)
+    if not level:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(MaskingFormatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    for name, lvl in VERBOSE_LOGGERS[min(level, 2)].items():
+        logging.getLogger(name).setLevel(lvl)
+
+
+def _verbose_callback(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    set_verbosity(value)
+
+
+def _no_color_callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        os.environ["NO_COLOR"] = "1"
+
+
+COMMON_OPTIONS = (
+    click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_verbose_callback,
+        help="Log each step and management API call to stderr, secrets masked (-vv: more).",
+    ),
+    click.Option(
+        ["--no-color"],
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_no_color_callback,
+        help="No colour in the output (NO_COLOR in the environment does the same).",
+    ),
+)
+"""Options every command takes, wherever they are written on the command line."""
+
+
+class RabbitryCommand(click.Command):
+    """A command with the options every command takes (``-v``, ``--no-color``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(COMMON_OPTIONS)
+
+
+class RabbitrySubgroup(click.Group):
+    """A group of commands (``dlq``, ``worker`` ...) whose commands take the common options."""
+
+    command_class = RabbitryCommand
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(COMMON_OPTIONS)
+
+
+def command(name: str | None = None, **kwargs: Any) -> Callable[[F], click.Command]:
+    """``click.command`` for rabbitry: the command takes the common options."""
+    return click.command(name, cls=RabbitryCommand, **kwargs)
+
+
+def group(name: str | None = None, **kwargs: Any) -> Callable[[F], click.Group]:
+    """``click.group`` for rabbitry: its commands take the common options."""
+    return click.group(name, cls=RabbitrySubgroup, **kwargs)
+
+
+def _json_requested(args: Sequence[str]) -> bool:
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def _error_json(message: str, kind: str, **extra: Any) -> str:
+    return json.dumps({"error": {"type": kind, "message": mask_text(message), **extra}})
+
+
+def _usage_text(exc: click.UsageError) -> str:
+    message = exc.format_message().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    if exc.ctx is None:
+        return message
+    path = exc.ctx.command_path
+    return f"{message} ({path}): see `{path} --help`"
+
+
+def fail(exc: BaseException) -> int:
+    """Print ``exc`` as rabbitry prints every error and return the exit status.
+
+    Text: ``error: <what> (<where>): <what to do>`` lines on stderr. With ``--json``: one JSON
+    object ``{"error": {"type", "message", ...}}`` on stderr. Never a traceback, unless ``-v``
+    asks for one on an error rabbitry did not expect.
+    """
+    if isinstance(exc, SpecError):
+        if Invocation.json:
+            problems = [problem_json(p) for p in exc.problems]
+            err(_error_json(str(exc), "SpecError", problems=problems))
+        else:
+            for problem in exc.problems:
+                err(f"{problem.severity}: {problem}")
+        return EXIT_ERROR
+    if isinstance(exc, click.UsageError):
+        text, kind = _usage_text(exc), "UsageError"
+    elif isinstance(exc, click.exceptions.Abort):
+        text, kind = "aborted: nothing was changed after the question", "Aborted"
+    elif isinstance(exc, click.ClickException):
+        text, kind = exc.format_message(), type(exc).__name__
+    elif isinstance(exc, RabbitryError):
+        text, kind = str(exc), type(exc).__name__
+    elif isinstance(exc, KeyboardInterrupt):
+        text, kind = "interrupted", "Interrupted"
+    else:
+        text = (
+            f"unexpected {type(exc).__name__}: {exc}: this is a bug in rabbitry;"
+            " run again with -v for the traceback, and report it"
+        )
+        kind = "InternalError"
+        if Invocation.verbose:
+            err("".join(traceback.format_exception(exc)))
+    err(_error_json(text, kind) if Invocation.json else f"error: {text}")
+    return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_ERROR
+
+
+def problem_json(problem: SpecProblem) -> dict[str, Any]:
+    """A spec problem for ``--json`` output (validate, and errors of every command)."""
+    return {
+        "severity": problem.severity,
+        "message": mask_text(problem.message),
+        "file": problem.file,
+        "line": problem.line,
+        "column": problem.column,
+        "path": problem.path,
+    }
+
+
+class RabbitryGroup(RabbitrySubgroup):
     """The command group: errors become messages and exit codes, never tracebacks.
 
     Exit codes follow terraform: 0 success, 1 any error (usage errors included), 2 "changes
@@ -70,41 +246,76 @@ class RabbitryGroup(click.Group):
     exactly what a user sees.
     """
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    group_class = RabbitrySubgroup
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        argv = list(sys.argv[1:] if args is None else args)
+        Invocation.json = _json_requested(argv)
+        Invocation.verbose = 0
         try:
-            rc = super().main(*args, **kwargs)
-        except click.exceptions.Abort:
-            err("Aborted.")
-            sys.exit(EXIT_ERROR)
+            rc = super().main(argv, *rest, **kwargs)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            exc.show()
-            sys.exit(EXIT_ERROR)
-        except SpecError as exc:
-            for problem in exc.problems:
-                err(f"{problem.severity}: {problem}")
-            sys.exit(EXIT_ERROR)
-        except RabbitryError as exc:
-            err(f"error: {exc}")
-            sys.exit(EXIT_ERROR)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # every error leaves through fail(): no traceback
+            sys.exit(fail(exc))
         sys.exit(rc if isinstance(rc, int) else EXIT_OK)
 
 
-def broker_options(func: F) -> F:
-    """``--url`` / ``--management-url``; the environment and the spec fill in what is not given."""
+def broker_options(func: F, *, spec: bool = True) -> F:
+    """``--url``, ``--management-url``, ``--ca-file``, ``--insecure``: where the broker is and
+    how to trust it. Flags win over the environment, the environment over the spec (for the
+    commands that read one: ``spec``)."""
+    from_spec = ", or the spec's broker section" if spec else ""
+    func = click.option(
+        "--insecure",
+        is_flag=True,
+        default=None,
+        envvar="RABBITRY_INSECURE",
+        show_envvar=True,
+        help="Do not check the management API's TLS certificate (testing only).",
+    )(func)
+    func = click.option(
+        "--ca-file",
+        metavar="PEM",
+        envvar="RABBITRY_CA_FILE",
+        show_envvar=True,
+        help="Trust this CA bundle for the management API's TLS certificate.",
+    )(func)
     func = click.option(
         "--management-url",
         metavar="URL",
-        help="Management API URL (default: $RABBITRY_MANAGEMENT_URL, the spec, or derived).",
+        envvar="RABBITRY_MANAGEMENT_URL",
+        show_envvar=True,
+        help=f"Management API URL (default: derived from --url{from_spec}).",
     )(func)
     func = click.option(
         "--url",
         metavar="URL",
-        help="AMQP URL (default: $RABBITRY_URL, the spec's broker.url, or localhost).",
+        envvar="RABBITRY_URL",
+        show_envvar=True,
+        help=f"AMQP URL (default: derived from --management-url{from_spec},"
+        " or amqp://guest:guest@localhost:5672/).",
     )(func)
     return func
+
+
+BROKER_PARAMS = ("url", "management_url", "ca_file", "insecure")
+
+
+def endpoint_options(func: F) -> F:
+    """The broker options, handed to the command as one resolved ``endpoints``."""
+
+    @functools.wraps(func)
+    def command(**options: Any) -> Any:
+        from rabbitry.provisioner.endpoints import resolve_endpoints
+
+        broker = {name: options.pop(name) for name in BROKER_PARAMS}
+        return func(endpoints=resolve_endpoints(**broker), **options)
+
+    return broker_options(command, spec=False)  # type: ignore[return-value]
 
 
 def target_options(func: F) -> F:
@@ -116,19 +327,17 @@ def target_options(func: F) -> F:
         spec: Path,
         variables: tuple[str, ...],
         var_files: tuple[Path, ...],
-        url: str | None,
-        management_url: str | None,
         **options: Any,
     ) -> Any:
         from rabbitry.provisioner.target import target_of  # the spec model loads only here
 
+        broker = {name: options.pop(name) for name in BROKER_PARAMS}
         target = target_of(
             spec,
-            url=url,
-            management_url=management_url,
             variables=parse_vars(variables),
             var_files=var_files,
             on_warning=lambda problem: err(f"warning: {problem}"),
+            **broker,
         )
         return func(target, **options)
 

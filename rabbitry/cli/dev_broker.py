@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import click
 
+from rabbitry.cli.common import group, json_option
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_uri
 
@@ -248,7 +249,7 @@ name_option = click.option(
 )
 
 
-@click.group("dev-broker")
+@group("dev-broker")
 def dev_broker_group() -> None:
     """A long-lived local RabbitMQ (a container) for development."""
 
@@ -260,15 +261,31 @@ def dev_broker_group() -> None:
 @click.option(
     "--management-port", type=int, default=0, help="Management host port [15672 if free]."
 )
-def up_command(name: str, image: str | None, amqp_port: int, management_port: int) -> None:
+@json_option
+def up_command(
+    name: str, image: str | None, amqp_port: int, management_port: int, as_json: bool
+) -> None:
     """Start the dev broker, or reuse it, and print its URLs (password masked)."""
     state = _up(name, image, amqp_port, management_port)
     path = _write_state(state)
+    if as_json:
+        payload = {
+            "format_version": 1,
+            "name": state.name,
+            "engine": state.engine,
+            "image": state.image,
+            "amqp_url": mask_uri(state.amqp_url()),
+            "management_url": mask_uri(state.management_url()),
+            "recorded_in": str(path),
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
     click.echo(f"{state.name} is up ({state.engine}, image {state.image})")
     click.echo(f"  AMQP:        {mask_uri(state.amqp_url())}")
     click.echo(f"  management:  {mask_uri(state.management_url())}")
     click.echo(f"  recorded in  {path}")
-    click.echo('Use it from a shell with: eval "$(rabbitry dev-broker env)"')
+    named = "" if state.name == DEFAULT_NAME else f" --name {shlex.quote(state.name)}"
+    click.echo(f'Use it from a shell with: eval "$(rabbitry dev-broker env{named})"')
 
 
 @dev_broker_group.command("down")
@@ -287,11 +304,22 @@ def down_command(name: str) -> None:
 @click.option("--management", is_flag=True, help="Print the management API URL instead.")
 @click.option("--vhost", default="/", show_default=True, help="Vhost of the AMQP URL.")
 @click.option("--reveal", is_flag=True, help="Print the password instead of ***.")
-def url_command(name: str, management: bool, vhost: str, reveal: bool) -> None:
+@json_option
+def url_command(name: str, management: bool, vhost: str, reveal: bool, as_json: bool) -> None:
     """Print the dev broker's AMQP URL (or management URL)."""
     state = _require_state(name)
+    shown = (lambda url: url) if reveal else mask_uri
+    if as_json:
+        payload = {
+            "format_version": 1,
+            "name": state.name,
+            "amqp_url": shown(state.amqp_url(vhost)),
+            "management_url": shown(state.management_url()),
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
     url = state.management_url() if management else state.amqp_url(vhost)
-    click.echo(url if reveal else mask_uri(url))
+    click.echo(shown(url))
 
 
 @dev_broker_group.command("env")

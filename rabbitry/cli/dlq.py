@@ -13,11 +13,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rabbitry.cli.common import broker_options
+from rabbitry.cli.common import endpoint_options, group, json_option
 from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse_matches
 from rabbitry.errors import RabbitryError
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 
 PARKING_SUFFIXES = (".parking", ".dead")
@@ -54,8 +53,7 @@ def lot_options(func: Any) -> Any:
     @functools.wraps(func)
     def command(
         queue: str,
-        url: str | None,
-        management_url: str | None,
+        endpoints: Endpoints,
         vhost: str,
         count: int | None,
         ids: tuple[str, ...],
@@ -66,7 +64,6 @@ def lot_options(func: Any) -> Any:
             selection = Selection(count=count, ids=frozenset(ids), match=parse_matches(match))
         except DlqError as exc:
             raise click.UsageError(str(exc)) from None
-        endpoints = resolve_endpoints(url, management_url)
         return func(LotTarget(queue, vhost, endpoints, selection), **options)
 
     decorated = click.option(
@@ -78,7 +75,7 @@ def lot_options(func: Any) -> Any:
     decorated = click.option("--count", type=int, help="At most this many messages, oldest first.")(
         decorated
     )
-    return click.argument("queue")(broker_options(vhost_option(decorated)))
+    return click.argument("queue")(endpoint_options(vhost_option(decorated)))
 
 
 def _when(ms: int | None) -> str:
@@ -101,19 +98,18 @@ def _row(p: Parked) -> dict[str, Any]:
     }
 
 
-@click.group("dlq")
+@group("dlq")
 def dlq() -> None:
     """Parking lots: list them, show, replay or purge their messages."""
 
 
 @dlq.command("list")
-@broker_options
+@endpoint_options
 @vhost_option
-@click.option("--json", "as_json", is_flag=True)
-def list_command(url: str | None, management_url: str | None, vhost: str, as_json: bool) -> None:
+@json_option
+def list_command(endpoints: Endpoints, vhost: str, as_json: bool) -> None:
     """Parking lots (queues named *.parking or *.dead) and how many messages each holds."""
-    endpoints = resolve_endpoints(url, management_url)
-    with ManagementClient(endpoints.management_url) as client:
+    with endpoints.management() as client:
         queues = client.queue_stats(vhost)
     # management statistics lag by seconds: ask each parking lot itself for its count
     counter = AmqpQueueCounter(endpoints)
@@ -146,7 +142,7 @@ def list_command(url: str | None, management_url: str | None, vhost: str, as_jso
 @dlq.command("show")
 @lot_options
 @click.option("--limit", default=20, show_default=True, help="Show at most this many.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def show_command(target: LotTarget, limit: int, as_json: bool) -> None:
     """Parked messages with their failure headers; they stay in the queue."""
     queue = target.queue

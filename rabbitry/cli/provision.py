@@ -12,18 +12,19 @@ from rabbitry.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
-    broker_options,
     color_enabled,
+    command,
+    endpoint_options,
     err,
+    json_option,
     target_options,
 )
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.display import render_plan
-from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import export_topology
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import plan_topology
@@ -37,9 +38,13 @@ def _show(target: Target, the_plan: Plan, prune: bool) -> None:
     click.echo(render_plan(the_plan, color=color_enabled(), prune=prune))
 
 
-@click.command("plan")
+def _apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
+    return {"format_version": 1, "plan": the_plan.to_json(), "done": done, "skipped": skipped}
+
+
+@command("plan")
 @target_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable plan (has format_version).")
+@json_option
 @click.option(
     "--detailed-exitcode",
     is_flag=True,
@@ -51,7 +56,7 @@ def plan_command(
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
-    with ManagementClient(target.endpoints.management_url) as client:
+    with target.endpoints.management() as client:
         the_plan = plan_topology(client, target.topology)
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
@@ -62,7 +67,7 @@ def plan_command(
     return EXIT_OK
 
 
-@click.command("apply")
+@command("apply")
 @target_options
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
 @click.option(
@@ -76,7 +81,7 @@ def plan_command(
     is_flag=True,
     help="Allow deleting or replacing queues that hold messages or have consumers.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the applied plan and result as JSON.")
+@json_option
 @click.option(
     "--lock-timeout",
     type=click.FloatRange(0),
@@ -97,7 +102,7 @@ def apply_command(
     """Make the broker match the spec (one apply per stack at a time)."""
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with (
-        ManagementClient(target.endpoints.management_url) as client,
+        target.endpoints.management() as client,
         StackLock(client, target.topology.name).held(lock_timeout),
     ):
         the_plan = plan_topology(client, target.topology)
@@ -105,7 +110,7 @@ def apply_command(
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:
             if as_json:
-                click.echo(json.dumps({"plan": the_plan.to_json(), "done": [], "skipped": []}))
+                click.echo(json.dumps(_apply_json(the_plan, [], []), indent=2))
             return EXIT_OK
         problems = refusals(the_plan, options)
         if problems:
@@ -121,8 +126,7 @@ def apply_command(
             client, the_plan, options, AmqpQueueCounter(target.endpoints), progress=progress
         )
     if as_json:
-        payload = {"plan": the_plan.to_json(), "done": result.done, "skipped": result.skipped}
-        click.echo(json.dumps(payload, indent=2))
+        click.echo(json.dumps(_apply_json(the_plan, result.done, result.skipped), indent=2))
         return EXIT_OK
     click.echo(f"Apply complete: {len(result.done)} change(s) made.")
     if result.skipped:
@@ -133,13 +137,17 @@ def apply_command(
     return EXIT_OK
 
 
-@click.command("export")
-@broker_options
+@command("export")
+@endpoint_options
 @click.option(
     "--vhost", "vhosts", multiple=True, required=True, help="Vhost to export (repeatable)."
 )
 @click.option("--name", help="Stack name written into the spec (default: the first vhost).")
-@click.option("--users/--no-users", default=True, help="Include users with access to the vhosts.")
+@click.option(
+    "--users",
+    is_flag=True,
+    help="Also export the users with access to the vhosts (with their password hashes).",
+)
 @click.option(
     "-o",
     "--output",
@@ -147,17 +155,34 @@ def apply_command(
     help="Write the spec to this file instead of standard output.",
 )
 def export_command(
-    url: str | None,
-    management_url: str | None,
+    endpoints: Endpoints,
     vhosts: tuple[str, ...],
     name: str | None,
     users: bool,
     output: Path | None,
 ) -> int:
-    """Write a spec of existing vhosts (adopt a broker rabbitry did not create)."""
-    endpoints = resolve_endpoints(url, management_url)
-    with ManagementClient(endpoints.management_url) as client:
+    """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
+
+    Users are left out unless --users: applying an export puts what it holds under the stack,
+    and the broker's own operators rarely belong there.
+    """
+    with endpoints.management() as client:
         topology = export_topology(client, vhosts, name=name or vhosts[0], include_users=users)
+        connected = client.username
+        if not users:
+            left_out = sorted({p["user"] for v in vhosts for p in client.permissions(v)})
+            if left_out:
+                shown = ", ".join(left_out[:5]) + (" ..." if len(left_out) > 5 else "")
+                err(
+                    f"note: {len(left_out)} user(s) with access were left out ({shown}):"
+                    " --users exports them (permissions of users left out are left out too)"
+                )
+    if any(user.name == connected for user in topology.users):
+        err(
+            f"warning: the export holds user {connected!r}, the one this command connected as:"
+            " applying it puts that user under the stack, and apply --prune would delete it"
+            " once it leaves the spec"
+        )
     text = dump_yaml(spec_document(topology))
     if output is None:
         click.echo(text, nl=False)

@@ -11,8 +11,17 @@ from pathlib import Path
 
 import click
 
-from rabbitry.cli.common import err, parse_vars, spec_options
-from rabbitry.errors import SpecProblem
+from rabbitry.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    command,
+    err,
+    json_option,
+    parse_vars,
+    problem_json,
+    spec_options,
+)
+from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
 from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
@@ -39,9 +48,13 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
 
 
-def summary(topology: Topology) -> str:
-    """``1 vhost, 3 exchanges, 4 queues, ...``: what the spec declares, after expansion."""
-    counts = [
+def counted(topology: Topology) -> dict[str, int]:
+    """What the spec declares after expansion, by kind (``{"vhost": 1, "exchange": 3, ...}``)."""
+    return dict((noun, n) for n, noun in _counts(topology))
+
+
+def _counts(topology: Topology) -> list[tuple[int, str]]:
+    return [
         (len(topology.vhosts), "vhost"),
         (sum(len(v.exchanges) for v in topology.vhosts), "exchange"),
         (sum(len(v.queues) for v in topology.vhosts), "queue"),
@@ -53,22 +66,52 @@ def summary(topology: Topology) -> str:
             "parameter",
         ),
     ]
-    return ", ".join(_plural(n, noun) for n, noun in counts if n or noun == "vhost")
 
 
-@click.command()
+def summary(topology: Topology) -> str:
+    """``1 vhost, 3 exchanges, 4 queues, ...``: what the spec declares, after expansion."""
+    return ", ".join(_plural(n, noun) for n, noun in _counts(topology) if n or noun == "vhost")
+
+
+@command()
 @spec_options
-def validate(spec: Path, variables: tuple[str, ...], var_files: Sequence[Path]) -> None:
+@json_option
+def validate(
+    spec: Path, variables: tuple[str, ...], var_files: Sequence[Path], as_json: bool
+) -> int:
     """Check SPEC without a broker: template, YAML, shape and meaning.
 
-    Warnings are printed and do not fail; any error exits 1.
+    Warnings are printed and do not fail; any error exits 1. With --json, one object on stdout
+    lists every problem with its file, line, column and spec path (for editors and CI), valid
+    or not.
     """
-    loaded = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(loaded, on_warning=_print_warning)
-    click.echo(f"{spec}: valid ({summary(expand(loaded))})")
+    if not as_json:
+        loaded = load_spec(spec, parse_vars(variables), var_files)
+        check_spec(loaded, on_warning=_print_warning)
+        click.echo(f"{spec}: valid ({summary(expand(loaded))})")
+        return EXIT_OK
+    warnings: list[SpecProblem] = []
+    try:
+        loaded = load_spec(spec, parse_vars(variables), var_files)
+        check_spec(loaded, on_warning=warnings.append)
+        topology = expand(loaded)
+    except SpecError as exc:
+        problems, counts = [*warnings, *exc.problems], None
+    else:
+        problems, counts = warnings, counted(topology)
+    valid = all(p.severity != "error" for p in problems)
+    payload = {
+        "format_version": 1,
+        "spec": str(spec),
+        "valid": valid,
+        "counts": counts,
+        "problems": [problem_json(p) for p in problems],
+    }
+    click.echo(json.dumps(payload, indent=2))
+    return EXIT_OK if valid else EXIT_ERROR
 
 
-@click.command()
+@command()
 @spec_options
 @click.option(
     "--format",
@@ -109,13 +152,13 @@ def render(
     click.echo(mask_text(text), nl=False)
 
 
-@click.command()
+@command()
 def schema() -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
     click.echo(json_schema_text(), nl=False)
 
 
-@click.command()
+@command()
 @spec_options
 @click.option(
     "--format",
@@ -160,13 +203,13 @@ def graph(
 def _svg(dot_text: str) -> str:
     dot = shutil.which("dot")
     if dot is None:
-        raise click.ClickException(
-            "--format svg needs Graphviz's `dot` (Debian: apt-get install graphviz);"
-            " --format dot or mermaid work without it"
+        raise RabbitryError(
+            "--format svg needs Graphviz's `dot` (graph): install graphviz (Debian: apt-get"
+            " install graphviz), or use --format dot or mermaid, which work without it"
         )
     done = subprocess.run(
         [dot, "-Tsvg"], input=dot_text, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise click.ClickException(f"dot failed: {done.stderr.strip()}")
+        raise RabbitryError(f"Graphviz's dot failed (graph --format svg): {done.stderr.strip()}")
     return done.stdout

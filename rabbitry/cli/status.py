@@ -9,10 +9,12 @@ import click
 from rabbitry.cli.common import (
     EXIT_OK,
     color_enabled,
+    command,
+    group,
+    json_option,
     target_options,
 )
 from rabbitry.errors import SpecError
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.status import (
     LinkStatus,
     federation_status,
@@ -35,9 +37,9 @@ STATUS_COLORS = {
 }
 
 
-@click.command("status")
+@command("status")
 @target_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
+@json_option
 def status_command(
     target: Target,
     as_json: bool,
@@ -48,7 +50,7 @@ def status_command(
     1 on errors.
     """
     model, endpoints = target.spec, target.endpoints
-    with ManagementClient(endpoints.management_url) as client:
+    with endpoints.management() as client:
         links = federation_status(client, model, expand(model))
     healthy = all(link.running for link in links if link.declared)
     if as_json:
@@ -82,7 +84,7 @@ def status_command(
     return EXIT_OK if healthy else EXIT_NOT_HEALTHY
 
 
-@click.group("shards")
+@group("shards")
 def shards_group() -> None:
     """Consistent-hash sharding against the live broker."""
 
@@ -100,7 +102,7 @@ def shards_group() -> None:
     type=click.FloatRange(0),
     help="Largest relative deviation of a shard's share from its weight's share.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable (has format_version).")
+@json_option
 def shards_check_command(
     target: Target,
     exchange: str | None,

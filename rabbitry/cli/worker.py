@@ -13,9 +13,10 @@ from typing import Any
 
 import click
 
+from rabbitry.cli.common import Invocation, MaskingFormatter, group
 from rabbitry.consumer.app import App, url_for_app
 from rabbitry.consumer.metrics import serve_metrics
-from rabbitry.errors import RabbitryError
+from rabbitry.uri import mask_text
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
 
@@ -28,13 +29,13 @@ class JsonLogFormatter(logging.Formatter):
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": mask_text(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 data[key] = value
         if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
+            data["exc"] = mask_text(self.formatException(record.exc_info))
         return json.dumps(data, default=str)
 
 
@@ -59,24 +60,31 @@ def load_app(target: str) -> App:
 
 
 def setup_logging(level: str, fmt: str) -> None:
+    """Log records to stderr, passwords in URLs masked; ``-v`` lowers the level to debug."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonLogFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel("DEBUG" if Invocation.verbose else level.upper())
 
 
-@click.group("worker")
+@group("worker")
 def worker() -> None:
     """Run consumers whose failures walk the spec's retry ladder."""
 
 
 @worker.command("run")
 @click.argument("target", metavar="MODULE:APP")
-@click.option("--url", metavar="URL", help="AMQP URL (default: $RABBITRY_URL, the app's spec).")
+@click.option(
+    "--url",
+    metavar="URL",
+    envvar="RABBITRY_URL",
+    show_envvar=True,
+    help="AMQP URL (default: the app's spec, then localhost).",
+)
 @click.option("--prefetch", default=300, show_default=True, help="Unacked deliveries at most.")
 @click.option(
     "--concurrency", default=64, show_default=True, help="Async handlers running at once."
@@ -88,7 +96,11 @@ def worker() -> None:
     show_default=True,
     help="Seconds in-flight handlers may finish after SIGTERM/SIGINT.",
 )
-@click.option("--metrics-port", type=int, help="Serve Prometheus text on this port (/metrics).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
@@ -96,7 +108,13 @@ def worker() -> None:
     show_default=True,
     help="Least severe log records to print.",
 )
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text, or as one JSON object each (for log collectors).",
+)
 def run(
     target: str,
     url: str | None,
@@ -108,38 +126,38 @@ def run(
     log_level: str,
     log_format: str,
 ) -> None:
-    """Consume the queues of MODULE:APP (an ``rabbitry.consumer.App``) until SIGTERM/SIGINT."""
+    """Consume the queues of MODULE:APP (a rabbitry.consumer.App) until SIGTERM or SIGINT.
+
+    MODULE is a module name (package.module) or a file (path/to/app.py); APP defaults to app.
+    """
     setup_logging(log_level, log_format)
     app = load_app(target)
-    address = url or os.environ.get("RABBITRY_URL") or app.url
+    address = url or app.url
     if address is None:
         address = "amqp://guest:guest@localhost:5672/"
     address = url_for_app(address, app)
     log = logging.getLogger("rabbitry.worker")
-    try:
-        if blocking:
-            from rabbitry.consumer.sync import Worker
+    if blocking:
+        from rabbitry.consumer.sync import Worker
 
-            sync_worker = Worker(app, address, prefetch=prefetch, shutdown_timeout=shutdown_timeout)
-            if metrics_port is not None:
-                serve_metrics(sync_worker.metrics, metrics_port)
-            log.info("consuming %s (blocking worker)", ", ".join(app.queues))
-            sync_worker.run(handle_signals=True)
-        else:
-            from rabbitry.consumer.aio import AsyncWorker
+        sync_worker = Worker(app, address, prefetch=prefetch, shutdown_timeout=shutdown_timeout)
+        if metrics_port is not None:
+            serve_metrics(sync_worker.metrics, metrics_port)
+        log.info("consuming %s (blocking worker)", ", ".join(app.queues))
+        sync_worker.run(handle_signals=True)
+    else:
+        from rabbitry.consumer.aio import AsyncWorker
 
-            async_worker = AsyncWorker(
-                app,
-                address,
-                prefetch=prefetch,
-                concurrency=concurrency,
-                shutdown_timeout=shutdown_timeout,
-            )
-            if metrics_port is not None:
-                serve_metrics(async_worker.metrics, metrics_port)
-            log.info("consuming %s", ", ".join(app.queues))
-            started = time.monotonic()
-            asyncio.run(async_worker.run(handle_signals=True))
-            log.debug("ran for %.1f s", time.monotonic() - started)
-    except RabbitryError as exc:
-        raise click.ClickException(str(exc)) from None
+        async_worker = AsyncWorker(
+            app,
+            address,
+            prefetch=prefetch,
+            concurrency=concurrency,
+            shutdown_timeout=shutdown_timeout,
+        )
+        if metrics_port is not None:
+            serve_metrics(async_worker.metrics, metrics_port)
+        log.info("consuming %s", ", ".join(app.queues))
+        started = time.monotonic()
+        asyncio.run(async_worker.run(handle_signals=True))
+        log.debug("ran for %.1f s", time.monotonic() - started)

@@ -24,6 +24,7 @@ from typing import Any
 import pika
 
 from rabbitry.amqp.message import Message
+from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.consumer.decision import replay_headers
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.retry import (
@@ -34,7 +35,6 @@ from rabbitry.policies.retry import (
     QUEUE_HEADER,
 )
 from rabbitry.publisher import Publisher
-from rabbitry.uri import mask_text
 
 _IDLE = 1.0
 
@@ -160,10 +160,7 @@ class ParkingLot:
     def __init__(self, url: str, queue: str) -> None:
         self.url = url
         self.queue = queue
-        try:
-            self._connection = pika.BlockingConnection(pika.URLParameters(url))
-        except pika.exceptions.AMQPError as exc:
-            raise DlqError(f"cannot connect: {mask_text(str(exc) or type(exc).__name__)}") from None
+        self._connection = blocking_connection(url)
         self._channel = self._connection.channel()
         try:
             declared = self._channel.queue_declare(queue, passive=True)

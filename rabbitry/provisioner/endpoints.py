@@ -7,11 +7,17 @@ One URL is enough: the other is derived from its host and credentials (AMQP 5672
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_uri
+
+if TYPE_CHECKING:
+    from rabbitry.provisioner.management import ManagementClient
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
 DEFAULT_MANAGEMENT_URL = "http://guest:guest@localhost:15672"
@@ -19,14 +25,24 @@ DEFAULT_MANAGEMENT_URL = "http://guest:guest@localhost:15672"
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The AMQP URL (clients, exact queue counts) and the management URL (provisioning)."""
+    """The AMQP URL (clients, exact queue counts) and the management URL (provisioning), with
+    how the management API's TLS certificate is checked: ``verify`` is True (the system's
+    trusted CAs), a CA bundle's path, or False (``--insecure``: not checked)."""
 
     amqp_url: str
     management_url: str
+    verify: bool | str = True
 
     def __repr__(self) -> str:
         amqp, mgmt = mask_uri(self.amqp_url), mask_uri(self.management_url)
-        return f"Endpoints(amqp_url={amqp!r}, management_url={mgmt!r})"
+        tls = "" if self.verify is True else f", verify={self.verify!r}"
+        return f"Endpoints(amqp_url={amqp!r}, management_url={mgmt!r}{tls})"
+
+    def management(self, **options: Any) -> ManagementClient:
+        """A management API client for this broker (the HTTP client loads only here)."""
+        from rabbitry.provisioner.management import ManagementClient
+
+        return ManagementClient(self.management_url, verify=self.verify, **options)
 
     def amqp_url_for(self, vhost: str) -> str:
         """The AMQP URL with its path set to ``vhost`` (``/`` is encoded as ``%2F``)."""
@@ -66,17 +82,85 @@ def resolve_endpoints(
     spec_url: str | None = None,
     spec_management_url: str | None = None,
     environ: Mapping[str, str] | None = None,
+    ca_file: str | None = None,
+    insecure: bool | None = None,
 ) -> Endpoints:
+    """The broker's endpoints: arguments, then ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL``
+    (and ``RABBITRY_CA_FILE`` / ``RABBITRY_INSECURE``), then the spec, then localhost."""
     env = os.environ if environ is None else environ
+    verify = _verify(ca_file or env.get("RABBITRY_CA_FILE") or None, insecure, env)
     amqp = url or env.get("RABBITRY_URL") or None
     mgmt = management_url or env.get("RABBITRY_MANAGEMENT_URL") or None
     if amqp is None and mgmt is None:
         amqp, mgmt = spec_url, spec_management_url
+    if amqp is not None:
+        check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
+    if mgmt is not None:
+        check_url(
+            mgmt,
+            ("http", "https"),
+            "management URL (--management-url, RABBITRY_MANAGEMENT_URL, broker.management_url)",
+        )
     if amqp is None and mgmt is None:
-        return Endpoints(DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL)
+        return Endpoints(DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, verify)
     if mgmt is None:
         assert amqp is not None
         mgmt = management_from_amqp(amqp)
     if amqp is None:
         amqp = amqp_from_management(mgmt)
-    return Endpoints(amqp, mgmt)
+    return Endpoints(amqp, mgmt, verify)
+
+
+def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
+    """Raise a ``BrokerError`` naming ``what`` when ``url`` cannot be parsed or has another
+    scheme; the password never appears in the message."""
+    example = f"{schemes[0]}://user:password@host:{15672 if schemes[0] == 'http' else 5672}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise BrokerError(
+            f"{what} {_shown(url)!r} is not a URL ({exc}): write it like {example}"
+        ) from None
+    if parts.scheme not in schemes or not parts.netloc:
+        raise BrokerError(
+            f"{what} {_shown(url)!r} must start with {' or '.join(s + '://' for s in schemes)}"
+            f" and name a host: write it like {example}"
+        )
+
+
+def _shown(url: str) -> str:
+    """The URL for an error message: the password masked even when the URL does not parse."""
+    if "://" in url:
+        return re.sub(r"^([^:/]*://[^:/@]*):[^@]*@", r"\1:***@", url)
+    return re.sub(r"^([^:/@]*):[^@]*@", r"\1:***@", url)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def _verify(ca_file: str | None, insecure: bool | None, env: Mapping[str, str]) -> bool | str:
+    if insecure is None:
+        value = env.get("RABBITRY_INSECURE", "").strip().lower()
+        if value not in _TRUE | _FALSE:
+            raise BrokerError(
+                f"RABBITRY_INSECURE={value!r} is neither true nor false: set it to 1 (do not"
+                " check the management API's certificate) or 0, or unset it"
+            )
+        insecure = value in _TRUE
+    if insecure and ca_file:
+        raise BrokerError(
+            "--insecure and --ca-file (or RABBITRY_INSECURE and RABBITRY_CA_FILE) contradict"
+            " each other: give the CA file to check the certificate, or --insecure to skip it"
+        )
+    if insecure:
+        return False
+    if ca_file:
+        if not os.path.isfile(ca_file):
+            raise BrokerError(
+                f"CA file {ca_file!r} (--ca-file / RABBITRY_CA_FILE) does not exist or is not a"
+                " file: give the PEM bundle of the CA that signed the management API's certificate"
+            )
+        return ca_file
+    return True

@@ -21,7 +21,7 @@ def export_topology(
     vhosts: Iterable[str],
     *,
     name: str,
-    include_users: bool = True,
+    include_users: bool = False,
 ) -> Topology:
     """The given vhosts as they are on the broker, as a topology named ``name``."""
     wanted = list(vhosts)

@@ -6,18 +6,21 @@ credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, TLSHandshakeError
 from rabbitry.uri import mask_text, mask_uri
 
 JSONDict = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 def q(name: str) -> str:
@@ -44,7 +47,10 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port else host
     base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-    return base, parts.username, parts.password
+    # userinfo is percent-encoded in a URL (a password with @ or / in it): decode it
+    username = unquote(parts.username) if parts.username is not None else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return base, username, password
 
 
 _BROKER_TERMS = {
@@ -122,6 +128,7 @@ class ManagementClient:
         timeout: float | None = None,
     ) -> httpx.Response:
         call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+        started = time.perf_counter()
         try:
             try:
                 response = self._client.request(
@@ -143,11 +150,25 @@ class ManagementClient:
                 " where it stands"
             ) from None
         except httpx.HTTPError as exc:
+            text = mask_text(str(exc))
+            if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+                raise TLSHandshakeError(
+                    f"the management API at {self.base_url} has a certificate this machine does"
+                    f" not trust ({text}): pass --ca-file PEM (or RABBITRY_CA_FILE) with the CA"
+                    " that signed it, or --insecure to skip the check"
+                ) from None
             raise BrokerError(
-                f"cannot reach the management API at {self.base_url}: {mask_text(str(exc))}"
+                f"cannot reach the management API at {self.base_url}: {text}"
                 " (is the broker running with the rabbitmq_management plugin? "
                 "set --management-url or RABBITRY_MANAGEMENT_URL)"
             ) from None
+        log.info(
+            "%s /api%s -> %d (%.0f ms)",
+            method,
+            path,
+            response.status_code,
+            (time.perf_counter() - started) * 1000,
+        )
         if response.status_code >= 400 and response.status_code not in allow:
             raise BrokerError(self._describe_failure(method, path, response))
         return response
@@ -160,9 +181,13 @@ class ManagementClient:
                 reason = str(body.get("reason") or body.get("error") or body)
         except ValueError:
             pass
-        hint = ""
         if response.status_code == 401:
-            hint = f" (user {self.username!r} was refused: check the credentials)"
+            return mask_text(
+                f"the management API at {self.base_url} refused user {self.username!r} (HTTP 401"
+                f" {reason}, on {method} /api{path}): check the user and password in"
+                " --management-url or RABBITRY_MANAGEMENT_URL (or --url, which it is derived"
+                " from), and that the user has a management tag"
+            )
         for term, sentence in _BROKER_TERMS.items():
             if term in reason:
                 # what happened and what to do first; the broker's own words below it
@@ -170,9 +195,7 @@ class ManagementClient:
                     f"{method} /api{path} failed: {sentence}\n  broker said (HTTP"
                     f" {response.status_code}): {reason}"
                 )
-        return mask_text(
-            f"{method} /api{path} failed with HTTP {response.status_code}: {reason}{hint}"
-        )
+        return mask_text(f"{method} /api{path} failed with HTTP {response.status_code}: {reason}")
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return self.request("GET", path, params=params).json()

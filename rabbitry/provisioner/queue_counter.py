@@ -9,9 +9,9 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 
+from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.endpoints import Endpoints
-from rabbitry.uri import mask_text
 
 
 class AmqpQueueCounter:
@@ -21,15 +21,12 @@ class AmqpQueueCounter:
         self.endpoints = endpoints
 
     def __call__(self, vhost: str, queue: str) -> tuple[int, int]:
-        params = pika.URLParameters(self.endpoints.amqp_url_for(vhost))
-        params.connection_attempts = 1
-        params.socket_timeout = 10
         try:
-            connection = pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError as exc:
+            connection = blocking_connection(self.endpoints.amqp_url_for(vhost))
+        except BrokerError as exc:
             raise BrokerError(
-                f"cannot count the messages of {vhost}/{queue} over AMQP: "
-                f"{mask_text(repr(exc))}; check --url / RABBITRY_URL, or use --force"
+                f"cannot count the messages of {vhost}/{queue} over AMQP: {exc}"
+                " (or pass --force to go on without the count)"
             ) from None
         try:
             frame = connection.channel().queue_declare(queue, passive=True)

@@ -63,7 +63,7 @@ def plan(
 ) -> Plan:
     """What applying ``spec`` would change on the broker; changes nothing."""
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
-    with ManagementClient(target.endpoints.management_url) as client:
+    with target.endpoints.management() as client:
         return plan_topology(client, target.topology)
 
 
@@ -85,7 +85,7 @@ def apply(
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with (
-        ManagementClient(target.endpoints.management_url) as client,
+        target.endpoints.management() as client,
         StackLock(client, target.topology.name).held(lock_timeout),
     ):
         the_plan = plan_topology(client, target.topology)

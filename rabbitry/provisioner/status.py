@@ -19,6 +19,7 @@ from typing import Any
 
 import pika
 
+from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.topology.patterns.federation import FederatedObject, expected_links
@@ -196,7 +197,7 @@ def measure_distribution(
     timeout: float = 120.0,
 ) -> DistributionReport:
     """Publish every key ``repeats`` times through a scratch copy of the sharded exchange."""
-    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    connection = blocking_connection(amqp_url)
     try:
         channel = connection.channel()
         scratch = f"rabbitry.shards-check.{secrets.token_hex(4)}"

@@ -39,9 +39,12 @@ def target_of(
     variables: Mapping[str, str] | None = None,
     var_files: Sequence[Path] = (),
     on_warning: Callable[[SpecProblem], None] | None = None,
+    ca_file: str | None = None,
+    insecure: bool | None = None,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
-    resolve its broker. Warnings go to ``on_warning`` (default: the topology logger)."""
+    resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
+    certificate). Warnings go to ``on_warning`` (default: the topology logger)."""
     model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables, var_files)
     check_spec(model, on_warning)
     broker = model.broker
@@ -50,5 +53,7 @@ def target_of(
         management_url,
         spec_url=broker.url if broker else None,
         spec_management_url=broker.management_url if broker else None,
+        ca_file=ca_file,
+        insecure=insecure,
     )
     return Target(model, endpoints)

@@ -16,13 +16,13 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
+from rabbitry.amqp.pika_errors import connect_error
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.routing import Router
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.partition import SinkPlan
 from rabbitry.spark.rows import Column
-from rabbitry.uri import mask_text
 
 CONNECT_TIMEOUT = 10.0
 
@@ -86,15 +86,8 @@ def check_broker(options: SinkOptions, delays: DelayScheme | None) -> None:
     params.connection_attempts = 1
     try:
         connection = pika.BlockingConnection(params)
-    except pika.exceptions.ProbableAuthenticationError:
-        raise SparkSinkError(
-            f"the broker at {options.display_url} refused the credentials"
-        ) from None
-    except pika.exceptions.AMQPError as exc:
-        raise SparkSinkError(
-            f"cannot connect to the broker at {options.display_url}:"
-            f" {mask_text(str(exc)) or type(exc).__name__}"
-        ) from None
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise SparkSinkError(str(connect_error(options.url, exc))) from None
     try:
         if not exchange or exchange.startswith("amq."):
             return
