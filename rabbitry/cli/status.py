@@ -51,6 +51,7 @@ def status_command(
     """
     model, endpoints = target.spec, target.endpoints
     with endpoints.management() as client:
+        client.overview()  # a status of a broker that does not answer is an error, not "healthy"
         links = federation_status(client, model, expand(model))
     healthy = all(link.running for link in links if link.declared)
     if as_json:
