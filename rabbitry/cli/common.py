@@ -97,16 +97,38 @@ detail."""
 
 
 def set_verbosity(level: int) -> None:
-    """``-v``: log rabbitry's steps and each management API call to stderr, secrets masked."""
-    Invocation.verbose = max(Invocation.verbose, level)
-    if not level:
+    """``-v``: log rabbitry's steps and each management API call to stderr, secrets masked.
+
+    Undone by ``reset_verbosity`` when the command ends (the CLI may run inside a process that
+    goes on: a test, a notebook)."""
+    if level <= Invocation.verbose:
         return
+    reset_verbosity()
+    Invocation.verbose = level
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(MaskingFormatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
     for name, lvl in VERBOSE_LOGGERS[min(level, 2)].items():
-        logging.getLogger(name).setLevel(lvl)
+        logger = logging.getLogger(name)
+        _verbose_undo.append((logger, logger.level, logger.propagate))
+        logger.setLevel(lvl)
+        logger.addHandler(handler)
+        logger.propagate = False
+        _verbose_handlers.append((logger, handler))
+
+
+_verbose_undo: list[tuple[logging.Logger, int, bool]] = []
+_verbose_handlers: list[tuple[logging.Logger, logging.Handler]] = []
+
+
+def reset_verbosity() -> None:
+    for logger, handler in _verbose_handlers:
+        logger.removeHandler(handler)
+    for logger, level, propagate in reversed(_verbose_undo):
+        logger.setLevel(level)
+        logger.propagate = propagate
+    _verbose_undo.clear()
+    _verbose_handlers.clear()
+    Invocation.verbose = 0
 
 
 def _verbose_callback(ctx: click.Context, param: click.Parameter, value: int) -> None:
@@ -252,15 +274,16 @@ class RabbitryGroup(RabbitrySubgroup):
         kwargs["standalone_mode"] = False
         argv = list(sys.argv[1:] if args is None else args)
         Invocation.json = _json_requested(argv)
-        Invocation.verbose = 0
         try:
             rc = super().main(argv, *rest, **kwargs)
         except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
+            rc = exc.exit_code
         except SystemExit:
             raise
         except BaseException as exc:  # every error leaves through fail(): no traceback
-            sys.exit(fail(exc))
+            rc = fail(exc)
+        finally:
+            reset_verbosity()
         sys.exit(rc if isinstance(rc, int) else EXIT_OK)
 
 

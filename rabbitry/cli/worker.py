@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rabbitry.cli.common import Invocation, MaskingFormatter, group
+from rabbitry.cli.common import Invocation, MaskingFormatter, group, reset_verbosity
 from rabbitry.consumer.app import App, url_for_app
 from rabbitry.consumer.metrics import serve_metrics
 from rabbitry.uri import mask_text
@@ -66,9 +66,11 @@ def setup_logging(level: str, fmt: str) -> None:
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(MaskingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    verbose = Invocation.verbose
+    reset_verbosity()  # the worker's own handler, in its format, takes every record
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel("DEBUG" if Invocation.verbose else level.upper())
+    root.setLevel("DEBUG" if verbose else level.upper())
 
 
 @group("worker")

@@ -1,7 +1,9 @@
 """Adopting an existing broker: read vhosts into a topology that round-trips through a spec.
 
-Users granted access to an exported vhost come along with their password hash (never a
-password); rabbitry's own ownership records are left out.
+Users granted access to an exported vhost come along, with their password hash (never a
+password), only when asked (``include_users``); without them their permissions stay out too, so
+that the spec does not grant access to users it does not declare. rabbitry's own ownership
+records and locks are left out.
 """
 
 from __future__ import annotations
@@ -47,9 +49,15 @@ def export_topology(
         )
         for user in state.topology.users
     )
+    vhosts = state.topology.vhosts
+    if not include_users:
+        vhosts = tuple(
+            vhost.model_copy(update={"permissions": (), "topic_permissions": ()})
+            for vhost in vhosts
+        )
     return Topology(
         name=name,
-        vhosts=state.topology.vhosts,
+        vhosts=vhosts,
         users=exported_users,
         global_parameters=tuple(
             p

@@ -195,12 +195,12 @@ def test_export_round_trips(broker: Broker) -> None:
     env = {"APP_PASSWORD": "export-test-pw"}
     first = broker.run("apply", str(spec), "--auto-approve", env=env)
     assert first.exit_code == 0, first.output
-    exported = broker.run("export", "--vhost", broker.vhost, "--name", broker.stack)
-    assert exported.exit_code == 0, exported.output
-    assert "export-test-pw" not in exported.output
-    assert "password_hash" in exported.output
+    exported = broker.run("export", "--vhost", broker.vhost, "--name", broker.stack, "--users")
+    assert exported.exit_code == 0, exported.stdout
+    assert "export-test-pw" not in exported.stdout
+    assert "password_hash" in exported.stdout
     exported_spec = broker.tmp / "exported.yaml"
-    exported_spec.write_text(exported.output)
+    exported_spec.write_text(exported.stdout)
 
     # Apply the export "elsewhere": wipe the vhost, apply the exported spec, compare.
     before = broker.get("/definitions/{vhost}")
