@@ -256,10 +256,24 @@ def dev_broker_group() -> None:
 
 @dev_broker_group.command("up")
 @name_option
-@click.option("--image", help="Image (default: $RABBITRY_TEST_IMAGE or the engine's default).")
-@click.option("--port", "amqp_port", type=int, default=0, help="AMQP host port [5672 if free].")
 @click.option(
-    "--management-port", type=int, default=0, help="Management host port [15672 if free]."
+    "--image",
+    envvar="RABBITRY_TEST_IMAGE",
+    show_envvar=True,
+    help="Image (default: the local build on Podman, else rabbitmq:4.0-management).",
+)
+@click.option(
+    "--port",
+    "amqp_port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="AMQP host port (0: 5672 if free, else any free port).",
+)
+@click.option(
+    "--management-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Management host port (0: 15672 if free, else any free port).",
 )
 @json_option
 def up_command(

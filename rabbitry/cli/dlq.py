@@ -22,9 +22,10 @@ from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 PARKING_SUFFIXES = (".parking", ".dead")
 
 
-def _console() -> Console:
-    console = Console(highlight=False)
-    if not console.is_terminal:
+def _console(quiet: bool = False) -> Console:
+    """Where tables and progress go: the terminal; nothing at all with ``quiet`` (--json)."""
+    console = Console(highlight=False, quiet=quiet)
+    if not console.is_terminal and not quiet:
         console = Console(highlight=False, width=160)  # logs and pipes: no wrapped cells
     return console
 
@@ -183,14 +184,19 @@ def show_command(target: LotTarget, limit: int, as_json: bool) -> None:
 @click.option("--all", "take_all", is_flag=True, help="Replay every message (no selection).")
 @click.option("--exchange", help="Publish here instead of each message's original queue.")
 @click.option("--routing-key", help="With --exchange (default: the parked message's key).")
+@json_option
 def replay_command(
-    target: LotTarget, take_all: bool, exchange: str | None, routing_key: str | None
+    target: LotTarget,
+    take_all: bool,
+    exchange: str | None,
+    routing_key: str | None,
+    as_json: bool,
 ) -> None:
     """Send parked messages back (confirmed), each exactly once; the rest stay parked."""
     queue, selection = target.queue, target.selection
     if selection.everything and not take_all:
         raise click.UsageError("say which messages: --count, --id, --match, or --all")
-    console = _console()
+    console = _console(quiet=as_json)
     with (
         target.open() as lot,
         Progress(
@@ -200,7 +206,7 @@ def replay_command(
             TimeElapsedColumn(),
             console=console,
             transient=not console.is_terminal,
-            disable=not console.is_terminal,
+            disable=as_json or not console.is_terminal,
         ) as progress,
     ):
         task = progress.add_task("replay", total=None)
@@ -211,6 +217,21 @@ def replay_command(
         report = lot.replay(
             selection, exchange=exchange, routing_key=routing_key, on_progress=on_progress
         )
+    if as_json:
+        payload = {
+            "format_version": 1,
+            "queue": queue,
+            "vhost": target.vhost,
+            "to": exchange,
+            "scanned": report.scanned,
+            "moved": report.moved,
+            "kept": report.kept,
+            "failed": [{"message_id": mid, "why": why} for mid, why in report.failed],
+        }
+        click.echo(json.dumps(payload, indent=2))
+        if report.failed:
+            raise SystemExit(1)
+        return
     to = exchange if exchange is not None else "their original queues"
     console.print(
         f"replayed {report.moved} of {report.scanned} message(s) from {queue} to {to};"
@@ -225,12 +246,19 @@ def replay_command(
 @dlq.command("purge")
 @lot_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def purge_command(target: LotTarget, yes: bool) -> None:
+@json_option
+def purge_command(target: LotTarget, yes: bool, as_json: bool) -> None:
     """Delete parked messages: the selected ones, or all of them."""
     queue = target.queue
     what = "ALL messages" if target.selection.everything else "the selected messages"
+    if as_json and not yes:
+        raise click.UsageError("--json needs --yes: with JSON output nobody is asked")
     if not yes:
         click.confirm(f"Delete {what} of {queue} in vhost {target.vhost}?", abort=True)
     with target.open() as lot:
         removed = lot.purge(target.selection)
+    if as_json:
+        payload = {"format_version": 1, "queue": queue, "vhost": target.vhost, "deleted": removed}
+        click.echo(json.dumps(payload, indent=2))
+        return
     _console().print(f"deleted {removed} message(s) from {queue}")

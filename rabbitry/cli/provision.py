@@ -100,6 +100,8 @@ def apply_command(
     lock_timeout: float,
 ) -> int:
     """Make the broker match the spec (one apply per stack at a time)."""
+    if as_json and not auto_approve:
+        raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with (
         target.endpoints.management() as client,

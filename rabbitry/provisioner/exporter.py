@@ -49,15 +49,15 @@ def export_topology(
         )
         for user in state.topology.users
     )
-    vhosts = state.topology.vhosts
+    exported_vhosts = state.topology.vhosts
     if not include_users:
-        vhosts = tuple(
+        exported_vhosts = tuple(
             vhost.model_copy(update={"permissions": (), "topic_permissions": ()})
-            for vhost in vhosts
+            for vhost in exported_vhosts
         )
     return Topology(
         name=name,
-        vhosts=vhosts,
+        vhosts=exported_vhosts,
         users=exported_users,
         global_parameters=tuple(
             p

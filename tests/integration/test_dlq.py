@@ -156,3 +156,19 @@ def test_purge_selected_then_all(parked: Broker) -> None:
     everything = cli(parked, "purge", "work.parking", "--vhost", parked.vhost, "--yes")
     assert "deleted 5" in everything.output
     assert contents(parked, "work.parking") == []
+
+
+def test_replay_and_purge_report_as_json_for_programs(parked: Broker) -> None:
+    replayed = on_work_parking(parked, "replay", "--match", "tenant=acme", "--json")
+    assert replayed.exit_code == 0, replayed.output
+    report = json.loads(replayed.stdout)
+    assert (report["scanned"], report["moved"], report["kept"], report["failed"]) == (10, 5, 5, [])
+    assert report["queue"] == "work.parking" and report["vhost"] == parked.vhost
+    assert len(contents(parked, "work")) == 5
+
+    unasked = on_work_parking(parked, "purge", "--json")
+    assert unasked.exit_code == 1 and "--yes" in json.loads(unasked.stderr)["error"]["message"]
+    assert parked.count("work.parking") == 5, "nothing purged without --yes"
+    purged = on_work_parking(parked, "purge", "--yes", "--json")
+    assert purged.exit_code == 0, purged.output
+    assert json.loads(purged.stdout)["deleted"] == 5
