@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -83,7 +84,7 @@ class ManagementClient:
             base_url=base + "/api",
             auth=(self.username, password if password is not None else "guest"),
             timeout=timeout,
-            verify=verify,
+            verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
             headers={"content-type": "application/json"},
         )
 

@@ -19,7 +19,14 @@ from rabbitry.topology.patterns.retries import (
     retry_policy,
 )
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec.model import DelaySpec, ExponentialBackoffSpec, RetrySpec, Spec
+from rabbitry.topology.spec.model import (
+    DelaySpec,
+    ExponentialBackoffSpec,
+    RetrySpec,
+    Spec,
+    VhostSpec,
+)
+from rabbitry.topology.spec.source_map import Loc
 
 __all__ = ["check_delays", "check_generated_names", "check_retries"]
 
@@ -167,9 +174,39 @@ def retry_delay_problem(retry: RetrySpec, delay: DelaySpec) -> str | None:
     )
 
 
+LONG_NAME = 200
+"""Bytes past which a declared name may make a generated one (name + suffix) too long."""
+
+
+def _long_names(vhost: VhostSpec) -> bool:
+    names = [q.name for q in vhost.queues] + [e.name for e in vhost.exchanges]
+    names += [d.name for d in vhost.delays] + [x.name for x in vhost.sharded_exchanges]
+    return any(len(name.encode("utf-8")) > LONG_NAME for name in names)
+
+
+def _check_made_names(spec: Spec, vloc: Loc, vhost: VhostSpec, findings: Findings) -> None:
+    try:
+        made = expand(spec.model_copy(update={"vhosts": [vhost]})).vhosts[0]
+    except RabbitryError:
+        return  # what stops the expansion is reported by the other checks
+    named: list[tuple[str, str]] = [("queue", q.name) for q in made.queues]
+    named += [("exchange", e.name) for e in made.exchanges]
+    for kind, name in named:
+        size = len(name.encode("utf-8"))
+        if size > 255:
+            findings.error(
+                (*vloc, "name"),
+                f"the patterns name a {kind} {name[:40]!r}... of {size} bytes; AMQP names are"
+                " at most 255 bytes: shorten the name it is made from",
+            )
+
+
 def check_generated_names(spec: Spec, findings: Findings) -> None:
-    """Objects the patterns declare must not clash with declared ones (or with each other)."""
+    """Objects the patterns declare must not clash with declared ones (or with each other),
+    and their names must fit AMQP's 255 bytes."""
     for vloc, vhost in vhosts_of(spec):
+        if _long_names(vhost):
+            _check_made_names(spec, vloc, vhost, findings)
         if not vhost.delays and not any(
             q.retry or q.parking or q.dead_letter for q in vhost.queues
         ):

@@ -16,9 +16,10 @@ import yaml
 from pydantic import ValidationError
 
 from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.spec.limits import SpecLimits, exceeded
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.spec.problems import problems_from_validation_error
-from rabbitry.topology.spec.source_map import SourceMap, load_marked_yaml
+from rabbitry.topology.spec.source_map import Mark, SourceMap, load_marked_yaml
 from rabbitry.topology.spec.template import LineMap, render_template, render_with_lines
 
 __all__ = [
@@ -61,9 +62,13 @@ def render_spec_file(
     )
 
 
-def read_spec(path: Path) -> str:
-    """The spec's text; unreadable files are SpecErrors naming the file."""
+def read_spec(path: Path, limits: SpecLimits | None = None) -> str:
+    """The spec's text; unreadable or oversized files are SpecErrors naming the file."""
+    limits = limits or SpecLimits.from_environment()
     try:
+        size = path.stat().st_size
+        if size > limits.max_bytes:
+            raise exceeded("max_bytes", size, limits.max_bytes, "the spec's size", str(path))
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(SpecProblem(f"cannot read spec: {exc.strerror}", file=str(path))) from None
@@ -91,9 +96,24 @@ def parse_spec(rendered: str, filename: str = "<spec>", *, lines: LineMap | None
     """Parse already-rendered YAML; ``lines`` maps its positions back to the template."""
     lines = lines or LineMap.identity(filename, rendered)
     try:
-        document = load_marked_yaml(rendered, filename, lines.translate)
+        document = load_marked_yaml(
+            rendered, filename, lines.translate, SpecLimits.from_environment()
+        )
     except yaml.MarkedYAMLError as exc:
         raise SpecError(_yaml_problem(exc, filename, lines)) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (ESC, form feed)
+        where = _reader_position(rendered, exc.position, lines)
+        raise SpecError(
+            SpecProblem(
+                f"invalid YAML: character {_character(exc.character)} is not allowed in YAML"
+                " text: remove it, or write it as an escape (\\x1b) in a double-quoted string",
+                file=(where.file if where else None) or filename,
+                line=where.line if where else None,
+                column=where.column if where else None,
+            )
+        ) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(SpecProblem(f"invalid YAML: {exc}", file=filename)) from None
     if document.problems:
         raise SpecError(document.problems)
     data = document.data
@@ -113,6 +133,21 @@ def _validate_model(data: dict[str, object], source: SourceMap) -> Spec:
         raise SpecError(problems_from_validation_error(exc, Spec, source)) from None
     spec._source = source
     return spec
+
+
+_CONTROL_NAMES = {0: "NUL", 8: "backspace", 12: "form feed", 27: "escape", 127: "delete"}
+
+
+def _character(character: int | str) -> str:
+    code = character if isinstance(character, int) else ord(character)
+    name = _CONTROL_NAMES.get(code, "a control character" if code < 32 else None)
+    return f"U+{code:04X}" + (f" ({name})" if name else "")
+
+
+def _reader_position(text: str, position: int, lines: LineMap) -> Mark | None:
+    before = text[:position]
+    line = before.count("\n")
+    return lines.translate(line, position - (before.rfind("\n") + 1))
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError, filename: str, lines: LineMap) -> SpecProblem:

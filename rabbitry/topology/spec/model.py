@@ -12,9 +12,18 @@ bottom is the whole document's shape.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    model_validator,
+)
 
 from rabbitry.topology.primitives import ApplyTo, DestinationType, ExchangeType, QueueType
 from rabbitry.topology.spec.arguments import (
@@ -28,8 +37,40 @@ from rabbitry.topology.spec.source_map import SourceMap
 
 SCHEMA_VERSION = 1
 
-Name = Annotated[str, Field(min_length=1, max_length=255)]
-"""An AMQP object name (a short string on the wire, so at most 255 characters)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _amqp_name(name: str) -> str:
+    size = len(name.encode("utf-8"))
+    if size > 255:
+        raise ValueError(
+            f"a name is at most 255 bytes in UTF-8 (AMQP sends it as a short string), this one"
+            f" is {size}: shorten it"
+        )
+    found = _CONTROL.search(name)
+    if found:
+        raise ValueError(
+            f"control character U+{ord(found[0]):04X} at position {found.start()} of the name:"
+            " names are printable text (clients, logs and the management UI cannot show it)"
+        )
+    return name
+
+
+def _vhost_name(name: str) -> str:
+    if not name.isascii():
+        raise ValueError(
+            "a vhost name must be ASCII: the management API fails (HTTP 500) to export the"
+            " definitions of a vhost named otherwise, so it could not be planned; objects"
+            " inside it may have any name"
+        )
+    return name
+
+
+Name = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_amqp_name)]
+"""An AMQP object name: at most 255 bytes in UTF-8 (a short string on the wire), printable."""
+
+VhostName = Annotated[Name, AfterValidator(_vhost_name)]
+"""A vhost name: an AMQP name in ASCII (what the management API can export)."""
 
 StackName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 
@@ -468,7 +509,7 @@ class FederationSpec(SpecModel):
 class VhostSpec(SpecModel):
     """A virtual host and everything declared inside it."""
 
-    name: Name
+    name: VhostName
     """Vhost name."""
     description: str = ""
     """Free text shown in the management UI."""

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rabbitry.errors import SpecProblem
+from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.spec.limits import SpecLimits, exceeded
 
 Loc = tuple[str | int, ...]
 """A path into the document: mapping keys and sequence indexes."""
@@ -168,16 +169,20 @@ class MarkedDocument:
 
 
 def load_marked_yaml(
-    text: str, file: str | None, translate: MarkTranslator = identity_marks
+    text: str,
+    file: str | None,
+    translate: MarkTranslator = identity_marks,
+    limits: SpecLimits | None = None,
 ) -> MarkedDocument:
     """Parse one YAML document, recording where every key and item is.
 
-    Raises ``yaml.MarkedYAMLError`` for syntax errors; duplicate keys come back as problems.
+    Raises ``yaml.MarkedYAMLError`` for syntax errors, ``SpecError`` past ``limits`` (values
+    built, nesting) or for a tag that is not plain YAML; duplicate keys come back as problems.
     """
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        builder = _Builder(loader, SourceMap(file, translate=translate))
+        builder = _Builder(loader, SourceMap(file, translate=translate), limits or SpecLimits())
         data = builder.build(node, ()) if node is not None else None
         return MarkedDocument(data, builder.source, builder.problems)
     finally:
@@ -187,11 +192,20 @@ def load_marked_yaml(
 _STR = "tag:yaml.org,2002:str"
 
 
+_PLAIN_COLLECTIONS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
+
+
 class _Builder:
-    def __init__(self, loader: _Loader, source: SourceMap) -> None:
+    def __init__(self, loader: _Loader, source: SourceMap, limits: SpecLimits) -> None:
         self.loader = loader
         self.source = source
+        self.limits = limits
+        self.budget = limits.max_values
         self.problems: list[SpecProblem] = []
+
+    def past_limit(self, node: Node, loc: Loc, error: SpecError) -> SpecError:
+        problem = error.problems[0]
+        return SpecError(self.located(loc, problem.message, node))
 
     def mark(self, node: Node) -> Position:
         start = node.start_mark
@@ -205,7 +219,27 @@ class _Builder:
         return self.loader.construct_object(node, deep=True)
 
     def build(self, node: Node, loc: Loc) -> Any:
+        self.budget -= 1
+        if self.budget < 0:  # aliases make one node many values: count what is built
+            limit = self.limits.max_values
+            raise self.past_limit(
+                node, loc, exceeded("max_values", limit + 1, limit, "the number of YAML values")
+            )
+        if len(loc) > self.limits.max_depth:
+            limit = self.limits.max_depth
+            raise self.past_limit(
+                node, loc, exceeded("max_depth", len(loc), limit, "the nesting of the YAML")
+            )
         self.source.values.setdefault(loc, self.mark(node))
+        if not isinstance(node, ScalarNode) and node.tag not in _PLAIN_COLLECTIONS:
+            raise SpecError(
+                self.located(
+                    loc,
+                    f"YAML tag {node.tag!r} is not allowed: a spec is plain YAML (mappings,"
+                    " lists, strings, numbers, booleans); remove the tag",
+                    node,
+                )
+            )
         if isinstance(node, MappingNode):
             return self.build_mapping(node, loc)
         if isinstance(node, SequenceNode):

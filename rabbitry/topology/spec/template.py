@@ -9,10 +9,15 @@ into a user without a password. Block tags on their own line leave no blank line
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import difflib
+import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ from jinja2 import nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.spec.limits import SpecLimits, env_name, exceeded, number
 from rabbitry.topology.spec.source_map import Mark
 
 
@@ -78,7 +84,123 @@ _OPTIONS: dict[str, Any] = {
 }
 
 
-class _LineMarkingEnvironment(SandboxedEnvironment):
+class _LimitedEnvironment(SandboxedEnvironment):
+    """The sandbox with limits on what one expression may build (``SpecLimits.max_string``):
+    ``*`` and ``**`` are checked before they run, calls and filters by their arguments and
+    results. The whole render is bounded by ``render_limited`` (output size and time)."""
+
+    intercepted_binops = frozenset(["*", "**"])
+
+    def __init__(self, limits: SpecLimits, **options: Any) -> None:
+        super().__init__(**options)
+        self.limits = limits
+        self.filters = {name: self._limited(f) for name, f in self.filters.items()}
+
+    def _too_big(self, size: float, what: str) -> SpecError:
+        return exceeded("max_string", size, self.limits.max_string, what)
+
+    def _check_size(self, value: Any, what: str) -> Any:
+        if isinstance(value, str | bytes | list | tuple) and len(value) > self.limits.max_string:
+            raise self._too_big(len(value), what)
+        return value
+
+    def _check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any], what: str) -> None:
+        for value in (*args, *kwargs.values()):
+            number = isinstance(value, int) and not isinstance(value, bool)
+            if number and abs(value) > self.limits.max_string:
+                raise self._too_big(abs(value), f"an argument of {what}")
+
+    def _limited(self, function: Any) -> Any:
+        name = getattr(function, "__name__", "a filter").removeprefix("do_")
+
+        @functools.wraps(function)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            self._check_arguments(args[1:], kwargs, f"the filter {name!r}")
+            if name == "replace" and len(args) >= 3 and isinstance(args[0], str):
+                text, old, new = str(args[-3]), str(args[-2]), str(args[-1])
+                hits = text.count(old) if old else len(text) + 1
+                size = len(text) + hits * len(new)
+                if size > self.limits.max_string:
+                    raise self._too_big(size, "the result of the filter 'replace'")
+            return self._check_size(function(*args, **kwargs), f"the result of {name!r}")
+
+        return limited
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, str | bytes | list | tuple) and isinstance(times, int):
+                    size = len(seq) * times
+                    if size > self.limits.max_string:
+                        raise self._too_big(size, "a repeated string or list")
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+            bits = max(abs(left), 2).bit_length() * right
+            if bits > 64 * 1024:
+                raise self._too_big(bits, "the bits of a power")
+        return super().call_binop(context, operator, left, right)
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        what = f"a call of {getattr(obj, '__name__', 'a function')!r}"
+        self._check_arguments(args, kwargs, what)
+        result = super().call(context, obj, *args, **kwargs)
+        return self._check_size(result, f"the result of {what}")
+
+
+class _RenderTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the render after ``seconds`` (a SIGALRM timer: in the main thread only, where
+    the CLI runs; elsewhere the size limits still hold)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _RenderTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def render_limited(
+    template: jinja2.Template, context: Mapping[str, Any], limits: SpecLimits, filename: str
+) -> str:
+    """Render ``template`` within ``limits``: its output size and its time."""
+    parts: list[str] = []
+    size = 0
+    try:
+        with _deadline(limits.max_render_seconds):
+            for part in template.generate(context):
+                size += len(part)
+                if size > limits.max_bytes:
+                    raise exceeded(
+                        "max_bytes", size, limits.max_bytes, "the rendered spec's size", filename
+                    )
+                parts.append(part)
+    except _RenderTimeout:
+        seconds = number(limits.max_render_seconds)
+        raise SpecError(
+            SpecProblem(
+                f"the template did not finish rendering within {seconds} s (a loop that runs"
+                " too long?); if it needs longer, raise the limit with"
+                f" {env_name('max_render_seconds')}",
+                file=filename,
+            )
+        ) from None
+    return "".join(parts)
+
+
+class _LineMarkingEnvironment(_LimitedEnvironment):
     """Renders like the spec environment, plus markers naming the template and line that every
     piece of literal text was written on: one where each piece starts, one after each newline.
 
@@ -87,8 +209,8 @@ class _LineMarkingEnvironment(SandboxedEnvironment):
     of a rendered line is the last of the markers it starts with.
     """
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, limits: SpecLimits, **options: Any) -> None:
+        super().__init__(limits, **options)
         self.files: list[str] = []
         self.sources: dict[str, tuple[str, ...]] = {}
 
@@ -182,9 +304,15 @@ def render_with_lines(
     context["vars"] = TemplateVariables(values)
     context["env"] = EnvironmentVariables(os.environ if environ is None else environ)
     loader = _loaders(search_path, filename, text)
-    env = SandboxedEnvironment(loader=loader, **_OPTIONS)
+    limits = SpecLimits.from_environment(environ)
+    env = _LimitedEnvironment(limits, loader=loader, **_OPTIONS)
     try:
-        rendered = env.get_template(filename).render(context)
+        rendered = render_limited(env.get_template(filename), context, limits, filename)
+    except SpecError as exc:  # a limit: at the template line that went past it
+        where, line = _template_position(exc, filename)
+        raise SpecError(
+            [p if p.file else dataclasses.replace(p, file=where, line=line) for p in exc.problems]
+        ) from None
     except jinja2.TemplateSyntaxError as exc:
         raise SpecError(
             SpecProblem(
@@ -202,17 +330,24 @@ def render_with_lines(
         where, line = _template_position(exc, filename)
         message = str(exc) if isinstance(exc, jinja2.UndefinedError) else f"template error: {exc}"
         raise SpecError(SpecProblem(message, file=where, line=line)) from None
-    return Rendered(rendered, _line_map(loader, filename, text, rendered, context))
+    return Rendered(rendered, _line_map(loader, filename, text, rendered, context, limits))
 
 
 def _line_map(
-    loader: jinja2.BaseLoader, filename: str, text: str, rendered: str, context: dict[str, Any]
+    loader: jinja2.BaseLoader,
+    filename: str,
+    text: str,
+    rendered: str,
+    context: dict[str, Any],
+    limits: SpecLimits,
 ) -> LineMap:
     if rendered == text:
         return LineMap.identity(filename, text)
-    marking = _LineMarkingEnvironment(loader=loader, **_OPTIONS)
+    marking = _LineMarkingEnvironment(limits, loader=loader, **_OPTIONS)
     try:
-        marked = marking.get_template(filename).render(context)
+        # the markers make the text longer than the plain render: room for them
+        room = dataclasses.replace(limits, max_bytes=limits.max_bytes * 4)
+        marked = render_limited(marking.get_template(filename), context, room, filename)
     except Exception:  # the plain render worked; fall back rather than fail on the markers
         marked = None
     if marked is not None and _MARKER.sub("", marked) == rendered:
