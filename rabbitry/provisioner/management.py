@@ -63,6 +63,19 @@ _BROKER_TERMS = {
 """Erlang terms the management API answers with, as a sentence that says what to do."""
 
 
+def _trust(verify: bool | str) -> bool | ssl.SSLContext:
+    """``verify`` as httpx takes it: a CA bundle's path becomes a context that trusts it."""
+    if not isinstance(verify, str):
+        return verify
+    try:
+        return ssl.create_default_context(cafile=verify)
+    except (OSError, ssl.SSLError) as exc:
+        raise BrokerError(
+            f"CA file {verify!r} cannot be used ({exc}): give a PEM file with the certificate of"
+            " the CA that signed the management API's certificate"
+        ) from None
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -84,7 +97,7 @@ class ManagementClient:
             base_url=base + "/api",
             auth=(self.username, password if password is not None else "guest"),
             timeout=timeout,
-            verify=ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify,
+            verify=_trust(verify),
             headers={"content-type": "application/json"},
         )
 

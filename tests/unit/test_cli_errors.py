@@ -228,3 +228,10 @@ def test_an_insecure_flag_that_contradicts_a_ca_file_is_refused(
     assert "contradict" in assert_one_error(*run(runner, argv))
     missing = ["plan", SPEC, "--ca-file", str(tmp_path / "nope.pem")]
     assert "does not exist" in assert_one_error(*run(runner, missing))
+
+
+def test_a_ca_file_that_is_not_pem_is_one_error_line(runner: CliRunner, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    argv = ["plan", SPEC, "--ca-file", str(junk), "--management-url", "https://127.0.0.1:1"]
+    assert "cannot be used" in assert_one_error(*run(runner, argv))
