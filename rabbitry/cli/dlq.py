@@ -113,11 +113,12 @@ def list_command(endpoints: Endpoints, vhost: str, as_json: bool) -> None:
     with endpoints.management() as client:
         queues = client.queue_stats(vhost)
     # management statistics lag by seconds: ask each parking lot itself for its count
-    counter = AmqpQueueCounter(endpoints)
     lots: list[dict[str, Any]] = []
-    for q in queues:
-        name = str(q["name"])
-        if name.endswith(PARKING_SUFFIXES):
+    with AmqpQueueCounter(endpoints) as counter:
+        for q in queues:
+            name = str(q["name"])
+            if not name.endswith(PARKING_SUFFIXES):
+                continue
             try:
                 messages, consumers = counter(vhost, name)
             except RabbitryError:

@@ -56,8 +56,8 @@ def plan_command(
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
-    with target.endpoints.management() as client:
-        the_plan = plan_topology(client, target.topology)
+    with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
+        the_plan = plan_topology(client, target.topology, counter)
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
@@ -105,9 +105,10 @@ def apply_command(
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with (
         target.endpoints.management() as client,
+        AmqpQueueCounter(target.endpoints) as counter,
         StackLock(client, target.topology.name).held(lock_timeout),
     ):
-        the_plan = plan_topology(client, target.topology)
+        the_plan = plan_topology(client, target.topology, counter)
         if not as_json:
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:
@@ -124,9 +125,7 @@ def apply_command(
                 )
             click.confirm("Apply these changes?", abort=True)
         progress = None if as_json else (lambda line: click.echo(f"  {line}"))
-        result = apply_plan(
-            client, the_plan, options, AmqpQueueCounter(target.endpoints), progress=progress
-        )
+        result = apply_plan(client, the_plan, options, counter, progress=progress)
     if as_json:
         click.echo(json.dumps(_apply_json(the_plan, result.done, result.skipped), indent=2))
         return EXIT_OK

@@ -20,16 +20,17 @@ COLORS = {
 
 def _annotations(change: Change, prune: bool) -> list[str]:
     notes: list[str] = []
-    if (
-        change.messages is not None
-        and change.kind == "queue"
-        and change.action
-        in (
-            Action.REPLACE,
-            Action.DELETE,
-        )
-    ):
-        notes.append(f"{change.messages} message(s)")
+    at_stake = change.kind == "queue" and change.action in (Action.REPLACE, Action.DELETE)
+    if at_stake and change.messages is None and change.count_note:
+        notes.append(f"message count unknown ({change.count_note})")
+    if at_stake and change.messages is not None:
+        if change.counted == "amqp":
+            notes.append(f"{change.messages} message(s)")
+        else:
+            why = f"; {change.count_note}" if change.count_note else ""
+            notes.append(
+                f"about {change.messages} message(s) (management statistics, may lag{why})"
+            )
     if change.consumers:
         notes.append(f"{change.consumers} consumer(s)")
     if change.drift:

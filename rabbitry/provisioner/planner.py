@@ -80,6 +80,10 @@ class Change:
     """The broker differs from what rabbitry last applied: someone changed or deleted it by hand."""
     messages: int | None = None
     consumers: int | None = None
+    counted: str = ""
+    """Where ``messages`` comes from: ``amqp`` (exact) or ``statistics`` (may lag)."""
+    count_note: str = ""
+    """Why the count is not exact, when it is not."""
 
     @property
     def kind(self) -> str:
@@ -105,6 +109,8 @@ class Change:
         }
         if self.messages is not None:
             out["messages"] = self.messages
+        if self.counted:
+            out["messages_source"] = self.counted
         if self.consumers is not None:
             out["consumers"] = self.consumers
         return out
@@ -279,6 +285,8 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                     drift=drift,
                     messages=stats.messages if stats else None,
                     consumers=stats.consumers if stats else None,
+                    counted=stats.source if stats else "",
+                    count_note=stats.note if stats else "",
                 )
             )
         else:
@@ -332,6 +340,8 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 ("no longer in the spec",),
                 messages=stats.messages if stats else None,
                 consumers=stats.consumers if stats else None,
+                counted=stats.source if stats else "",
+                count_note=stats.note if stats else "",
             )
         )
 

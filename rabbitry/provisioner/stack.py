@@ -21,7 +21,7 @@ from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.state import read_state
+from rabbitry.provisioner.state import Counter, read_state
 from rabbitry.provisioner.target import target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
@@ -29,8 +29,12 @@ from rabbitry.topology.spec.model import Spec
 __all__ = ["apply", "plan", "plan_topology"]
 
 
-def plan_topology(client: ManagementClient, topology: Topology) -> Plan:
-    """Check the broker can hold ``topology``, then plan against what it has."""
+def plan_topology(
+    client: ManagementClient, topology: Topology, counter: Counter | None = None
+) -> Plan:
+    """Check the broker can hold ``topology``, then plan against what it has; message counts
+    of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
+    when it reaches them, from the management statistics otherwise."""
     report = check_capabilities(client, topology)
     if report.problems:
         raise CapabilityError(
@@ -43,6 +47,7 @@ def plan_topology(client: ManagementClient, topology: Topology) -> Plan:
         vhosts=[v.name for v in topology.vhosts],
         users=[u.name for u in topology.users],
         global_parameters=[p.name for p in topology.global_parameters],
+        counter=counter,
     )
     the_plan = plan_changes(topology, state)
     migrated = [
@@ -63,8 +68,8 @@ def plan(
 ) -> Plan:
     """What applying ``spec`` would change on the broker; changes nothing."""
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
-    with target.endpoints.management() as client:
-        return plan_topology(client, target.topology)
+    with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
+        return plan_topology(client, target.topology, counter)
 
 
 def apply(
@@ -86,14 +91,13 @@ def apply(
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
     with (
         target.endpoints.management() as client,
+        AmqpQueueCounter(target.endpoints) as counter,
         StackLock(client, target.topology.name).held(lock_timeout),
     ):
-        the_plan = plan_topology(client, target.topology)
+        the_plan = plan_topology(client, target.topology, counter)
         if not the_plan.has_changes:
             return ApplyResult()
         problems = refusals(the_plan, options)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
-        return apply_plan(
-            client, the_plan, options, AmqpQueueCounter(target.endpoints), progress=progress
-        )
+        return apply_plan(client, the_plan, options, counter, progress=progress)

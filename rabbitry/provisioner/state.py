@@ -7,10 +7,11 @@ on recorded API answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.ownership import OwnershipRecord, record_name
 from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
@@ -34,28 +35,53 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
+from rabbitry.uri import mask_text
 
 JSONDict = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class QueueStats:
-    """Message and consumer counts from the management statistics (a few seconds stale)."""
+    """A queue's message and consumer counts, and where they come from: ``amqp`` (exact, asked
+    of the queue) or ``statistics`` (the management API's, a few seconds stale)."""
 
     messages: int | None
     consumers: int | None
+    source: str = "statistics"
+    note: str = ""
+    """Why the counts are not exact, when they are not."""
+
+
+Counter = Callable[[str, str], tuple[int, int]]
+"""``(vhost, queue) -> (messages, consumers)``, exact (``AmqpQueueCounter``)."""
 
 
 class QueueStatsReader(Mapping[ResourceKey, QueueStats]):
-    """Queue statistics read one queue at a time, when the planner asks for them.
+    """Queue counts read one queue at a time, when the planner asks for them: exact from
+    ``counter`` when it can reach the broker, from the management statistics otherwise.
 
     The planner needs counts only for queues it would replace or delete; reading the
     statistics of every queue of a vhost cost the broker seconds at tens of thousands of
     queues."""
 
-    def __init__(self, client: ManagementClient) -> None:
+    def __init__(self, client: ManagementClient, counter: Counter | None = None) -> None:
         self.client = client
+        self.counter = counter
+        self.counter_failed = ""
         self.read: dict[ResourceKey, QueueStats | None] = {}
+
+    def _exact(self, vhost: str, name: str, stats: QueueStats) -> QueueStats:
+        if self.counter is None:
+            return stats
+        if self.counter_failed:
+            return replace(stats, note=self.counter_failed)
+        try:
+            messages, consumers = self.counter(vhost, name)
+        except BrokerError as exc:
+            # one failure says it for every queue: the AMQP side is unreachable
+            self.counter_failed = f"AMQP unreachable: {mask_text(str(exc))}"
+            return replace(stats, note=self.counter_failed)
+        return QueueStats(messages, consumers, source="amqp")
 
     def __getitem__(self, key: ResourceKey) -> QueueStats:
         if key[0] != "queue" or len(key) != 3:
@@ -66,7 +92,11 @@ class QueueStatsReader(Mapping[ResourceKey, QueueStats]):
             self.read[key] = (
                 None
                 if item is None
-                else QueueStats(messages=item.get("messages"), consumers=item.get("consumers"))
+                else self._exact(
+                    vhost,
+                    name,
+                    QueueStats(messages=item.get("messages"), consumers=item.get("consumers")),
+                )
             )
         found = self.read[key]
         if found is None:
@@ -222,8 +252,10 @@ def read_state(
     users: Iterable[str] = (),
     global_parameters: Iterable[str] = (),
     with_stats: bool = True,
+    counter: Counter | None = None,
 ) -> BrokerState:
-    """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker."""
+    """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker;
+    queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
     record = OwnershipRecord.from_value(stack, client.global_parameter(record_name(stack)))
     wanted_vhosts = set(vhosts) | record.vhosts()
     wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
@@ -275,7 +307,7 @@ def read_state(
     return BrokerState(
         topology=topology,
         record=record,
-        queue_stats=QueueStatsReader(client) if with_stats else {},
+        queue_stats=QueueStatsReader(client, counter) if with_stats else {},
         password_hashes=hashes,
         node_count=len(client.get("/nodes", params={"columns": "name"})),
     )
