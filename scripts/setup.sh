@@ -9,7 +9,7 @@
 #     test images from Debian packages (no container registry needed): RabbitMQ 4.0 from Debian
 #     trixie, the one the tests use, and RabbitMQ 3.10 from bookworm, the oldest release rabbitry
 #     supports, for the compatibility run of scripts/test.sh.
-#   - Always: the virtualenv .venv with `pip install -e '.[dev,spark]'`, a Java runtime for
+#   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark]'`, a Java runtime for
 #     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
 #     (scripts/test.sh sources it; so can you).
 #
@@ -246,7 +246,7 @@ ensure_venv() {
     fi
     local want have=
     want=$({
-        cat "$ROOT/pyproject.toml"
+        cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt"
         "$VENV/bin/python" -VV
         echo "$ROOT [dev,spark]"
     } | sha256sum | cut -c1-16)
@@ -257,7 +257,8 @@ ensure_venv() {
     log "installing rabbitry[dev,spark] into $VENV"
     local started=$SECONDS
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
-    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e "$ROOT[dev,spark]"
+    "$VENV/bin/python" -m pip install -qq --disable-pip-version-check \
+        -c "$ROOT/constraints.txt" -e "$ROOT[dev,spark]"
     echo "$want" >"$VENV/.rabbitry-installed"
     log "installed in $((SECONDS - started)) s"
 }

@@ -89,6 +89,10 @@ step "ruff format" "$BIN/ruff" format --check .
 step "mypy" "$BIN/mypy"
 step "pytest" run_pytest "$@"
 step "no skipped tests" check_skips
+# The package as users get it: pip install into a fresh virtualenv, then the README quickstart.
+if [[ $# -eq 0 ]]; then
+    step "quickstart (pip install, dev broker, apply)" bash scripts/quickstart.sh
+fi
 
 # The whole suite runs on the current RabbitMQ (RABBITRY_TEST_IMAGE). The oldest release rabbitry
 # supports behaves differently where the provisioner, the patterns and the clients must adapt
@@ -102,6 +106,8 @@ COMPAT_TESTS=(
     tests/integration/test_publisher.py
     tests/integration/test_worker.py
     tests/integration/test_dlq.py
+    tests/integration/test_connections.py
+    tests/integration/test_plan_counts.py
 )
 if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers && -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
     echo "compatibility run: $RABBITRY_COMPAT_IMAGE"

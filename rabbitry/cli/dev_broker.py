@@ -123,7 +123,7 @@ def _container_env(container: Any) -> dict[str, str]:
 
 
 def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
-    # Imported here: the CLI starts without them, and they need the `test` extra.
+    # Imported here: the CLI starts without them, and they need the `containers` extra.
     from rabbitry.testing.broker import Broker, BrokerUnavailable, wait_until_ready
     from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
     from rabbitry.testing.host import (

@@ -93,7 +93,7 @@ def _rabbitmq_container_class() -> type[DockerContainer]:
                 from testcontainers.rabbitmq import RabbitMqContainer
             except ImportError as exc:
                 raise BrokerUnavailable(
-                    "testcontainers is not installed: pip install 'rabbitry[test]'"
+                    "testcontainers is not installed: pip install 'rabbitry[containers]'"
                 ) from exc
     return cast("type[DockerContainer]", RabbitMqContainer)
 

@@ -47,12 +47,13 @@ def require_engine(environ: Mapping[str, str] | None = None) -> ContainerEngine:
 
 
 def docker_client(engine: ContainerEngine) -> DockerClient:
-    """A Docker SDK client for ``engine`` (the SDK comes with rabbitry's ``test`` extra)."""
+    """A Docker SDK client for ``engine`` (the SDK comes with rabbitry's ``containers`` extra)."""
     try:
         import docker
     except ImportError as exc:
         raise BrokerUnavailable(
-            "the Docker SDK is not installed: pip install 'rabbitry[test]'"
+            "the Docker SDK is not installed (it comes with rabbitry's containers extra):"
+            " pip install 'rabbitry[containers]'"
         ) from exc
     try:
         if engine.docker_host is None:

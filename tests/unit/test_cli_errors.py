@@ -9,6 +9,7 @@ tests/integration/test_cli_errors.py.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -235,3 +236,16 @@ def test_a_ca_file_that_is_not_pem_is_one_error_line(runner: CliRunner, tmp_path
     junk.write_text("not a certificate\n")
     argv = ["plan", SPEC, "--ca-file", str(junk), "--management-url", "https://127.0.0.1:1"]
     assert "cannot be used" in assert_one_error(*run(runner, argv))
+
+
+def test_dev_broker_without_the_containers_extra_says_what_to_install(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.testing import host
+    from rabbitry.testing.engine import ContainerEngine
+
+    monkeypatch.setitem(sys.modules, "docker", None)  # as if the extra were not installed
+    monkeypatch.setattr(host, "require_engine", lambda: ContainerEngine("unix:///nowhere", True))
+    for argv in (["dev-broker", "up"], ["dev-broker", "down"]):
+        line = assert_one_error(*run(runner, argv))
+        assert "pip install 'rabbitry[containers]'" in line
