@@ -249,3 +249,35 @@ def test_dev_broker_without_the_containers_extra_says_what_to_install(
     for argv in (["dev-broker", "up"], ["dev-broker", "down"]):
         line = assert_one_error(*run(runner, argv))
         assert "pip install 'rabbitry[containers]'" in line
+
+
+def test_completion_scripts_complete_commands_and_options(runner: CliRunner) -> None:
+    for shell in ("bash", "zsh", "fish"):
+        code, out, _ = run(runner, ["completion", shell])
+        assert code == 0 and "_RABBITRY_COMPLETE" in out
+    # what the shell's function asks for, answered by the command itself
+    env = {"_RABBITRY_COMPLETE": "bash_complete", "COMP_WORDS": "rabbitry pl", "COMP_CWORD": "1"}
+    done = runner.invoke(cli, [], env=env, prog_name="rabbitry")
+    assert "plain,plan" in done.stdout.split()
+    env["COMP_WORDS"], env["COMP_CWORD"] = "rabbitry apply spec.yaml --lock", "3"
+    assert "--lock-timeout" in runner.invoke(cli, [], env=env, prog_name="rabbitry").stdout
+
+
+def test_no_color_turns_colour_off_for_everything_the_command_prints(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--no-color`` sets NO_COLOR for the command, which ``color_enabled`` and rich honour."""
+    import os
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    seen: list[str | None] = []
+
+    def summary(topology: object) -> str:
+        seen.append(os.environ.get("NO_COLOR"))
+        return ""
+
+    monkeypatch.setattr("rabbitry.cli.spec_commands.summary", summary)
+    run(runner, ["validate", SPEC])
+    run(runner, ["validate", SPEC, "--no-color"])
+    assert seen == [None, "1"]
+    monkeypatch.delenv("NO_COLOR", raising=False)
