@@ -39,6 +39,11 @@ def connect_error(url: str, exc: BaseException) -> BrokerError:
         return refusal_error(settings, ConnectionRefused(403, "ACCESS_REFUSED", True))
     if isinstance(cause, pika.exceptions.ProbableAccessDeniedError):
         return refusal_error(settings, ConnectionRefused(530, "NOT_ALLOWED", True))
+    if isinstance(cause, TimeoutError) or "Timeout" in type(cause).__name__:
+        return BrokerError(
+            f"{settings.display} did not complete the AMQP handshake in time: is it a RabbitMQ"
+            " AMQP port (5672, or 5671 for amqps)? set --url or RABBITRY_URL"
+        )
     reason = f"{type(cause).__name__}: {mask_text(str(cause))}".rstrip(": ")
     return BrokerError(
         f"cannot connect to {settings.display}: {reason}: is the broker running and listening"
@@ -46,22 +51,39 @@ def connect_error(url: str, exc: BaseException) -> BrokerError:
     )
 
 
-def blocking_connection(url: str, *, timeout: float = 10.0) -> pika.BlockingConnection:
-    """A pika ``BlockingConnection`` to ``url``, one attempt, failures as ``BrokerError``."""
-    import pika
-    import pika.exceptions
+def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConnection:
+    """A pika ``BlockingConnection`` to ``url``, one attempt of at most ``timeout`` seconds
+    (a port that accepts and never answers included), failures as ``BrokerError``.
 
-    try:
-        params = pika.URLParameters(url)
-    except ValueError as exc:
-        raise BrokerError(
-            f"AMQP URL {mask_uri(url)!r} cannot be used ({exc}): write it like"
-            " amqp://user:password@host:5672/vhost"
-        ) from None
-    params.connection_attempts = 1
-    params.socket_timeout = timeout
-    params.stack_timeout = timeout * 2
+    The URL is read as rabbitry's own client reads it (``ConnectionSettings.from_url``): the
+    same query options (``cacertfile``, ``certfile``, ``keyfile``, ``verify``, ``heartbeat``,
+    ``connection_name``, ``auth_mechanism``) work on every connection rabbitry makes."""
+    import pika
+    import pika.credentials
+
+    settings = ConnectionSettings.from_url(url)
+    credentials: pika.credentials.PlainCredentials | pika.credentials.ExternalCredentials
+    if settings.external_auth:
+        credentials = pika.credentials.ExternalCredentials()
+    else:
+        credentials = pika.PlainCredentials(settings.username, settings.password)
+    params = pika.ConnectionParameters(
+        host=settings.host,
+        port=settings.port,
+        virtual_host=settings.vhost,
+        credentials=credentials,
+        ssl_options=(
+            pika.SSLOptions(settings.tls, settings.server_hostname) if settings.tls else None
+        ),
+        heartbeat=settings.heartbeat,
+        client_properties=(
+            {"connection_name": settings.connection_name} if settings.connection_name else None
+        ),
+        connection_attempts=1,
+        socket_timeout=timeout,
+        stack_timeout=timeout,
+    )
     try:
         return pika.BlockingConnection(params)
-    except (pika.exceptions.AMQPError, OSError) as exc:
+    except Exception as exc:  # pika's connection workflow raises more than AMQPError
         raise connect_error(url, exc) from None

@@ -71,6 +71,41 @@ class Backoff:
         return float(base * (1 + random.uniform(-self.jitter, self.jitter)))
 
 
+def _number(url: str, option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise BrokerError(
+            f"AMQP URL {url!r}: option {option}={text!r} must be a number of seconds (0 or more)"
+        )
+    return value
+
+
+def _tls_context(
+    url: str, ca_file: str | None, cert_file: str | None, key_file: str | None
+) -> ssl.SSLContext:
+    """The TLS context of an amqps URL; files that cannot be read are errors naming them."""
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise BrokerError(
+            f"AMQP URL {url!r}: CA file (cacertfile / ca_file) {ca_file!r} cannot be used"
+            f" ({exc}): give the PEM file of the CA that signed the broker's certificate"
+        ) from None
+    if cert_file:
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise BrokerError(
+                f"AMQP URL {url!r}: client certificate (certfile / cert_file) {cert_file!r} or its"
+                f" key {key_file!r} cannot be used ({exc}): give PEM files of a certificate and"
+                " its private key"
+            ) from None
+    return context
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """Where and how to connect. Build it with ``from_url``; ``repr`` hides the password."""
@@ -106,19 +141,24 @@ class ConnectionSettings:
             raise BrokerError(f"AMQP URL {mask_uri(url)!r} must start with amqp:// or amqps://")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+        shown = mask_uri(url)
         tls = ssl_context
         if parts.scheme == "amqps" and tls is None:
-            tls = ssl.create_default_context(cafile=ca_file or query.get("cacertfile"))
-            cert = cert_file or query.get("certfile")
-            if cert:
-                tls.load_cert_chain(cert, key_file or query.get("keyfile"))
+            tls = _tls_context(
+                shown,
+                ca_file or query.get("cacertfile"),
+                cert_file or query.get("certfile"),
+                key_file or query.get("keyfile"),
+            )
             if not options.get("verify", True) or query.get("verify") == "verify_none":
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
-        hb = heartbeat if heartbeat is not None else int(query.get("heartbeat", 60))
+        hb = heartbeat
+        if hb is None:
+            hb = int(_number(shown, "heartbeat", query.get("heartbeat", "60")))
         timeout = connect_timeout
         if timeout is None:
-            timeout = float(query.get("connection_timeout", 10.0))
+            timeout = _number(shown, "connection_timeout", query.get("connection_timeout", "10"))
         return cls(
             host=parts.hostname or "localhost",
             port=port or DEFAULT_PORTS[parts.scheme],

@@ -76,6 +76,10 @@ def _trust(verify: bool | str) -> bool | ssl.SSLContext:
         ) from None
 
 
+FIRST_ANSWER_TIMEOUT = 8.0
+"""Seconds to wait for the first answer of a management API (later calls wait ``timeout``)."""
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -90,6 +94,7 @@ class ManagementClient:
     ) -> None:
         base, url_user, url_password = split_credentials(url)
         self.base_url = base
+        self._answered = False
         self.username = username or url_user or "guest"
         password = password if password is not None else url_password
         self._settings = (username, password, timeout, verify)
@@ -141,6 +146,10 @@ class ManagementClient:
         allow: tuple[int, ...] = (),
         timeout: float | None = None,
     ) -> httpx.Response:
+        first = not self._answered
+        if timeout is None and first:
+            # until the API has answered once, a silent port is more likely than a busy broker
+            timeout = min(FIRST_ANSWER_TIMEOUT, self._client.timeout.read or FIRST_ANSWER_TIMEOUT)
         call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         started = time.perf_counter()
         try:
@@ -158,6 +167,12 @@ class ManagementClient:
                 )
         except httpx.TimeoutException:
             waited = timeout if timeout is not None else self._client.timeout.read
+            if first:
+                raise BrokerError(
+                    f"{self.base_url} accepted the connection but sent no answer within"
+                    f" {waited:g} s: is it the management API of a running RabbitMQ (port 15672"
+                    " by default)? check --management-url or RABBITRY_MANAGEMENT_URL"
+                ) from None
             raise BrokerError(
                 f"{method} /api{path} got no answer from {self.base_url} within {waited:g} s;"
                 " the broker may still be working on it: run the same command again to see"
@@ -176,6 +191,7 @@ class ManagementClient:
                 " (is the broker running with the rabbitmq_management plugin? "
                 "set --management-url or RABBITRY_MANAGEMENT_URL)"
             ) from None
+        self._answered = True
         log.info(
             "%s /api%s -> %d (%.0f ms)",
             method,

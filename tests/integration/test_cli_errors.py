@@ -23,7 +23,14 @@ from click.testing import CliRunner
 from rabbitry.cli import cli
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import Broker, one_vhost_spec, with_credentials
-from tests.integration.test_publisher_tls import CERT_DIR, Certs, certs  # noqa: F401
+from tests.integration.test_publisher_tls import (  # noqa: F401
+    CERT_DIR,
+    Certs,
+    amqps_url,
+    certs,
+    declare,
+    start_tls_broker,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -214,3 +221,26 @@ def test_a_management_api_with_a_private_ca_needs_ca_file_or_insecure(
         code, out, err = invoke(*base, *extra, env=env)
         assert code == 0, (extra, env, err)
         assert "+ vhost tls-vhost" in out
+
+
+def test_amqps_url_options_work_on_every_connection_the_cli_makes(
+    rabbitmq_broker_factory: BrokerFactory,
+    certs: Certs,  # noqa: F811
+) -> None:
+    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    declare(container, "jobs.parking")
+    management = with_credentials(
+        container.broker.management_url, container.broker.username, container.broker.password
+    )
+    trusted = amqps_url(container, cacertfile=str(certs.ca))
+    code, out, err = invoke(
+        "dlq", "show", "jobs.parking", "--url", trusted, "--management-url", management
+    )
+    assert code == 0, err
+    assert "jobs.parking: 0 message(s)" in out
+    untrusted = amqps_url(container, cacertfile=str(certs.other_ca))
+    line = one_error(*invoke("dlq", "show", "jobs.parking", "--url", untrusted))
+    assert "TLS handshake" in line and "ca_file" in line
+    missing = amqps_url(container, cacertfile="/no/such/ca.pem")
+    line = one_error(*invoke("dlq", "show", "jobs.parking", "--url", missing))
+    assert "cacertfile" in line and "/no/such/ca.pem" in line
