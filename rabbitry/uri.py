@@ -30,3 +30,25 @@ def mask_uri(uri: str) -> str:
 def mask_text(text: str) -> str:
     """Mask the password of every URI found inside free text (error messages, logs)."""
     return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+_SECRET_KEYS = ("password", "passphrase", "secret", "token")
+
+
+def mask_value(value: object) -> object:
+    """``value`` with every URI password masked and every password-like key's value hidden,
+    inside strings, mappings, lists and tuples (for ``repr`` of models holding them)."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {
+            key: "***"
+            if isinstance(key, str)
+            and any(word in key.lower() for word in _SECRET_KEYS)
+            and value[key] is not None
+            else mask_value(value[key])
+            for key in value
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(mask_value(item) for item in value)
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -23,13 +24,12 @@ from rabbitry.errors import PlanError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
-from rabbitry.provisioner.exporter import export_topology
+from rabbitry.provisioner.exporter import export_text, export_topology
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.planner import Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import plan_topology
 from rabbitry.provisioner.target import Target
-from rabbitry.topology import dump_yaml, spec_document
 from rabbitry.uri import mask_uri
 
 
@@ -150,16 +150,23 @@ def apply_command(
     help="Also export the users with access to the vhosts (with their password hashes).",
 )
 @click.option(
+    "--reveal-secrets",
+    is_flag=True,
+    help="Write the passwords inside parameter URIs (federation upstreams, shovels) as they"
+    " are, instead of environment references.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write the spec to this file instead of standard output.",
+    help="Write the spec to this file (mode 0600) instead of standard output.",
 )
 def export_command(
     endpoints: Endpoints,
     vhosts: tuple[str, ...],
     name: str | None,
     users: bool,
+    reveal_secrets: bool,
     output: Path | None,
 ) -> int:
     """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
@@ -184,13 +191,30 @@ def export_command(
             " applying it puts that user under the stack, and apply --prune would delete it"
             " once it leaves the spec"
         )
-    text = dump_yaml(spec_document(topology))
+    text, references = export_text(topology, reveal_secrets=reveal_secrets)
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text)
-        err(f"wrote {output}")
+        write_private(output, text)
+        err(f"wrote {output} (mode 0600: it may hold password hashes)")
+    if references:
+        err(
+            f"note: {len(references)} password(s) were written as environment references;"
+            " set them before applying this spec (the password as it appears in the URI):"
+        )
+        for reference in references:
+            err(f"  {reference.variable}  ({reference.where})")
     return EXIT_OK
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only, replacing it whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o600)  # an existing tmp file keeps its mode through O_CREAT
+    tmp.replace(path)
 
 
 __all__ = ["EXIT_ERROR"]

@@ -8,14 +8,17 @@ records and locks are left out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import read_state
-from rabbitry.topology.primitives import Topology, User
+from rabbitry.topology.document import dump_yaml, spec_document
+from rabbitry.topology.primitives import JSON, Topology, User
 
 
 def export_topology(
@@ -65,3 +68,73 @@ def export_topology(
             if not p.name.startswith((RECORD_PREFIX, LOCK_PREFIX))
         ),
     )
+
+
+@dataclass(frozen=True)
+class SecretReference:
+    """A password an export leaves out: the environment variable that must hold it on apply."""
+
+    variable: str
+    where: str
+    """What it belongs to, e.g. ``federation-upstream dc1 (uri)``, never the secret."""
+
+
+_URI_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:@/\s]*:)(?P<pw>[^@/\s]*)@")
+_TOKEN = "RABBITRYSECRETREF{}X"
+
+
+def _variable(*parts: str) -> str:
+    return "RABBITRY_" + re.sub(r"[^A-Z0-9]+", "_", "_".join(parts).upper()).strip("_")
+
+
+def export_text(
+    topology: Topology, *, reveal_secrets: bool = False
+) -> tuple[str, list[SecretReference]]:
+    """The spec of ``topology`` as YAML, with every password inside a parameter's URIs (the
+    uri of a federation upstream, the src-uri and dest-uri of a shovel ...) replaced by an
+    environment reference ``{{ env.RABBITRY_..._PASSWORD }}`` (as written in the URI,
+    percent-encoded); the references come back to be listed for whoever applies the spec.
+    ``reveal_secrets`` writes the passwords themselves."""
+    if reveal_secrets:
+        return dump_yaml(spec_document(topology)), []
+    references: list[SecretReference] = []
+    by_variable: dict[str, str] = {}
+
+    def hide(value: JSON, owner: tuple[str, ...], key: str) -> JSON:
+        if isinstance(value, str):
+
+            def swap(match: re.Match[str]) -> str:
+                variable = _variable(*owner, key, "password")
+                if variable not in by_variable:
+                    by_variable[variable] = _TOKEN.format(len(by_variable))
+                    where = f"{' '.join(owner)} ({key})"
+                    references.append(SecretReference(variable, where))
+                return match["head"] + by_variable[variable] + "@"
+
+            return _URI_PASSWORD.sub(swap, value)
+        if isinstance(value, list):
+            return [hide(item, owner, key) for item in value]
+        if isinstance(value, dict):
+            return {k: hide(v, owner, k if key == "" else f"{key}-{k}") for k, v in value.items()}
+        return value
+
+    vhosts = tuple(
+        vhost.model_copy(
+            update={
+                "parameters": tuple(
+                    p.model_copy(update={"value": hide(p.value, (p.component, p.name), "")})
+                    for p in vhost.parameters
+                )
+            }
+        )
+        for vhost in topology.vhosts
+    )
+    global_parameters = tuple(
+        p.model_copy(update={"value": hide(p.value, ("global", p.name), "")})
+        for p in topology.global_parameters
+    )
+    hidden = topology.model_copy(update={"vhosts": vhosts, "global_parameters": global_parameters})
+    text = dump_yaml(spec_document(hidden))
+    for variable, token in by_variable.items():
+        text = text.replace(token, "{{ env." + variable + " }}")
+    return text, references

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from rabbitry.uri import mask_value
+
 JSON: TypeAlias = Any
 ResourceKey: TypeAlias = tuple[str, ...]
 """Identity of one broker object: ``(kind, vhost, ...)``; cluster-wide objects use vhost ''."""
@@ -85,6 +87,12 @@ class Primitive(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
     kind: ClassVar[str]
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # passwords in URIs and password-like keys never reach a repr, a log or a traceback
+        for name, value in super().__repr_args__():
+            secret = name is not None and "password" in name and isinstance(value, str)
+            yield name, "***" if secret else mask_value(value)
 
     def identity(self) -> tuple[str, ...]:
         """The fields that name this object within its vhost."""

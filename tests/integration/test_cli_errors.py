@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -244,3 +244,65 @@ def test_amqps_url_options_work_on_every_connection_the_cli_makes(
     missing = amqps_url(container, cacertfile="/no/such/ca.pem")
     line = one_error(*invoke("dlq", "show", "jobs.parking", "--url", missing))
     assert "cacertfile" in line and "/no/such/ca.pem" in line
+
+
+def test_export_writes_parameter_passwords_as_environment_references(
+    broker: Broker, tmp_path: Path
+) -> None:
+    secret = "Fed-S3cret%2Fpw"  # as written in the URI: percent-encoded
+    broker.apply(
+        one_vhost_spec(
+            f"""
+        parameters:
+          - component: federation-upstream
+            name: dc1
+            value: {{uri: "amqp://fed:{secret}@dc1.example:5672", expires: 3600000}}
+"""
+        )
+    )
+    out_file = tmp_path / "exported.yaml"
+    code, out, err = invoke(
+        "export",
+        "--vhost",
+        broker.vhost,
+        "--name",
+        broker.stack,
+        "-o",
+        str(out_file),
+        "--management-url",
+        broker.management_url,
+    )
+    assert code == 0, err
+    text = out_file.read_text()
+    assert secret not in text + out + err and "Fed-S3cret" not in text + err
+    variable = "RABBITRY_FEDERATION_UPSTREAM_DC1_URI_PASSWORD"
+    assert "amqp://fed:{{ env." + variable + " }}@dc1.example:5672" in text
+    assert variable in err and "(federation-upstream dc1 (uri))" in err
+    assert out_file.stat().st_mode & 0o777 == 0o600
+
+    revealed = invoke(
+        "export",
+        "--vhost",
+        broker.vhost,
+        "--reveal-secrets",
+        "--management-url",
+        broker.management_url,
+    )
+    assert secret in revealed[1]
+
+    # The export applies back, with the password from the environment.
+    before = broker.get("/parameters/federation-upstream/{vhost}/dc1")["value"]
+    broker.http.delete(f"/vhosts/{quote(broker.vhost, safe='')}").raise_for_status()
+    code, out, err = invoke(
+        "apply",
+        str(out_file),
+        "--auto-approve",
+        "--management-url",
+        broker.management_url,
+        "--url",
+        broker.amqp_url,
+        env={variable: secret},
+    )
+    assert code == 0, err
+    assert broker.get("/parameters/federation-upstream/{vhost}/dc1")["value"] == before
+    assert before["uri"] == f"amqp://fed:{secret}@dc1.example:5672"

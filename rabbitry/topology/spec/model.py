@@ -13,6 +13,7 @@ bottom is the whole document's shape.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -34,6 +35,7 @@ from rabbitry.topology.spec.arguments import (
 )
 from rabbitry.topology.spec.quantities import Milliseconds
 from rabbitry.topology.spec.source_map import SourceMap
+from rabbitry.uri import mask_value
 
 SCHEMA_VERSION = 1
 
@@ -90,6 +92,12 @@ class SpecModel(BaseModel):
         use_attribute_docstrings=True,
         coerce_numbers_to_str=True,
     )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # passwords in URIs and password-like keys never reach a repr, a log or a traceback
+        for name, value in super().__repr_args__():
+            secret = name is not None and "password" in name and isinstance(value, str)
+            yield name, "***" if secret else mask_value(value)
 
 
 class BrokerSpec(SpecModel):
