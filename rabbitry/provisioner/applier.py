@@ -102,7 +102,18 @@ def refusals(plan: Plan, options: ApplyOptions) -> list[str]:
                     f"{change.title} has {change.consumers} consumer(s) that its migration would"
                     " cancel; stop them first (a quiet window) or add --force"
                 )
+            if change.kind == "queue" and change.count_note:
+                # found now, not after the migration's first step
+                problems.append(
+                    f"migrating {change.title} needs exact message counts over AMQP, which the"
+                    f" plan could not get ({change.count_note}): fix --url or RABBITRY_URL"
+                )
         prune_queue = change.action is Action.DELETE and options.prune and change.kind == "queue"
+        if prune_queue and change.count_note and not options.force:
+            problems.append(
+                f"pruning {change.title} needs its exact message count over AMQP, which the plan"
+                f" could not get ({change.count_note}): fix --url or RABBITRY_URL, or add --force"
+            )
         if prune_queue and change.messages and not options.force:
             problems.append(
                 f"{change.title} holds {change.messages} message(s): prune refuses to delete"

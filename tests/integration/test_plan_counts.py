@@ -79,3 +79,18 @@ def test_without_amqp_the_plan_counts_from_statistics_and_says_so(broker: Broker
     assert text.exit_code == 0, text.output
     assert "AMQP unreachable: cannot count the messages" in text.stdout
     assert "secret-pw" not in text.output
+
+
+def test_apply_without_amqp_refuses_a_migration_before_changing_anything(broker: Broker) -> None:
+    broker.apply(CLASSIC)
+    fill(broker, "jobs", 10)
+    spec = str(broker.spec(QUORUM, "next.yaml"))
+    argv = ["apply", spec, "--auto-approve", "--allow-replace", "--force"]
+    argv += ["--management-url", broker.management_url, "--url", "amqp://guest:guest@127.0.0.1:1/"]
+    argv += ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 1, result.output
+    assert "nothing was applied" in result.stderr and "needs exact message counts" in result.stderr
+    queue = broker.get("/queues/{vhost}/jobs")
+    assert queue["type"] == "classic" and broker.count("jobs") == 10
+    assert broker.get("/queues/{vhost}/jobs.rabbitry-migration") is None
