@@ -193,7 +193,11 @@ def replay_command(
     routing_key: str | None,
     as_json: bool,
 ) -> None:
-    """Send parked messages back (confirmed), each exactly once; the rest stay parked."""
+    """Send parked messages back, each confirmed before its parked copy is removed.
+
+    At least once, never lost: a replay cut short may leave up to 256 messages (the confirm
+    window) in both queues, with the same message id; the rest stay parked.
+    """
     queue, selection = target.queue, target.selection
     if selection.everything and not take_all:
         raise click.UsageError("say which messages: --count, --id, --match, or --all")
