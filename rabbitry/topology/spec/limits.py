@@ -25,7 +25,7 @@ class SpecLimits:
     """YAML values built, counting each use of an alias anew (RABBITRY_SPEC_MAX_VALUES)."""
     max_depth: int = 100
     """Nesting of YAML mappings and lists (RABBITRY_SPEC_MAX_DEPTH)."""
-    max_render_seconds: float = 20.0
+    max_render_seconds: float = 8.0
     """Time the template may take to render (RABBITRY_SPEC_MAX_RENDER_SECONDS)."""
     max_string: int = 8 * 1024 * 1024
     """Length of a string or list a template expression makes with ``*``, ``**`` or a filter's
