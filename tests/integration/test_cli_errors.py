@@ -306,3 +306,29 @@ def test_export_writes_parameter_passwords_as_environment_references(
     assert code == 0, err
     assert broker.get("/parameters/federation-upstream/{vhost}/dc1")["value"] == before
     assert before["uri"] == f"amqp://fed:{secret}@dc1.example:5672"
+
+
+def test_percent_encoded_credentials_work_on_amqp_and_http_alike(broker: Broker) -> None:
+    user, password = f"odd-{broker.vhost}", "p@ss/w:rd%?#"
+    broker.http.put(
+        f"/users/{quote(user, safe='')}", json={"password": password, "tags": "administrator"}
+    ).raise_for_status()
+    broker.http.put(
+        f"/permissions/{quote(broker.vhost, safe='')}/{quote(user, safe='')}",
+        json={"configure": ".*", "write": ".*", "read": ".*"},
+    ).raise_for_status()
+    try:
+        management = with_credentials(broker.management_url, user, password)
+        amqp = with_credentials(broker.amqp_url, user, password)
+        assert "%40" in management and "%2F" in management
+        spec = str(broker.spec(one_vhost_spec("        queues: [{name: q.parking}]\n")))
+        vars_ = ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
+        code, out, err = invoke(
+            "apply", spec, "--auto-approve", *vars_, "--management-url", management, "--url", amqp
+        )
+        assert code == 0, err
+        code, out, err = invoke("dlq", "show", "q.parking", "--vhost", broker.vhost, "--url", amqp)
+        assert code == 0 and "q.parking: 0 message(s)" in out, err
+        assert password not in out + err
+    finally:
+        broker.http.delete(f"/users/{quote(user, safe='')}")
