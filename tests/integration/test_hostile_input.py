@@ -49,7 +49,7 @@ HOSTILE_SPECS = {
     + "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}\n",
     "string bomb": HEAD + "# {{ 'a' * 10**10 }}\n",
     "power bomb": HEAD + "# {{ 9 ** 9999999 }}\n",
-    "oversized": HEAD + "# " + "x" * (33 * 1024 * 1024) + "\n",
+    "oversized": HEAD + "# " + "x" * (17 * 1024 * 1024) + "\n",
     "name over 255 bytes": vhost_with("    queues:\n      - name: " + "é" * 128 + "\n"),
     "non-ASCII vhost": vhost_with("    queues: []\n", vhost="café-{{ vars.vhost }}"),
     "control character in a name": vhost_with('    queues:\n      - name: "a\\u001bb"\n'),

@@ -166,3 +166,23 @@ def test_generated_names_past_255_bytes_are_refused(tmp_path: Path) -> None:
     path.write_text(spec)
     with pytest.raises(SpecError, match=r"the patterns name a queue .* of 2[56][0-9] bytes"):
         check_spec(load_spec(path))
+
+
+def test_repr_of_a_loaded_spec_and_its_topology_shows_no_password(tmp_path: Path) -> None:
+    from rabbitry.topology import expand
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        HEAD
+        + "broker: {url: 'amqp://admin:Br0ker-pw@h/'}\n"
+        + "users: [{name: app, password: Us3r-pw}]\n"
+        + "vhosts:\n  - name: v\n    parameters:\n"
+        + "      - {component: shovel, name: s, value: {src-uri: 'amqp://u:Sh0vel-pw@h',"
+        + " src-queue: a, dest-uri: 'amqp://u:Sh0vel-pw@h', dest-queue: b}}\n"
+        + "    federation:\n      upstreams: [{name: dc1, uri: 'amqp://f:Fed-pw@dc1'}]\n"
+    )
+    loaded = load_spec(spec)
+    shown = repr(loaded) + str(loaded) + repr(expand(loaded))
+    for secret in ("Br0ker-pw", "Us3r-pw", "Sh0vel-pw", "Fed-pw"):
+        assert secret not in shown
+    assert "amqp://admin:***@h/" in shown
