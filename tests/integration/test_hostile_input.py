@@ -54,7 +54,7 @@ HOSTILE_SPECS = {
     "non-ASCII vhost": vhost_with("    queues: []\n", vhost="café-{{ vars.vhost }}"),
     "control character in a name": vhost_with('    queues:\n      - name: "a\\u001bb"\n'),
 }
-SPEC_COMMANDS = ["validate", "render", "graph", "plan", "apply", "status"]
+SPEC_COMMANDS = ["validate", "render", "graph", "plan", "apply", "status", "shards check"]
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +92,15 @@ def definitions(broker: Broker) -> Any:
 
 
 def run(broker: Broker, argv: list[str], tmp: Path) -> tuple[int, str, float]:
+    argv = [*argv[0].split(), *argv[1:]]  # "shards check" is two words
     verb = argv[0]
-    if verb in ("plan", "apply", "status", "export", "dlq"):
+    if verb in ("plan", "apply", "status", "export", "dlq", "shards"):
         argv = [*argv]
         if "--management-url" not in argv:
             argv += ["--management-url", broker.management_url]
         if "--url" not in argv:
             argv += ["--url", broker.amqp_url]
-    if verb in ("validate", "render", "graph", "plan", "apply", "status"):
+    if verb in ("validate", "render", "graph", "plan", "apply", "status", "shards"):
         argv += ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
     if verb == "apply":
         argv.append("--auto-approve")
@@ -152,6 +153,8 @@ BROKER_COMMANDS = {
     "export": ["export", "--vhost", "{vhost}", "-o", "{tmp}/out.yaml"],
     "dlq list": ["dlq", "list", "--vhost", "{vhost}"],
     "dlq show": ["dlq", "show", "work.parking", "--vhost", "{vhost}"],
+    "dlq replay": ["dlq", "replay", "work.parking", "--all", "--vhost", "{vhost}"],
+    "dlq purge": ["dlq", "purge", "work.parking", "--yes", "--vhost", "{vhost}"],
 }
 # The commands each input reaches: management URL problems the management commands, AMQP URL
 # problems those that open AMQP connections.
@@ -167,10 +170,11 @@ def test_bad_broker_inputs_are_refused_by_every_command_and_change_nothing(
     before = definitions(broker)
     extra = bad_broker_inputs(silent_port)[name]
     for command, template in BROKER_COMMANDS.items():
-        if name in AMQP_ONLY and command not in ("dlq show", "plan"):
+        dlq_amqp = command in ("dlq show", "dlq replay", "dlq purge")
+        if name in AMQP_ONLY and not dlq_amqp and command != "plan":
             continue
-        if name not in AMQP_ONLY and command == "dlq show" and "management" in name:
-            continue  # dlq show speaks AMQP only
+        if name not in AMQP_ONLY and dlq_amqp and "management" in name:
+            continue  # these speak AMQP only
         argv = [arg.format(spec=spec, vhost=broker.vhost, tmp=tmp_path) for arg in template] + extra
         if name in AMQP_ONLY and command == "plan":
             # a plan that has a queue to count: the change makes it a replace
