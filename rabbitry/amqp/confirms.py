@@ -4,11 +4,13 @@ Publisher confirms number the messages of a channel 1, 2, 3, ...; an ack or nack
 ``multiple`` settles every tag up to its own. Deliveries are kept in a list indexed by
 ``tag - first_tag``: a single ack is one index, a multiple ack walks only the entries it settles
 (each entry is walked once in its life), and settled entries leave from the front. Everything
-here is pure: no clock, no sockets, no event loop.
+here is pure: no sockets, no event loop, and a clock only when the shell gives one (to measure
+how long confirms take: ``latency``).
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -50,6 +52,8 @@ class Delivery:
     tag: int = 0
     republished: int = 0
     waiter: Any = None
+    sent: float = 0.0
+    """When it was handed to the connection (by the tracker's clock, when it has one)."""
 
     @property
     def ok(self) -> bool:
@@ -91,13 +95,40 @@ def describe(delivery: Delivery) -> str:
     return f"message {delivery.message_id} to {target} [{delivery.routing_key}]"
 
 
+CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+"""Upper bounds (seconds) of the confirm-latency histogram."""
+
+
+class Latency:
+    """A histogram of seconds: counts per bucket of ``CONFIRM_BUCKETS`` (+Inf last), sum, count."""
+
+    __slots__ = ("buckets", "count", "sum")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(CONFIRM_BUCKETS) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.buckets[bisect.bisect_left(CONFIRM_BUCKETS, seconds)] += 1
+        self.sum += seconds
+        self.count += 1
+
+
 class ConfirmTracker:
     """Deliveries in flight on one confirm-mode channel, by delivery tag.
 
     ``on_settle`` is called once per delivery when it settles (async shells wake waiters there).
+    With a ``clock``, ``latency`` holds how long each confirm took (one clock reading per
+    message written and one per confirm frame).
     """
 
-    def __init__(self, on_settle: SettleHook | None = None) -> None:
+    def __init__(
+        self, on_settle: SettleHook | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
+        self.clock = clock
+        self.latency = Latency()
+        self._now = 0.0
         self._items: list[Delivery] = []
         self._start = 0
         self._first_tag = 1
@@ -118,6 +149,8 @@ class ConfirmTracker:
         tag = self._next_tag
         self._next_tag = tag + 1
         delivery.tag = tag
+        if self.clock is not None:
+            delivery.sent = self.clock()
         self._items.append(delivery)
         self.unsettled += 1
         if delivery.mandatory:
@@ -131,6 +164,8 @@ class ConfirmTracker:
     # -- what the broker says ---------------------------------------------------------------
 
     def ack(self, tag: int, multiple: bool) -> None:
+        if self.clock is not None:
+            self._now = self.clock()
         if multiple:
             self._settle_through(tag, None)
         else:
@@ -272,6 +307,8 @@ class ConfirmTracker:
             delivery.status = Status.CONFIRMED
             self.unsettled -= 1
             self.confirmed += 1
+            if self.clock is not None:
+                self.latency.observe(self._now - delivery.sent)
             if delivery.mandatory:
                 self._by_message_id.pop(delivery.message_id, None)
             hook = self.on_settle

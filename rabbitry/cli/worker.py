@@ -15,7 +15,6 @@ import click
 
 from rabbitry.cli.common import Invocation, MaskingFormatter, group, reset_verbosity
 from rabbitry.consumer.app import App, url_for_app
-from rabbitry.consumer.metrics import serve_metrics
 from rabbitry.uri import mask_text
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
@@ -101,7 +100,7 @@ def worker() -> None:
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    help="Serve Prometheus metrics on this port (/metrics).",
+    help="Serve Prometheus metrics on this port (/metrics; OpenMetrics when asked).",
 )
 @click.option(
     "--log-level",
@@ -139,12 +138,14 @@ def run(
         address = "amqp://guest:guest@localhost:5672/"
     address = url_for_app(address, app)
     log = logging.getLogger("rabbitry.worker")
+    if metrics_port is not None:
+        from rabbitry.metrics import serve as serve_metrics
     if blocking:
         from rabbitry.consumer.sync import Worker
 
         sync_worker = Worker(app, address, prefetch=prefetch, shutdown_timeout=shutdown_timeout)
         if metrics_port is not None:
-            serve_metrics(sync_worker.metrics, metrics_port)
+            serve_metrics(metrics_port)
         log.info("consuming %s (blocking worker)", ", ".join(app.queues))
         sync_worker.run(handle_signals=True)
     else:
@@ -158,7 +159,7 @@ def run(
             shutdown_timeout=shutdown_timeout,
         )
         if metrics_port is not None:
-            serve_metrics(async_worker.metrics, metrics_port)
+            serve_metrics(metrics_port)
         log.info("consuming %s", ", ".join(app.queues))
         started = time.monotonic()
         asyncio.run(async_worker.run(handle_signals=True))

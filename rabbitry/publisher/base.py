@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -87,6 +88,10 @@ class PublisherStats:
     in_flight: int
 
 
+LIVE: weakref.WeakSet[PublisherBase] = weakref.WeakSet()
+"""Every publisher alive in this process (what ``rabbitry.metrics`` reads at a scrape)."""
+
+
 class PublisherBase:
     """Options and message preparation; subclasses add the connection."""
 
@@ -131,10 +136,11 @@ class PublisherBase:
         self.builder = MessageBuilder(
             app_id=app_id, content_type=content_type, persistent=persistent, timestamps=timestamps
         )
-        self.tracker = ConfirmTracker()
+        self.tracker = ConfirmTracker(clock=time.monotonic)
         self.on_republish = on_republish
         self.reconnects = 0
         self.closed = False
+        LIVE.add(self)
 
     @classmethod
     def from_spec(

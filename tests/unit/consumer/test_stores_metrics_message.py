@@ -34,20 +34,78 @@ def test_cancel_store_drops_a_job_once() -> None:
     assert not store.take("job-2")
 
 
-def test_prometheus_text() -> None:
+def scrape(collector: object, *, openmetrics: bool = False) -> dict[str, object]:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.openmetrics import exposition as om
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    registry.register(collector)  # type: ignore[arg-type]
+    if openmetrics:
+        families = om_parse(om.generate_latest(registry).decode())
+    else:
+        families = text_string_to_metric_families(generate_latest(registry).decode())
+    return {
+        f"{sample.name}{sorted(sample.labels.items())}": sample.value
+        for family in families
+        for sample in family.samples
+    }
+
+
+def test_worker_counters_scrape_through_prometheus_client() -> None:
+    from rabbitry.metrics import RabbitryCollector
+
     metrics = WorkerMetrics()
     counters = metrics["orders.work"]
-    counters.received = 3
-    counters.acked = 3
+    counters.received = 7
+    counters.acked = 5  # 2 handled, 2 retried, 1 parked
     counters.retried["1s"] += 2
+    counters.parked = 1
+    counters.failed = 3
     counters.observe(0.002)
-    text = metrics.render()
-    assert 'rabbitry_worker_received_total{queue="orders.work"} 3' in text
-    assert 'rabbitry_worker_retried_total{queue="orders.work",tier="1s"} 2' in text
-    assert 'rabbitry_worker_handler_seconds_bucket{queue="orders.work",le="0.005"} 1' in text
-    assert 'rabbitry_worker_handler_seconds_count{queue="orders.work"} 1' in text
-    assert "# TYPE rabbitry_worker_handler_seconds histogram" in text
+    for openmetrics in (False, True):
+        samples = scrape(
+            RabbitryCollector(workers=[metrics], publishers=[]), openmetrics=openmetrics
+        )
+        q = ("queue", "orders.work")
+        assert samples[f"rabbitry_worker_received_total{[q]}"] == 7
+        assert samples[f"rabbitry_worker_failures_total{[q]}"] == 3
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q]}"] == 2
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'retried'), q]}"] == 2
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'parked'), q]}"] == 1
+        assert samples[f"rabbitry_worker_retried_total{[q, ('tier', '1s')]}"] == 2
+        assert samples[f"rabbitry_worker_in_flight{[q]}"] == 2
+        assert samples[f"rabbitry_worker_handler_seconds_bucket{[('le', '0.005'), q]}"] == 1
+        assert samples[f"rabbitry_worker_handler_seconds_count{[q]}"] == 1
     assert metrics.total("retried") == 2
+
+
+def test_publisher_confirm_latency_is_a_histogram_of_write_to_confirm() -> None:
+    from rabbitry.amqp.confirms import ConfirmTracker, Delivery
+    from rabbitry.metrics import RabbitryCollector
+
+    now = [100.0]
+    tracker = ConfirmTracker(clock=lambda: now[0])
+    deliveries = [Delivery(b"", f"m{i}", "", "q", False) for i in range(3)]
+    for d in deliveries:
+        tracker.add(d)
+    now[0] += 0.003
+    tracker.ack(2, multiple=True)  # two confirmed after 3 ms
+    now[0] += 0.5
+    tracker.nack(3, multiple=False)
+
+    class Publisher:
+        reconnects = 1
+
+    Publisher.tracker = tracker  # type: ignore[attr-defined]
+    samples = scrape(RabbitryCollector(workers=[], publishers=[Publisher()]))  # type: ignore[list-item]
+    assert samples["rabbitry_publisher_messages_total[('outcome', 'confirmed')]"] == 2
+    assert samples["rabbitry_publisher_messages_total[('outcome', 'nacked')]"] == 1
+    assert samples["rabbitry_publisher_confirm_seconds_count[]"] == 2
+    assert samples["rabbitry_publisher_confirm_seconds_bucket[('le', '0.0025')]"] == 0
+    assert samples["rabbitry_publisher_confirm_seconds_bucket[('le', '0.005')]"] == 2
+    assert samples["rabbitry_publisher_reconnects_total[]"] == 1
 
 
 def test_properties_are_decoded_like_pamqp_encodes_them() -> None:
