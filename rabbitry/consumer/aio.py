@@ -352,6 +352,13 @@ class AsyncWorker:
         self._run(message, route)
 
     def _run(self, message: IncomingMessage, route: Route) -> None:
+        token = self.core.enter(message)  # its span current: the task below copies it too
+        try:
+            self._start(message, route)
+        finally:
+            self.core.leave(token)
+
+    def _start(self, message: IncomingMessage, route: Route) -> None:
         started = time.perf_counter()
         if not route.is_async:
             try:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
+from rabbitry.amqp import tracing
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings
@@ -204,6 +205,17 @@ class WorkerCore:
         route = self.routes[message.consumer]
         counters = self.metrics.queues[route.queue]
         counters.received += 1
+        tracer = tracing.tracer()
+        if tracer is not None:
+            message.span = tracing.start_consumer(
+                tracer,
+                message.headers,
+                queue=route.queue,
+                routing_key=message.routing_key,
+                message_id=message.message_id,
+                attempt=message.attempt,
+                redelivered=message.redelivered,
+            )
         if not self._needs_headers and not (route.idempotent and self._needs_idempotency):
             return True
         headers = message.headers if self._needs_headers else None
@@ -226,9 +238,35 @@ class WorkerCore:
             counters.duplicates += 1
         elif verdict.action is Action.CANCELLED:
             counters.cancelled += 1
-            logger.info("dropped cancelled job %s from %s", message_id, route.queue)
+            logger.info(
+                "dropped cancelled job %s from %s",
+                message_id,
+                route.queue,
+                extra=self._log_fields(message, route.queue),
+            )
+        if message.span is not None:
+            tracing.finish(message.span, verdict.action.value)
         self._ack(message)
         return False
+
+    def enter(self, message: IncomingMessage) -> object | None:
+        """Make the delivery's span current while its handler runs (None: no tracing)."""
+        return tracing.activate(message.span) if message.span is not None else None
+
+    def leave(self, token: object | None) -> None:
+        if token is not None:
+            tracing.deactivate(token)
+
+    def _log_fields(self, message: IncomingMessage, queue: str) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "queue": queue,
+            "message_id": message.message_id,
+            "attempt": message.attempt,
+        }
+        trace = tracing.trace_id(message.span)
+        if trace is not None:
+            fields["trace_id"] = trace
+        return fields
 
     def conclude(
         self, message: IncomingMessage, error: BaseException | None, elapsed: float
@@ -247,6 +285,8 @@ class WorkerCore:
                 mid = message.message_id
                 if mid is not None:
                     self.app.idempotency.remember(mid)
+            if message.span is not None:
+                tracing.finish(message.span, "acked")
             self._ack(message)
             return ACK
         counters.failed += 1
@@ -256,6 +296,24 @@ class WorkerCore:
             route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
         )
         self._log_failure(message, route, verdict, error)
+        span = message.span
+        if span is not None:
+            outcome = {Action.RETRY: "retried", Action.PARK: "parked"}.get(
+                verdict.action, "rejected"
+            )
+            if verdict.action is not Action.REJECT:
+                # the copy carries this attempt's context: the next attempt is its child
+                verdict = replace(
+                    verdict, headers={**(verdict.headers or {}), **tracing.carrier_of(span)}
+                )
+            tracing.finish(
+                span,
+                outcome,
+                error,
+                attempt=verdict.attempt,
+                tier=verdict.tier_label if verdict.action is Action.RETRY else None,
+                reason=verdict.reason or None,
+            )
         if verdict.action is Action.REJECT:
             counters.rejected += 1
             if message.generation == self.generation:
@@ -267,6 +325,8 @@ class WorkerCore:
     def requeue(self, message: IncomingMessage) -> None:
         """Give a message back to the queue (shutdown, or its replacement could not be stored)."""
         self.metrics.queues[message.queue].requeued += 1
+        if message.span is not None and message.span.is_recording():
+            tracing.finish(message.span, "requeued")
         if message.generation == self.generation and self.session is not None:
             self.acks.reject(message.tag, requeue=True)
 
@@ -350,8 +410,7 @@ class WorkerCore:
                 what,
                 verdict.delay_ms,
                 extra={
-                    "queue": route.queue,
-                    "message_id": message.message_id,
+                    **self._log_fields(message, route.queue),
                     "attempt": verdict.attempt,
                     "action": "retry",
                     "delay_ms": verdict.delay_ms,
@@ -367,8 +426,7 @@ class WorkerCore:
                 "parked" if verdict.action is Action.PARK else "rejected",
                 verdict.reason,
                 extra={
-                    "queue": route.queue,
-                    "message_id": message.message_id,
+                    **self._log_fields(message, route.queue),
                     "attempt": verdict.attempt,
                     "action": verdict.action.value,
                 },

@@ -79,6 +79,8 @@ class IncomingMessage:
     queue: str = ""
     _props: dict[str, Any] | None = None
     generation: int = 0
+    span: Any = None
+    """The delivery's CONSUMER span while tracing is on (``rabbitry.amqp.tracing``)."""
 
     @property
     def properties(self) -> dict[str, Any]:

@@ -165,6 +165,13 @@ class Worker:
         return len(inbox)
 
     def _handle(self, message: IncomingMessage) -> None:
+        token = self.core.enter(message)
+        try:
+            self._call(message)
+        finally:
+            self.core.leave(token)
+
+    def _call(self, message: IncomingMessage) -> None:
         route = self.core.routes[message.consumer]
         started = time.perf_counter()
         error: BaseException | None = None

@@ -24,7 +24,13 @@ from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session
 from rabbitry.errors import BrokerError, ConfirmTimeout
-from rabbitry.publisher.base import BatchOptions, PublisherBase, PublishOptions, logger
+from rabbitry.publisher.base import (
+    Batch,
+    BatchOptions,
+    PublisherBase,
+    PublishOptions,
+    logger,
+)
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.uri import mask_text
 
@@ -149,6 +155,16 @@ class AsyncPublisher(PublisherBase):
     ) -> AsyncIterator[Delivery]:
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
         batch = self.batch(options)
+        count = [0]  # messages sent, for the batch's span
+        try:
+            async for delivery in self._stream(messages, batch, count):
+                yield delivery
+        finally:
+            self.end_batch(batch, count[0])
+
+    async def _stream(
+        self, messages: Iterable[Message | Body], batch: Batch, count: list[int]
+    ) -> AsyncIterator[Delivery]:
         limit = batch.window
         prepare = self.prepare_item
         timeout = self.confirm_timeout
@@ -164,6 +180,7 @@ class AsyncPublisher(PublisherBase):
             delivery = prepare(item, batch, None if timeout is None else time.monotonic() + timeout)
             self._write(session, delivery)
             issued.append(delivery)
+            count[0] += 1
             if head > 4096 and head * 2 > len(issued):
                 del issued[:head]
                 head = 0

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Self, TypedDict, Unpack
 
+from rabbitry.amqp import tracing
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.session import Session
@@ -41,6 +42,7 @@ class PublishOptions(TypedDict, total=False):
     message_id: str | None
     check_route: bool
     timeout: float | None
+    traced: bool
     content_type: str | None
     content_encoding: str | None
     correlation_id: str | None
@@ -62,6 +64,9 @@ class Batch:
     mandatory: bool | None
     headers: Mapping[str, Any] | None
     window: int
+    trace: Mapping[str, str] | None = None
+    """The trace context every message of the batch carries (its PRODUCER span's)."""
+    span: Any = None
 
 
 class BatchOptions(TypedDict, total=False):
@@ -140,6 +145,8 @@ class PublisherBase:
         self.on_republish = on_republish
         self.reconnects = 0
         self.closed = False
+        self.traced = True
+        """Trace context in the messages and PRODUCER spans, when tracing is on."""
         LIVE.add(self)
 
     @classmethod
@@ -229,9 +236,13 @@ class PublisherBase:
         message_id: str | None = None,
         check_route: bool = False,
         timeout: float | None = None,
+        traced: bool = True,
         **properties: Any,
     ) -> Delivery:
-        """A delivery ready to write (frames built, route resolved); nothing is sent."""
+        """A delivery ready to write (frames built, route resolved); nothing is sent.
+
+        With tracing on (``rabbitry.amqp.tracing``), a PRODUCER span of its own unless
+        ``traced`` is False (the messages of a batch share the batch's span)."""
         ex = self.default_exchange if exchange is None else exchange
         if delay is not None or shard_key is not None or self.router.knows_topology:
             if delay is not None and exchange is not None:
@@ -247,7 +258,13 @@ class PublisherBase:
                 mandatory = True
         if check_route and not self.router.reaches_queue(ex, routing_key, headers):
             raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
-        return self.builder.build(
+        span = None
+        if traced and self.traced:
+            tracer = tracing.tracer()
+            if tracer is not None:
+                span, carrier = tracing.start_producer(tracer, ex, routing_key)
+                headers = {**(headers or {}), **carrier}
+        delivery = self.builder.build(
             body,
             exchange=ex,
             routing_key=routing_key,
@@ -257,15 +274,42 @@ class PublisherBase:
             deadline=self._deadline(timeout),
             **properties,
         )
+        if span is not None:
+            span.set_attribute("messaging.message.id", delivery.message_id)
+            span.end()  # the message is handed over; its confirm is counted in the metrics
+        return delivery
 
     def batch(self, options: BatchOptions) -> Batch:
+        """A batch's defaults; with tracing on, one PRODUCER span for all its messages (a span
+        per message would cost more than publishing it): ``end_batch`` ends it."""
+        headers = options.get("headers")
+        carrier = span = None
+        if self.traced:
+            tracer = tracing.tracer()
+            if tracer is not None:
+                exchange = options.get("exchange")
+                span, carrier = tracing.start_producer(
+                    tracer,
+                    self.default_exchange if exchange is None else exchange,
+                    options.get("routing_key", ""),
+                    batch=True,
+                )
+                headers = {**(headers or {}), **carrier}
         return Batch(
             exchange=options.get("exchange"),
             routing_key=options.get("routing_key", ""),
             mandatory=options.get("mandatory"),
-            headers=options.get("headers"),
+            headers=headers,
             window=options.get("window") or self.window,
+            trace=carrier,
+            span=span,
         )
+
+    @staticmethod
+    def end_batch(batch: Batch, count: int) -> None:
+        if batch.span is not None:
+            batch.span.set_attribute("messaging.batch.message_count", count)
+            batch.span.end()
 
     def prepare_item(self, item: Message | Body, batch: Batch, deadline: float | None) -> Delivery:
         """One element of ``publish_many``: a ``Message`` or a bare body (batch defaults)."""
@@ -300,11 +344,15 @@ class PublisherBase:
             value = getattr(item, name)
             if value is not None:
                 props[name] = value
+        item_headers = item.headers
+        if item_headers is not None and batch.trace is not None:
+            item_headers = {**item_headers, **batch.trace}
         delivery = self.prepare(
             item.body,
             exchange=item.exchange if item.exchange is not None else exchange,
             routing_key=item.routing_key if item.routing_key is not None else routing_key,
-            headers=item.headers if item.headers is not None else headers,
+            headers=item_headers if item_headers is not None else headers,
+            traced=False,
             mandatory=item.mandatory if item.mandatory is not None else mandatory,
             delay=item.delay,
             shard_key=item.shard_key,

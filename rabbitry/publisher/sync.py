@@ -22,7 +22,13 @@ from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session, State
 from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
-from rabbitry.publisher.base import BatchOptions, PublisherBase, PublishOptions, logger
+from rabbitry.publisher.base import (
+    Batch,
+    BatchOptions,
+    PublisherBase,
+    PublishOptions,
+    logger,
+)
 from rabbitry.publisher.errors import PublisherClosed
 
 _OUT_HIGH_WATER = 1 << 20
@@ -130,6 +136,15 @@ class Publisher(PublisherBase):
         """Like ``publish_many`` but lazy: yields each ``Delivery`` (in input order) once it is
         settled, reading ``messages`` only as the window allows: memory stays bounded."""
         batch = self.batch(options)
+        count = [0]  # messages sent, for the batch's span
+        try:
+            yield from self._stream(messages, batch, count)
+        finally:
+            self.end_batch(batch, count[0])
+
+    def _stream(
+        self, messages: Iterable[Message | Body], batch: Batch, count: list[int]
+    ) -> Iterator[Delivery]:
         limit = batch.window
         tracker = self.tracker
         issued: deque[Delivery] = deque()
@@ -158,6 +173,7 @@ class Publisher(PublisherBase):
                     else:
                         session.publish(delivery)
                     issued.append(delivery)
+                    count[0] += 1
             while issued and issued[0].status is not Status.PENDING:
                 yield issued.popleft()
             if exhausted and not issued:

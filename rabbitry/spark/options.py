@@ -56,6 +56,8 @@ OPTIONS: dict[str, str] = {
     "confirm_timeout": "seconds to wait for a confirm before the task fails (default 30)",
     "check_exchange": "true/false: check on the broker that the exchange exists (default true)",
     "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
+    "traces": "true/false: W3C trace context in every row and a span per partition, when"
+    " OpenTelemetry is configured on the executors (default false)",
 }
 
 # Options Spark itself passes along with the user's; they are not ours to reject.
@@ -92,6 +94,7 @@ class SinkOptions:
     confirm_timeout: float = 30.0
     check_exchange: bool = True
     connection_name: str = "rabbitry-spark"
+    traces: bool = False
 
     @property
     def display_url(self) -> str:
@@ -175,6 +178,7 @@ class SinkOptions:
             confirm_timeout=_float(given, "confirm_timeout", 30.0),
             check_exchange=_bool(given, "check_exchange", True),
             connection_name=given.get("connection_name") or "rabbitry-spark",
+            traces=_bool(given, "traces", False),
         )
         if parsed.id_prefix is not None and parsed.message_id_column is not None:
             raise SinkOptionError("give id_prefix or message_id_column, not both")

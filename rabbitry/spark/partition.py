@@ -65,13 +65,17 @@ class RowPublisher(Publisher):
     def prepare_item(self, item: Any, batch: Batch, deadline: float | None) -> Delivery:
         if not isinstance(item, Outgoing):
             return super().prepare_item(item, batch, deadline)
+        headers = item.headers
+        if batch.trace is not None:  # the partition's span, when the traces option is on
+            headers = {**(headers or {}), **batch.trace}
         if item.delay is not None:
             delivery = self.prepare(
                 item.body,
                 routing_key=item.routing_key,
-                headers=item.headers,
+                headers=headers,
                 delay=item.delay,
                 message_id=item.message_id,
+                traced=False,
                 **self._properties,
             )
             delivery.deadline = deadline
@@ -81,7 +85,7 @@ class RowPublisher(Publisher):
             exchange=self._row_exchange,
             routing_key=item.routing_key,
             mandatory=self.default_mandatory,
-            headers=item.headers,
+            headers=headers,
             message_id=item.message_id,
             deadline=deadline,
             **self._properties,
@@ -122,6 +126,7 @@ def publish_rows(
         connection_name=f"{opts.connection_name} {plan.id_prefix}:{batch}:{partition}",
         backoff=Backoff(give_up_after=GIVE_UP_AFTER),
     )
+    publisher.traced = opts.traces
     confirmed = 0
     failure: str | None = None
     try:

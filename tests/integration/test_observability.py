@@ -104,3 +104,113 @@ def test_the_metrics_endpoint_counts_handled_retried_and_parked_messages(broker:
         assert found[("rabbitry_publisher_messages_total", (("outcome", "confirmed"),))] >= 7
         assert found[("rabbitry_publisher_confirm_seconds_count", ())] >= 7
     assert negotiated.headers["content-type"].startswith("application/openmetrics-text")
+
+
+TRACED_RUN = r"""
+import asyncio, json, sys, time
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+import logging
+from rabbitry.consumer import App, AsyncWorker
+from rabbitry.publisher import Publisher
+
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append({k: getattr(record, k, None) for k in ("queue", "message_id", "attempt", "trace_id")})
+logging.getLogger("rabbitry").addHandler(Keep())
+logging.getLogger("rabbitry").setLevel(logging.INFO)
+from rabbitry.topology import load_spec
+
+spec_path, vhost, stack, url = sys.argv[1:5]
+app = App(load_spec(spec_path, {"vhost": vhost, "stack": stack}))
+tracer = trace.get_tracer("test")
+
+@app.handler("work")
+async def handle(message):
+    with tracer.start_as_current_span("handler's own work"):
+        raise RuntimeError("fails every time")
+
+with Publisher(url) as publisher:
+    publisher.publish(b"job", routing_key="work", message_id="job-1")
+
+async def main():
+    worker = AsyncWorker(app, url)
+    task = asyncio.create_task(worker.run())
+    started = time.monotonic()
+    while worker.metrics["work"].parked < 1 and time.monotonic() - started < 20:
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+
+asyncio.run(main())
+spans = [
+    {
+        "name": s.name,
+        "kind": s.kind.name,
+        "trace": f"{s.context.trace_id:032x}",
+        "id": f"{s.context.span_id:016x}",
+        "parent": f"{s.parent.span_id:016x}" if s.parent else None,
+        "attributes": dict(s.attributes),
+        "events": [e.name for e in s.events],
+        "status": s.status.status_code.name,
+    }
+    for s in exporter.get_finished_spans()
+]
+print(json.dumps({"spans": spans, "logs": [r for r in records if r["message_id"]]}))
+"""
+
+
+def test_publish_retry_and_park_are_one_trace(broker: Broker) -> None:
+    import json
+    import subprocess
+    import sys
+
+    broker.apply(SPEC)
+    rest = [broker.stack, broker.vhost_amqp_url]
+    done = subprocess.run(
+        [sys.executable, "-c", TRACED_RUN, str(broker.tmp / "spec.yaml"), broker.vhost, *rest],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    spans, logs = found["spans"], found["logs"]
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        by_name.setdefault(span["name"], []).append(span)
+    (send,) = by_name["send work"]
+    first, second = sorted(
+        by_name["process work"], key=lambda s: s["attributes"]["rabbitry.attempt"]
+    )
+    assert {s["trace"] for s in spans} == {send["trace"]}, "one trace"
+    assert send["kind"] == "PRODUCER" and first["kind"] == second["kind"] == "CONSUMER"
+    assert first["parent"] == send["id"] and second["parent"] == first["id"]
+    assert send["attributes"]["messaging.system"] == "rabbitmq"
+    assert send["attributes"]["messaging.destination.name"] == "work"
+    assert send["attributes"]["messaging.operation.type"] == "send"
+    assert send["attributes"]["messaging.message.id"] == "job-1"
+    assert first["attributes"]["messaging.message.id"] == "job-1"
+    assert first["attributes"]["messaging.destination.name"] == "work"
+    assert first["attributes"]["messaging.operation.type"] == "process"
+    assert first["attributes"]["rabbitry.outcome"] == "retried"
+    assert first["attributes"]["rabbitry.tier"] == "300ms"
+    assert second["attributes"]["rabbitry.outcome"] == "parked"
+    assert first["status"] == second["status"] == "ERROR"
+    assert "retried" in first["events"] and "parked" in second["events"]
+    # every log line about the message says which, where, which attempt, and which trace
+    assert [(r["queue"], r["message_id"], r["trace_id"]) for r in logs] == [
+        ("work", "job-1", send["trace"])
+    ] * 2
+    assert [r["attempt"] for r in logs] == [1, 2]
+    handler_spans = by_name["handler's own work"]
+    assert {s["parent"] for s in handler_spans} == {first["id"], second["id"]}
