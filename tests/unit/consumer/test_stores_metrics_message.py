@@ -134,3 +134,35 @@ def test_a_message_without_properties() -> None:
     message = IncomingMessage(1, 0, True, "ex", "key", 0, b"", b"hi", "q")
     assert message.message_id is None and message.headers == {} and message.attempt == 1
     assert message.text() == "hi"
+
+
+def test_the_dashboard_and_alert_rules_use_only_metrics_rabbitry_exposes() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from rabbitry.amqp.confirms import ConfirmTracker
+    from rabbitry.metrics import RabbitryCollector
+
+    metrics = WorkerMetrics()
+    metrics["q"].retried["1s"] += 1
+    metrics["q"].observe(0.1)
+
+    class Publisher:
+        reconnects = 0
+        tracker = ConfirmTracker()
+
+    exposed = {
+        name.rsplit("[", 1)[0]
+        for name in scrape(RabbitryCollector(workers=[metrics], publishers=[Publisher()]))  # type: ignore[list-item]
+    }
+    docs = Path(__file__).parents[3] / "docs" / "observability"
+    dashboard = json.loads((docs / "grafana-dashboard.json").read_text())
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((docs / "alerts.yml").read_text())
+    expressions += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    used = {m for e in expressions for m in re.findall(r"rabbitry_[a-z_]+", e)}
+    assert len(used) >= 8
+    assert used <= exposed, used - exposed
