@@ -119,7 +119,7 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
 import logging
-from rabbitry.consumer import App, AsyncWorker
+from rabbitry.consumer import App, AsyncWorker, Worker
 from rabbitry.publisher import Publisher
 
 records = []
@@ -130,14 +130,20 @@ logging.getLogger("rabbitry").addHandler(Keep())
 logging.getLogger("rabbitry").setLevel(logging.INFO)
 from rabbitry.topology import load_spec
 
-spec_path, vhost, stack, url = sys.argv[1:5]
+spec_path, vhost, stack, url, mode = sys.argv[1:6]
 app = App(load_spec(spec_path, {"vhost": vhost, "stack": stack}))
 tracer = trace.get_tracer("test")
 
-@app.handler("work")
-async def handle(message):
+def fail():
     with tracer.start_as_current_span("handler's own work"):
         raise RuntimeError("fails every time")
+
+if mode == "sync":
+    app.handler("work")(lambda message: fail())
+else:
+    @app.handler("work")
+    async def handle(message):
+        fail()
 
 with Publisher(url) as publisher:
     publisher.publish(b"job", routing_key="work", message_id="job-1")
@@ -151,7 +157,17 @@ async def main():
     worker.stop()
     await task
 
-asyncio.run(main())
+if mode == "sync":
+    worker = Worker(app, url)
+    def stop_when_parked():
+        while worker.metrics["work"].parked < 1:
+            time.sleep(0.02)
+        worker.stop()
+    import threading
+    threading.Thread(target=stop_when_parked, daemon=True).start()
+    worker.run()
+else:
+    asyncio.run(main())
 spans = [
     {
         "name": s.name,
@@ -169,13 +185,14 @@ print(json.dumps({"spans": spans, "logs": [r for r in records if r["message_id"]
 """
 
 
-def test_publish_retry_and_park_are_one_trace(broker: Broker) -> None:
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_publish_retry_and_park_are_one_trace(broker: Broker, mode: str) -> None:
     import json
     import subprocess
     import sys
 
     broker.apply(SPEC)
-    rest = [broker.stack, broker.vhost_amqp_url]
+    rest = [broker.stack, broker.vhost_amqp_url, mode]
     done = subprocess.run(
         [sys.executable, "-c", TRACED_RUN, str(broker.tmp / "spec.yaml"), broker.vhost, *rest],
         capture_output=True,
