@@ -125,11 +125,8 @@ def main() -> None:
     rounds = max(1, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         baseline_dir = Path(tmp) / "baseline"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(baseline_dir)]
-            + [args.baseline],
-            check=True,
-        )
+        add = ["worktree", "add", "-q", "--detach", str(baseline_dir), args.baseline]
+        subprocess.run(["git", "-C", str(ROOT), *add], check=True)
         try:
             found: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
             for r in range(rounds):

@@ -73,20 +73,25 @@ def carrier_of(span: Any) -> dict[str, str]:
     return carrier
 
 
-class _HeaderGetter(Getter[Mapping[str, Any]]):
-    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
-        value = carrier.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bytes | bytearray):
-            value = bytes(value).decode("utf-8", "replace")
-        return [str(value)]
+def _header_getter() -> Any:
+    """Reads trace context from AMQP headers, whose strings may arrive as bytes."""
 
-    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
-        return list(carrier)
+    class HeaderGetter(Getter[Mapping[str, Any]]):
+        def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+            value = carrier.get(key)
+            if value is None:
+                return None
+            if isinstance(value, bytes | bytearray):
+                value = bytes(value).decode("utf-8", "replace")
+            return [str(value)]
+
+        def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+            return list(carrier)
+
+    return HeaderGetter()
 
 
-_GETTER = _HeaderGetter() if trace is not None else None
+_GETTER = _header_getter() if trace is not None else None
 
 
 def start_consumer(
