@@ -25,7 +25,6 @@ from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session
 from rabbitry.errors import BrokerError, ConfirmTimeout
 from rabbitry.publisher.base import (
-    Batch,
     BatchOptions,
     PublisherBase,
     PublishOptions,
@@ -155,43 +154,38 @@ class AsyncPublisher(PublisherBase):
     ) -> AsyncIterator[Delivery]:
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
         batch = self.batch(options)
-        count = [0]  # messages sent, for the batch's span
-        try:
-            async for delivery in self._stream(messages, batch, count):
-                yield delivery
-        finally:
-            self.end_batch(batch, count[0])
-
-    async def _stream(
-        self, messages: Iterable[Message | Body], batch: Batch, count: list[int]
-    ) -> AsyncIterator[Delivery]:
         limit = batch.window
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         issued: list[Delivery] = []
         head = 0
-        for item in messages:
-            session = self._session
-            if session is None or not self._can_send(session, limit):
-                while head < len(issued) and issued[head].status is not Status.PENDING:
-                    yield issued[head]
-                    head += 1
-                session = await self._room(limit)
-            delivery = prepare(item, batch, None if timeout is None else time.monotonic() + timeout)
-            self._write(session, delivery)
-            issued.append(delivery)
-            count[0] += 1
-            if head > 4096 and head * 2 > len(issued):
-                del issued[:head]
-                head = 0
-        if not self.confirms:
-            await self._drained()
-        while head < len(issued):
-            delivery = issued[head]
-            if delivery.status is Status.PENDING:
-                await _settled(delivery)
-            yield delivery
-            head += 1
+        count = 0  # messages sent, for the batch's span
+        try:
+            for item in messages:
+                session = self._session
+                if session is None or not self._can_send(session, limit):
+                    while head < len(issued) and issued[head].status is not Status.PENDING:
+                        yield issued[head]
+                        head += 1
+                    session = await self._room(limit)
+                deadline = None if timeout is None else time.monotonic() + timeout
+                delivery = prepare(item, batch, deadline)
+                self._write(session, delivery)
+                issued.append(delivery)
+                count += 1
+                if head > 4096 and head * 2 > len(issued):
+                    del issued[:head]
+                    head = 0
+            if not self.confirms:
+                await self._drained()
+            while head < len(issued):
+                delivery = issued[head]
+                if delivery.status is Status.PENDING:
+                    await _settled(delivery)
+                yield delivery
+                head += 1
+        finally:
+            self.end_batch(batch, count)
 
     # -- the window and the connection ----------------------------------------------------------
 
