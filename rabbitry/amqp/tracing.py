@@ -12,33 +12,39 @@ retry -> attempt 2 -> park is one trace.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import propagate, trace
-    from opentelemetry.propagators.textmap import Getter
-except ImportError:  # the otel extra is not installed: tracing stays off
-    trace = None  # type: ignore[assignment]
-
 SYSTEM = "rabbitmq"
 _cached: tuple[object, Any] = (None, None)
+trace: Any = None
+"""``opentelemetry.trace`` once a tracer provider was found (imported by then anyway)."""
+propagate: Any = None
+context: Any = None
 
 
 def tracer() -> Any:
-    """The tracer to use now, or None when no tracer provider is configured."""
-    global _cached
-    if trace is None:
+    """The tracer to use now, or None when no tracer provider is configured.
+
+    An application that configured one has imported ``opentelemetry.trace``: until then this
+    imports nothing (the API installed and unused costs nothing, not even its import)."""
+    global _cached, trace, propagate, context
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
         return None
-    provider = trace._TRACER_PROVIDER  # set by set_tracer_provider (SDK, auto-instrumentation)
+    provider = api._TRACER_PROVIDER  # set by set_tracer_provider (SDK, auto-instrumentation)
     if provider is None:
         return None
     if _cached[0] is not provider:
+        from opentelemetry import context as otel_context
+        from opentelemetry import propagate as otel_propagate
+
         from rabbitry import __version__
 
+        trace, propagate, context = api, otel_propagate, otel_context
         found = None
-        if not isinstance(provider, trace.NoOpTracerProvider):
+        if not isinstance(provider, api.NoOpTracerProvider):
             found = provider.get_tracer("rabbitry", __version__)
         _cached = (provider, found)
     return _cached[1]
@@ -73,25 +79,29 @@ def carrier_of(span: Any) -> dict[str, str]:
     return carrier
 
 
+_getter: Any = None
+
+
 def _header_getter() -> Any:
     """Reads trace context from AMQP headers, whose strings may arrive as bytes."""
+    global _getter
+    if _getter is None:
+        from opentelemetry.propagators.textmap import Getter
 
-    class HeaderGetter(Getter[Mapping[str, Any]]):
-        def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
-            value = carrier.get(key)
-            if value is None:
-                return None
-            if isinstance(value, bytes | bytearray):
-                value = bytes(value).decode("utf-8", "replace")
-            return [str(value)]
+        class HeaderGetter(Getter[Mapping[str, Any]]):
+            def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+                value = carrier.get(key)
+                if value is None:
+                    return None
+                if isinstance(value, bytes | bytearray):
+                    value = bytes(value).decode("utf-8", "replace")
+                return [str(value)]
 
-        def keys(self, carrier: Mapping[str, Any]) -> list[str]:
-            return list(carrier)
+            def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+                return list(carrier)
 
-    return HeaderGetter()
-
-
-_GETTER = _header_getter() if trace is not None else None
+        _getter = HeaderGetter()
+    return _getter
 
 
 def start_consumer(
@@ -105,7 +115,7 @@ def start_consumer(
     redelivered: bool,
 ) -> Any:
     """A CONSUMER span for one delivery, child of the context its headers carry."""
-    parent = propagate.extract(headers, getter=_GETTER)
+    parent = propagate.extract(headers, getter=_header_getter())
     attributes: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
@@ -125,11 +135,11 @@ def start_consumer(
 def activate(span: Any) -> object:
     """Make ``span`` the current span (handlers' own spans nest under it); a token for
     ``deactivate``."""
-    return otel_context.attach(trace.set_span_in_context(span))
+    return context.attach(trace.set_span_in_context(span))
 
 
 def deactivate(token: object) -> None:
-    otel_context.detach(token)  # type: ignore[arg-type]
+    context.detach(token)
 
 
 def finish(span: Any, outcome: str, error: BaseException | None = None, **attributes: Any) -> None:
