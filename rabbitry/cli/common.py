@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -365,3 +366,72 @@ def target_options(func: F) -> F:
         return func(target, **options)
 
     return spec_options(broker_options(command))  # type: ignore[return-value]
+
+
+def live_progress() -> bool:
+    """Progress displays only for a person at a terminal: stderr is one, no ``--json``, not in
+    CI (``CI`` set, as every CI service does), not a dumb terminal."""
+    return (
+        sys.stderr.isatty()
+        and not Invocation.json
+        and not os.environ.get("CI")
+        and os.environ.get("TERM") != "dumb"
+    )
+
+
+class Activity:
+    """What a long command is doing, on stderr: a spinner for a step of unknown length, a bar
+    for counted work; transient (gone when done) and nothing at all unless ``live_progress()``."""
+
+    def __init__(self) -> None:
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Activity:
+        if live_progress():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    @contextlib.contextmanager
+    def step(self, description: str) -> Iterator[None]:
+        """A step of unknown length (a spinner while it runs)."""
+        if self._progress is None:
+            yield
+            return
+        task = self._progress.add_task(description, total=None)
+        try:
+            yield
+        finally:
+            self._progress.remove_task(task)
+
+    def count(self, description: str, done: int, total: int) -> None:
+        """Counted work: ``done`` of ``total`` (a bar per description)."""
+        if self._progress is None:
+            return
+        task = self._tasks.get(description)
+        if task is None:
+            task = self._tasks[description] = self._progress.add_task(description, total=total)
+        self._progress.update(task, completed=done, total=total)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rabbitry.cli.common import endpoint_options, group, json_option
+from rabbitry.cli.common import endpoint_options, group, json_option, live_progress
 from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse_matches
 from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.endpoints import Endpoints
@@ -211,7 +211,7 @@ def replay_command(
             TimeElapsedColumn(),
             console=console,
             transient=not console.is_terminal,
-            disable=as_json or not console.is_terminal,
+            disable=as_json or not console.is_terminal or not live_progress(),
         ) as progress,
     ):
         task = progress.add_task("replay", total=None)

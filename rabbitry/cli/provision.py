@@ -13,6 +13,7 @@ from rabbitry.cli.common import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
+    Activity,
     color_enabled,
     command,
     endpoint_options,
@@ -56,7 +57,12 @@ def plan_command(
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
-    with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
+    with (
+        target.endpoints.management() as client,
+        AmqpQueueCounter(target.endpoints) as counter,
+        Activity() as activity,
+        activity.step("reading the broker's state"),
+    ):
         the_plan = plan_topology(client, target.topology, counter)
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
@@ -108,7 +114,8 @@ def apply_command(
         AmqpQueueCounter(target.endpoints) as counter,
         StackLock(client, target.topology.name).held(lock_timeout),
     ):
-        the_plan = plan_topology(client, target.topology, counter)
+        with Activity() as activity, activity.step("reading the broker's state"):
+            the_plan = plan_topology(client, target.topology, counter)
         if not as_json:
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:
@@ -125,7 +132,10 @@ def apply_command(
                 )
             click.confirm("Apply these changes?", abort=True)
         progress = None if as_json else (lambda line: click.echo(f"  {line}"))
-        result = apply_plan(client, the_plan, options, counter, progress=progress)
+        with Activity() as activity:
+            result = apply_plan(
+                client, the_plan, options, counter, progress=progress, counted=activity.count
+            )
     if as_json:
         click.echo(json.dumps(_apply_json(the_plan, result.done, result.skipped), indent=2))
         return EXIT_OK
@@ -175,7 +185,8 @@ def export_command(
     and the broker's own operators rarely belong there.
     """
     with endpoints.management() as client:
-        topology = export_topology(client, vhosts, name=name or vhosts[0], include_users=users)
+        with Activity() as activity, activity.step(f"reading {', '.join(vhosts)}"):
+            topology = export_topology(client, vhosts, name=name or vhosts[0], include_users=users)
         connected = client.username
         if not users:
             left_out = sorted({p["user"] for v in vhosts for p in client.permissions(v)})

@@ -227,11 +227,14 @@ class Applier:
         count_messages: MessageCounter | None = None,
         progress: Callable[[str], None] | None = None,
         before_step: Callable[[str], None] = lambda _step: None,
+        counted: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.client = client
         self.plan = plan
         self.count_messages = count_messages
         self.progress = progress or (lambda _line: None)
+        self.counted = counted or (lambda _what, _done, _total: None)
+        """Counted work as it goes: (what, done, total), e.g. objects created in a vhost."""
         self.before_step = before_step
         """Called before each migration step: lets tests stop a run at any step."""
         self.result = ApplyResult()
@@ -511,6 +514,8 @@ class Applier:
         for vhost, changes in batches.items():
             chunks = import_chunks(changes, options.import_chunk)
             made, took = 0, None
+            what = f"creating objects in {vhost}"
+            self.counted(what, 0, len(changes))
             for number, chunk in enumerate(chunks, 1):
                 started = time.monotonic()
                 self.client.import_definitions(
@@ -523,6 +528,7 @@ class Applier:
                 # The plan listed each object already: one progress line per import is enough.
                 of = f"import {number} of {len(chunks)}" if len(chunks) > 1 else "one import"
                 self.progress(f"created {made} of {len(changes)} object(s) in {vhost} ({of})")
+                self.counted(what, made, len(changes))
                 for change in chunk:
                     verb = "created" if change.action is Action.CREATE else "declared again"
                     self._done(f"{verb} {change.title}", show=False)
@@ -569,6 +575,8 @@ def apply_plan(
     count_messages: MessageCounter | None = None,
     progress: Callable[[str], None] | None = None,
     before_step: Callable[[str], None] = lambda _step: None,
+    counted: Callable[[str, int, int], None] | None = None,
 ) -> ApplyResult:
-    """Apply ``plan`` (made from a fresh read of the broker) with the given permissions."""
-    return Applier(client, plan, count_messages, progress, before_step).run(options)
+    """Apply ``plan`` (made from a fresh read of the broker) with the given permissions;
+    ``progress`` gets a line per step, ``counted`` (what, done, total) as counted work goes."""
+    return Applier(client, plan, count_messages, progress, before_step, counted).run(options)
