@@ -171,11 +171,28 @@ def _pattern_index(patterns: tuple[str, ...]) -> _PatternIndex:
     return _PatternIndex(patterns)
 
 
+_INDEX_OF: dict[int, tuple[Sequence[PolicySpec], _PatternIndex]] = {}
+
+
+def _index_for(policies: Sequence[PolicySpec]) -> _PatternIndex:
+    """The pattern index of one vhost's policies, found by the list itself: asked once per
+    object of the vhost, so it must not walk the policies each time (that made the checks
+    grow with objects x policies)."""
+    found = _INDEX_OF.get(id(policies))
+    if found is not None and found[0] is policies:
+        return found[1]
+    index = _pattern_index(tuple(p.pattern for p in policies))
+    if len(_INDEX_OF) >= 64:
+        _INDEX_OF.clear()
+    _INDEX_OF[id(policies)] = (policies, index)
+    return index
+
+
 def matching_policies(
     policies: Sequence[PolicySpec], name: str, qtype: QueueType | None
 ) -> list[tuple[int, PolicySpec]]:
     """The policies whose pattern matches ``name`` and that apply to its kind, in spec order."""
-    index = _pattern_index(tuple(p.pattern for p in policies))
+    index = _index_for(policies)
     return [(i, policies[i]) for i in index.matches(name) if _applies_to(policies[i], qtype)]
 
 
