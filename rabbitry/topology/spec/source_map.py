@@ -155,8 +155,22 @@ def unlocated(loc: Loc, message: str, severity: str = "error") -> SpecProblem:
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_STR = "tag:yaml.org,2002:str"
+_MAY_BE_TYPED = frozenset("0123456789+-.~<=nNtTfFyYoO")
+"""First characters of every plain scalar YAML 1.1 reads as something other than a string
+(numbers, null, booleans, yes/no/on/off, timestamps, .inf/.nan, the merge and value keys)."""
+
+
 class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """SafeLoader that builds nothing itself; kept separate so SafeLoader is never patched."""
+    """SafeLoader that builds nothing itself; kept separate so SafeLoader is never patched.
+
+    Most scalars of a spec are names: a plain scalar whose first character cannot start a
+    number, a boolean or null is a string without trying the resolver's patterns."""
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is ScalarNode and implicit[0] and value and value[0] not in _MAY_BE_TYPED:
+            return _STR
+        return str(super().resolve(kind, value, implicit))
 
 
 @dataclass
@@ -187,9 +201,6 @@ def load_marked_yaml(
         return MarkedDocument(data, builder.source, builder.problems)
     finally:
         loader.dispose()
-
-
-_STR = "tag:yaml.org,2002:str"
 
 
 _PLAIN_COLLECTIONS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
