@@ -156,20 +156,28 @@ _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 
 
 _STR = "tag:yaml.org,2002:str"
-_MAY_BE_TYPED = frozenset("0123456789+-.~<=nNtTfFyYoO")
-"""First characters of every plain scalar YAML 1.1 reads as something other than a string
-(numbers, null, booleans, yes/no/on/off, timestamps, .inf/.nan, the merge and value keys)."""
+_NUMERIC_START = frozenset("0123456789+-.")
+"""First characters of YAML 1.1 numbers and timestamps (and .inf/.nan): the resolver decides."""
+_WORDS = frozenset(
+    {"~", "null", "Null", "NULL", "yes", "Yes", "YES", "no", "No", "NO", "true", "True", "TRUE"}
+    | {"false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF"}
+)
+"""The plain scalars YAML 1.1 reads as null or booleans."""
+_OTHER_START = frozenset("<=")
+"""The merge key ``<<`` and the value key ``=``."""
 
 
 class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
     """SafeLoader that builds nothing itself; kept separate so SafeLoader is never patched.
 
-    Most scalars of a spec are names: a plain scalar whose first character cannot start a
-    number, a boolean or null is a string without trying the resolver's patterns."""
+    Most scalars of a spec are names and keys: a plain scalar that cannot be a number, a
+    boolean, null or a merge key is a string without trying the resolver's patterns."""
 
     def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode and implicit[0] and value and value[0] not in _MAY_BE_TYPED:
-            return _STR
+        if kind is ScalarNode and implicit[0] and value:
+            first = value[0]
+            if first not in _NUMERIC_START and first not in _OTHER_START and value not in _WORDS:
+                return _STR
         return str(super().resolve(kind, value, implicit))
 
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rabbitry.errors import SpecError
 from rabbitry.topology import load_spec
@@ -186,3 +188,22 @@ def test_repr_of_a_loaded_spec_and_its_topology_shows_no_password(tmp_path: Path
     for secret in ("Br0ker-pw", "Us3r-pw", "Sh0vel-pw", "Fed-pw"):
         assert secret not in shown
     assert "amqp://admin:***@h/" in shown
+
+
+@given(
+    st.text(st.characters(codec="ascii", categories=("L", "N", "P", "S")), min_size=1, max_size=12)
+)
+@settings(max_examples=400, deadline=None)
+def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
+    import yaml
+
+    from rabbitry.topology.spec.source_map import load_marked_yaml
+
+    if scalar[0] in "!&*|>%@`#{[\"'?:-,]}":
+        return  # a YAML indicator: not a plain scalar
+    text = f"value: {scalar}\n"
+    try:
+        expected = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return  # not a plain scalar at all
+    assert load_marked_yaml(text, None).data == expected
