@@ -112,13 +112,15 @@ class ManagementClient:
     def clone(self) -> ManagementClient:
         """A client with the same settings and its own connection (for another thread)."""
         username, password, timeout, verify = self._settings
-        return ManagementClient(
+        clone = ManagementClient(
             self.base_url,
             username=username or self.username,
             password=password,
             timeout=timeout,
             verify=verify,
         )
+        clone._answered = self._answered  # the same broker: it is known to answer
+        return clone
 
     def __enter__(self) -> ManagementClient:
         return self
@@ -146,9 +148,10 @@ class ManagementClient:
         allow: tuple[int, ...] = (),
         timeout: float | None = None,
     ) -> httpx.Response:
-        first = not self._answered
+        first = not self._answered and method == "GET"
         if timeout is None and first:
             # until the API has answered once, a silent port is more likely than a busy broker
+            # (reads only: a first delete or import may rightly take long)
             timeout = min(FIRST_ANSWER_TIMEOUT, self._client.timeout.read or FIRST_ANSWER_TIMEOUT)
         call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         started = time.perf_counter()
