@@ -3,10 +3,7 @@ and parsed with prometheus-client's own parsers (Prometheus text and OpenMetrics
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,6 +17,7 @@ from rabbitry.consumer import App, AsyncWorker, IncomingMessage
 from rabbitry.publisher import Publisher
 from rabbitry.topology import load_spec
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_worker import run_worker
 
 pytestmark = pytest.mark.broker
 
@@ -34,18 +32,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def run_worker(worker: AsyncWorker, until: Callable[[], bool], timeout: float = 30.0) -> None:
-    async def main() -> None:
-        started = time.monotonic()
-        task = asyncio.create_task(worker.run())
-        while not until() and time.monotonic() - started < timeout and not task.done():
-            await asyncio.sleep(0.02)
-        worker.stop()
-        await task
-
-    asyncio.run(main())
 
 
 def samples(text: str, openmetrics: bool = False) -> dict[tuple[str, tuple[Any, ...]], float]:
