@@ -56,9 +56,7 @@ def destination(exchange: str, routing_key: str) -> str:
     return exchange or routing_key or "amq.default"
 
 
-def start_producer(
-    tracer_: Any, exchange: str, routing_key: str, *, batch: bool = False
-) -> tuple[Any, dict[str, str]]:
+def start_producer(tracer_: Any, exchange: str, routing_key: str) -> tuple[Any, dict[str, str]]:
     """A PRODUCER span for a publish (or a batch of them) and the headers that carry it."""
     name = destination(exchange, routing_key)
     attributes: dict[str, Any] = {

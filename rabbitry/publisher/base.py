@@ -292,7 +292,6 @@ class PublisherBase:
                     tracer,
                     self.default_exchange if exchange is None else exchange,
                     options.get("routing_key", ""),
-                    batch=True,
                 )
                 headers = {**(headers or {}), **carrier}
         return Batch(
