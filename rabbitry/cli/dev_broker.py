@@ -30,6 +30,8 @@ DEFAULT_NAME = "rabbitry-dev"
 DEFAULT_USER = "rabbitry"
 STATE_FILE = "dev-broker.json"
 STARTUP_TIMEOUT = 120.0
+# A reused broker that claims to run answers at once; one silent this long is restarted.
+REUSE_PROBE_TIMEOUT = 15.0
 
 
 @dataclass(frozen=True)
@@ -124,20 +126,10 @@ def _container_env(container: Any) -> dict[str, str]:
 
 def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
     # Imported here: the CLI starts without them, and they need the `containers` extra.
-    from rabbitry.testing.broker import Broker, BrokerUnavailable, wait_until_ready
-    from rabbitry.testing.engine import LOCAL_TEST_IMAGE, default_image, use_engine
+    from rabbitry.testing.broker import BrokerUnavailable
+    from rabbitry.testing.engine import default_image, use_engine
     from rabbitry.testing.host import (
-        AMQP_PORT,
-        MANAGEMENT_PORT,
-        ROLE_LABEL,
-        broker_environment,
-        broker_host,
         docker_client,
-        free_port,
-        is_port_conflict,
-        port_bindings,
-        port_is_free,
-        published_port,
         require_engine,
     )
 
@@ -159,43 +151,123 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
     except docker.errors.APIError as exc:
         raise BrokerError(f"cannot look up container {name!r}: {exc}") from exc
 
-    if container is None:
-        image = image or default_image(engine, os.environ)
-        password = secrets.token_urlsafe(18)
-        environment = broker_environment(username=DEFAULT_USER, password=password)
-        want_amqp = amqp_port or AMQP_PORT
-        want_mgmt = management_port or MANAGEMENT_PORT
-        # The usual ports when free, so tools with default settings find the broker.
-        amqp = want_amqp if port_is_free(want_amqp) else free_port()
-        mgmt = want_mgmt if port_is_free(want_mgmt) else free_port()
-        for attempt in range(3):
-            try:
-                container = client.containers.run(
-                    image,
-                    detach=True,
-                    name=name,
-                    hostname=name,
-                    environment=environment,
-                    ports=port_bindings(engine, amqp, mgmt),
-                    labels={ROLE_LABEL: "dev-broker"},
+    if container is not None:
+        return _reuse(engine, client, container, name)
+    image = image or default_image(engine, os.environ)
+    return _create(
+        engine, client, name, image, secrets.token_urlsafe(18), amqp_port, management_port
+    )
+
+
+def _create(
+    engine: Any, client: Any, name: str, image: str, password: str, amqp_port: int, mgmt_port: int
+) -> DevBrokerState:
+    import docker.errors
+
+    from rabbitry.testing.engine import LOCAL_TEST_IMAGE
+    from rabbitry.testing.host import (
+        AMQP_PORT,
+        MANAGEMENT_PORT,
+        ROLE_LABEL,
+        broker_environment,
+        free_port,
+        is_port_conflict,
+        port_bindings,
+        port_is_free,
+        published_host_ports,
+    )
+
+    environment = broker_environment(username=DEFAULT_USER, password=password)
+    taken = published_host_ports(client)
+
+    def choose(asked: int, usual: int, flag: str) -> int:
+        # The usual ports when free, so tools with default settings find the broker. "Free"
+        # includes not published by another container: rootful Podman holds no socket for them.
+        if asked:
+            if asked in taken:
+                raise BrokerError(
+                    f"host port {asked} is published by container {taken[asked]!r}: choose "
+                    f"another {flag}, or remove that container"
                 )
-                break
-            except docker.errors.APIError as exc:
-                with contextlib.suppress(Exception):
-                    client.containers.get(name).remove(force=True)
-                if is_port_conflict(exc) and attempt < 2:
-                    amqp, mgmt = free_port(), free_port()
-                    continue
-                hint = " (run rabbitry's scripts/setup.sh)" if image == LOCAL_TEST_IMAGE else ""
-                raise BrokerError(f"could not start {name!r} from {image!r}: {exc}{hint}") from exc
-    else:
-        image = str(container.attrs.get("Config", {}).get("Image", "?"))
-        if container.status != "running":
-            try:
-                container.start()
-            except docker.errors.APIError as exc:
-                raise BrokerError(f"could not start the existing {name!r}: {exc}") from exc
+            return asked
+        return usual if usual not in taken and port_is_free(usual) else free_port(taken)
+
+    amqp = choose(amqp_port, AMQP_PORT, "--port")
+    mgmt = choose(mgmt_port, MANAGEMENT_PORT, "--management-port")
+    container = None
+    for attempt in range(3):
+        try:
+            container = client.containers.run(
+                image,
+                detach=True,
+                name=name,
+                hostname=name,
+                environment=environment,
+                ports=port_bindings(engine, amqp, mgmt),
+                labels={ROLE_LABEL: "dev-broker"},
+            )
+            break
+        except docker.errors.APIError as exc:
+            with contextlib.suppress(Exception):
+                client.containers.get(name).remove(force=True)
+            if is_port_conflict(exc) and attempt < 2:
+                amqp, mgmt = free_port(taken), free_port(taken)
+                continue
+            hint = " (run rabbitry's scripts/setup.sh)" if image == LOCAL_TEST_IMAGE else ""
+            raise BrokerError(f"could not start {name!r} from {image!r}: {exc}{hint}") from exc
     assert container is not None
+    return _wait(engine, container, name, image, STARTUP_TIMEOUT)
+
+
+def _reuse(engine: Any, client: Any, container: Any, name: str) -> DevBrokerState:
+    """An existing dev broker: started if stopped; brought back if it claims to run but is silent.
+
+    An engine can report a container as running after its processes were killed behind its
+    back (a host that ended a session, for one). A restart brings it back, or when the engine
+    cannot restart it, a new container with the same password and ports replaces it (its data
+    was gone with its processes).
+    """
+    import docker.errors
+
+    from rabbitry.testing.host import AMQP_PORT, MANAGEMENT_PORT, published_port
+
+    image = str(container.attrs.get("Config", {}).get("Image", "?"))
+    try:
+        if container.status != "running":
+            container.start()
+            return _wait(engine, container, name, image, STARTUP_TIMEOUT)
+        return _wait(engine, container, name, image, REUSE_PROBE_TIMEOUT)
+    except docker.errors.APIError as exc:
+        failure: Exception = exc
+    except BrokerError as exc:
+        failure = exc
+    try:
+        container.restart(timeout=5)
+        return _wait(engine, container, name, image, STARTUP_TIMEOUT)
+    except (docker.errors.APIError, BrokerError):
+        pass
+    password = _container_env(container).get("RABBITMQ_DEFAULT_PASS")
+    try:
+        ports = [published_port(container.attrs, port) for port in (AMQP_PORT, MANAGEMENT_PORT)]
+    except BrokerError:
+        ports = [0, 0]
+    if password is None:
+        raise BrokerError(
+            f"the existing {name!r} does not answer ({failure}): remove it with "
+            f"`rabbitry dev-broker down --name {name}` and run up again"
+        )
+    try:
+        container.remove(force=True)
+    except docker.errors.APIError as exc:
+        raise BrokerError(f"could not replace the silent {name!r}: {exc}") from exc
+    return _create(engine, client, name, image, password, *ports)
+
+
+def _wait(engine: Any, container: Any, name: str, image: str, timeout: float) -> DevBrokerState:
+    """Wait until the container's broker answers; the error says what the container said."""
+    from rabbitry.testing.broker import Broker, wait_until_ready
+    from rabbitry.testing.host import AMQP_PORT, MANAGEMENT_PORT, broker_host, published_port
+
     container.reload()
     env = _container_env(container)
     broker = Broker(
@@ -205,7 +277,23 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
         username=env.get("RABBITMQ_DEFAULT_USER", "guest"),
         password=env.get("RABBITMQ_DEFAULT_PASS", "guest"),
     )
-    wait_until_ready(broker, STARTUP_TIMEOUT)
+
+    def still_running() -> None:
+        container.reload()
+        if container.status in ("exited", "dead"):
+            raise BrokerError(
+                f"container {name!r} stopped while starting (status {container.status})"
+                f"{_last_output(container)}"
+            )
+
+    try:
+        wait_until_ready(broker, timeout, check=still_running)
+    except BrokerError as exc:
+        if "stopped while starting" in str(exc):
+            raise
+        raise BrokerError(
+            f"{exc}; container {name!r} is {container.status}{_last_output(container)}"
+        ) from exc
     return DevBrokerState(
         name=name,
         image=image,
@@ -216,6 +304,16 @@ def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> D
         username=broker.username,
         password=broker.password,
     )
+
+
+def _last_output(container: Any, lines: int = 20) -> str:
+    try:
+        raw = container.logs(tail=lines)
+    except Exception:
+        return ""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    text = text.strip()
+    return f"; its last output:\n{text}" if text else ""
 
 
 def _down(name: str) -> bool:

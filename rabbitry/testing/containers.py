@@ -15,7 +15,7 @@ import contextlib
 import os
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from rabbitry.errors import BrokerError
@@ -44,6 +44,7 @@ from rabbitry.testing.host import (
     is_port_conflict,
     owner_label,
     port_bindings,
+    published_host_ports,
     published_port,
     reap_orphans,
     require_engine,
@@ -272,9 +273,11 @@ def start_broker(
     use_engine(engine)
     container_class = _rabbitmq_container_class()
     image = image or default_image(engine, env_map)
+    taken: Collection[int] = ()
     with contextlib.suppress(BrokerError):
         client = docker_client(engine)
         reap_orphans(client)
+        taken = published_host_ports(client)
         client.close()
 
     aliases = list(network_aliases)
@@ -288,9 +291,9 @@ def start_broker(
     attempts = 5
     for attempt in range(1, attempts + 1):
         # Fixed host ports (chosen here, not by the engine) survive a stop/start on Docker too.
-        chosen_amqp = amqp_port or (free_port() if engine.local else None)
-        chosen_mgmt = management_port or (free_port() if engine.local else None)
-        chosen_extra = {port: free_port() if engine.local else None for port in more_ports}
+        chosen_amqp = amqp_port or (free_port(taken) if engine.local else None)
+        chosen_mgmt = management_port or (free_port(taken) if engine.local else None)
+        chosen_extra = {port: free_port(taken) if engine.local else None for port in more_ports}
         container = container_class(image, username=username, password=password)
         container.ports.clear()
         container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt, chosen_extra))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -81,11 +81,44 @@ def broker_environment(
     return out
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the engine may still lose a race for it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A TCP port nobody listens on right now and not in ``avoid`` (the engine may still lose a
+    race for it)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
+    raise BrokerError("no free TCP port on this host")
+
+
+def published_host_ports(client: DockerClient) -> dict[int, str]:
+    """Host ports published by the engine's containers, running or stopped, and by which.
+
+    A port free to ``bind`` may still be taken: rootful Podman forwards published ports with
+    firewall rules and holds no socket, and a container whose processes were killed behind the
+    engine's back (a host that ended a session, say) keeps those rules, which then catch every
+    new connection to the port. A stopped container would also want its ports back on start.
+    """
+    ports: dict[int, str] = {}
+    try:
+        containers = client.containers.list(all=True)
+    except Exception:
+        return ports
+    for container in containers:
+        attrs = container.attrs or {}
+        tables = (
+            (attrs.get("HostConfig") or {}).get("PortBindings") or {},
+            (attrs.get("NetworkSettings") or {}).get("Ports") or {},
+        )
+        for table in tables:
+            for bindings in table.values():
+                for binding in bindings or []:
+                    host_port = str(binding.get("HostPort") or "")
+                    if host_port.isdigit():
+                        ports[int(host_port)] = str(container.name)
+    return ports
 
 
 def port_is_free(port: int) -> bool:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -165,3 +167,63 @@ def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.Mon
     assert down.exit_code == 0, down.output
     assert "removed" in down.output
     assert not (tmp_path / ".rabbitry" / f"dev-broker-{name}.json").exists()
+
+
+def _silence(container: Any) -> None:
+    """Kill the container's processes behind the engine's back, as a host that ends a session
+    does: the engine goes on reporting it as running, and its port forwarding stays. Where the
+    processes are not visible from here (an engine in a VM), pausing it silences it too."""
+    state = container.attrs.get("State") or {}
+    pids = [state.get("ConmonPid") or 0, state.get("Pid") or 0]
+    if all(pid and Path(f"/proc/{pid}").exists() for pid in pids):
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        container.pause()
+
+
+@pytest.mark.broker
+def test_dev_broker_keeps_clear_of_other_containers_ports_and_revives_a_silent_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if find_engine(os.environ) is None:
+        pytest.fail("no container engine answers")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".rabbitry").mkdir()
+    client = docker_client(require_engine())
+    first = f"rabbitry-dev-test-{uuid.uuid4().hex[:6]}"
+    second = f"rabbitry-dev-test-{uuid.uuid4().hex[:6]}"
+    amqp, mgmt = free_port(), free_port()
+    try:
+        up = subprocess.run(
+            [*CLI, "dev-broker", "up", "--name", first, "--port", str(amqp),
+             "--management-port", str(mgmt)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert up.returncode == 0, up.stdout + up.stderr
+        url = CliRunner().invoke(cli, ["dev-broker", "url", "--name", first, "--reveal"])
+        container = client.containers.get(first)
+        _silence(container)
+
+        # Its port no longer answers, and nothing holds it that a bind would see; but it is
+        # still the first container's, and a broker given it would never be reached.
+        taken = subprocess.run(
+            [*CLI, "dev-broker", "up", "--name", second, "--port", str(amqp)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert taken.returncode == 1
+        assert f"host port {amqp} is published by container {first!r}" in taken.stderr
+        assert not [c for c in client.containers.list(all=True) if c.name == second]
+
+        # `up` of the silent one brings it back, with the URL (password, ports) it had.
+        again = subprocess.run(
+            [*CLI, "dev-broker", "up", "--name", first],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout + again.stderr
+        after = CliRunner().invoke(cli, ["dev-broker", "url", "--name", first, "--reveal"])
+        assert after.output == url.output
+        declare_queue(after.output.strip(), "back")
+    finally:
+        for name in (first, second):
+            CliRunner().invoke(cli, ["dev-broker", "down", "--name", name])
