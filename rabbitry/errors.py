@@ -54,6 +54,10 @@ class BrokerError(RabbitryError):
     """The broker (or its management API) could not be reached or refused a request."""
 
 
+class NoAnswer(BrokerError):
+    """A request got no answer in time; the broker may still be working on it."""
+
+
 class CapabilityError(BrokerError):
     """The broker lacks a plugin, feature flag or version the spec needs."""
 

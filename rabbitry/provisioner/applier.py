@@ -18,13 +18,14 @@ that order is easiest to check when it reads top to bottom in one place.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitry.errors import ApplyError, BrokerError, PlanError
+from rabbitry.errors import ApplyError, BrokerError, NoAnswer, PlanError
 from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.migration import (
     STEPS,
@@ -69,6 +70,10 @@ class ApplyOptions:
     an import and answers only when done: chunks of 2,000 answer within seconds, so no HTTP
     timeout is reached at any size, and a run that dies between chunks leaves only whole
     chunks behind (the ownership record already names the rest; the next apply makes them)."""
+    import_timeout: float | None = None
+    """HTTP timeout of each import (None: sized to the work, see ``import_timeout``). An import
+    that outlives it is not a failure: the broker goes on, and the apply waits for its objects
+    while they keep appearing."""
 
 
 @dataclass
@@ -206,6 +211,13 @@ def import_timeout(objects: int, previous: float | None = None) -> float:
     floor = max(120.0, 0.05 * objects)
     return floor if previous is None else max(floor, 4 * previous)
 
+
+IMPORT_STALL = 180.0
+"""Seconds an import that outlived its HTTP timeout may go without making one more object
+before the apply sends its missing objects again (once), then gives up."""
+
+IMPORT_POLL_MAX = 5.0
+"""Longest pause between two reads of a vhost while waiting on such an import."""
 
 DONE_SHOWN = 20
 """Lines of work done that an error message lists (all of it is in ``ApplyError.done``)."""
@@ -518,11 +530,11 @@ class Applier:
             self.counted(what, 0, len(changes))
             for number, chunk in enumerate(chunks, 1):
                 started = time.monotonic()
-                self.client.import_definitions(
-                    definitions_for(c.desired for c in chunk if c.desired is not None),
-                    vhost,
-                    timeout=import_timeout(len(chunk), took),
-                )
+                timeout = options.import_timeout or import_timeout(len(chunk), took)
+                try:
+                    self._import(vhost, chunk, timeout)
+                except NoAnswer:
+                    self._await_import(vhost, chunk, f"import {number} of {len(chunks)}", timeout)
                 took = time.monotonic() - started
                 made += len(chunk)
                 # The plan listed each object already: one progress line per import is enough.
@@ -551,6 +563,55 @@ class Applier:
             self.delete(change, force=options.force)
             self.deleted.add(change.key)
             self._done(f"deleted {change.title}")
+
+    def _import(self, vhost: str, chunk: list[Change], timeout: float) -> None:
+        resources = (c.desired for c in chunk if c.desired is not None)
+        self.client.import_definitions(definitions_for(resources), vhost, timeout=timeout)
+
+    def _present(self, vhost: str, keys: set[tuple[str, ...]]) -> set[tuple[str, ...]] | None:
+        """Which of ``keys`` the vhost holds now; None when the broker is too busy to say."""
+        try:
+            definitions = self.client.vhost_definitions(vhost)
+        except NoAnswer:
+            return None
+        there = observed_vhost(vhost, {"name": vhost}, definitions)
+        return keys & {member.key(vhost) for member in there.members()}
+
+    def _await_import(self, vhost: str, chunk: list[Change], which: str, timeout: float) -> None:
+        """An import outlived its HTTP timeout. The broker goes on with it (a large vhost
+        slows every import down, quorum queues most): wait while its objects keep appearing.
+        After ``IMPORT_STALL`` seconds with none new, send the missing ones again (an import of
+        what already exists changes nothing), once; then give up, leaving whole objects that
+        the next apply adopts, and the rest for it to make."""
+        wanted = {c.key for c in chunk}
+        best, since, pause, resent = -1, time.monotonic(), 0.5, False
+        while True:
+            present = self._present(vhost, wanted)
+            count = best if present is None else len(present)
+            if present is not None and count == len(wanted):
+                return
+            now = time.monotonic()
+            if count > best:
+                best, since = count, now
+            elif now - since > IMPORT_STALL:
+                if resent:
+                    raise BrokerError(
+                        f"{which} into {vhost} got no answer within {timeout:.0f} s and the"
+                        f" broker has made none of its objects for {IMPORT_STALL:.0f} s"
+                        f" ({max(count, 0)} of {len(wanted)} made): run the same apply again"
+                        " to make the rest"
+                    )
+                resent, since = True, now
+                missing = chunk if present is None else [c for c in chunk if c.key not in present]
+                with contextlib.suppress(NoAnswer):
+                    self._import(vhost, missing, timeout)
+                continue
+            self.progress(
+                f"{which} into {vhost} outlived its {timeout:.0f} s timeout; the broker is"
+                f" still at it: {max(count, 0)} of {len(wanted)} made"
+            )
+            time.sleep(pause)
+            pause = min(pause * 2, IMPORT_POLL_MAX)
 
     def _verify_created(self, vhost: str, changes: list[Change]) -> None:
         """The import answers 204 even for objects it skipped: check they are really there."""

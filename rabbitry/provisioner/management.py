@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from rabbitry.errors import BrokerError, TLSHandshakeError
+from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
 from rabbitry.uri import mask_text, mask_uri
 
 JSONDict = dict[str, Any]
@@ -176,7 +176,7 @@ class ManagementClient:
                     f" {waited:g} s: is it the management API of a running RabbitMQ (port 15672"
                     " by default)? check --management-url or RABBITRY_MANAGEMENT_URL"
                 ) from None
-            raise BrokerError(
+            raise NoAnswer(
                 f"{method} /api{path} got no answer from {self.base_url} within {waited:g} s;"
                 " the broker may still be working on it: run the same command again to see"
                 " where it stands"

@@ -13,7 +13,7 @@ import httpx
 import pika
 import pytest
 
-from rabbitry.errors import ApplyError, BrokerError
+from rabbitry.errors import ApplyError, BrokerError, NoAnswer
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import StackLock, lock_name
 from rabbitry.provisioner.management import ManagementClient
@@ -390,6 +390,79 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
         apply_plan(client, rest, ApplyOptions(import_chunk=20))
         assert not fresh_plan(client).has_changes
     assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
+
+
+class SwallowedImports(ManagementClient):
+    """Every import reaches the broker, but the first ``swallow`` of them never do: as when a
+    connection drops after the request went out, or a broker that gave up on it."""
+
+    def __init__(self, url: str, swallow: int) -> None:
+        super().__init__(url)
+        self.swallow = swallow
+
+    def import_definitions(self, definitions: Any, vhost: str | None = None, **kw: Any) -> None:
+        if self.swallow:
+            self.swallow -= 1
+            raise NoAnswer("POST /api/definitions got no answer (injected)")
+        super().import_definitions(definitions, vhost, **kw)
+
+
+def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 50,000-object vhost slows imports down past any fixed timeout: the broker goes on
+    with one whose request timed out, and the apply waits while its objects keep appearing."""
+    queues = "".join(
+        f"          - {{name: slow{i}, type: {'quorum' if i % 2 else 'classic'}}}\n"
+        for i in range(200)
+    )
+    spec = one_vhost_spec("        queues:\n" + queues)
+    topology = load_topology(broker.spec(spec), {"vhost": broker.vhost, "stack": broker.stack})
+    lines: list[str] = []
+    with ManagementClient(broker.management_url) as client:
+        # a timeout far below what 100 quorum queues take: the request gives up at once
+        options = ApplyOptions(import_timeout=0.05)
+        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
+                   options, progress=lines.append)  # fmt: skip
+        waited = [line for line in lines if "outlived its 0 s timeout" in line]
+        assert waited, lines
+        assert broker.queue_names() == {f"slow{i}" for i in range(200)}
+        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
+
+
+def test_an_import_the_broker_never_made_is_sent_again_once(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.provisioner import applier
+
+    monkeypatch.setattr(applier, "IMPORT_STALL", 1.0)
+    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+    with SwallowedImports(broker.management_url, swallow=1) as client:
+        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
+                   ApplyOptions())  # fmt: skip
+        assert client.swallow == 0
+        assert len(broker.queue_names()) == 30
+        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
+
+
+def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_repaired(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.provisioner import applier
+
+    monkeypatch.setattr(applier, "IMPORT_STALL", 1.0)
+    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+    with SwallowedImports(broker.management_url, swallow=2) as client:
+        with pytest.raises(ApplyError) as failure:
+            apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
+                       ApplyOptions())  # fmt: skip
+        assert "has made none of its objects for 1 s (0 of 61 made)" in str(failure.value)
+        assert "run the same apply again" in str(failure.value)
+        assert broker.queue_names() == set()
+        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
+                   ApplyOptions())  # fmt: skip
+        assert len(broker.queue_names()) == 30
+        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
 
 
 def test_an_apply_while_another_holds_the_stack_is_refused_naming_the_holder(
