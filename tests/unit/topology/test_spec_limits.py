@@ -207,3 +207,31 @@ def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
     except yaml.YAMLError:
         return  # not a plain scalar at all
     assert load_marked_yaml(text, None).data == expected
+
+
+def test_plain_yaml_is_not_compiled_as_a_template_and_still_has_its_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.topology.spec import template
+
+    compiled: list[str] = []
+    original = template._LimitedEnvironment.get_template
+
+    def counting(self: object, name: str, *args: object, **kwargs: object) -> object:
+        compiled.append(name)
+        return original(self, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(template._LimitedEnvironment, "get_template", counting)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(HEAD + "vhosts: []\n")
+    load_spec(plain)
+    assert compiled == []
+    templated = tmp_path / "templated.yaml"
+    templated.write_text(HEAD + "vhosts: {{ [] }}\n")
+    load_spec(templated)
+    assert compiled, "a template is rendered"
+    # the size limit holds for text that renders to itself too (a spec given as text)
+    from rabbitry.topology.spec.loader import load_spec_text
+
+    with pytest.raises(SpecError, match="RABBITRY_SPEC_MAX_BYTES"):
+        load_spec_text(HEAD + "# " + "x" * 2000 + "\n", environ={"RABBITRY_SPEC_MAX_BYTES": "1000"})
