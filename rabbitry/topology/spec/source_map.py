@@ -18,6 +18,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.topology.spec import fast_yaml
 from rabbitry.topology.spec.limits import SpecLimits, exceeded
 
 Loc = tuple[str | int, ...]
@@ -96,9 +97,14 @@ class SourceMap:
     keys: dict[Loc, Position] = field(default_factory=dict)
     values: dict[Loc, Position] = field(default_factory=dict)
     translate: MarkTranslator = identity_marks
+    fill: Callable[[SourceMap], None] | None = field(default=None, repr=False, compare=False)
+    """Fills ``keys`` and ``values`` when a position is first asked for (see ``load_yaml``)."""
 
     def locate(self, loc: Loc, *, at_key: bool = False) -> Mark | None:
         """Where ``loc`` is: its value (or key), else the nearest enclosing thing that exists."""
+        if self.fill is not None:
+            fill, self.fill = self.fill, None
+            fill(self)
         loc = tuple(loc)
         first = (self.keys, self.values) if at_key else (self.values, self.keys)
         for table in first:
@@ -188,6 +194,29 @@ class MarkedDocument:
     data: Any
     source: SourceMap
     problems: list[SpecProblem]
+
+
+def load_yaml(
+    text: str,
+    file: str | None,
+    translate: MarkTranslator = identity_marks,
+    limits: SpecLimits | None = None,
+) -> MarkedDocument:
+    """``load_marked_yaml``, through the fast parser when the text is plain YAML and the
+    ``fast`` extra is installed: then positions are found only when a problem asks for one."""
+    limits = limits or SpecLimits()
+    data, plain = fast_yaml.load_plain(text, limits)
+    if not plain:
+        return load_marked_yaml(text, file, translate, limits)
+
+    def fill(source: SourceMap) -> None:
+        try:
+            marked = load_marked_yaml(text, file, translate, limits)
+        except (yaml.YAMLError, SpecError):  # read by one parser, refused by the other
+            return
+        source.keys, source.values = marked.source.keys, marked.source.values
+
+    return MarkedDocument(data, SourceMap(file, translate=translate, fill=fill), [])
 
 
 def load_marked_yaml(

@@ -1,0 +1,226 @@
+"""Plain YAML at C++ speed, for large specs: rapidyaml (the ``fast`` extra) parses, PyYAML's
+rules read the scalars.
+
+A spec of 50,000 objects is 2.5 MB of YAML. libyaml composes it into marked nodes in about two
+seconds; rapidyaml parses it in 0.06 s, and walking its tree into Python values takes a fraction
+of a second more. Positions are not recorded on this path: they are needed only to point at a
+problem, so the source map is filled by the marked loader the first time one is asked for.
+
+Only plain YAML takes this path: mappings with string keys, sequences and scalars, as a spec is
+written. Anything else returns ``None`` and goes through the marked loader, which is the one that
+reports errors and applies every rule: a syntax error, anchors and aliases, merge keys, tags,
+duplicate keys, keys that are not strings, characters YAML does not allow, a document past the
+limits. Scalars are resolved with PyYAML's own resolver and constructors (YAML 1.1: ``yes`` is
+true, ``010`` is 8), so both paths give the same values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from yaml.nodes import ScalarNode
+
+from rabbitry.topology.spec.limits import SpecLimits
+
+try:  # the `fast` extra
+    import ryml
+except ImportError:  # pragma: no cover - exercised where the extra is not installed
+    ryml = None
+
+_STR = "tag:yaml.org,2002:str"
+
+FAST_FROM = 64 * 1024
+"""Texts shorter than this (characters) take the marked loader: it is fast enough there."""
+
+_UNLIKE = re.compile("[\t\r\x85\u2028\u2029]|^%", re.MULTILINE)
+"""What the two parsers read differently: tabs, the line breaks YAML 1.1 knows besides LF, and
+directives. A spec rarely has them; one that does takes the marked loader."""
+
+_INDICATORS = frozenset("?:,[]{}#&*!|>'\"%@`")
+"""What PyYAML refuses at the start of a plain scalar somewhere (rapidyaml reads some as text;
+``?`` and ``:`` start one only outside flow collections)."""
+
+
+_AFTER_QUOTE = re.compile("[\"'] +[^ \n:#,\\]}]")
+"""A quoted scalar followed on its line by more than a colon, comma, bracket or comment."""
+
+
+def _odd_quoting(text: str) -> bool:
+    """Quoted scalars that span lines, or with text after them on their line: rapidyaml reads
+    some that PyYAML refuses. Conservative: a line that merely might be one counts."""
+    if '"' not in text and "'" not in text:
+        return False
+    if _AFTER_QUOTE.search(text):
+        return True
+    return any(
+        line.count('"') % 2 or line.count("'") % 2
+        for line in text.split("\n")
+        if '"' in line or "'" in line
+    )
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """rapidyaml prints a parse error to file descriptor 2 before raising it; the marked
+    loader reports the error in rabbitry's words, so that text must not reach the terminal."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def available() -> bool:
+    return ryml is not None
+
+
+class _Unplain(Exception):
+    """The text needs the marked loader."""
+
+
+class _Scalars:
+    """Plain scalars resolved as PyYAML's SafeLoader would, memoised: a spec repeats its
+    values (types, flags, numbers) thousands of times, and every result is immutable."""
+
+    def __init__(self) -> None:
+        self.resolver = yaml.resolver.Resolver()
+        self.constructor = yaml.constructor.SafeConstructor()
+        self.known: dict[str, Any] = {}
+
+    def plain(self, value: str) -> Any:
+        try:
+            return self.known[value]
+        except KeyError:
+            pass
+        if value and (
+            value[0] in _INDICATORS
+            or (value[0] == "-" and value[1:2] in ("", " ", "\t"))
+            or value[0] == " "
+            or value[-1] == " "
+            or ": " in value
+            or " #" in value
+        ):
+            raise _Unplain  # not a plain scalar PyYAML would read: misread lines around it
+        tag = self.resolver.resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        if tag == _STR:
+            out: Any = value
+        else:
+            construct = self.constructor.yaml_constructors.get(tag)
+            if construct is None:  # the merge key `<<` or the value key `=`
+                raise _Unplain
+            try:
+                out = construct(self.constructor, ScalarNode(tag, value))
+            except yaml.YAMLError:
+                raise _Unplain from None
+        if isinstance(out, list | dict | set):  # never for a plain scalar, but never shared
+            raise _Unplain
+        self.known[value] = out
+        return out
+
+
+def load_plain(text: str, limits: SpecLimits) -> tuple[Any, bool]:
+    """``(data, True)`` for plain YAML, ``(None, False)`` when the marked loader must read it."""
+    if ryml is None or len(text) < FAST_FROM or not text.endswith("\n"):
+        return None, False  # (a block scalar ending the text unterminated: PyYAML's reading)
+    if yaml.reader.Reader.NON_PRINTABLE.search(text) or _UNLIKE.search(text):
+        return None, False
+    if _odd_quoting(text):
+        return None, False
+    try:
+        with _quiet_stderr():
+            tree = ryml.parse_in_arena(text.encode("utf-8"))
+    except Exception:  # a syntax error: the marked loader says where and what
+        return None, False
+    try:
+        return _Walker(tree, limits).document(), True
+    except _Unplain:
+        return None, False
+
+
+class _Walker:
+    def __init__(self, tree: Any, limits: SpecLimits) -> None:
+        self.tree = tree
+        self.size = tree.size()
+        self.budget = limits.max_values
+        self.max_depth = limits.max_depth
+        self.scalars = _Scalars()
+        self.special = (
+            ryml.KEYREF | ryml.VALREF | ryml.KEYANCH | ryml.VALANCH | ryml.KEYTAG | ryml.VALTAG
+        )
+        self.map, self.seq, self.quoted = ryml.MAP, ryml.SEQ, ryml.VALQUO
+        self.block = ryml.VAL_LITERAL | ryml.VAL_FOLDED | ryml.KEY_LITERAL | ryml.KEY_FOLDED
+        self.key_quoted = ryml.KEYQUO
+
+    def document(self) -> Any:
+        tree = self.tree
+        root = tree.root_id()
+        if tree.is_stream(root):
+            docs = self.children(root)
+            if len(docs) != 1:
+                raise _Unplain  # several documents, or none: the marked loader's errors
+            root = docs[0]
+        flags = tree.type(root)
+        if not flags & self.map:
+            raise _Unplain  # a spec is a mapping: the marked loader's error otherwise
+        return self.value(root, flags, 0)
+
+    def children(self, node: int) -> list[int]:
+        tree, size = self.tree, self.size
+        out = []
+        child = tree.first_child(node)
+        while child < size:
+            out.append(child)
+            child = tree.next_sibling(child)
+        return out
+
+    def value(self, node: int, flags: int, depth: int) -> Any:
+        self.budget -= 1
+        if self.budget < 0 or depth > self.max_depth or flags & self.special:
+            raise _Unplain
+        if flags & self.block:  # block scalars: headers and chomping are PyYAML's to read
+            raise _Unplain
+        tree = self.tree
+        if flags & self.map:
+            out: dict[str, Any] = {}
+            children = self.children(node)
+            for child in children:
+                child_flags = tree.type(child)
+                if child_flags & (self.special | self.block):
+                    raise _Unplain
+                raw_key = tree.key(child)
+                if raw_key is None:
+                    raise _Unplain  # an empty key
+                raw = str(raw_key, "utf-8")
+                if child_flags & self.key_quoted:
+                    key = raw
+                elif " " in raw:  # perhaps a key folded from several lines, which YAML refuses
+                    raise _Unplain
+                else:
+                    key = self.scalars.plain(raw)
+                if not isinstance(key, str):
+                    raise _Unplain  # keys that are not strings: the marked loader's problems
+                out[key] = self.value(child, child_flags, depth + 1)
+            if len(out) != len(children):
+                raise _Unplain  # a duplicate key: a problem with its line
+            return out
+        if flags & self.seq:
+            return [self.value(child, tree.type(child), depth + 1) for child in self.children(node)]
+        raw_value = tree.val(node)
+        if raw_value is None:
+            return None
+        text = str(raw_value, "utf-8")
+        if flags & self.quoted:
+            return text
+        return self.scalars.plain(text)

@@ -1,0 +1,188 @@
+"""The fast YAML path gives what the marked loader gives, or steps aside for it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rabbitry.errors import SpecError
+from rabbitry.topology import load_spec
+from rabbitry.topology.spec import fast_yaml
+from rabbitry.topology.spec.limits import SpecLimits
+from rabbitry.topology.spec.source_map import load_marked_yaml
+
+pytestmark = pytest.mark.skipif(not fast_yaml.available(), reason="needs rabbitry[fast]")
+
+
+@pytest.fixture(autouse=True)
+def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_yaml, "FAST_FROM", 0)
+
+
+def both(text: str) -> tuple[tuple[Any, bool], Any]:
+    fast = fast_yaml.load_plain(text, SpecLimits())
+    try:
+        marked: Any = load_marked_yaml(text, None).data
+    except (yaml.YAMLError, SpecError) as exc:
+        marked = exc
+    return fast, marked
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to itself and types compared (1 is not True)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+TRICKY = [
+    "yes", "No", "on", "OFF", "y", "n", "~", "null", "Null", "true", "False", "1", "-1", "+2",
+    "010", "0o7", "0x1f", "0b101", "1_000", "1e3", "1.5e-3", ".5", "-.inf", ".NaN", "1:30",
+    "12:30:45", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "1.2.3", "a b", "a#b", "x-y",
+    "-c", "?x", ":x", "a:b", "é", "日本", "q.0", "ex.#", "amq.topic", "#/", "0", "00", "-0",
+    "1_0.5", "+.inf", "0.", "=x", "<<x",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("scalar", TRICKY)
+def test_plain_scalars_read_as_pyyaml_reads_them(scalar: str) -> None:
+    text = f"k: {scalar}\nlist:\n  - {scalar}\nflow: [{scalar}, {{n: {scalar}}}]\n"
+    (data, plain), marked = both(text)
+    if isinstance(marked, Exception):
+        assert not plain
+    else:
+        assert plain, text
+        assert same(data, marked), (data, marked)
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), names,
+    st.sampled_from(TRICKY),
+)  # fmt: skip
+documents = st.dictionaries(
+    names,
+    st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(names, inner, max_size=4),
+        max_leaves=20,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, st.sampled_from([False, True, None]), st.integers(20, 120))
+def test_dumped_documents_read_the_same_on_both_paths(
+    data: dict[str, Any], flow: bool | None, width: int
+) -> None:
+    text = yaml.safe_dump(data, default_flow_style=flow, width=width, allow_unicode=True)
+    (fast, plain), marked = both(text)
+    assert not isinstance(marked, Exception)
+    if plain:
+        assert same(fast, marked), (text, fast, marked)
+
+
+def test_a_spec_as_rabbitry_writes_it_takes_the_fast_path() -> None:
+    queues = "".join(f"      - {{name: q.{i}, type: quorum, durable: yes}}\n" for i in range(50))
+    text = f"version: 1\nname: s\nvhosts:\n  - name: v\n    queues:\n{queues}"
+    (data, plain), marked = both(text)
+    assert plain
+    assert same(data, marked)
+    assert data["vhosts"][0]["queues"][3] == {"name": "q.3", "type": "quorum", "durable": True}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &x {b: 1}\nc: *x\n",  # anchors and aliases
+        "base: &b {x: 1}\nc:\n  <<: *b\n",  # merge keys
+        "a: !!str 5\n",  # tags
+        "a: !!python/object [1]\n",
+        "a: 1\na: 2\n",  # a duplicate key: a problem with its line
+        "1: a\n",  # a key that is not a string
+        "yes: a\n",
+        "a: b\x1b\n",  # a character YAML does not allow
+        "---\na: 1\n---\nb: 2\n",  # two documents
+        "a: [1, 2\n",  # syntax errors
+        "a: @x\n",
+        "a: `x\n",
+        "}: 1\n",
+        "a:\n\t- b\n",  # tabs
+        "a: |\n  text\n",  # block scalars
+        "a: 1",  # no final newline
+        "- a\n",  # not a mapping
+        "%YAML 1.1\n---\na: 1\n",
+        "a: b\r\nc: d\r\n",
+    ],
+)
+def test_anything_beyond_plain_yaml_goes_to_the_marked_loader(text: str) -> None:
+    assert fast_yaml.load_plain(text, SpecLimits()) == (None, False)
+
+
+def test_past_the_limits_goes_to_the_marked_loader_which_says_so() -> None:
+    text = "a:\n" + "".join(f"  - {i}\n" for i in range(100))
+    assert fast_yaml.load_plain(text, SpecLimits(max_values=50)) == (None, False)
+    deep = "a: " + "[" * 20 + "]" * 20 + "\n"
+    assert fast_yaml.load_plain(deep, SpecLimits(max_depth=10)) == (None, False)
+
+
+def test_a_syntax_error_prints_nothing_of_the_parser_and_is_reported_with_its_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: s\nvhosts:\n  - name: v\n    queues: [a, b\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(spec)
+    assert ":6:" in str(caught.value) or ":5:" in str(caught.value)
+    assert capfd.readouterr().err == ""
+
+
+def big_spec(bad_line_queue: int | None = None, queues: int = 3000) -> str:
+    lines = ["version: 1", "name: big", "vhosts:", "  - name: v", "    queues:"]
+    for i in range(queues):
+        kind = "quorm" if i == bad_line_queue else "quorum"
+        lines.append(f"      - {{name: q.{i}, type: {kind}}}")
+    lines += ["    bindings:", "      - {source: nowhere, destination: q.1}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_problems_of_a_spec_read_on_the_fast_path_point_at_their_lines(tmp_path: Path) -> None:
+    spec = tmp_path / "big.yaml"
+    spec.write_text(big_spec(bad_line_queue=2000))
+    with pytest.raises(SpecError) as shape:
+        load_spec(spec)
+    assert f"{spec}:2006:" in str(shape.value)  # the queue's line, found after the fact
+
+    from rabbitry.topology import check_spec
+
+    spec.write_text(big_spec())
+    loaded = load_spec(spec)
+    assert loaded.source is not None and loaded.source.fill is not None, "fast path, no marks"
+    with pytest.raises(SpecError) as meaning:
+        check_spec(loaded)
+    assert f"{spec}:3007:" in str(meaning.value)  # the binding to an undeclared exchange
+
+
+def test_without_the_fast_extra_every_spec_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fast_yaml, "ryml", None)
+    spec = tmp_path / "big.yaml"
+    spec.write_text(big_spec())
+    loaded = load_spec(spec)
+    assert loaded.source is not None and loaded.source.fill is None, "the marked loader"
+    assert len(loaded.vhosts[0].queues) == 3000
