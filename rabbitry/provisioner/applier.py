@@ -188,9 +188,17 @@ def definitions_for(resources: Iterable[Primitive]) -> dict[str, list[dict[str, 
 
 
 def _import_rank(change: Change) -> int:
-    # what a chunk refers to must come in an earlier chunk or the same one: exchanges and
-    # queues before the bindings between them
-    return 1 if isinstance(change.desired, Binding) else 0
+    """The broker's own import order. What a chunk refers to must come in an earlier chunk or
+    the same one (exchanges and queues before the bindings between them), and policies come
+    before the queues and exchanges: a policy made in a vhost that already holds them is
+    matched against every one (at 21,000 queues, several seconds a policy), one made first
+    costs nothing."""
+    resource = change.desired
+    if isinstance(resource, Parameter):
+        return 0
+    if isinstance(resource, Policy):
+        return 1
+    return 3 if isinstance(resource, Binding) else 2
 
 
 def import_chunks(changes: list[Change], size: int) -> list[list[Change]]:

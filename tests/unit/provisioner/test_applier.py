@@ -35,6 +35,19 @@ def test_bindings_come_after_every_exchange_and_queue_they_may_join() -> None:
     assert first_binding == 60 and len(flat) == 90
 
 
+def test_parameters_then_policies_come_before_the_queues_they_apply_to() -> None:
+    """A policy made in a vhost full of queues is matched against each of them (seconds a
+    policy at 20,000 queues); made first, it costs nothing: the broker's own import order."""
+    changes = [creation(p.Queue(name=f"q{i}")) for i in range(10)]
+    changes.append(creation(p.Policy(name="cap", pattern="^q", definition={"max-length": 1})))
+    changes.append(creation(p.Parameter(component="federation-upstream", name="up",
+                                        value={"uri": "amqp://h"})))  # fmt: skip
+    changes.append(creation(p.Exchange(name="e")))
+    flat = [c.desired for chunk in import_chunks(changes, 3) for c in chunk]
+    assert [type(r).__name__ for r in flat[:3]] == ["Parameter", "Policy", "Queue"]
+    assert isinstance(flat[-1], p.Exchange)
+
+
 def test_a_chunk_size_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="import_chunk"):
         import_chunks([], 0)
