@@ -185,6 +185,10 @@ def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
     """Short human lines naming what differs; argument maps are compared key by key."""
     want = desired.settings()
     have = observed.settings()
+    # Most objects match: one comparison of the whole settings, with 1 and 1.0 equal but
+    # true and 1 not (canonical_json tells them apart), instead of one per field.
+    if want == have and canonical_json(want) == canonical_json(have):
+        return []
     lines: list[str] = []
     for name in sorted(set(want) | set(have)):
         a, b = have.get(name), want.get(name)

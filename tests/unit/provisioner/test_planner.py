@@ -338,3 +338,19 @@ def test_vhost_type_unset_and_classic_compare_equal_but_quorum_differs() -> None
     quorum = topo(default_queue_type=QueueType.QUORUM)
     changed = plan(desired, state(quorum, owned(desired)))
     assert [(c.action, c.kind) for c in changed.changes] == [(Action.UPDATE, "vhost")]
+
+
+def test_settings_that_compare_equal_in_python_but_differ_on_the_wire_are_a_change() -> None:
+    """1 and 1.0 are the same JSON number; true and 1 are not, though Python says they are."""
+    same = Queue(name="work", arguments={"x-max-length": 10.0})
+    assert not plan(
+        topo(queues=(same,)), state(topo(queues=(WORK_10,)), owned(topo(queues=(WORK_10,))))
+    ).changes
+    flag = Queue(name="work", arguments={"x-single-active-consumer": True})
+    one = Queue(name="work", arguments={"x-single-active-consumer": 1})
+    p = plan(topo(queues=(flag,)), state(topo(queues=(one,)), owned(topo(queues=(one,)))))
+    assert [c.action for c in p.changes] == [Action.REPLACE]
+    assert "arguments.x-single-active-consumer: 1 -> true" in p.changes[0].reasons[0]
+
+
+WORK_10 = Queue(name="work", arguments={"x-max-length": 10})
