@@ -218,6 +218,7 @@ def check_generated_names(spec: Spec, findings: Findings) -> None:
             expanded = expand(single).vhosts[0]
         except RabbitryError:
             continue  # what stops the expansion is reported by the checks above
+        spec._expanded[id(vhost)] = (vhost, expanded)
         generated_queues = [q.name for q in expanded.queues[len(vhost.queues) :]]
         generated_exchanges = [e.name for e in expanded.exchanges[len(vhost.exchanges) :]]
         for kind, names, declared in (

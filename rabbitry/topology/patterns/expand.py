@@ -133,9 +133,17 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
 
 
 def expand(spec: Spec, steps: Sequence[ExpansionStep] = VHOST_STEPS) -> primitives.Topology:
-    """The primitives ``spec`` stands for. Run ``validate(spec)`` first: this does not check."""
+    """The primitives ``spec`` stands for. Run ``validate(spec)`` first: this does not check.
+
+    A vhost the checks expanded on their way (the delay and retry patterns' names) is taken
+    from them, once: change no spec between checking and expanding it."""
+    reuse = spec._expanded if steps is VHOST_STEPS else {}
     vhosts = []
     for vhost_spec in spec.vhosts:
+        done = reuse.pop(id(vhost_spec), None)
+        if done is not None and done[0] is vhost_spec:
+            vhosts.append(done[1])
+            continue
         draft = VhostDraft(stack=spec, spec=vhost_spec)
         for step in steps:
             step(draft)

@@ -570,6 +570,9 @@ class Spec(SpecModel):
     """Virtual hosts."""
 
     _source: SourceMap | None = PrivateAttr(default=None)
+    _expanded: dict[int, tuple[Any, Any]] = PrivateAttr(default_factory=dict)
+    """Vhosts the checks already expanded, by ``id`` of their spec: ``expand`` takes each once
+    instead of expanding it again (half of a large spec's expansion time)."""
 
     @property
     def source(self) -> SourceMap | None:

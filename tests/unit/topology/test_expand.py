@@ -156,3 +156,20 @@ def test_example_expands(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {q.name: q.type for q in vhost.queues}["orders.work"] is p.QueueType.QUORUM
     password = topology.users[0].password
     assert password is not None and password.get_secret_value() == "change-me"
+
+
+def test_a_vhost_the_checks_expanded_is_not_expanded_again() -> None:
+    from rabbitry.topology import check_spec
+
+    spec = load(
+        "version: 1\nname: s\nvhosts:\n  - name: v\n    queues:\n"
+        "      - {name: work, retry: {attempts: 3, backoff: [1s, 5s]}}\n"
+    )
+    check_spec(spec)
+    _, by_the_checks = spec._expanded[id(spec.vhosts[0])]
+    first = expand(spec)
+    assert first.vhosts[0] is by_the_checks
+    assert not spec._expanded, "taken once"
+    again = expand(spec)
+    assert again == first and again.vhosts[0] is not first.vhosts[0]
+    assert {"work", "work.retry.1s", "work.retry.5s"} <= {q.name for q in first.vhosts[0].queues}
