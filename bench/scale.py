@@ -1,19 +1,22 @@
 """The provisioner at production size: validate, plan, apply and export of 5,000 and 50,000 objects.
 
 Usage:  python bench/scale.py [--sizes 5000,50000] [--write-docs]
-Broker: $RABBITRY_MANAGEMENT_URL and $RABBITRY_URL (``eval "$(rabbitry dev-broker env)"``).
+Brokers: each side starts a fresh RabbitMQ container of its own (rabbitry.testing, the same
+image as the tests: run scripts/setup.sh first on a machine without Docker).
 
 Every rabbitry figure is a whole CLI process (start-up included), as a user runs it. The peer is
-the broker's own definitions import of the same primitives (``POST /api/definitions/{vhost}``)
-into another empty vhost of the same broker, in the same run, and for export
-``GET /api/definitions/{vhost}`` plus writing it as YAML. Peak memory is the plan process's
-maximum resident set.
+the broker's own definitions import of the same primitives (``POST /api/definitions/{vhost}``),
+in the same run, into a broker of its own: each side fills an empty broker (a broker slows down
+as it fills, and deleting 50,000 objects to make room takes longer than creating them). For
+export the peer is ``GET /api/definitions/{vhost}`` plus writing it as YAML. Peak memory is the
+plan process's maximum resident set.
 """
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -21,12 +24,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import yaml
-from results import arguments, one_vhost_spec, write_section
+from results import one_vhost_spec, write_section
 
 from rabbitry.provisioner.applier import definitions_for
 from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.testing import Broker
+from rabbitry.testing.containers import BrokerContainer, start_broker
 from rabbitry.topology import load_topology
 
 HERE = Path(__file__).resolve().parent
@@ -66,11 +72,15 @@ def spec_text(stack: str, vhost: str, objects: int) -> str:
     return one_vhost_spec(stack, vhost, **objects, policies=policies, delays=[later])
 
 
-def run(*argv: str) -> tuple[float, int, str]:
+def run(*argv: str, env: dict[str, str] | None = None) -> tuple[float, int, str]:
     """Run the CLI as a process: (seconds, peak RSS in KiB, output); raises on a failure."""
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [*RABBITRY, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*RABBITRY, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     out = proc.stdout.read()
@@ -86,50 +96,56 @@ def median_run(times: int, *argv: str) -> float:
     return statistics.median(run(*argv)[0] for _ in range(times))
 
 
-def one_size(client: ManagementClient, objects: int, tmp: Path) -> dict[str, float]:
+def fresh_broker() -> BrokerContainer:
+    password = secrets.token_urlsafe(12)
+    return start_broker(username="rabbitry", password=password, startup_timeout=300)
+
+
+def cli_env(broker: Broker) -> dict[str, str]:
+    userinfo = f"{quote(broker.username, safe='')}:{quote(broker.password, safe='')}"
+    management = broker.management_url.replace("://", f"://{userinfo}@", 1)
+    return {"RABBITRY_MANAGEMENT_URL": management, "RABBITRY_URL": broker.amqp_url()}
+
+
+def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
     tag = uuid.uuid4().hex[:6]
-    ours, theirs = f"scale-{objects}-{tag}", f"scale-import-{objects}-{tag}"
+    ours = f"scale-{objects}-{tag}"
     spec = tmp / f"{ours}.yaml"
     spec.write_text(spec_text(ours, ours, objects))
     topology = load_topology(spec)
     count = len(topology.resources()) - 1  # the vhost itself is not counted
     figures: dict[str, float] = {"objects": count}
-
-    def remove(vhost: str) -> None:
-        with client.clone() as cleaner:
-            cleaner.delete(f"/vhosts/{q(vhost)}")
-            if vhost == ours:
-                cleaner.delete(f"/global-parameters/{q('rabbitry.stack.' + ours)}")
-
-    # Each side creates its objects in a broker that holds none of the other's: a vhost's
-    # imports slow down as the broker fills (quorum queues most), and the order would decide.
+    figures["validate"] = run("validate", str(spec))[0]
     try:
-        figures["validate"] = run("validate", str(spec))[0]
-        figures["apply"] = run("apply", str(spec), "--auto-approve")[0]
+        with fresh_broker() as mine:
+            env = cli_env(mine.broker)
+            client = ManagementClient(env["RABBITRY_MANAGEMENT_URL"], timeout=3600)
+            versions.add(str(client.overview().get("rabbitmq_version")))
+            figures["apply"] = run("apply", str(spec), "--auto-approve", env=env)[0]
 
-        seconds, rss, out = run("plan", str(spec), "--detailed-exitcode")
-        assert "No changes" in out, out[-2000:]
-        figures["plan"], figures["plan_rss_kib"] = seconds, rss
+            seconds, rss, out = run("plan", str(spec), "--detailed-exitcode", env=env)
+            assert "No changes" in out, out[-2000:]
+            figures["plan"], figures["plan_rss_kib"] = seconds, rss
 
-        exported = tmp / f"{ours}.export.yaml"
-        figures["export"] = run("export", "--vhost", ours, "-o", str(exported))[0]
-        started = time.perf_counter()
-        definitions = client.vhost_definitions(ours)
-        (tmp / f"{ours}.definitions.yaml").write_text(yaml.safe_dump(definitions, sort_keys=False))
-        figures["get_definitions"] = time.perf_counter() - started
+            exported = tmp / f"{ours}.export.yaml"
+            figures["export"] = run("export", "--vhost", ours, "-o", str(exported), env=env)[0]
+            started = time.perf_counter()
+            definitions = client.vhost_definitions(ours)
+            (tmp / f"{ours}.yaml.peer").write_text(yaml.safe_dump(definitions, sort_keys=False))
+            figures["get_definitions"] = time.perf_counter() - started
+            client.close()
         print(f"{objects}: {figures}", flush=True)
-        remove(ours)
 
-        peer = load_topology(spec).vhosts[0].model_copy(update={"name": theirs})
-        client.put(f"/vhosts/{q(theirs)}", {})
-        started = time.perf_counter()
-        client.import_definitions(definitions_for(peer.members()), theirs, timeout=3600)
-        figures["import"] = time.perf_counter() - started
+        with fresh_broker() as theirs:
+            env = cli_env(theirs.broker)
+            with ManagementClient(env["RABBITRY_MANAGEMENT_URL"], timeout=3600) as client:
+                client.put(f"/vhosts/{q(ours)}", {})
+                members = topology.vhosts[0].members()
+                started = time.perf_counter()
+                client.import_definitions(definitions_for(members), ours, timeout=3600)
+                figures["import"] = time.perf_counter() - started
     finally:
-        print(f"{objects}: {figures}", flush=True)  # before the clean-up, which may be slow
-        for vhost in (ours, theirs):
-            with contextlib.suppress(Exception):
-                remove(vhost)
+        print(f"{objects}: {figures}", flush=True)
     return figures
 
 
@@ -140,14 +156,13 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         HEADING,
         "",
         "```bash",
-        'eval "$(rabbitry dev-broker env)"',
+        "bash scripts/setup.sh && source .rabbitry/env.sh   # a container engine",
         f".venv/bin/python bench/scale.py --sizes {','.join(map(str, sizes))} --write-docs",
         "```",
         "",
         f"RabbitMQ {version}, {os.cpu_count()} cores; every rabbitry figure is a whole CLI process."
-        " The peer is the broker's own definitions import of the same primitives into another"
-        " vhost of the same broker in the same run, made after rabbitry's was deleted: each side"
-        " fills an otherwise empty broker.",
+        " The peer is the broker's own definitions import of the same primitives, in the same"
+        " run; each side fills a fresh broker of its own (same image, same machine).",
         "",
         "| step | "
         + " | ".join(f"{int(results[s]['objects']):,} objects" for s in sizes)
@@ -201,28 +216,23 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
 
 
 def main() -> int:
-    parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/%2F")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sizes", default="5000,50000")
-    parser.add_argument("--management-url", default=os.environ.get("RABBITRY_MANAGEMENT_URL"))
+    parser.add_argument(
+        "--write-docs", action="store_true", help="put the table in docs/benchmarks.md"
+    )
     args = parser.parse_args()
-    if not args.management_url:
-        parser.error(
-            "set --management-url or RABBITRY_MANAGEMENT_URL (eval $(rabbitry dev-broker env))"
-        )
-    os.environ["RABBITRY_MANAGEMENT_URL"] = args.management_url
-    os.environ["RABBITRY_URL"] = args.url
-    client = ManagementClient(args.management_url, timeout=3600)
-    version = str(client.overview().get("rabbitmq_version"))
     startup = {
         "version": median_run(10, "--version"),
         "validate_shop": median_run(10, "validate", str(HERE.parent / "examples" / "shop.yaml")),
     }
     print(f"start-up: {startup}", flush=True)
     results: dict[int, dict[str, float]] = {}
+    versions: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
-            results[size] = one_size(client, size, Path(tmp))
-    text = render(results, version, startup)
+            results[size] = one_size(size, Path(tmp), versions)
+    text = render(results, ", ".join(sorted(versions)), startup)
     print(text)
     if args.write_docs:
         write_section(HEADING, text)

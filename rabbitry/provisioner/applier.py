@@ -579,7 +579,7 @@ class Applier:
     def _present(self, vhost: str, keys: set[tuple[str, ...]]) -> set[tuple[str, ...]] | None:
         """Which of ``keys`` the vhost holds now; None when the broker is too busy to say."""
         try:
-            definitions = self.client.vhost_definitions(vhost)
+            definitions = self.client.vhost_objects(vhost)
         except NoAnswer:
             return None
         there = observed_vhost(vhost, {"name": vhost}, definitions)
@@ -624,7 +624,7 @@ class Applier:
     def _verify_created(self, vhost: str, changes: list[Change]) -> None:
         """The import answers 204 even for objects it skipped: check they are really there."""
         meta = {"name": vhost}
-        there = observed_vhost(vhost, meta, self.client.vhost_definitions(vhost))
+        there = observed_vhost(vhost, meta, self.client.vhost_objects(vhost))
         keys = {member.key(vhost) for member in there.members()}
         missing = [c.title for c in changes if c.key not in keys]
         if missing:

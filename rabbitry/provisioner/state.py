@@ -273,7 +273,7 @@ def read_state(
             observed_vhost(
                 name,
                 meta,
-                client.vhost_definitions(name),
+                client.vhost_objects(name),
                 client.permissions(name),
                 client.topic_permissions(name),
             )

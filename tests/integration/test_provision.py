@@ -18,7 +18,7 @@ from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import StackLock, lock_name
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan, plan
-from rabbitry.provisioner.state import read_state
+from rabbitry.provisioner.state import observed_vhost, read_state
 from rabbitry.topology import load_topology
 from tests.integration.conftest import Broker, one_vhost_spec
 
@@ -500,3 +500,50 @@ def test_the_lock_of_a_killed_apply_expires_and_is_taken_over(
         assert result.exit_code == 0, result.output
         assert "taking over the lock" in caplog.text and "ci@runner-7" in caplog.text
         assert client.global_parameter(lock_name(broker.stack)) is None
+
+
+def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
+    broker: Broker,
+) -> None:
+    """Plan and apply read a vhost through the per-kind endpoints (ten times faster at 50,000
+    objects than the definitions export): both reads must give the same objects, including
+    what the export leaves out (built-in exchanges, exclusive queues and their bindings)."""
+    broker.apply(
+        one_vhost_spec("""
+        exchanges:
+          - {name: hub, type: topic, alternate_exchange: spill}
+          - {name: spill, type: fanout, internal: true}
+          - {name: heads, type: headers, durable: false, auto_delete: true}
+        queues:
+          - {name: work, type: quorum, arguments: {x-delivery-limit: 5}}
+          - {name: temp, durable: false, auto_delete: true}
+          - {name: log, type: stream}
+          - {name: plain, arguments: {x-message-ttl: 1000, x-max-priority: 5}}
+        bindings:
+          - {source: hub, destination: work, routing_key: "a.#"}
+          - {source: hub, destination: heads, destination_type: exchange}
+          - {source: heads, destination: plain, arguments: {x-match: any, kind: a}}
+        policies:
+          - {name: cap, pattern: "^plain$", apply_to: queues, definition: {max-length: 10}}
+        operator_policies:
+          - {name: guard, pattern: ".*", definition: {max-length: 100000}}
+""")
+    )
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    try:
+        channel = connection.channel()
+        mine = channel.queue_declare("", exclusive=True).method.queue
+        channel.queue_bind(mine, "hub", "x.#")
+        with ManagementClient(broker.management_url) as client:
+            meta = {"name": broker.vhost}
+            exported = observed_vhost(broker.vhost, meta, client.vhost_definitions(broker.vhost))
+            per_kind = observed_vhost(broker.vhost, meta, client.vhost_objects(broker.vhost))
+    finally:
+        connection.close()
+    for kind in ("exchanges", "queues", "bindings", "policies", "operator_policies", "parameters"):
+        assert sorted(map(repr, getattr(per_kind, kind))) == sorted(
+            map(repr, getattr(exported, kind))
+        ), kind
+    assert {q.name for q in per_kind.queues} == {"work", "temp", "log", "plain"}
+    assert {o.name for o in per_kind.operator_policies} == {"guard"}
+    assert len(per_kind.bindings) == 3 and {p.name for p in per_kind.policies} == {"cap"}
