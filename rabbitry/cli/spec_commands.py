@@ -22,6 +22,7 @@ from rabbitry.cli.common import (
     spec_options,
 )
 from rabbitry.errors import RabbitryError, SpecError, SpecProblem
+from rabbitry.gcpause import collector_paused
 from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
 from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
@@ -86,15 +87,17 @@ def validate(
     or not.
     """
     if not as_json:
-        loaded = load_spec(spec, parse_vars(variables), var_files)
-        check_spec(loaded, on_warning=_print_warning)
-        click.echo(f"{spec}: valid ({summary(expand(loaded))})")
+        with collector_paused():
+            loaded = load_spec(spec, parse_vars(variables), var_files)
+            check_spec(loaded, on_warning=_print_warning)
+            click.echo(f"{spec}: valid ({summary(expand(loaded))})")
         return EXIT_OK
     warnings: list[SpecProblem] = []
     try:
-        loaded = load_spec(spec, parse_vars(variables), var_files)
-        check_spec(loaded, on_warning=warnings.append)
-        topology = expand(loaded)
+        with collector_paused():
+            loaded = load_spec(spec, parse_vars(variables), var_files)
+            check_spec(loaded, on_warning=warnings.append)
+            topology = expand(loaded)
     except SpecError as exc:
         problems, counts = [*warnings, *exc.problems], None
     else:

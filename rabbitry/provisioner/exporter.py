@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rabbitry.errors import BrokerError
+from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import RECORD_PREFIX
@@ -21,6 +22,7 @@ from rabbitry.topology.document import dump_yaml, spec_document
 from rabbitry.topology.primitives import JSON, Topology, User
 
 
+@pauses_collector
 def export_topology(
     client: ManagementClient,
     vhosts: Iterable[str],

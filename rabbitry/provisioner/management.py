@@ -11,6 +11,7 @@ import re
 import ssl
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -266,29 +267,41 @@ class ManagementClient:
         bindings, policies, parameters), in its shape, read kind by kind without statistics.
 
         The definitions export serializes every object through one slow path: for a vhost of
-        50,000 objects it answers in about 10 s, where these reads take 1.3 s together.
-        Like the export, it leaves out the default and ``amq.*`` exchanges, exclusive queues
-        (gone with their connection) and their bindings."""
+        50,000 objects it answers in about 10 s, where these reads, made at once, take under
+        one. Like the export, it leaves out the default and ``amq.*`` exchanges, exclusive
+        queues (gone with their connection) and their bindings."""
         v = q(vhost)
-        queues: list[JSONDict] = self.get(
-            f"/queues/{v}",
-            params={
-                "disable_stats": "true",
-                "columns": "name,durable,auto_delete,exclusive,arguments,type",
-            },
-        )
-        exclusive = {item["name"] for item in queues if item.get("exclusive")}
-        exchanges: list[JSONDict] = self.get(
-            f"/exchanges/{v}",
-            params={
-                "disable_stats": "true",
-                "columns": "name,type,durable,auto_delete,internal,arguments",
-            },
-        )
-        bindings: list[JSONDict] = self.get(f"/bindings/{v}")
-        parameters: list[JSONDict] = [
+        reads: dict[str, tuple[str, dict[str, str] | None]] = {
+            "queues": (
+                f"/queues/{v}",
+                {
+                    "disable_stats": "true",
+                    "columns": "name,durable,auto_delete,exclusive,arguments,type",
+                },
+            ),
+            "exchanges": (
+                f"/exchanges/{v}",
+                {
+                    "disable_stats": "true",
+                    "columns": "name,type,durable,auto_delete,internal,arguments",
+                },
+            ),
+            "bindings": (f"/bindings/{v}", None),
+            "policies": (f"/policies/{v}", None),
+            "parameters": ("/parameters", None),
+            "operator_policies": (f"/operator-policies/{v}", None),
+        }
+        with ThreadPoolExecutor(max_workers=len(reads)) as pool:
+            futures = {
+                kind: pool.submit(self.get, path, params) for kind, (path, params) in reads.items()
+            }
+            got: dict[str, list[JSONDict]] = {
+                kind: future.result() for kind, future in futures.items()
+            }
+        exclusive = {item["name"] for item in got["queues"] if item.get("exclusive")}
+        parameters = [
             item
-            for item in self.get("/parameters")
+            for item in got["parameters"]
             if item.get("vhost") == vhost and item.get("component") != "operator_policy"
         ]
         parameters += [
@@ -297,25 +310,27 @@ class ManagementClient:
                 "name": item["name"],
                 "value": {key: item[key] for key in item if key not in ("name", "vhost")},
             }
-            for item in self.get(f"/operator-policies/{v}")
+            for item in got["operator_policies"]
         ]
         return {
             "exchanges": [
-                item for item in exchanges if item["name"] and not item["name"].startswith("amq.")
+                item
+                for item in got["exchanges"]
+                if item["name"] and not item["name"].startswith("amq.")
             ],
             "queues": [
                 {key: value for key, value in item.items() if key != "exclusive"}
-                for item in queues
+                for item in got["queues"]
                 if item["name"] not in exclusive
             ],
             "bindings": [
                 item
-                for item in bindings
+                for item in got["bindings"]
                 if not (
                     item.get("destination_type") == "queue" and item["destination"] in exclusive
                 )
             ],
-            "policies": self.get(f"/policies/{v}"),
+            "policies": got["policies"],
             "parameters": parameters,
         }
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 import hashlib
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rabbitry.provisioner.migration import (
@@ -124,10 +126,17 @@ class Plan:
     changes: tuple[Change, ...]
     record: OwnershipRecord
     """The stack's record as read from the broker."""
-    desired_digests: dict[ResourceKey, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     desired: Topology | None = None
     """The topology planned for (migrations bind queues with its bindings)."""
+
+    @functools.cached_property
+    def desired_digests(self) -> dict[ResourceKey, str]:
+        """What apply records for each desired object; only apply needs it (a plan with
+        nothing to do would spend a second of 50,000 objects on it)."""
+        if self.desired is None:
+            return {}
+        return {key: digest(resource) for key, resource in self.desired.resources().items()}
 
     @property
     def has_changes(self) -> bool:
@@ -185,9 +194,10 @@ def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
     """Short human lines naming what differs; argument maps are compared key by key."""
     want = desired.settings()
     have = observed.settings()
-    # Most objects match: one comparison of the whole settings, with 1 and 1.0 equal but
-    # true and 1 not (canonical_json tells them apart), instead of one per field.
-    if want == have and canonical_json(want) == canonical_json(have):
+    # Most objects match, and the same JSON text (keys sorted, by the C encoder) says so at a
+    # fraction of the cost of canonical texts field by field. Texts that differ may still be
+    # the same JSON (1 and 1.0): the fields say.
+    if json.dumps(want, sort_keys=True) == json.dumps(have, sort_keys=True):
         return []
     lines: list[str] = []
     for name in sorted(set(want) | set(have)):
@@ -365,7 +375,6 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         stack=desired.name,
         changes=tuple(sorted(changes, key=_order)),
         record=record,
-        desired_digests={key: digest(resource) for key, resource in want.items()},
         warnings=tuple(warnings),
         desired=desired,
     )

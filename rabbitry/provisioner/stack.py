@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rabbitry.errors import CapabilityError, PlanError
+from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.applier import ApplyOptions, ApplyResult, apply_plan, refusals
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
@@ -29,6 +30,7 @@ from rabbitry.topology.spec.model import Spec
 __all__ = ["apply", "plan", "plan_topology"]
 
 
+@pauses_collector
 def plan_topology(
     client: ManagementClient, topology: Topology, counter: Counter | None = None
 ) -> Plan:

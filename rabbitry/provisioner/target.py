@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 
 from rabbitry.errors import SpecProblem
+from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
@@ -31,6 +32,7 @@ class Target:
         return expand(self.spec)
 
 
+@pauses_collector
 def target_of(
     spec: str | Path | Spec,
     *,
