@@ -9,6 +9,7 @@ untouched. Users are written with a password hash, never a password.
 
 from __future__ import annotations
 
+import functools
 import re
 import typing
 from collections.abc import Callable, Mapping
@@ -200,8 +201,7 @@ def _arguments(
     unchecked_key: str,
 ) -> None:
     """Split ``values`` into the keys the model checks and the ones it would not take back."""
-    formatters = _unit_formatters(model)
-    known = {field.alias or name for name, field in model.model_fields.items()}
+    formatters, known = _model_keys(model)
     checked: Document = {}
     unchecked: Document = {}
     for key, value in values.items():
@@ -226,6 +226,16 @@ def _survives(model: type[KnownKeys], key: str, value: JSON) -> bool:
 
 def _same(value: JSON) -> JSON:
     return value
+
+
+@functools.cache
+def _model_keys(
+    model: type[BaseModel],
+) -> tuple[dict[str, Callable[[JSON], JSON]], frozenset[str]]:
+    """The unit formatters and the keys of an arguments model: read once per model, not per
+    queue (an export of 5,000 queues spent half its time reading the same annotations)."""
+    known = frozenset(field.alias or name for name, field in model.model_fields.items())
+    return _unit_formatters(model), known
 
 
 def _unit_formatters(model: type[BaseModel]) -> dict[str, Callable[[JSON], JSON]]:
