@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import click
 
@@ -342,9 +342,20 @@ def endpoint_options(func: F) -> F:
     return broker_options(command, spec=False)  # type: ignore[return-value]
 
 
-def target_options(func: F) -> F:
+@overload
+def target_options(func: F) -> F: ...
+
+
+@overload
+def target_options(*, read_ahead: bool = ...) -> Callable[[F], F]: ...
+
+
+def target_options(func: F | None = None, *, read_ahead: bool = False) -> Any:
     """``SPEC``, its template variables and the broker options, handed to the command as one
-    loaded and checked ``target`` (warnings to stderr)."""
+    loaded and checked ``target`` (warnings to stderr). ``read_ahead``: start reading the
+    spec's vhosts from the broker while the spec is checked (``target.client``)."""
+    if func is None:
+        return functools.partial(target_options, read_ahead=read_ahead)
 
     @functools.wraps(func)
     def command(
@@ -361,11 +372,12 @@ def target_options(func: F) -> F:
             variables=parse_vars(variables),
             var_files=var_files,
             on_warning=lambda problem: err(f"warning: {problem}"),
+            read_ahead=read_ahead,
             **broker,
         )
         return func(target, **options)
 
-    return spec_options(broker_options(command))  # type: ignore[return-value]
+    return spec_options(broker_options(command))
 
 
 def live_progress() -> bool:

@@ -44,7 +44,7 @@ def _apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str
 
 
 @command("plan")
-@target_options
+@target_options(read_ahead=True)
 @json_option
 @click.option(
     "--detailed-exitcode",
@@ -58,7 +58,7 @@ def plan_command(
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
     with (
-        target.endpoints.management() as client,
+        target.client or target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
         Activity() as activity,
         activity.step("reading the broker's state"),

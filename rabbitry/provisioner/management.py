@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import re
 import ssl
+import threading
 import time
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -96,6 +97,7 @@ class ManagementClient:
         base, url_user, url_password = split_credentials(url)
         self.base_url = base
         self._answered = False
+        self._ahead: dict[str, Future[JSONDict]] = {}
         self.username = username or url_user or "guest"
         password = password if password is not None else url_password
         self._settings = (username, password, timeout, verify)
@@ -262,7 +264,37 @@ class ManagementClient:
         result: JSONDict = self.get(f"/definitions/{q(vhost)}")
         return result
 
+    def read_ahead(self, vhosts: Iterable[str]) -> None:
+        """Start reading these vhosts' objects in the background, for ``vhost_objects`` to
+        take (once) when it is asked: ``rabbitry plan`` reads while it checks the spec. Only
+        for reads that need no lock: the answer is as of now, not as of when it is taken."""
+        for vhost in vhosts:
+            if vhost in self._ahead:
+                continue
+            future: Future[JSONDict] = Future()
+
+            def read(vhost: str = vhost, future: Future[JSONDict] = future) -> None:
+                try:
+                    future.set_result(self._read_vhost_objects(vhost))
+                except BaseException as exc:  # taken by vhost_objects, which reads again
+                    future.set_exception(exc)
+
+            # a daemon: a spec that fails its checks exits without waiting for the answer
+            threading.Thread(target=read, name=f"read-ahead {vhost}", daemon=True).start()
+            self._ahead[vhost] = future
+
     def vhost_objects(self, vhost: str) -> JSONDict:
+        """``_read_vhost_objects``, or what ``read_ahead`` read of ``vhost`` (a failed
+        read-ahead is read again, to fail or succeed as a read does)."""
+        future = self._ahead.pop(vhost, None)
+        if future is not None:
+            try:
+                return future.result()
+            except Exception:
+                pass
+        return self._read_vhost_objects(vhost)
+
+    def _read_vhost_objects(self, vhost: str) -> JSONDict:
         """What ``vhost_definitions`` holds of the objects rabbitry manages (exchanges, queues,
         bindings, policies, parameters), in its shape, read kind by kind without statistics.
 

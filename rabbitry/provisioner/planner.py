@@ -190,8 +190,28 @@ def password_matches(password: str, password_hash: str, algorithm: str) -> bool 
     return hasher(salt + password.encode()).digest() == expected
 
 
+def _same_json_types(a: Any, b: Any) -> bool:
+    """For values Python found equal: whether JSON finds them equal too (``True == 1`` in
+    Python, not on the wire; 1 and 1.0 are one JSON number)."""
+    if type(a) is bool or type(b) is bool:
+        return type(a) is type(b)
+    if isinstance(a, dict):
+        return all(_same_json_types(value, b[key]) for key, value in a.items())
+    if isinstance(a, list | tuple):
+        return all(_same_json_types(x, y) for x, y in zip(a, b, strict=True))
+    return True
+
+
 def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
     """Short human lines naming what differs; argument maps are compared key by key."""
+    # Most objects match: equal fields (of a kind whose settings are its fields) say so
+    # without writing either out.
+    if (
+        type(desired).settings is Primitive.settings
+        and desired == observed
+        and _same_json_types(desired.__dict__, observed.__dict__)
+    ):
+        return []
     want = desired.settings()
     have = observed.settings()
     # Most objects match, and the same JSON text (keys sorted, by the C encoder) says so at a

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from rabbitry.errors import SpecProblem
 from rabbitry.gcpause import pauses_collector
@@ -26,6 +27,9 @@ class Target:
 
     spec: Spec
     endpoints: Endpoints
+    client: Any = None
+    """A management client already reading the spec's vhosts (``target_of(read_ahead=True)``),
+    for the caller to use and close; None otherwise."""
 
     @cached_property
     def topology(self) -> Topology:
@@ -43,12 +47,15 @@ def target_of(
     on_warning: Callable[[SpecProblem], None] | None = None,
     ca_file: str | None = None,
     insecure: bool | None = None,
+    read_ahead: bool = False,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
     resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
-    certificate). Warnings go to ``on_warning`` (default: the topology logger)."""
+    certificate). Warnings go to ``on_warning`` (default: the topology logger).
+
+    With ``read_ahead``, the broker's objects in the spec's vhosts are read while the spec is
+    checked (``Target.client``): for a plan, never under a lock (an apply reads after it)."""
     model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables, var_files)
-    check_spec(model, on_warning)
     broker = model.broker
     endpoints = resolve_endpoints(
         url,
@@ -58,4 +65,14 @@ def target_of(
         ca_file=ca_file,
         insecure=insecure,
     )
-    return Target(model, endpoints)
+    client = None
+    if read_ahead:
+        client = endpoints.management()
+        client.read_ahead(vhost.name for vhost in model.vhosts)
+    try:
+        check_spec(model, on_warning)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
+    return Target(model, endpoints, client)

@@ -13,7 +13,7 @@ import httpx
 import pika
 import pytest
 
-from rabbitry.errors import ApplyError, BrokerError, NoAnswer
+from rabbitry.errors import ApplyError, BrokerError, NoAnswer, SpecError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import StackLock, lock_name
 from rabbitry.provisioner.management import ManagementClient
@@ -547,3 +547,33 @@ def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
     assert {q.name for q in per_kind.queues} == {"work", "temp", "log", "plain"}
     assert {o.name for o in per_kind.operator_policies} == {"guard"}
     assert len(per_kind.bindings) == 3 and {p.name for p in per_kind.policies} == {"cap"}
+
+
+def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(broker: Broker) -> None:
+    from rabbitry.provisioner.stack import plan_topology
+    from rabbitry.provisioner.target import target_of
+
+    broker.apply(SPEC)
+    spec = broker.spec(SPEC.replace("max-length: 1000", "max-length: 2000"))
+    options = {"url": broker.amqp_url, "management_url": broker.management_url}
+    variables = {"vhost": broker.vhost, "stack": broker.stack}
+    ahead = target_of(spec, variables=variables, read_ahead=True, **options)
+    assert ahead.client is not None and broker.vhost in ahead.client._ahead
+    with ahead.client as client:
+        read_ahead = plan_topology(client, ahead.topology)
+        assert not client._ahead, "taken"
+    plain = target_of(spec, variables=variables, **options)
+    assert plain.client is None
+    with plain.endpoints.management() as client:
+        fresh = plan_topology(client, plain.topology)
+    assert [(c.action, c.key, c.reasons) for c in read_ahead.changes] == [
+        (c.action, c.key, c.reasons) for c in fresh.changes
+    ]
+    assert [c.action for c in fresh.changes] == [Action.UPDATE]
+
+    # a spec that fails its checks stops at once, reads or not
+    bad = broker.spec(SPEC.replace("destination: work", "destination: nowhere"), "bad.yaml")
+    started = time.monotonic()
+    with pytest.raises(SpecError):
+        target_of(bad, variables=variables, read_ahead=True, **options)
+    assert time.monotonic() - started < 5

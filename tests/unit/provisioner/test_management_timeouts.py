@@ -62,3 +62,19 @@ def test_after_one_answer_reads_wait_the_full_timeout_and_so_do_clones(api: str)
         client.get("/slow")
         with client.clone() as clone:
             clone.get("/slow")
+
+
+def test_a_failed_read_ahead_is_read_again_and_fails_as_a_read_does() -> None:
+    import socket
+
+    from rabbitry.errors import BrokerError
+    from rabbitry.provisioner.management import ManagementClient
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: connections are refused
+    with ManagementClient(f"http://127.0.0.1:{port}", timeout=2) as client:
+        client.read_ahead(["v"])
+        with pytest.raises(BrokerError, match="cannot reach the management API"):
+            client.vhost_objects("v")
+        assert not client._ahead
