@@ -7,8 +7,8 @@ of a second more. Positions are not recorded on this path: they are needed only 
 problem, so the source map is filled by the marked loader the first time one is asked for.
 
 Only plain YAML takes this path: mappings with string keys, sequences and scalars, as a spec is
-written. Anything else returns ``None`` and goes through the marked loader, which is the one that
-reports errors and applies every rule: a syntax error, anchors and aliases, merge keys, tags,
+written. Anything else is left to the marked loader, which is the one that reports errors and
+applies every rule: a syntax error, anchors and aliases, merge keys, tags,
 duplicate keys, keys that are not strings, characters YAML does not allow, a document past the
 limits. Scalars are resolved with PyYAML's own resolver and constructors (YAML 1.1: ``yes`` is
 true, ``010`` is 8), so both paths give the same values.
@@ -67,7 +67,9 @@ def _odd_quoting(text: str) -> bool:
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
     """rapidyaml prints a parse error to file descriptor 2 before raising it; the marked
-    loader reports the error in rabbitry's words, so that text must not reach the terminal."""
+    loader reports the error in rabbitry's words, so that text must not reach the terminal.
+    The descriptor is the process's: held for the parse only (0.06 s at 50,000 objects),
+    before plan starts any thread of its own."""
     try:
         saved = os.dup(2)
     except OSError:
