@@ -20,6 +20,7 @@ from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.state import observed_vhost, read_state
 from rabbitry.topology import load_topology
+from rabbitry.topology.primitives import Topology
 from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
@@ -392,6 +393,11 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
     assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
 
 
+def plan_now(client: ManagementClient, topology: Topology, broker: Broker) -> Plan:
+    """The plan of ``topology`` against what the broker holds now."""
+    return plan(topology, read_state(client, broker.stack, [broker.vhost]))
+
+
 class SwallowedImports(ManagementClient):
     """Every import reaches the broker, but the first ``swallow`` of them never do: as when a
     connection drops after the request went out, or a broker that gave up on it."""
@@ -422,12 +428,11 @@ def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
     with ManagementClient(broker.management_url) as client:
         # a timeout far below what 100 quorum queues take: the request gives up at once
         options = ApplyOptions(import_timeout=0.05)
-        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
-                   options, progress=lines.append)  # fmt: skip
+        apply_plan(client, plan_now(client, topology, broker), options, progress=lines.append)
         waited = [line for line in lines if "outlived its 0 s timeout" in line]
         assert waited, lines
         assert broker.queue_names() == {f"slow{i}" for i in range(200)}
-        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
+        assert not plan_now(client, topology, broker).has_changes
 
 
 def test_an_import_the_broker_never_made_is_sent_again_once(
@@ -438,11 +443,10 @@ def test_an_import_the_broker_never_made_is_sent_again_once(
     monkeypatch.setattr(applier, "IMPORT_STALL", 1.0)
     topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
     with SwallowedImports(broker.management_url, swallow=1) as client:
-        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
-                   ApplyOptions())  # fmt: skip
+        apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
         assert client.swallow == 0
         assert len(broker.queue_names()) == 30
-        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
+        assert not plan_now(client, topology, broker).has_changes
 
 
 def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_repaired(
@@ -454,15 +458,13 @@ def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_re
     topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
     with SwallowedImports(broker.management_url, swallow=2) as client:
         with pytest.raises(ApplyError) as failure:
-            apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
-                       ApplyOptions())  # fmt: skip
+            apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
         assert "has made none of its objects for 1 s (0 of 61 made)" in str(failure.value)
         assert "run the same apply again" in str(failure.value)
         assert broker.queue_names() == set()
-        apply_plan(client, plan(topology, read_state(client, broker.stack, [broker.vhost])),
-                   ApplyOptions())  # fmt: skip
+        apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
         assert len(broker.queue_names()) == 30
-        assert not plan(topology, read_state(client, broker.stack, [broker.vhost])).has_changes
+        assert not plan_now(client, topology, broker).has_changes
 
 
 def test_an_apply_while_another_holds_the_stack_is_refused_naming_the_holder(
