@@ -576,14 +576,17 @@ class Applier:
         resources = (c.desired for c in chunk if c.desired is not None)
         self.client.import_definitions(definitions_for(resources), vhost, timeout=timeout)
 
-    def _present(self, vhost: str, keys: set[tuple[str, ...]]) -> set[tuple[str, ...]] | None:
+    def _held(self, vhost: str) -> set[ResourceKey]:
+        """The keys of the objects the vhost holds now."""
+        there = observed_vhost(vhost, {"name": vhost}, self.client.vhost_objects(vhost))
+        return {member.key(vhost) for member in there.members()}
+
+    def _present(self, vhost: str, keys: set[ResourceKey]) -> set[ResourceKey] | None:
         """Which of ``keys`` the vhost holds now; None when the broker is too busy to say."""
         try:
-            definitions = self.client.vhost_objects(vhost)
+            return keys & self._held(vhost)
         except NoAnswer:
             return None
-        there = observed_vhost(vhost, {"name": vhost}, definitions)
-        return keys & {member.key(vhost) for member in there.members()}
 
     def _await_import(self, vhost: str, chunk: list[Change], which: str, timeout: float) -> None:
         """An import outlived its HTTP timeout. The broker goes on with it (a large vhost
@@ -623,9 +626,7 @@ class Applier:
 
     def _verify_created(self, vhost: str, changes: list[Change]) -> None:
         """The import answers 204 even for objects it skipped: check they are really there."""
-        meta = {"name": vhost}
-        there = observed_vhost(vhost, meta, self.client.vhost_objects(vhost))
-        keys = {member.key(vhost) for member in there.members()}
+        keys = self._held(vhost)
         missing = [c.title for c in changes if c.key not in keys]
         if missing:
             raise BrokerError(
