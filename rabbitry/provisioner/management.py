@@ -240,6 +240,21 @@ class ManagementClient:
         response = self.request("GET", path, allow=(404,))
         return None if response.status_code == 404 else response.json()
 
+    def get_vanishing(self, path: str, attempts: int = 5, pause: float = 0.2) -> Any | None:
+        """GET an object that may be deleting itself (a shovel with ``src-delete-after``).
+
+        RabbitMQ 3.x checks that a parameter exists and then reads it again to answer; when it
+        vanishes in between, the API answers HTTP 500 with an empty body. Asked again, it
+        answers 404: an object that is going away is read a few times before a 500 counts.
+        """
+        for _ in range(attempts - 1):
+            response = self.request("GET", path, allow=(404, 500))
+            if response.status_code != 500:
+                return None if response.status_code == 404 else response.json()
+            log.info("GET /api%s -> 500 while it may be deleting itself: asking again", path)
+            time.sleep(pause)
+        return self.get_optional(path)
+
     def put(self, path: str, body: Any) -> None:
         self.request("PUT", path, json=body)
 

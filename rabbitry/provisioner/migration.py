@@ -209,7 +209,7 @@ class Migrator:
         path = f"/parameters/shovel/{q(vhost)}/{q(name)}"
         deadline = time.monotonic() + self.move_timeout
         while True:
-            if self.client.get_optional(path) is None:
+            if self.client.get_vanishing(path) is None:
                 if self._exists(vhost, source) is None:
                     return
                 messages, _ = self.count_messages(vhost, source)
@@ -243,7 +243,7 @@ class Migrator:
 
     def _wait_gone(self, path: str, deadline: float) -> None:
         """A queue-length shovel deletes itself once it has moved what it was given."""
-        while self.client.get_optional(path) is not None:
+        while self.client.get_vanishing(path) is not None:
             if time.monotonic() > deadline:
                 raise BrokerError(f"the shovel {path} did not finish in time; run apply again")
             time.sleep(self.poll_seconds)

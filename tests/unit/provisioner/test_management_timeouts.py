@@ -1,6 +1,7 @@
 """The management client's short wait for a first answer catches a silent port, and nothing
 else: a first delete or import, and a clone of a client whose broker already answered, wait
-the full timeout (a large vhost's delete takes tens of seconds)."""
+the full timeout (a large vhost's delete takes tens of seconds). And the answers a real broker
+gives only in a race, played by a small HTTP server."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ SLOW = 0.6  # seconds the fake API takes to answer a delete
 
 
 class _Slow(BaseHTTPRequestHandler):
+    shovel_reads: dict[str, int] = {}
+
     def _answer(self, delay: float, code: int = 200, body: bytes = b"{}") -> None:
         time.sleep(delay)
         self.send_response(code)
@@ -28,6 +31,15 @@ class _Slow(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if "/parameters/shovel/" in self.path:
+            # RabbitMQ 3.10 while a queue-length shovel deletes itself: HTTP 500 with an empty
+            # body between its existence check and its read, 404 once it is gone
+            _Slow.shovel_reads[self.path] = seen = _Slow.shovel_reads.get(self.path, 0) + 1
+            if self.path.endswith("/broken") or seen == 1:
+                self._answer(0.0, 500, b"")
+            else:
+                self._answer(0.0, 404, b'{"error":"Object Not Found","reason":"Not Found"}')
+            return
         self._answer(SLOW if self.path.endswith("/slow") else 0.0)
 
     def do_DELETE(self) -> None:
@@ -78,3 +90,15 @@ def test_a_failed_read_ahead_is_read_again_and_fails_as_a_read_does() -> None:
         with pytest.raises(BrokerError, match="cannot reach the management API"):
             client.vhost_objects("v")
         assert not client._ahead
+
+
+def test_a_shovel_that_vanishes_mid_read_is_gone_and_a_lasting_500_is_an_error(api: str) -> None:
+    _Slow.shovel_reads.clear()
+    with ManagementClient(api) as client:
+        assert client.get_vanishing("/parameters/shovel/v/moving", pause=0.01) is None
+        assert _Slow.shovel_reads["/api/parameters/shovel/v/moving"] == 2
+        with pytest.raises(BrokerError, match="HTTP 500"):
+            client.get_vanishing("/parameters/shovel/v/broken", attempts=3, pause=0.01)
+        assert _Slow.shovel_reads["/api/parameters/shovel/v/broken"] == 3
+        with pytest.raises(BrokerError, match="HTTP 500"):
+            client.get_optional("/parameters/shovel/v/other")  # plain reads do not retry
