@@ -57,13 +57,14 @@ def plan_command(
     detailed_exitcode: bool,
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
+    topology = target.topology_alone()
     with (
         target.client or target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
         Activity() as activity,
         activity.step("reading the broker's state"),
     ):
-        the_plan = plan_topology(client, target.topology, counter)
+        the_plan = plan_topology(client, topology, counter)
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
@@ -109,13 +110,14 @@ def apply_command(
     if as_json and not auto_approve:
         raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    topology = target.topology_alone()
     with (
         target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, target.topology.name).held(lock_timeout),
+        StackLock(client, topology.name).held(lock_timeout),
     ):
         with Activity() as activity, activity.step("reading the broker's state"):
-            the_plan = plan_topology(client, target.topology, counter)
+            the_plan = plan_topology(client, topology, counter)
         if not as_json:
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:

@@ -134,6 +134,15 @@ def _enum_or_none(enum_type: Any, value: Any) -> Any:
         return None
 
 
+def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
+    """The answers of one kind, in order, each let go as soon as it is converted: the answers
+    about a vhost of 50,000 objects and their primitives are never all held at once."""
+    items: list[JSONDict] = definitions.pop(kind, None) or []
+    items.reverse()
+    while items:
+        yield items.pop()
+
+
 def observed_vhost(
     name: str,
     meta: JSONDict,
@@ -141,9 +150,10 @@ def observed_vhost(
     permissions: Iterable[JSONDict] = (),
     topic_permissions: Iterable[JSONDict] = (),
 ) -> Vhost:
-    """Convert one vhost's management answers into a ``Vhost`` primitive."""
+    """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
+    out of ``definitions`` as they are read."""
     exchanges = []
-    for item in definitions.get("exchanges", []):
+    for item in _taken(definitions, "exchanges"):
         exchange_type = _enum_or_none(ExchangeType, item.get("type"))
         if exchange_type is None:
             # A type rabbitry cannot declare (e.g. x-federation-upstream internals): not ours.
@@ -159,7 +169,7 @@ def observed_vhost(
             )
         )
     queues = []
-    for item in definitions.get("queues", []):
+    for item in _taken(definitions, "queues"):
         if is_plugin_shard_queue(item["name"]):
             continue  # declared by the sharding plugin on each node: never rabbitry's to manage
         arguments = dict(item.get("arguments") or {})
@@ -181,7 +191,7 @@ def observed_vhost(
             routing_key=item.get("routing_key", ""),
             arguments=dict(item.get("arguments") or {}),
         )
-        for item in definitions.get("bindings", [])
+        for item in _taken(definitions, "bindings")
         if item.get("source")  # the default exchange's implicit bindings are not declared
         and not (
             item.get("destination_type", "queue") == "queue"
@@ -196,11 +206,11 @@ def observed_vhost(
             priority=int(item.get("priority", 0)),
             definition=dict(item.get("definition") or {}),
         )
-        for item in definitions.get("policies", [])
+        for item in _taken(definitions, "policies")
     ]
     operator_policies = []
     parameters = []
-    for item in definitions.get("parameters", []):
+    for item in _taken(definitions, "parameters"):
         if item.get("component") == "operator_policy":
             value = item.get("value") or {}
             operator_policies.append(

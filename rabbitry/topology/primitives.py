@@ -82,11 +82,25 @@ def same_json(a: JSON, b: JSON) -> bool:
 
 
 class Primitive(BaseModel):
-    """Base of every primitive: immutable, no unknown fields."""
+    """Base of every primitive: immutable, no unknown fields.
+
+    Every instance counts all its fields as set (``model_fields_set``): pydantic's own record
+    of which were given is a set per instance, up to 472 bytes, more than the rest of a
+    primitive, and nothing reads it for values that cannot change."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
     kind: ClassVar[str]
+    _every_field: ClassVar[set[str]] = set()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._every_field = set(cls.model_fields)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # one shared set per class (frozen models never add to it; copies get their own)
+        object.__setattr__(self, "__pydantic_fields_set__", self._every_field)
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # passwords in URIs and password-like keys never reach a repr, a log or a traceback

@@ -400,11 +400,14 @@ class LineMap:
     rendered: tuple[str, ...]
     origins: tuple[Origin, ...]
     sources: Mapping[str, tuple[str, ...]]
+    same_as: str | None = None
+    """The file whose lines are the rendered lines (no template ran): then nothing is stored
+    per line (a 50,000-object spec has hundreds of thousands of them)."""
+    line_count: int = 0
 
     @classmethod
     def identity(cls, filename: str, text: str) -> LineMap:
-        lines = tuple(text.splitlines())
-        return cls(lines, tuple((filename, i) for i in range(len(lines))), {filename: lines})
+        return cls((), (), {}, same_as=filename, line_count=len(text.splitlines()))
 
     @classmethod
     def from_markers(
@@ -447,6 +450,10 @@ class LineMap:
 
     def translate(self, line: int, column: int) -> Mark:
         """A 0-based rendered (line, column) as a 1-based position in a template file."""
+        if self.same_as is not None and self.line_count:
+            if line >= self.line_count:
+                return Mark(self.line_count + 1, None, self.same_as)
+            return Mark(line + 1, column + 1, self.same_as)
         if not self.origins:
             return Mark(line + 1, column + 1)
         if line >= len(self.origins):
