@@ -6,12 +6,13 @@ credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -82,6 +83,10 @@ FIRST_ANSWER_TIMEOUT = 8.0
 """Seconds to wait for the first answer of a management API (later calls wait ``timeout``)."""
 
 
+_ANY_STATUS = tuple(range(400, 600))
+"""Every error status: a read made ahead keeps its answer for the reader to judge."""
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -97,7 +102,7 @@ class ManagementClient:
         base, url_user, url_password = split_credentials(url)
         self.base_url = base
         self._answered = False
-        self._ahead: dict[str, Future[JSONDict]] = {}
+        self._ahead: dict[str, Future[Any]] = {}
         self.username = username or url_user or "guest"
         password = password if password is not None else url_password
         self._settings = (username, password, timeout, verify)
@@ -151,6 +156,10 @@ class ManagementClient:
         allow: tuple[int, ...] = (),
         timeout: float | None = None,
     ) -> httpx.Response:
+        if method == "GET" and params is None and self._ahead:
+            found, ahead = self._taken_ahead(f"GET {path}")
+            if found:
+                return self._checked(method, path, ahead, allow)
         first = not self._answered and method == "GET"
         if timeout is None and first:
             # until the API has answered once, a silent port is more likely than a busy broker
@@ -205,6 +214,11 @@ class ManagementClient:
             response.status_code,
             (time.perf_counter() - started) * 1000,
         )
+        return self._checked(method, path, response, allow)
+
+    def _checked(
+        self, method: str, path: str, response: httpx.Response, allow: tuple[int, ...]
+    ) -> httpx.Response:
         if response.status_code >= 400 and response.status_code not in allow:
             raise BrokerError(self._describe_failure(method, path, response))
         return response
@@ -279,35 +293,61 @@ class ManagementClient:
         result: JSONDict = self.get(f"/definitions/{q(vhost)}")
         return result
 
-    def read_ahead(self, vhosts: Iterable[str]) -> None:
-        """Start reading these vhosts' objects in the background, for ``vhost_objects`` to
-        take (once) when it is asked: ``rabbitry plan`` reads while it checks the spec. Only
-        for reads that need no lock: the answer is as of now, not as of when it is taken."""
-        for vhost in vhosts:
-            if vhost in self._ahead:
+    def read_ahead(
+        self,
+        vhosts: Iterable[str],
+        global_parameters: Iterable[str] = (),
+        paths: Iterable[str] = (),
+    ) -> None:
+        """Start reading these vhosts' objects, global parameters and API paths in the
+        background, for ``vhost_objects``, ``global_parameter`` and a GET of the path to take
+        once when asked: ``rabbitry plan`` reads while it loads and checks the spec. Only for
+        reads that need no lock: the answer is as of now, not as of when it is taken."""
+        reads: list[tuple[str, Callable[[], Any]]] = [
+            (f"vhost {vhost}", functools.partial(self._read_vhost_objects, vhost))
+            for vhost in vhosts
+        ]
+        reads += [
+            (f"global {name}", functools.partial(self._read_global_parameter, name))
+            for name in global_parameters
+        ]
+        reads += [
+            (f"GET {path}", functools.partial(self.request, "GET", path, allow=_ANY_STATUS))
+            for path in paths
+        ]
+        for key, read in reads:
+            if key in self._ahead:
                 continue
-            future: Future[JSONDict] = Future()
+            future: Future[Any] = Future()
 
-            def read(vhost: str = vhost, future: Future[JSONDict] = future) -> None:
+            def run(read: Callable[[], Any] = read, future: Future[Any] = future) -> None:
                 try:
-                    future.set_result(self._read_vhost_objects(vhost))
-                except BaseException as exc:  # taken by vhost_objects, which reads again
+                    future.set_result(read())
+                except BaseException as exc:  # taken by the reader, which reads again
                     future.set_exception(exc)
 
             # a daemon: a spec that fails its checks exits without waiting for the answer
-            threading.Thread(target=read, name=f"read-ahead {vhost}", daemon=True).start()
-            self._ahead[vhost] = future
+            threading.Thread(target=run, name=f"read-ahead {key}", daemon=True).start()
+            self._ahead[key] = future
 
-    def vhost_objects(self, vhost: str) -> JSONDict:
-        """``_read_vhost_objects``, or what ``read_ahead`` read of ``vhost`` (a failed
-        read-ahead is read again, to fail or succeed as a read does)."""
-        future = self._ahead.pop(vhost, None)
+    def _taken_ahead(self, key: str) -> tuple[bool, Any]:
+        """(True, what was read ahead for ``key``), or (False, None) when nothing was. A read
+        that failed as any read fails (``BrokerError``: a silent port waits its timeout once,
+        not once per read) raises here; anything else is read again by the caller."""
+        future = self._ahead.pop(key, None)
         if future is not None:
             try:
-                return future.result()
+                return True, future.result()
+            except BrokerError:
+                raise
             except Exception:
                 pass
-        return self._read_vhost_objects(vhost)
+        return False, None
+
+    def vhost_objects(self, vhost: str) -> JSONDict:
+        """``_read_vhost_objects``, or what ``read_ahead`` read of ``vhost``."""
+        found, objects = self._taken_ahead(f"vhost {vhost}")
+        return objects if found else self._read_vhost_objects(vhost)
 
     def _read_vhost_objects(self, vhost: str) -> JSONDict:
         """What ``vhost_definitions`` holds of the objects rabbitry manages (exchanges, queues,
@@ -410,6 +450,11 @@ class ManagementClient:
         return result
 
     def global_parameter(self, name: str) -> Any | None:
+        """A global parameter's value (None when there is none), or what ``read_ahead`` read."""
+        found, value = self._taken_ahead(f"global {name}")
+        return value if found else self._read_global_parameter(name)
+
+    def _read_global_parameter(self, name: str) -> Any | None:
         body = self.get_optional(f"/global-parameters/{q(name)}")
         return None if body is None else body.get("value")
 

@@ -195,7 +195,11 @@ def _same_json_types(a: Any, b: Any) -> bool:
     if type(a) is bool or type(b) is bool:
         return type(a) is type(b)
     if isinstance(a, dict):
-        return all(_same_json_types(value, b[key]) for key, value in a.items())
+        for key, value in a.items():
+            # a string equals only a string (most values: names, keys, enum members)
+            if not isinstance(value, str) and not _same_json_types(value, b[key]):
+                return False
+        return True
     if isinstance(a, list | tuple):
         return all(_same_json_types(x, y) for x, y in zip(a, b, strict=True))
     return True

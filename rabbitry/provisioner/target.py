@@ -10,14 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.ownership import record_name
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
+from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
+
+if TYPE_CHECKING:
+    from rabbitry.provisioner.management import ManagementClient
 
 
 class Target:
@@ -70,24 +75,47 @@ def target_of(
 
     With ``read_ahead``, the broker's objects in the spec's vhosts are read while the spec is
     checked (``Target.client``): for a plan, never under a lock (an apply reads after it)."""
-    model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables, var_files)
-    broker = model.broker
-    endpoints = resolve_endpoints(
-        url,
-        management_url,
-        spec_url=broker.url if broker else None,
-        spec_management_url=broker.management_url if broker else None,
-        ca_file=ca_file,
-        insecure=insecure,
-    )
-    client = None
-    if read_ahead:
-        client = endpoints.management()
-        client.read_ahead(vhost.name for vhost in model.vhosts)
+    client: ManagementClient | None = None
+
+    def read_early(text: str) -> None:
+        # a large spec's names are known before it is built: start reading then
+        nonlocal client
+        peek = peek_names(text)
+        if peek is not None:
+            stack, vhosts = peek
+            early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
+            client = early.management()
+            _read_ahead(client, stack, vhosts)
+
     try:
+        if isinstance(spec, Spec):
+            model = spec
+        else:
+            on_rendered = read_early if read_ahead else None
+            model = load_spec(Path(spec), variables, var_files, on_rendered=on_rendered)
+        broker = model.broker
+        endpoints = resolve_endpoints(
+            url,
+            management_url,
+            spec_url=broker.url if broker else None,
+            spec_management_url=broker.management_url if broker else None,
+            ca_file=ca_file,
+            insecure=insecure,
+        )
+        if read_ahead:
+            client = client or endpoints.management()
+            _read_ahead(client, model.name, [vhost.name for vhost in model.vhosts])
         check_spec(model, on_warning)
     except BaseException:
         if client is not None:
             client.close()
         raise
     return Target(model, endpoints, client)
+
+
+PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts")
+"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts)."""
+
+
+def _read_ahead(client: ManagementClient, stack: str, vhosts: list[str]) -> None:
+    client.read_ahead(vhosts, global_parameters=[record_name(stack)], paths=PLAN_READS)

@@ -169,7 +169,7 @@ class Binding(Primitive):
             self.destination_type.value,
             self.destination,
             self.routing_key,
-            canonical_json(self.arguments),
+            canonical_json(self.arguments) if self.arguments else "{}",
         )
 
 

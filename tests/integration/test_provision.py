@@ -560,7 +560,12 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(broker
     options = {"url": broker.amqp_url, "management_url": broker.management_url}
     variables = {"vhost": broker.vhost, "stack": broker.stack}
     ahead = target_of(spec, variables=variables, read_ahead=True, **options)
-    assert ahead.client is not None and broker.vhost in ahead.client._ahead
+    assert ahead.client is not None
+    # the vhost's objects and the stack's ownership record
+    assert set(ahead.client._ahead) == {
+        f"vhost {broker.vhost}",
+        f"global rabbitry.stack.{broker.stack}",
+    }
     with ahead.client as client:
         read_ahead = plan_topology(client, ahead.topology)
         assert not client._ahead, "taken"

@@ -132,18 +132,86 @@ class _Scalars:
         return out
 
 
-def load_plain(text: str, limits: SpecLimits) -> tuple[Any, bool]:
-    """``(data, True)`` for plain YAML, ``(None, False)`` when the marked loader must read it."""
+_parsed: tuple[str, Any] | None = None
+"""The text ``peek_names`` parsed and its tree, for ``load_plain`` to take instead of parsing
+the same text again."""
+
+
+def _tree(text: str) -> Any | None:
+    """rapidyaml's tree of ``text`` when it is plain YAML this module reads, else None."""
+    global _parsed
+    if _parsed is not None and _parsed[0] is text:
+        tree, _parsed = _parsed[1], None
+        return tree
     if ryml is None or len(text) < FAST_FROM or not text.endswith("\n"):
-        return None, False  # (a block scalar ending the text unterminated: PyYAML's reading)
+        return None  # (a block scalar ending the text unterminated: PyYAML's reading)
     if yaml.reader.Reader.NON_PRINTABLE.search(text) or _UNLIKE.search(text):
-        return None, False
+        return None
     if _odd_quoting(text):
-        return None, False
+        return None
     try:
         with _quiet_stderr():
-            tree = ryml.parse_in_arena(text.encode("utf-8"))
+            return ryml.parse_in_arena(text.encode("utf-8"))
     except Exception:  # a syntax error: the marked loader says where and what
+        return None
+
+
+def peek_names(text: str) -> tuple[str, list[str]] | None:
+    """The stack name and the vhost names of a large plain spec, read off its YAML tree
+    without building the document: ``rabbitry plan`` starts reading those vhosts from the
+    broker while the spec loads. None when this module would not load the text, or when the
+    spec names its own broker (``broker:``: where to read is known only once it is loaded).
+    A guess, never a check: the loaded spec is what counts."""
+    global _parsed
+    tree = _tree(text)
+    if tree is None:
+        return None
+    _parsed = (text, tree)
+    try:
+        root = tree.root_id()
+        if tree.is_stream(root):
+            root = tree.first_child(root)
+        if not tree.is_map(root):
+            return None
+        stack, vhosts = "default", []
+        for key, node in _entries(tree, root):
+            if key == "broker":
+                return None
+            if key == "name":
+                stack = _scalar(tree, node)
+            if key == "vhosts" and tree.is_seq(node):
+                for item in _children(tree, node):
+                    name = dict(_entries(tree, item)).get("name") if tree.is_map(item) else None
+                    if name is not None:
+                        vhosts.append(_scalar(tree, name))
+        return stack, vhosts
+    except Exception:  # an alias, a tag, an odd tree: no guess
+        return None
+
+
+def _scalar(tree: Any, node: int) -> str:
+    if not tree.has_val(node) or tree.type(node) & (ryml.VALREF | ryml.VALTAG | ryml.VALANCH):
+        raise _Unplain  # an alias, a tag or no scalar: the loaded spec will say
+    return str(tree.val(node), "utf-8")
+
+
+def _children(tree: Any, node: int) -> Iterator[int]:
+    child = tree.first_child(node)
+    while child != ryml.NONE:
+        yield child
+        child = tree.next_sibling(child)
+
+
+def _entries(tree: Any, node: int) -> Iterator[tuple[str, int]]:
+    for child in _children(tree, node):
+        if tree.has_key(child):
+            yield str(tree.key(child), "utf-8"), child
+
+
+def load_plain(text: str, limits: SpecLimits) -> tuple[Any, bool]:
+    """``(data, True)`` for plain YAML, ``(None, False)`` when the marked loader must read it."""
+    tree = _tree(text)
+    if tree is None:
         return None, False
     try:
         return _Walker(tree, limits).document(), True

@@ -9,7 +9,7 @@ so ``validate(spec)`` reports positions too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -37,15 +37,24 @@ def load_spec(
     variables: Mapping[str, str] | None = None,
     var_files: Sequence[Path] = (),
     environ: Mapping[str, str] | None = None,
+    *,
+    on_rendered: Callable[[str], None] | None = None,
 ) -> Spec:
     """Load the spec at ``path``; ``{% include %}`` resolves next to it.
 
     ``variables`` (``--var``) win over ``var_files`` (later files win); ``environ`` defaults
-    to ``os.environ`` and is what templates see as ``env``.
+    to ``os.environ`` and is what templates see as ``env``. ``on_rendered`` is called with
+    the rendered text before it is parsed.
     """
     path = Path(path)
     return load_spec_text(
-        read_spec(path), str(path), variables, var_files, environ, search_path=path.parent
+        read_spec(path),
+        str(path),
+        variables,
+        var_files,
+        environ,
+        search_path=path.parent,
+        on_rendered=on_rendered,
     )
 
 
@@ -84,11 +93,14 @@ def load_spec_text(
     environ: Mapping[str, str] | None = None,
     *,
     search_path: Path | None = None,
+    on_rendered: Callable[[str], None] | None = None,
 ) -> Spec:
     """Load a spec from its text; ``filename`` is what problems name as the file."""
     rendered = render_with_lines(
         text, filename, variables, var_files, environ, search_path=search_path
     )
+    if on_rendered is not None:
+        on_rendered(rendered.text)
     return parse_spec(rendered.text, filename, lines=rendered.lines)
 
 

@@ -76,7 +76,7 @@ def test_after_one_answer_reads_wait_the_full_timeout_and_so_do_clones(api: str)
             clone.get("/slow")
 
 
-def test_a_failed_read_ahead_is_read_again_and_fails_as_a_read_does() -> None:
+def test_a_failed_read_ahead_fails_as_a_read_does_without_a_second_wait() -> None:
     import socket
 
     from rabbitry.errors import BrokerError

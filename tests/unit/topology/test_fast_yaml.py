@@ -186,3 +186,33 @@ def test_without_the_fast_extra_every_spec_still_loads(
     loaded = load_spec(spec)
     assert loaded.source is not None and loaded.source.fill is None, "the marked loader"
     assert len(loaded.vhosts[0].queues) == 3000
+
+
+def test_a_large_specs_names_are_read_before_it_is_built_and_parsed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = big_spec().replace(
+        "  - name: v\n", "  - name: v\n    exchanges: []\n  - name: 'w 2'\n", 1
+    )
+    assert fast_yaml.peek_names(text) == ("big", ["v", "w 2"])
+    parses = []
+    parse = fast_yaml.ryml.parse_in_arena
+    monkeypatch.setattr(
+        fast_yaml.ryml, "parse_in_arena", lambda data: parses.append(1) or parse(data)
+    )
+    spec = tmp_path / "big.yaml"
+    spec.write_text(text)
+    seen: list[tuple[str, list[str]] | None] = []
+    loaded = load_spec(
+        spec, on_rendered=lambda rendered: seen.append(fast_yaml.peek_names(rendered))
+    )
+    assert seen == [("big", ["v", "w 2"])] and [v.name for v in loaded.vhosts] == ["v", "w 2"]
+    assert parses == [1], "the tree the names were read from is the one loaded"
+    assert fast_yaml._parsed is None, "nothing kept once loaded"
+
+    # a spec that names its broker is read ahead only once loaded; text that is not plain
+    # YAML, or not a mapping, gives no guess
+    assert fast_yaml.peek_names("broker: {url: 'amqp://h'}\n" + text) is None
+    assert fast_yaml.peek_names("- a\n- b\n") is None
+    assert fast_yaml.peek_names("a: &x s\nname: *x\n") is None
+    assert fast_yaml.peek_names("version: 1\n") == ("default", [])
