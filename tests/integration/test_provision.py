@@ -551,9 +551,24 @@ def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
     assert len(per_kind.bindings) == 3 and {p.name for p in per_kind.policies} == {"cap"}
 
 
-def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(broker: Broker) -> None:
+@pytest.mark.parametrize("early", [False, True], ids=["once-loaded", "from-the-yaml-tree"])
+def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
+    broker: Broker, early: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rabbitry.provisioner.stack import plan_topology
     from rabbitry.provisioner.target import target_of
+    from rabbitry.topology.spec import fast_yaml
+
+    if early:  # as for a spec of tens of thousands of objects: names read before it is built
+        if not fast_yaml.available():
+            pytest.fail("the fast extra is part of the test install")
+        monkeypatch.setattr(fast_yaml, "FAST_FROM", 0)
+        peeked: list[object] = []
+        peek = fast_yaml.peek_names
+        monkeypatch.setattr(
+            "rabbitry.provisioner.target.peek_names",
+            lambda text: peeked.append(peek(text)) or peeked[-1],
+        )
 
     broker.apply(SPEC)
     spec = broker.spec(SPEC.replace("max-length: 1000", "max-length: 2000"))
@@ -561,11 +576,17 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(broker
     variables = {"vhost": broker.vhost, "stack": broker.stack}
     ahead = target_of(spec, variables=variables, read_ahead=True, **options)
     assert ahead.client is not None
-    # the vhost's objects and the stack's ownership record
+    # the vhost's objects, the stack's ownership record and the first reads of a plan
     assert set(ahead.client._ahead) == {
         f"vhost {broker.vhost}",
         f"global rabbitry.stack.{broker.stack}",
+        "GET /overview",
+        "GET /nodes",
+        "GET /feature-flags",
+        "GET /vhosts",
     }
+    if early:
+        assert peeked == [(broker.stack, [broker.vhost])]
     with ahead.client as client:
         read_ahead = plan_topology(client, ahead.topology)
         assert not client._ahead, "taken"
