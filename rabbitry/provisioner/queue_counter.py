@@ -10,9 +10,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import pika.exceptions
-
-from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.endpoints import Endpoints
 
@@ -48,6 +45,9 @@ class AmqpQueueCounter:
         self._channels.clear()
 
     def _channel(self, vhost: str, queue: str) -> pika.adapters.blocking_connection.BlockingChannel:
+        # pika loads at the first count: most plans count nothing
+        from rabbitry.amqp.pika_errors import blocking_connection
+
         connection = self._connections.get(vhost)
         if connection is None or not connection.is_open:
             try:
@@ -66,6 +66,8 @@ class AmqpQueueCounter:
         return channel
 
     def __call__(self, vhost: str, queue: str) -> tuple[int, int]:
+        import pika.exceptions
+
         channel = self._channel(vhost, queue)
         try:
             frame = channel.queue_declare(queue, passive=True)
