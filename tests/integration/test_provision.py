@@ -371,7 +371,12 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
     lines: list[str] = []
     cut = ImportCutOff(broker.management_url, imports=2)
     with pytest.raises(ApplyError) as failure:
-        apply_plan(cut, fresh_plan(cut), ApplyOptions(import_chunk=20), progress=lines.append)
+        apply_plan(
+            cut,
+            fresh_plan(cut),
+            ApplyOptions(import_chunk=20, import_whole=0),
+            progress=lines.append,
+        )
     assert f"created 20 of 61 object(s) in {broker.vhost} (import 1 of 4)" in lines
     assert f"created 40 of 61 object(s) in {broker.vhost} (import 2 of 4)" in lines
     created = [line for line in failure.value.done if line.startswith("created ")]
@@ -388,7 +393,7 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
         # what the cut run made is adopted (recorded), not planned again
         assert {c.action for c in rest.changes} == {Action.CREATE, Action.ADOPT}
         assert not any(c.drift for c in rest.changes), "half-made is not drift"
-        apply_plan(client, rest, ApplyOptions(import_chunk=20))
+        apply_plan(client, rest, ApplyOptions(import_chunk=20, import_whole=0))
         assert not fresh_plan(client).has_changes
     assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
 

@@ -48,6 +48,13 @@ def test_parameters_then_policies_come_before_the_queues_they_apply_to() -> None
     assert isinstance(flat[-1], p.Exchange)
 
 
+def test_a_vhost_of_few_creations_takes_one_import() -> None:
+    changes = [creation(p.Queue(name=f"q{i}")) for i in range(2005)]
+    assert [len(c) for c in import_chunks(changes, 1000, whole=2005)] == [2005]
+    assert [len(c) for c in import_chunks(changes, 1000, whole=2004)] == [1000, 1000, 5]
+    assert import_chunks([], 1000, whole=10) == []
+
+
 def test_a_chunk_size_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="import_chunk"):
         import_chunks([], 0)
