@@ -21,7 +21,12 @@ _BY_MODULE = {
         "schema": "schema",
         "graph": "graph",
     },
-    "provision": {"plan": "plan_command", "apply": "apply_command", "export": "export_command"},
+    "provision": {
+        "plan": "plan_command",
+        "apply": "apply_command",
+        "show": "show_command",
+        "export": "export_command",
+    },
     "status": {"status": "status_command", "shards": "shards_group"},
     "worker": {"worker": "worker"},
     "dlq": {"dlq": "dlq"},

@@ -347,15 +347,18 @@ def target_options(func: F) -> F: ...
 
 
 @overload
-def target_options(*, read_ahead: bool = ...) -> Callable[[F], F]: ...
+def target_options(*, read_ahead: bool = ..., plan_files: bool = ...) -> Callable[[F], F]: ...
 
 
-def target_options(func: F | None = None, *, read_ahead: bool = False) -> Any:
+def target_options(
+    func: F | None = None, *, read_ahead: bool = False, plan_files: bool = False
+) -> Any:
     """``SPEC``, its template variables and the broker options, handed to the command as one
     loaded and checked ``target`` (warnings to stderr). ``read_ahead``: start reading the
-    spec's vhosts from the broker while the spec is checked (``target.client``)."""
+    spec's vhosts from the broker while the spec is checked (``target.client``).
+    ``plan_files``: SPEC may be a saved plan instead, handed over as a ``SavedTarget``."""
     if func is None:
-        return functools.partial(target_options, read_ahead=read_ahead)
+        return functools.partial(target_options, read_ahead=read_ahead, plan_files=plan_files)
 
     @functools.wraps(func)
     def command(
@@ -367,6 +370,16 @@ def target_options(func: F | None = None, *, read_ahead: bool = False) -> Any:
         from rabbitry.provisioner.target import target_of  # the spec model loads only here
 
         broker = {name: options.pop(name) for name in BROKER_PARAMS}
+        if plan_files:
+            from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
+
+            if is_plan_file(spec):
+                if variables or var_files:
+                    raise click.UsageError(
+                        f"{spec} is a saved plan: its spec was rendered when the plan was made,"
+                        " so --var and --var-file do not apply"
+                    )
+                return func(SavedTarget.read(spec, broker), **options)
         target = target_of(
             spec,
             variables=parse_vars(variables),

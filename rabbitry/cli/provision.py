@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,19 +21,40 @@ from rabbitry.cli.common import (
     target_options,
 )
 from rabbitry.errors import PlanError
+from rabbitry.files import write_private
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import export_text, export_topology
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.planner import Plan
+from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
+from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.stack import plan_topology
+from rabbitry.provisioner.stack import check_saved, plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.uri import mask_uri
 
+target_option = click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="KIND/VHOST/NAME",
+    help="Limit the work to these objects and what they need (repeatable; e.g."
+    " queue/shop/orders.work, user/app). For repairs: the rest of the spec is left as it is.",
+)
 
-def _show(target: Target, the_plan: Plan, prune: bool) -> None:
+
+def _targeted(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
+    if not targets:
+        return the_plan
+    err(
+        "warning: --target leaves the rest of the spec as it is: the broker may not match the"
+        " spec afterwards; use it to repair, then plan without it"
+    )
+    return targeted(the_plan, targets)
+
+
+def _show(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> None:
     click.echo(f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}")
     click.echo(render_plan(the_plan, color=color_enabled(), prune=prune))
 
@@ -51,10 +71,21 @@ def _apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str
     is_flag=True,
     help="Exit 0 when there is nothing to do, 2 when there are changes, 1 on errors.",
 )
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    metavar="PLANFILE",
+    help="Save the plan (mode 0600) for `rabbitry apply PLANFILE` to apply exactly it.",
+)
+@target_option
 def plan_command(
     target: Target,
     as_json: bool,
     detailed_exitcode: bool,
+    out: Path | None,
+    targets: tuple[str, ...],
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
     topology = target.topology_alone()
@@ -64,19 +95,28 @@ def plan_command(
         Activity() as activity,
         activity.step("reading the broker's state"),
     ):
-        the_plan = plan_topology(client, topology, counter)
+        the_plan = _targeted(plan_topology(client, topology, counter), targets)
+        cluster = cluster_name(client) if out is not None else ""
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
         _show(target, the_plan, prune=True)
+    if out is not None:
+        broker = mask_uri(target.endpoints.management_url)
+        write_private(out, SavedPlan.of(the_plan, cluster, broker).to_text())
+        err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
     if detailed_exitcode and the_plan.has_changes:
         return EXIT_CHANGES
     return EXIT_OK
 
 
 @command("apply")
-@target_options
-@click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
+@target_options(plan_files=True)
+@click.option(
+    "--auto-approve",
+    is_flag=True,
+    help="Apply without asking for confirmation (a saved plan never asks: it was reviewed).",
+)
 @click.option(
     "--allow-replace",
     is_flag=True,
@@ -97,27 +137,44 @@ def plan_command(
     metavar="SECONDS",
     help="Wait this long for another apply of the same stack to finish (0: refuse at once).",
 )
+@target_option
 def apply_command(
-    target: Target,
+    target: Target | SavedTarget,
     auto_approve: bool,
     allow_replace: bool,
     prune: bool,
     force: bool,
     as_json: bool,
     lock_timeout: float,
+    targets: tuple[str, ...],
 ) -> int:
-    """Make the broker match the spec (one apply per stack at a time)."""
-    if as_json and not auto_approve:
+    """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
+    from `rabbitry plan -o`); one apply per stack at a time."""
+    saved = target.saved if isinstance(target, SavedTarget) else None
+    if saved is not None and targets:
+        raise click.UsageError(
+            "--target does not apply to a saved plan: make the plan with --target instead"
+        )
+    if as_json and not auto_approve and saved is None:
         raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
-    topology = target.topology_alone()
+    if saved is not None:
+        stack = saved.plan.stack
+    else:
+        assert isinstance(target, Target)
+        topology = target.topology_alone()
+        stack = topology.name
     with (
         target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, topology.name).held(lock_timeout),
+        StackLock(client, stack).held(lock_timeout),
     ):
         with Activity() as activity, activity.step("reading the broker's state"):
-            the_plan = plan_topology(client, topology, counter)
+            if saved is not None:
+                check_saved(client, saved)
+                the_plan = saved.plan
+            else:
+                the_plan = _targeted(plan_topology(client, topology, counter), targets)
         if not as_json:
             _show(target, the_plan, prune=prune)
         if not the_plan.has_changes:
@@ -127,7 +184,7 @@ def apply_command(
         problems = refusals(the_plan, options)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
-        if not auto_approve:
+        if not auto_approve and saved is None:
             if not sys.stdin.isatty():
                 raise click.UsageError(
                     "apply needs confirmation: run it in a terminal or pass --auto-approve"
@@ -147,6 +204,29 @@ def apply_command(
             f"{len(result.skipped)} object(s) left the spec but were kept; "
             "run apply --prune to delete them."
         )
+    return EXIT_OK
+
+
+@command("show")
+@click.argument("planfile", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+def show_command(planfile: Path, as_json: bool) -> int:
+    """Print a plan saved by `rabbitry plan -o PLANFILE`; reads no broker."""
+    saved = SavedPlan.read(planfile)
+    if as_json:
+        out = {
+            **saved.plan.to_json(),
+            "created": saved.created,
+            "broker": saved.broker,
+            "cluster": saved.cluster,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return EXIT_OK
+    click.echo(
+        f"Saved plan {planfile}: made {saved.created} against {saved.broker}"
+        f" (cluster {saved.cluster})  stack: {saved.plan.stack}"
+    )
+    click.echo(render_plan(saved.plan, color=color_enabled(), prune=True))
     return EXIT_OK
 
 
@@ -218,16 +298,6 @@ def export_command(
         for reference in references:
             err(f"  {reference.variable}  ({reference.where})")
     return EXIT_OK
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only, replacing it whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o600)  # an existing tmp file keeps its mode through O_CREAT
-    tmp.replace(path)
 
 
 __all__ = ["EXIT_ERROR"]

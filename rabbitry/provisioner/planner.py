@@ -19,10 +19,12 @@ import base64
 import enum
 import functools
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import unquote
 
+from rabbitry.errors import PlanError
 from rabbitry.provisioner.migration import (
     STEPS,
     estimate_seconds,
@@ -128,6 +130,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     desired: Topology | None = None
     """The topology planned for (migrations bind queues with its bindings)."""
+    excluded: frozenset[ResourceKey] = frozenset()
+    """Changes left out by ``--target``: their objects stay as they are, and so does what the
+    ownership record says of them."""
 
     @functools.cached_property
     def desired_digests(self) -> dict[ResourceKey, str]:
@@ -135,7 +140,11 @@ class Plan:
         nothing to do would spend a second of 50,000 objects on it)."""
         if self.desired is None:
             return {}
-        return {key: digest(resource) for key, resource in self.desired.resources().items()}
+        return {
+            key: digest(resource)
+            for key, resource in self.desired.resources().items()
+            if key not in self.excluded
+        }
 
     @property
     def has_changes(self) -> bool:
@@ -440,3 +449,71 @@ def managed_after(
         if key not in managed and key not in gone and key in present:
             managed[key] = fingerprint
     return managed
+
+
+GLOBAL_KINDS = frozenset({"user", "global_parameter"})
+
+
+def parse_target(text: str) -> ResourceKey:
+    """``KIND/VHOST/NAME...`` (``user/NAME``, ``vhost/NAME``; a ``/`` inside a name written
+    ``%2F``) as the key prefix it selects."""
+    kind, *parts = [unquote(part) for part in text.split("/")]
+    if kind not in KIND_ORDER or not parts or not all(parts):
+        kinds = ", ".join(KIND_ORDER)
+        raise PlanError(
+            f"--target {text!r} is not KIND/VHOST/NAME (KIND one of {kinds}; user/NAME,"
+            " vhost/NAME and global_parameter/NAME name no vhost; e.g. queue/shop/orders.work)"
+        )
+    return (kind, "", *parts) if kind in GLOBAL_KINDS else (kind, *parts)
+
+
+def _selects(prefix: ResourceKey, key: ResourceKey) -> bool:
+    return key[: len(prefix)] == prefix
+
+
+def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
+    """The plan cut down to the changes ``targets`` select and what they need: the vhost they
+    are in, a binding's source and destination, a permission's user, and the bindings a replaced
+    exchange or queue must be declared again with. Raises ``PlanError`` for a target that names
+    nothing in the spec or the plan (a typo must not pass for "nothing to do")."""
+    prefixes = [parse_target(t) for t in targets]
+    known = list(the_plan.desired.resources()) if the_plan.desired is not None else []
+    known += [c.key for c in the_plan.changes]
+    for text, prefix in zip(targets, prefixes, strict=True):
+        if not any(_selects(prefix, key) for key in known):
+            raise PlanError(f"--target {text!r} names nothing in the spec or on the broker")
+    by_key = {c.key: c for c in the_plan.changes}
+    rebound: dict[ResourceKey, list[ResourceKey]] = {}
+    for change in the_plan.changes:
+        if change.kind == "binding":
+            _, vhost, source, dtype, dest, *_ = change.key
+            rebound.setdefault(("exchange", vhost, source), []).append(change.key)
+            rebound.setdefault((dtype, vhost, dest), []).append(change.key)
+    selected = {k for k in by_key if any(_selects(p, k) for p in prefixes)}
+    frontier = list(selected)
+    while frontier:
+        change = by_key[frontier.pop()]
+        for need in _needs(change, rebound):
+            if need in by_key and need not in selected:
+                selected.add(need)
+                frontier.append(need)
+    return replace(
+        the_plan,
+        changes=tuple(c for c in the_plan.changes if c.key in selected),
+        excluded=frozenset(k for k in by_key if k not in selected),
+    )
+
+
+def _needs(change: Change, rebound: dict[ResourceKey, list[ResourceKey]]) -> list[ResourceKey]:
+    key = change.key
+    needs: list[ResourceKey] = []
+    if key[0] != "vhost" and key[1]:
+        needs.append(("vhost", key[1]))
+    if key[0] == "binding":
+        _, vhost, source, dtype, dest, *_ = key
+        needs += [("exchange", vhost, source), (dtype, vhost, dest)]
+    elif key[0] in ("permission", "topic_permission"):
+        needs.append(("user", "", key[2]))
+    elif key[0] in REPLACED_KINDS and change.action is Action.REPLACE:
+        needs += rebound.get(key, [])
+    return needs

@@ -19,6 +19,7 @@ from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.planfile import SavedPlan, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
@@ -27,7 +28,7 @@ from rabbitry.provisioner.target import target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
-__all__ = ["apply", "plan", "plan_topology"]
+__all__ = ["apply", "check_saved", "plan", "plan_topology"]
 
 
 @pauses_collector
@@ -59,6 +60,36 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
+    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster,
+    objects it touches changed, appeared or vanished, another apply of the stack ran since,
+    or the broker lost something the plan needs (a plugin, a feature flag)."""
+    desired = saved.plan.desired
+    if desired is None:
+        raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
+    report = check_capabilities(client, desired)
+    if report.problems:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this plan;"
+            " nothing was applied:\n  " + "\n  ".join(report.problems)
+        )
+    state = read_state(
+        client,
+        stack=saved.plan.stack,
+        vhosts=[v.name for v in desired.vhosts],
+        users=[u.name for u in desired.users],
+        global_parameters=[p.name for p in desired.global_parameters],
+        with_stats=False,
+    )
+    problems = saved.stale(state, cluster_name(client))
+    if problems:
+        raise PlanError(
+            "the broker no longer matches what the plan was made against; nothing was"
+            " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
+            " -o FILE), review it, and apply that"
+        )
 
 
 def plan(

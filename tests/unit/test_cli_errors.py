@@ -58,6 +58,7 @@ BAD_VALUES = {
     "render": ["render", SPEC, "--format", "toml"],
     "graph": ["graph", SPEC, "--format", "png"],
     "export": ["export"],
+    "show": ["show", SPEC],  # a spec, not a saved plan
     "shards check": ["shards", "check", SPEC, "--sample", "0"],
     "worker run": ["worker", "run", "no_such_module:app"],
     "worker log level": ["worker", "run", "x:y", "--log-level", "verbose"],

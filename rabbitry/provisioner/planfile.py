@@ -1,0 +1,351 @@
+"""Saved plans: ``rabbitry plan -o FILE`` writes one, ``rabbitry apply FILE`` applies exactly it.
+
+The review workflow Terraform taught: a plan is made, read (``rabbitry show FILE``), approved,
+and what is applied is that plan, not whatever the spec and the broker say by then. A plan file
+holds the changes, the topology they come from, and what the broker held of every object they
+touch when the plan was made (a digest of its settings, or "absent"), with the stack's ownership
+record and the cluster's name. ``apply FILE`` reads those objects again and refuses, changing
+nothing, when one changed, appeared or vanished since, when another apply of the stack ran, or
+when the broker is another cluster. A checksum over the content catches a file edited by hand
+(an edit, not a forgery: keep plan files where only the people who apply can write).
+
+What apply sends is in the file: user passwords are stored as the broker's salted hash, never in
+the clear; a parameter's URI keeps its password (a federation upstream needs it), so the file is
+written readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rabbitry.errors import PlanError
+from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
+from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.ownership import OwnershipRecord
+from rabbitry.provisioner.planner import Action, Change, Plan
+from rabbitry.provisioner.state import BrokerState
+from rabbitry.topology.primitives import (
+    Binding,
+    Exchange,
+    GlobalParameter,
+    OperatorPolicy,
+    Parameter,
+    Permission,
+    Policy,
+    Primitive,
+    Queue,
+    ResourceKey,
+    TopicPermission,
+    Topology,
+    User,
+    Vhost,
+    canonical_json,
+    describe_key,
+)
+
+FORMAT = "rabbitry-plan"
+FORMAT_VERSION = 1
+
+KINDS: dict[str, type[Primitive]] = {
+    cls.kind: cls
+    for cls in (
+        Vhost,
+        User,
+        Permission,
+        TopicPermission,
+        Exchange,
+        Queue,
+        Binding,
+        Policy,
+        OperatorPolicy,
+        Parameter,
+        GlobalParameter,
+    )
+}
+
+
+def fingerprint(resource: Primitive | None) -> str | None:
+    """What the broker held of one object, as a plan compares it (None: absent)."""
+    if resource is None:
+        return None
+    return hashlib.sha256(canonical_json(resource.settings()).encode()).hexdigest()[:32]
+
+
+def record_fingerprint(record: OwnershipRecord) -> str:
+    return hashlib.sha256(canonical_json(record.to_value()).encode()).hexdigest()[:32]
+
+
+def hash_password(password: str) -> str:
+    """The broker's own salted hash (rabbit_password_hashing_sha256): 4 bytes of salt, then
+    SHA-256 of salt + password, base64."""
+    salt = secrets.token_bytes(4)
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+def _without_password(user: User) -> User:
+    if user.password is None:
+        return user
+    return User(
+        name=user.name,
+        password_hash=hash_password(user.password.get_secret_value()),
+        hashing_algorithm="rabbit_password_hashing_sha256",
+        tags=user.tags,
+    )
+
+
+def _bare(vhost: Vhost) -> Vhost:
+    """A vhost's own settings, without the objects in it (a change to a vhost is to those)."""
+    return Vhost(
+        name=vhost.name,
+        description=vhost.description,
+        tags=vhost.tags,
+        default_queue_type=vhost.default_queue_type,
+    )
+
+
+def _primitive_json(resource: Primitive | None) -> dict[str, Any] | None:
+    if resource is None:
+        return None
+    if isinstance(resource, User):
+        resource = _without_password(resource)
+    if isinstance(resource, Vhost):
+        resource = _bare(resource)
+    return {"kind": resource.kind, **resource.model_dump(mode="json")}
+
+
+def _primitive(data: Any, where: str) -> Primitive | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or data.get("kind") not in KINDS:
+        raise PlanError(f"{where}: not an object of a kind rabbitry plans")
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    return KINDS[data["kind"]].model_validate(fields)
+
+
+def _topology_json(topology: Topology) -> dict[str, Any]:
+    users = [_without_password(u) for u in topology.users]
+    return topology.model_copy(update={"users": tuple(users)}).model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class SavedPlan:
+    """A plan as saved: the plan, and what the broker held when it was made."""
+
+    plan: Plan
+    cluster: str
+    """The cluster's name when the plan was made: a plan applies to that cluster only."""
+    broker: str
+    """The management API the plan was made against (credentials masked), for people."""
+    seen: Mapping[ResourceKey, str | None]
+    """The fingerprint of every object the plan touches, as it was (None: absent)."""
+    record: str
+    """The fingerprint of the stack's ownership record as it was."""
+    created: str
+
+    @classmethod
+    def of(cls, plan: Plan, cluster: str, broker: str) -> SavedPlan:
+        seen = {change.key: fingerprint(change.observed) for change in plan.changes}
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        return cls(plan, cluster, broker, seen, record_fingerprint(plan.record), now)
+
+    def stale(self, state: BrokerState, cluster: str) -> list[str]:
+        """Why the broker no longer matches what this plan was made against (empty: it does)."""
+        if cluster != self.cluster:
+            return [f"the plan was made for cluster {self.cluster!r}; this broker is {cluster!r}"]
+        problems = []
+        if record_fingerprint(state.record) != self.record:
+            problems.append(
+                f"stack {self.plan.stack!r} was applied since the plan was made (its ownership"
+                " record changed)"
+            )
+        now = state.topology.resources()
+        for key, then in self.seen.items():
+            current = fingerprint(now.get(key))
+            if current == then:
+                continue
+            if then is None:
+                problems.append(f"{describe_key(key)} appeared since the plan was made")
+            elif current is None:
+                problems.append(f"{describe_key(key)} vanished since the plan was made")
+            else:
+                problems.append(f"{describe_key(key)} changed since the plan was made")
+        return problems
+
+    # -- the file ------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        plan = self.plan
+        body: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": self.created,
+            "broker": self.broker,
+            "cluster": self.cluster,
+            "stack": plan.stack,
+            "summary": plan.counts(),
+            "changes": [_change_json(c) for c in plan.changes],
+            "warnings": list(plan.warnings),
+            "seen": [[then, *key] for key, then in self.seen.items()],
+            "excluded": sorted(list(key) for key in plan.excluded),
+            "record": plan.record.to_value(),
+            "record_fingerprint": self.record,
+            "desired": _topology_json(plan.desired) if plan.desired is not None else None,
+        }
+        return {**body, "checksum": _checksum(body)}
+
+    def to_text(self) -> str:
+        """The file's text (write it with ``rabbitry.files.write_private``: it holds what
+        apply sends)."""
+        return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
+
+    @classmethod
+    def read(cls, path: Path) -> SavedPlan:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PlanError(f"cannot read plan file {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise PlanError(f"{path} is not a rabbitry plan file (not UTF-8 text)") from None
+        data = parse(text, str(path))
+        if data is None:
+            raise PlanError(
+                f"{path} is not a rabbitry plan file: make one with `rabbitry plan SPEC -o FILE`"
+            )
+        return cls.from_json(data, str(path))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> SavedPlan:
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise PlanError(
+                f"{where} is a plan of format {version!r}; this rabbitry reads format"
+                f" {FORMAT_VERSION}: make the plan again with this rabbitry"
+            )
+        body = {k: v for k, v in data.items() if k != "checksum"}
+        if data.get("checksum") != _checksum(body):
+            raise PlanError(
+                f"{where} was changed after it was saved (its checksum does not match):"
+                " nothing was applied; make the plan again with `rabbitry plan SPEC -o FILE`"
+            )
+        try:
+            desired = data.get("desired")
+            topology = Topology.model_validate(desired) if desired is not None else None
+            vhosts = {v.name: v for v in topology.vhosts} if topology is not None else {}
+            changes = tuple(_change(item, where, vhosts) for item in data["changes"])
+            stack = str(data["stack"])
+            record = OwnershipRecord.from_value(stack, data["record"])
+            seen = {tuple(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
+            excluded = frozenset(tuple(str(p) for p in key) for key in data.get("excluded", ()))
+            warnings = tuple(str(w) for w in data.get("warnings", ()))
+            plan = Plan(stack, changes, record, warnings, topology, excluded)
+            return cls(
+                plan,
+                str(data["cluster"]),
+                str(data.get("broker", "")),
+                seen,
+                str(data["record_fingerprint"]),
+                str(data.get("created", "")),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise PlanError(f"{where} is not a readable rabbitry plan ({exc!r})") from None
+
+
+@dataclass(frozen=True)
+class SavedTarget:
+    """A saved plan and the broker to apply it to (flags and environment, never the spec)."""
+
+    saved: SavedPlan
+    endpoints: Endpoints
+
+    @classmethod
+    def read(cls, path: Path, broker: Mapping[str, Any]) -> SavedTarget:
+        return cls(SavedPlan.read(path), resolve_endpoints(**broker))
+
+
+def cluster_name(client: ManagementClient) -> str:
+    """The name the cluster goes by (``rabbitmqctl set_cluster_name``; a node name by default)."""
+    return str(client.get("/cluster-name").get("name", ""))
+
+
+def parse(text: str, where: str) -> dict[str, Any] | None:
+    """The JSON of a plan file; None when ``text`` is not one (a spec, say)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data
+
+
+def is_plan_file(path: Path) -> bool:
+    """Whether ``path`` holds a saved plan rather than a spec (read from its first bytes)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and _FORMAT_KEY.search(head) is not None
+
+
+_FORMAT_KEY = re.compile(rb'"format"\s*:\s*"' + FORMAT.encode() + rb'"')
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def _change_json(change: Change) -> dict[str, Any]:
+    return {
+        "action": change.action.value,
+        "key": list(change.key),
+        "desired": _primitive_json(change.desired),
+        "observed": _primitive_json(change.observed),
+        "reasons": list(change.reasons),
+        "drift": change.drift,
+        "messages": change.messages,
+        "consumers": change.consumers,
+        "counted": change.counted,
+        "count_note": change.count_note,
+    }
+
+
+def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Change:
+    key = tuple(str(part) for part in item["key"])
+    desired = _primitive(item.get("desired"), f"{where}: {describe_key(key)}")
+    if isinstance(desired, Vhost) and desired.name in vhosts:
+        desired = vhosts[desired.name]  # with its objects, as the plan had it
+    return Change(
+        action=Action(item["action"]),
+        key=key,
+        desired=desired,
+        observed=_primitive(item.get("observed"), f"{where}: {describe_key(key)}"),
+        reasons=tuple(str(r) for r in item.get("reasons", ())),
+        drift=bool(item.get("drift", False)),
+        messages=item.get("messages"),
+        consumers=item.get("consumers"),
+        counted=str(item.get("counted", "")),
+        count_note=str(item.get("count_note", "")),
+    )
+
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "SavedPlan",
+    "SavedTarget",
+    "cluster_name",
+    "hash_password",
+    "is_plan_file",
+]

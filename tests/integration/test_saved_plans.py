@@ -1,0 +1,177 @@
+"""Reviewed plans on a real broker: `plan -o FILE`, `show FILE`, `apply FILE` applies exactly that
+plan, and refuses, changing nothing, a plan the broker outran or a file edited by hand; and
+`--target`, which applies part of a spec and records nothing of the rest."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pika
+import pytest
+from click.testing import CliRunner, Result
+
+from rabbitry.cli import cli
+
+from .conftest import Broker
+
+SPEC = """
+version: 1
+name: "{{ vars.stack }}"
+users:
+  - name: "{{ vars.stack }}-app"
+    password: "{{ env.APP_PASSWORD }}"
+    tags: [monitoring]
+vhosts:
+  - name: "{{ vars.vhost }}"
+    permissions:
+      - {user: "{{ vars.stack }}-app"}
+    exchanges:
+      - {name: orders, type: topic}
+    queues:
+      - {name: work, type: quorum, arguments: {x-delivery-limit: 5}}
+    bindings:
+      - {source: orders, destination: work, routing_key: "order.*"}
+"""
+
+PASSWORD = "Pl4n-file-pw!"
+
+
+def apply_file(broker: Broker, planfile: Path, *flags: str) -> Result:
+    argv = ["apply", str(planfile), *flags]
+    argv += ["--management-url", broker.management_url, "--url", broker.amqp_url]
+    return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+
+def saved_plan(broker: Broker, body: str = SPEC) -> tuple[Path, Result]:
+    planfile = broker.tmp / "stack.plan"
+    spec = broker.spec(body)
+    result = broker.run("plan", str(spec), "-o", str(planfile), env={"APP_PASSWORD": PASSWORD})
+    assert result.exit_code == 0, result.output
+    return planfile, result
+
+
+def state(broker: Broker) -> tuple[set[str], list[object], object]:
+    queues = {q["name"]: q["arguments"] for q in broker.get("/queues/{vhost}")}
+    return set(queues), sorted(queues.items()), broker.get(f"/users/{broker.stack}-app")
+
+
+def test_apply_of_a_saved_plan_makes_what_it_shows_and_no_password_is_in_the_file(
+    broker: Broker,
+) -> None:
+    planfile, planned = saved_plan(broker)
+    assert "Saved the plan to" in planned.output
+    assert stat.S_IMODE(planfile.stat().st_mode) == 0o600
+    assert PASSWORD not in planfile.read_text()
+    assert broker.get("/queues/{vhost}/work") is None, "plan changes nothing"
+
+    shown = CliRunner().invoke(cli, ["show", str(planfile)], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert "+ queue" in shown.output and "Plan: " in shown.output
+    as_json = json.loads(
+        CliRunner().invoke(cli, ["show", str(planfile), "--json"], catch_exceptions=False).output
+    )
+    assert as_json["format_version"] == 1 and as_json["stack"] == broker.stack
+    creates = {c["title"] for c in as_json["changes"] if c["action"] == "create"}
+    assert f"queue {broker.vhost}/work" in creates
+
+    applied = apply_file(broker, planfile)  # no --auto-approve: a saved plan was reviewed
+    assert applied.exit_code == 0, applied.output
+    assert "Apply complete" in applied.output
+    assert broker.get("/queues/{vhost}/work")["arguments"]["x-delivery-limit"] == 5
+    # the user made from the plan's hash logs in with the password from the spec's environment
+    params = pika.URLParameters(broker.vhost_amqp_url)
+    params.credentials = pika.PlainCredentials(f"{broker.stack}-app", PASSWORD)
+    pika.BlockingConnection(params).close()
+
+    again = apply_file(broker, planfile)
+    assert again.exit_code == 1
+    assert "applied since the plan was made" in again.output
+    assert "nothing was applied" in again.output
+
+
+@pytest.mark.parametrize("outran", ["changed", "vanished", "appeared"])
+def test_a_plan_the_broker_outran_is_refused_and_changes_nothing(
+    broker: Broker, outran: str
+) -> None:
+    if outran == "appeared":
+        planfile, _ = saved_plan(broker)
+        broker.http.put(
+            f"/queues/{broker.vhost}/work",
+            json={"durable": True, "arguments": {"x-queue-type": "quorum"}},
+        ).raise_for_status()
+    else:
+        old = SPEC.replace("x-delivery-limit: 5", "x-delivery-limit: 3")
+        assert (
+            broker.run(
+                "apply", str(broker.spec(old)), "--auto-approve", env={"APP_PASSWORD": PASSWORD}
+            ).exit_code
+            == 0
+        )
+        planfile, _ = saved_plan(broker)
+        if outran == "changed":  # someone replaced the queue by hand
+            broker.http.delete(f"/queues/{broker.vhost}/work").raise_for_status()
+            broker.http.put(
+                f"/queues/{broker.vhost}/work",
+                json={"durable": True, "arguments": {"x-queue-type": "quorum"}},
+            ).raise_for_status()
+        else:
+            broker.http.delete(f"/queues/{broker.vhost}/work").raise_for_status()
+    before = state(broker)
+    refused = apply_file(broker, planfile, "--allow-replace")
+    assert refused.exit_code == 1, refused.output
+    assert f"queue {broker.vhost}/work {outran} since the plan was made" in refused.output
+    assert "make a new plan" in refused.output
+    assert state(broker) == before
+
+
+def test_an_edited_plan_file_is_refused_and_changes_nothing(broker: Broker) -> None:
+    planfile, _ = saved_plan(broker)
+    data = json.loads(planfile.read_text())
+    for change in data["changes"]:
+        if change["key"][0] == "queue":
+            change["desired"]["arguments"]["x-delivery-limit"] = 50
+    planfile.write_text(json.dumps(data))
+    refused = apply_file(broker, planfile)
+    assert refused.exit_code == 1
+    assert "changed after it was saved" in refused.output
+    assert broker.get("/queues/{vhost}/work") is None
+
+    spec_vars = CliRunner().invoke(
+        cli, ["apply", str(planfile), "--var", "a=b"], catch_exceptions=False
+    )
+    assert spec_vars.exit_code == 1 and "saved plan" in spec_vars.output
+
+
+def test_a_targeted_apply_makes_only_its_objects_and_the_next_plan_the_rest(
+    broker: Broker,
+) -> None:
+    spec = str(broker.spec(SPEC))
+    env = {"APP_PASSWORD": PASSWORD}
+    work = f"queue/{broker.vhost}/work"
+    applied = broker.run("apply", spec, "--auto-approve", "--target", work, env=env)
+    assert applied.exit_code == 0, applied.output
+    assert "--target leaves the rest of the spec as it is" in applied.output
+    assert broker.queue_names() == {"work"}
+    assert broker.get("/exchanges/{vhost}/orders") is None
+    assert broker.get(f"/users/{broker.stack}-app") is None
+
+    rest = json.loads(broker.run("plan", spec, "--json", env=env).output)
+    planned = {(c["action"], c["kind"]) for c in rest["changes"]}
+    assert ("create", "exchange") in planned and ("create", "binding") in planned
+    assert ("create", "user") in planned
+    assert not any(c["kind"] == "queue" for c in rest["changes"]), "work is done and recorded"
+    assert not any(c["drift"] for c in rest["changes"]), "left-out objects are not drift"
+
+    # a saved plan keeps its targets: applying it makes the binding and what it needs only
+    planfile = broker.tmp / "bind.plan"
+    made = broker.run(
+        "plan", spec, "-o", str(planfile), "--target", f"binding/{broker.vhost}/orders", env=env
+    )
+    assert made.exit_code == 0, made.output
+    assert apply_file(broker, planfile).exit_code == 0
+    assert broker.get("/exchanges/{vhost}/orders") is not None
+    assert broker.get(f"/users/{broker.stack}-app") is None
+    typo = broker.run("plan", spec, "--target", f"queue/{broker.vhost}/wrok", env=env)
+    assert typo.exit_code == 1 and "names nothing in the spec or on the broker" in typo.output

@@ -1,0 +1,140 @@
+"""Saved plans on hand-made topologies (no broker): what a plan file holds, what it refuses."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from rabbitry.errors import PlanError
+from rabbitry.files import write_private
+from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.planfile import SavedPlan, is_plan_file
+from rabbitry.provisioner.planner import Action, password_matches, plan
+from rabbitry.provisioner.state import BrokerState
+from rabbitry.topology.primitives import (
+    Binding,
+    Exchange,
+    ExchangeType,
+    Parameter,
+    Queue,
+    QueueType,
+    Topology,
+    User,
+    Vhost,
+)
+
+V = "shop"
+WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5})
+ORDERS = Exchange(name="orders", type=ExchangeType.TOPIC)
+BIND = Binding(source="orders", destination="work", routing_key="order.*")
+UPSTREAM = Parameter(
+    component="federation-upstream", name="dc2", value={"uri": "amqp://fed:Upstr3am-pw@dc2"}
+)
+APP = User(name="app", password=SecretStr("S3cret-pw!"), tags=("monitoring",))
+
+
+def topo(*members: object, users: tuple[User, ...] = ()) -> Topology:
+    kinds: dict[str, list[object]] = {}
+    for m in members:
+        kinds.setdefault(type(m).__name__.lower() + "s", []).append(m)
+    fields = {
+        "exchanges": tuple(kinds.get("exchanges", ())),
+        "queues": tuple(kinds.get("queues", ())),
+        "bindings": tuple(kinds.get("bindings", ())),
+        "parameters": tuple(kinds.get("parameters", ())),
+    }
+    return Topology(name="shop", vhosts=(Vhost(name=V, **fields),), users=users)  # type: ignore[arg-type]
+
+
+def state(observed: Topology, managed: dict | None = None) -> BrokerState:
+    return BrokerState(topology=observed, record=OwnershipRecord("shop", managed or {}))
+
+
+def owned(t: Topology) -> dict:
+    return {k: digest(r) for k, r in t.resources().items()}
+
+
+DESIRED = topo(ORDERS, WORK, BIND, UPSTREAM, users=(APP,))
+OLD_WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 3})
+OBSERVED = topo(ORDERS, OLD_WORK)
+
+
+def saved(tmp_path: Path) -> tuple[SavedPlan, Path]:
+    made = plan(DESIRED, state(OBSERVED, owned(OBSERVED)))
+    path = tmp_path / "shop.plan"
+    write_private(path, SavedPlan.of(made, cluster="rabbit@a", broker="http://a:15672").to_text())
+    return SavedPlan.read(path), path
+
+
+def test_a_saved_plan_reads_back_as_the_same_plan(tmp_path: Path) -> None:
+    made = plan(DESIRED, state(OBSERVED, owned(OBSERVED)))
+    again, path = saved(tmp_path)
+    assert is_plan_file(path) and not is_plan_file(Path(__file__))
+    assert [(c.action, c.key, c.reasons) for c in again.plan.changes] == [
+        (c.action, c.key, c.reasons) for c in made.changes
+    ]
+    assert again.plan.desired_digests == made.desired_digests
+    assert again.plan.record == made.record and again.cluster == "rabbit@a"
+    replace = again.plan.by_action(Action.REPLACE)
+    assert [c.desired for c in replace] == [WORK] and [c.observed for c in replace] == [OLD_WORK]
+    # a vhost change carries the vhost with its objects, as the plan had it
+    vhost_changes = [c for c in again.plan.changes if c.kind == "vhost"]
+    assert all(c.desired is None or c.desired.queues for c in vhost_changes)
+
+
+def test_a_plan_file_holds_no_clear_password_and_only_its_owner_reads_it(tmp_path: Path) -> None:
+    again, path = saved(tmp_path)
+    text = path.read_text()
+    assert "S3cret-pw!" not in text
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    (user,) = [c.desired for c in again.plan.changes if c.kind == "user"]
+    assert isinstance(user, User) and user.password is None and user.password_hash
+    assert password_matches("S3cret-pw!", user.password_hash, user.hashing_algorithm) is True
+    # what a federation upstream needs to connect is kept (the file is the owner's only)
+    assert "Upstr3am-pw" in text
+
+
+def test_an_edited_plan_file_is_refused(tmp_path: Path) -> None:
+    _, path = saved(tmp_path)
+    data = json.loads(path.read_text())
+    data["changes"][0]["action"] = "delete"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="changed after it was saved"):
+        SavedPlan.read(path)
+    path.write_text("version: 1\nname: shop\n")
+    with pytest.raises(PlanError, match="not a rabbitry plan file"):
+        SavedPlan.read(path)
+
+
+def test_a_plan_is_stale_once_what_it_touches_changes(tmp_path: Path) -> None:
+    again, _ = saved(tmp_path)
+    assert again.stale(state(OBSERVED, owned(OBSERVED)), "rabbit@a") == []
+    # objects the plan does not touch may change
+    extra = topo(ORDERS, OLD_WORK, Queue(name="other"))
+    assert again.stale(state(extra, owned(OBSERVED)), "rabbit@a") == []
+
+    changed = topo(ORDERS, Queue(name="work", type=QueueType.QUORUM))
+    assert again.stale(state(changed, owned(OBSERVED)), "rabbit@a") == [
+        "queue shop/work changed since the plan was made"
+    ]
+    vanished = topo(ORDERS)
+    assert "queue shop/work vanished since the plan was made" in again.stale(
+        state(vanished, owned(OBSERVED)), "rabbit@a"
+    )
+    appeared = topo(ORDERS, OLD_WORK, UPSTREAM)
+    assert any(
+        "appeared since the plan was made" in p
+        for p in again.stale(state(appeared, owned(OBSERVED)), "rabbit@a")
+    )
+    applied = again.stale(state(OBSERVED, owned(DESIRED)), "rabbit@a")
+    assert applied == [
+        "stack 'shop' was applied since the plan was made (its ownership record changed)"
+    ]
+    assert (
+        "made for cluster 'rabbit@a'"
+        in again.stale(state(OBSERVED, owned(OBSERVED)), "rabbit@b")[0]
+    )
