@@ -156,8 +156,19 @@ def render(
 
 
 @command()
-def schema() -> None:
+@click.option(
+    "--plan",
+    "of_plan",
+    is_flag=True,
+    help="The schema of `plan --json` output instead (docs/plan.schema.json).",
+)
+def schema(of_plan: bool) -> None:
     """Print the JSON Schema of the spec (point your editor's YAML support at it)."""
+    if of_plan:
+        from rabbitry.provisioner.plan_schema import plan_json_schema_text
+
+        click.echo(plan_json_schema_text(), nl=False)
+        return
     click.echo(json_schema_text(), nl=False)
 
 

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.provisioner.plan_schema import PlanDocument
 
 from .conftest import Broker
 
@@ -73,6 +74,7 @@ def test_apply_of_a_saved_plan_makes_what_it_shows_and_no_password_is_in_the_fil
         CliRunner().invoke(cli, ["show", str(planfile), "--json"], catch_exceptions=False).output
     )
     assert as_json["format_version"] == 1 and as_json["stack"] == broker.stack
+    PlanDocument.model_validate(as_json)  # docs/plan.schema.json describes it
     creates = {c["title"] for c in as_json["changes"] if c["action"] == "create"}
     assert f"queue {broker.vhost}/work" in creates
 
@@ -158,6 +160,7 @@ def test_a_targeted_apply_makes_only_its_objects_and_the_next_plan_the_rest(
     assert broker.get(f"/users/{broker.stack}-app") is None
 
     rest = json.loads(broker.run("plan", spec, "--json", env=env).output)
+    PlanDocument.model_validate(rest)
     planned = {(c["action"], c["kind"]) for c in rest["changes"]}
     assert ("create", "exchange") in planned and ("create", "binding") in planned
     assert ("create", "user") in planned

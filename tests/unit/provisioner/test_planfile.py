@@ -138,3 +138,19 @@ def test_a_plan_is_stale_once_what_it_touches_changes(tmp_path: Path) -> None:
         "made for cluster 'rabbit@a'"
         in again.stale(state(OBSERVED, owned(OBSERVED)), "rabbit@b")[0]
     )
+
+
+def test_plan_json_is_what_docs_plan_schema_json_describes(tmp_path: Path) -> None:
+    from rabbitry.provisioner.plan_schema import PlanDocument, plan_json_schema
+
+    committed = (Path(__file__).parents[3] / "docs" / "plan.schema.json").read_text()
+    assert json.loads(committed) == plan_json_schema(), (
+        "docs/plan.schema.json is stale: run `rabbitry schema --plan > docs/plan.schema.json`"
+    )
+    made = plan(DESIRED, state(OBSERVED, owned(OBSERVED)))
+    document = PlanDocument.model_validate(made.to_json())
+    assert {c.action for c in document.changes} >= {"create", "replace"}
+    assert document.summary.replace == 1
+    # a field the schema does not know is an error, so new fields must be documented
+    with pytest.raises(ValueError, match="extra"):
+        PlanDocument.model_validate({**made.to_json(), "surprise": 1})
