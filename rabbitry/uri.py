@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 _USERINFO = re.compile(
     r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]*)@"
 )
+
+
+def with_password(uris: str | list[str], password: str | None) -> list[str]:
+    """The URIs, with ``password`` put into each (percent-encoded; the user, guest when none,
+    kept): how a spec keeps a federation upstream's or a shovel's password out of its URI."""
+    listed = [uris] if isinstance(uris, str) else list(uris)
+    if password is None:
+        return listed
+    secret = quote(password, safe="")
+    out = []
+    for uri in listed:
+        parts = urlsplit(uri)
+        user = quote(parts.username or "", safe="") if parts.username is not None else "guest"
+        host = parts.netloc.rpartition("@")[2]
+        out.append(urlunsplit((parts.scheme, f"{user}:{secret}@{host}", *parts[2:])))
+    return out
 
 
 def mask_uri(uri: str) -> str:

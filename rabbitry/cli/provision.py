@@ -181,7 +181,7 @@ def apply_command(
             if as_json:
                 click.echo(json.dumps(_apply_json(the_plan, [], []), indent=2))
             return EXIT_OK
-        problems = refusals(the_plan, options)
+        problems = refusals(the_plan, options, client.username)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
         if not auto_approve and saved is None:

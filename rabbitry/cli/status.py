@@ -17,9 +17,11 @@ from rabbitry.cli.common import (
 from rabbitry.errors import SpecError
 from rabbitry.provisioner.status import (
     LinkStatus,
+    ShovelState,
     federation_status,
     measure_distribution,
     sample_keys,
+    shovel_status,
 )
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import expand
@@ -44,27 +46,32 @@ def status_command(
     target: Target,
     as_json: bool,
 ) -> int:
-    """Show the state of every federation link the spec declares.
+    """Show the state of every federation link and shovel the spec declares.
 
-    Exit 0 when every declared link is running, 3 when one is not (starting, error, missing),
-    1 on errors.
+    Exit 0 when every declared link and shovel is running, 3 when one is not (starting, error,
+    missing), 1 on errors.
     """
     model, endpoints = target.spec, target.endpoints
     with endpoints.management() as client:
         client.overview()  # a status of a broker that does not answer is an error, not "healthy"
         links = federation_status(client, model, expand(model))
-    healthy = all(link.running for link in links if link.declared)
+        shovels = shovel_status(client, model)
+    healthy = all(link.running for link in links if link.declared) and all(
+        shovel.healthy for shovel in shovels if shovel.declared
+    )
     if as_json:
         payload = {
             "format_version": 1,
             "healthy": healthy,
             "federation_links": [link.to_json() for link in links],
+            "shovels": [shovel.to_json() for shovel in shovels],
         }
         click.echo(json.dumps(payload, indent=2))
     else:
         click.echo(f"Broker: {mask_uri(endpoints.management_url)}")
-        if not links:
-            click.echo("No federation links declared.")
+        _show_shovels(shovels)
+        if not links and not shovels:
+            click.echo("No federation links or shovels declared.")
         for link in links:
             state = f"{link.status.value:<8}"
             if color_enabled():  # NO_COLOR and pipes get plain text
@@ -77,12 +84,33 @@ def status_command(
                 f"  {state} {link.vhost}/{link.type} {link.name} <- {link.upstream}{reason}{extra}"
             )
         down = [link for link in links if link.declared and not link.running]
-        click.echo(
-            f"{len(links) - len(down)} of {len(links)} link(s) running."
-            if not down
-            else f"{len(down)} declared link(s) not running."
-        )
+        if links or not shovels:
+            click.echo(
+                f"{len(links) - len(down)} of {len(links)} link(s) running."
+                if not down
+                else f"{len(down)} declared link(s) not running."
+            )
     return EXIT_OK if healthy else EXIT_NOT_HEALTHY
+
+
+def _show_shovels(shovels: list[ShovelState]) -> None:
+    if not shovels:
+        return
+    for shovel in shovels:
+        state = f"{shovel.status:<10}"
+        if color_enabled():
+            state = click.style(state, fg="green" if shovel.healthy else "red")
+        extra = "" if shovel.declared else "  (not in the spec)"
+        reason = f"  {shovel.reason}" if shovel.reason else ""
+        if shovel.status == "missing":
+            reason = "  not running: is the rabbitmq_shovel plugin enabled? (apply declares it)"
+        click.echo(f"  {state} shovel {shovel.vhost}/{shovel.name}{reason}{extra}")
+    down = [s for s in shovels if s.declared and not s.healthy]
+    click.echo(
+        f"{len(shovels)} shovel(s), all running."
+        if not down
+        else f"{len(down)} declared shovel(s) not running."
+    )
 
 
 @group("shards")

@@ -94,9 +94,44 @@ class ApplyResult:
         return bool(self.done)
 
 
-def refusals(plan: Plan, options: ApplyOptions) -> list[str]:
-    """Every reason the plan cannot run with these options; empty means go."""
-    problems: list[str] = []
+VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections", "max-channels")
+
+
+def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[str]:
+    """What the plan would do to the user rabbitry is connected as: delete it, take its
+    administrator tag, change its password or remove its permissions in a vhost (deletions
+    only with ``prune``). Apply refuses each (a run that locks itself out stops half-way, and
+    so does every run after it); the plan says so before."""
+    if not connected:
+        return []
+    problems = []
+    for change in plan.changes:
+        if change.action is Action.DELETE and not prune:
+            continue
+        kind, _, *rest = change.key
+        if kind == "user" and rest == [connected]:
+            was, will = change.observed, change.desired
+            if change.action is Action.DELETE:
+                problems.append(f"it deletes user {connected!r}")
+            elif isinstance(was, User) and isinstance(will, User):
+                if "administrator" in was.tags and "administrator" not in will.tags:
+                    problems.append(f"it takes the administrator tag from user {connected!r}")
+                if "password differs" in change.reasons:
+                    problems.append(f"it changes the password of user {connected!r}")
+        elif kind == "permission" and rest == [connected] and change.action is Action.DELETE:
+            problems.append(f"it removes the permissions of user {connected!r} in {change.vhost}")
+    return [
+        f"{problem}, the user this apply is connected as: apply that change as another"
+        " administrator (--management-url with other credentials), or leave it out of the spec"
+        for problem in problems
+    ]
+
+
+def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) -> list[str]:
+    """Every reason the plan cannot run with these options, as user ``connected`` (the
+    management API's); empty means go."""
+    problems = self_harm(plan, connected, options.prune)
     for change in plan.changes:
         if change.action is Action.REPLACE:
             why = "; ".join(change.reasons)
@@ -270,6 +305,14 @@ class Applier:
         self.operations: list[dict[str, Any]] = list(plan.record.operations)
         self.managed: dict[ResourceKey, str] = dict(plan.record.managed)
 
+    def _limits(self, path: str, limits: dict[str, int], known: tuple[str, ...]) -> None:
+        """Set the limits given, lift the others (a limit left out of the spec is none)."""
+        for name in known:
+            if name in limits:
+                self.client.put(f"{path}/{name}", {"value": limits[name]})
+            else:
+                self.client.delete(f"{path}/{name}")
+
     def _done(self, line: str, show: bool = True) -> None:
         self.result.done.append(line)
         if show:
@@ -277,8 +320,11 @@ class Applier:
 
     # -- one object at a time ------------------------------------------------------------------
 
-    def put(self, vhost: str, resource: Primitive) -> None:
+    def put(self, vhost: str, resource: Primitive, observed: Primitive | None = None) -> None:
+        """Create or update ``resource``; ``observed``: what the broker has of it, if anything
+        (limits are touched only where either side has some)."""
         c, v = self.client, q(vhost)
+        had_limits = bool(getattr(observed, "limits", None))
         if isinstance(resource, Vhost):
             body: dict[str, Any] = {
                 "description": resource.description,
@@ -287,6 +333,8 @@ class Applier:
             # Always explicit: unset means classic here, whatever the node's own default is.
             body["default_queue_type"] = (resource.default_queue_type or QueueType.CLASSIC).value
             c.put(f"/vhosts/{q(resource.name)}", body)
+            if resource.limits or had_limits:
+                self._limits(f"/vhost-limits/{q(resource.name)}", resource.limits, VHOST_LIMITS)
         elif isinstance(resource, User):
             body = {"tags": ",".join(resource.tags)}
             if resource.password is not None:
@@ -297,6 +345,8 @@ class Applier:
             else:
                 body["password_hash"] = ""  # no password: the user can only use other mechanisms
             c.put(f"/users/{q(resource.name)}", body)
+            if resource.limits or had_limits:
+                self._limits(f"/user-limits/{q(resource.name)}", resource.limits, USER_LIMITS)
         elif isinstance(resource, Permission):
             c.put(
                 f"/permissions/{v}/{q(resource.user)}",
@@ -440,7 +490,7 @@ class Applier:
 
     def run(self, options: ApplyOptions) -> ApplyResult:
         plan = self.plan
-        problems = refusals(plan, options)
+        problems = refusals(plan, options, self.client.username)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
         record = plan.record
@@ -536,7 +586,7 @@ class Applier:
             if batched:
                 batches[change.vhost].append(change)
             elif change.action is not Action.ADOPT and change.kind in PUT_FIRST:
-                self.put(change.vhost, resource)
+                self.put(change.vhost, resource, change.observed)
                 self._done(f"{change.action.value}d {change.title}")
 
         for vhost, changes in batches.items():
@@ -569,7 +619,7 @@ class Applier:
                 continue
             if change.action in (Action.CREATE, Action.UPDATE):
                 assert change.desired is not None
-                self.put(change.vhost, change.desired)
+                self.put(change.vhost, change.desired, change.observed)
                 self._done(f"{change.action.value}d {change.title}")
 
         for change in migrations:

@@ -48,6 +48,7 @@ def export_topology(
         User(
             name=user.name,
             tags=user.tags,
+            limits=user.limits,
             password_hash=state.password_hashes[user.name][0] or None,
             hashing_algorithm=state.password_hashes[user.name][1]
             or "rabbit_password_hashing_sha256",

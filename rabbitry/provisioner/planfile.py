@@ -16,12 +16,10 @@ written readable by its owner only.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import hashlib
 import json
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +49,7 @@ from rabbitry.topology.primitives import (
     canonical_json,
     describe_key,
 )
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_password
 
 FORMAT = "rabbitry-plan"
 FORMAT_VERSION = 1
@@ -84,20 +83,13 @@ def record_fingerprint(record: OwnershipRecord) -> str:
     return hashlib.sha256(canonical_json(record.to_value()).encode()).hexdigest()[:32]
 
 
-def hash_password(password: str) -> str:
-    """The broker's own salted hash (rabbit_password_hashing_sha256): 4 bytes of salt, then
-    SHA-256 of salt + password, base64."""
-    salt = secrets.token_bytes(4)
-    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
-
-
 def _without_password(user: User) -> User:
     if user.password is None:
         return user
     return User(
         name=user.name,
         password_hash=hash_password(user.password.get_secret_value()),
-        hashing_algorithm="rabbit_password_hashing_sha256",
+        hashing_algorithm=DEFAULT_ALGORITHM,
         tags=user.tags,
     )
 
@@ -346,6 +338,5 @@ __all__ = [
     "SavedPlan",
     "SavedTarget",
     "cluster_name",
-    "hash_password",
     "is_plan_file",
 ]

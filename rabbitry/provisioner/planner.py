@@ -231,6 +231,8 @@ def _field_differences(desired: Primitive, observed: Primitive) -> list[str]:
         a, b = have.get(name), want.get(name)
         if same_json(a, b):
             continue
+        if (isinstance(a, dict) and b is None) or (a is None and isinstance(b, dict)):
+            a, b = a or {}, b or {}  # a map set on one side only: say which of its keys
         if isinstance(a, dict) and isinstance(b, dict):
             for sub in sorted(set(a) | set(b)):
                 if not same_json(a.get(sub), b.get(sub)):

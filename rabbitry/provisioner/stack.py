@@ -10,11 +10,18 @@ nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
-from rabbitry.provisioner.applier import ApplyOptions, ApplyResult, apply_plan, refusals
+from rabbitry.provisioner.applier import (
+    ApplyOptions,
+    ApplyResult,
+    apply_plan,
+    refusals,
+    self_harm,
+)
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.lock import StackLock
@@ -53,6 +60,10 @@ def plan_topology(
         counter=counter,
     )
     the_plan = plan_changes(topology, state)
+    harm = self_harm(the_plan, client.username)
+    if harm:
+        warnings = tuple(f"apply will refuse: {h}" for h in harm)
+        the_plan = replace(the_plan, warnings=the_plan.warnings + warnings)
     migrated = [
         c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
     ]
@@ -130,7 +141,7 @@ def apply(
         the_plan = plan_topology(client, target.topology, counter)
         if not the_plan.has_changes:
             return ApplyResult()
-        problems = refusals(the_plan, options)
+        problems = refusals(the_plan, options, client.username)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
         return apply_plan(client, the_plan, options, counter, progress=progress)

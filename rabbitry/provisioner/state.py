@@ -149,6 +149,7 @@ def observed_vhost(
     definitions: JSONDict,
     permissions: Iterable[JSONDict] = (),
     topic_permissions: Iterable[JSONDict] = (),
+    limits: Mapping[str, Any] | None = None,
 ) -> Vhost:
     """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
     out of ``definitions`` as they are read."""
@@ -236,6 +237,7 @@ def observed_vhost(
         description=str(meta.get("description", metadata.get("description", "")) or ""),
         tags=tuple(tags),
         default_queue_type=default_type,
+        limits=_limits(limits),
         exchanges=tuple(exchanges),
         queues=tuple(queues),
         bindings=tuple(bindings),
@@ -253,6 +255,13 @@ def observed_vhost(
             for p in topic_permissions
         ),
     )
+
+
+def _limits(value: Any) -> dict[str, int]:
+    """Limits as the API shows them ({name: number}); anything else is no limit."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int | float)}
 
 
 def read_state(
@@ -274,6 +283,8 @@ def read_state(
     }
 
     existing = {v["name"]: v for v in client.vhosts()}
+    vhost_limits = {item.get("vhost"): item.get("value") for item in client.get("/vhost-limits")}
+    user_limits = {item.get("user"): item.get("value") for item in client.get("/user-limits")}
     observed_vhosts = []
     for name in sorted(wanted_vhosts):
         meta = existing.get(name)
@@ -286,6 +297,7 @@ def read_state(
                 client.vhost_objects(name),
                 client.permissions(name),
                 client.topic_permissions(name),
+                vhost_limits.get(name),
             )
         )
 
@@ -297,7 +309,13 @@ def read_state(
                 tags = item.get("tags") or []
                 if isinstance(tags, str):
                     tags = [t for t in tags.split(",") if t]
-                observed_users.append(User(name=item["name"], tags=tuple(tags)))
+                observed_users.append(
+                    User(
+                        name=item["name"],
+                        tags=tuple(tags),
+                        limits=_limits(user_limits.get(item["name"])),
+                    )
+                )
                 hashes[item["name"]] = (
                     item.get("password_hash", ""),
                     item.get("hashing_algorithm", ""),

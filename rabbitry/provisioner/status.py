@@ -32,9 +32,12 @@ __all__ = [
     "DistributionReport",
     "LinkState",
     "LinkStatus",
+    "ShovelState",
     "federation_status",
     "link_states",
     "measure_distribution",
+    "shovel_states",
+    "shovel_status",
 ]
 
 
@@ -138,6 +141,73 @@ def federation_status(client: ManagementClient, spec: Spec, topology: Topology) 
         out.extend(
             link_states(vhost.name, expected_links(vhost_spec.federation, vhost), response.json())
         )
+    return out
+
+
+@dataclass(frozen=True)
+class ShovelState:
+    """One dynamic shovel: its state as the broker reports it (``missing``: declared, not
+    running; ``done``: declared with ``delete_after`` and gone, as it should be once done)."""
+
+    vhost: str
+    name: str
+    status: str
+    reason: str = ""
+    """The broker's error for a shovel that is not running (credentials masked)."""
+    declared: bool = True
+
+    @property
+    def healthy(self) -> bool:
+        return self.status in ("running", "done")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "declared": self.declared,
+        }
+
+
+def shovel_states(
+    vhost: str, declared: Iterable[tuple[str, bool]], observed: Iterable[dict[str, Any]]
+) -> list[ShovelState]:
+    """Each declared shovel (name, deletes itself when done) with its state, then the dynamic
+    shovels running in the vhost that the spec does not declare."""
+    seen = {str(i.get("name")): i for i in observed if i.get("type", "dynamic") == "dynamic"}
+    out = []
+    names = set()
+    for name, self_deleting in declared:
+        names.add(name)
+        item = seen.get(name)
+        if item is None:
+            out.append(ShovelState(vhost, name, "done" if self_deleting else "missing"))
+        else:
+            reason = mask_text(str(item.get("reason") or item.get("error") or ""))
+            out.append(ShovelState(vhost, name, str(item.get("state", "")), reason))
+    out += [
+        ShovelState(vhost, name, str(item.get("state", "")), declared=False)
+        for name, item in sorted(seen.items())
+        if name not in names
+    ]
+    return out
+
+
+def shovel_status(client: ManagementClient, spec: Spec) -> list[ShovelState]:
+    """The state of every shovel the spec's vhosts declare (and undeclared ones there)."""
+    out: list[ShovelState] = []
+    for vhost_spec in spec.vhosts:
+        if not vhost_spec.shovels:
+            continue
+        response = client.request("GET", f"/shovels/{q(vhost_spec.name)}", allow=(404,))
+        if response.status_code == 404:
+            raise BrokerError(
+                "the broker has no shovel status API: enable rabbitmq_shovel_management"
+                " (`rabbitmq-plugins enable rabbitmq_shovel_management`)"
+            )
+        declared = [(s.name, s.delete_after not in (None, "never")) for s in vhost_spec.shovels]
+        out.extend(shovel_states(vhost_spec.name, declared, response.json()))
     return out
 
 

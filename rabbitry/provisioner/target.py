@@ -113,7 +113,7 @@ def target_of(
     return Target(model, endpoints, client)
 
 
-PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts")
+PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts", "/vhost-limits", "/user-limits")
 """What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts)."""
 
 

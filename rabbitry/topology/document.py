@@ -91,6 +91,8 @@ def _user(user: User) -> Document:
         out["password_hash"] = hash_password(user.password.get_secret_value())
     if user.tags:
         out["tags"] = list(user.tags)
+    if user.limits:
+        out["limits"] = dict(user.limits)
     return out
 
 
@@ -102,6 +104,8 @@ def _vhost(vhost: Vhost) -> Document:
         out["tags"] = list(vhost.tags)
     if vhost.default_queue_type is not None:
         out["default_queue_type"] = vhost.default_queue_type.value
+    if vhost.limits:
+        out["limits"] = dict(vhost.limits)
     default_type = vhost.default_queue_type or QueueType.CLASSIC
     sections: list[tuple[str, list[Document]]] = [
         ("exchanges", [_exchange(e) for e in vhost.exchanges]),

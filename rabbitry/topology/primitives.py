@@ -241,13 +241,18 @@ class User(Primitive):
     password_hash: str | None = None
     hashing_algorithm: str = "rabbit_password_hashing_sha256"
     tags: tuple[str, ...] = ()
+    limits: dict[str, int] = Field(default_factory=dict)
+    """``max-connections``, ``max-channels``: set ones only."""
 
     def identity(self) -> tuple[str, ...]:
         return (self.name,)
 
     def settings(self) -> JSON:
         # The password itself never leaves this object; the planner checks it against the hash.
-        return {"tags": sorted(self.tags)}
+        out: dict[str, JSON] = {"tags": sorted(self.tags)}
+        if self.limits:  # only when set: a recorded digest of a user without stays the same
+            out["limits"] = dict(self.limits)
+        return out
 
 
 class GlobalParameter(Primitive):
@@ -269,6 +274,8 @@ class Vhost(Primitive):
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: QueueType | None = None
+    limits: dict[str, int] = Field(default_factory=dict)
+    """``max-connections``, ``max-queues``: set ones only."""
     exchanges: tuple[Exchange, ...] = ()
     queues: tuple[Queue, ...] = ()
     bindings: tuple[Binding, ...] = ()
@@ -291,6 +298,8 @@ class Vhost(Primitive):
         qtype = self.default_queue_type
         if qtype is not None and qtype is not QueueType.CLASSIC:
             out["default_queue_type"] = qtype.value
+        if self.limits:  # only when set: a recorded digest of a vhost without stays the same
+            out["limits"] = dict(self.limits)
         return out
 
     def members(self) -> Iterator[Primitive]:

@@ -75,9 +75,9 @@ class Broker:
     def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
         verb, *rest = args
         argv = [verb, *rest]
-        if verb in ("plan", "apply", "export"):
+        if verb in ("plan", "apply", "export", "status"):
             argv += ["--management-url", self.management_url, "--url", self.amqp_url]
-        if verb in ("plan", "apply", "validate", "render"):
+        if verb in ("plan", "apply", "validate", "render", "status"):
             argv += ["--var", f"vhost={self.vhost}", "--var", f"stack={self.stack}"]
         return CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
 

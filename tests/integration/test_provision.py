@@ -589,6 +589,8 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
         "GET /nodes",
         "GET /feature-flags",
         "GET /vhosts",
+        "GET /vhost-limits",
+        "GET /user-limits",
     }
     if early:
         assert peeked == [(broker.stack, [broker.vhost])]

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from rabbitry.cli import cli
 from rabbitry.provisioner.plan_schema import PlanDocument
 
-from .conftest import Broker
+from .conftest import Broker, with_credentials
 
 SPEC = """
 version: 1
@@ -178,3 +178,38 @@ def test_a_targeted_apply_makes_only_its_objects_and_the_next_plan_the_rest(
     assert broker.get(f"/users/{broker.stack}-app") is None
     typo = broker.run("plan", spec, "--target", f"queue/{broker.vhost}/wrok", env=env)
     assert typo.exit_code == 1 and "names nothing in the spec or on the broker" in typo.output
+
+
+def test_apply_never_demotes_or_deletes_the_user_it_is_connected_as(broker: Broker) -> None:
+    ops = f"{broker.stack}-ops"
+    broker.http.put(f"/users/{ops}", json={"password": "0ps-pw", "tags": "administrator"})
+    broker.http.put(
+        f"/permissions/{broker.vhost}/{ops}", json={"configure": ".*", "write": ".*", "read": ".*"}
+    )
+    as_ops = with_credentials(broker.management_url, ops, "0ps-pw")
+    try:
+        spec = broker.spec(
+            """
+            version: 1
+            name: "{{ vars.stack }}"
+            users:
+              - {name: "{{ vars.stack }}-ops", tags: [management]}
+            vhosts:
+              - name: "{{ vars.vhost }}"
+            """
+        )
+        argv = ["--management-url", as_ops, "--url", broker.amqp_url]
+        argv += ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
+        planned = CliRunner().invoke(cli, ["plan", str(spec), *argv], catch_exceptions=False)
+        assert "apply will refuse: it takes the administrator tag from user" in planned.output
+        refused = CliRunner().invoke(
+            cli, ["apply", str(spec), "--auto-approve", *argv], catch_exceptions=False
+        )
+        assert refused.exit_code == 1, refused.output
+        assert "the user this apply is connected as" in refused.output
+        assert broker.get(f"/users/{ops}")["tags"] == ["administrator"]
+        # the same change made as another administrator goes through
+        assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
+        assert broker.get(f"/users/{ops}")["tags"] == ["management"]
+    finally:
+        broker.http.delete(f"/users/{ops}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rabbitry.topology import primitives
 from rabbitry.topology.spec.model import Spec, VhostSpec
 
-__all__ = ["VhostDraft"]
+__all__ = ["VhostDraft", "limits_of"]
 
 
 @dataclass
@@ -36,6 +37,7 @@ class VhostDraft:
             description=self.spec.description,
             tags=tuple(self.spec.tags),
             default_queue_type=self.spec.default_queue_type,
+            limits=limits_of(self.spec.limits),
             exchanges=tuple(self.exchanges),
             queues=tuple(self.queues),
             bindings=tuple(self.bindings),
@@ -45,3 +47,10 @@ class VhostDraft:
             permissions=tuple(self.permissions),
             topic_permissions=tuple(self.topic_permissions),
         )
+
+
+def limits_of(spec: Any) -> dict[str, int]:
+    """The limits a spec sets (by the broker's names), leaving out those it does not."""
+    if spec is None:
+        return {}
+    return {k: v for k, v in spec.model_dump(by_alias=True).items() if v is not None}

@@ -12,10 +12,11 @@ from collections.abc import Callable, Sequence
 
 from rabbitry.topology import primitives
 from rabbitry.topology.patterns.delays import declare_delays
-from rabbitry.topology.patterns.draft import VhostDraft
+from rabbitry.topology.patterns.draft import VhostDraft, limits_of
 from rabbitry.topology.patterns.federation import declare_federation
 from rabbitry.topology.patterns.retries import declare_retries
 from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
+from rabbitry.topology.patterns.shovels import declare_shovels
 from rabbitry.topology.spec.model import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
@@ -128,6 +129,7 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
     declare_sharded_exchanges,
     declare_modulus_sharding,
     declare_federation,
+    declare_shovels,
 )
 """The base steps, then the patterns (delays, retries), which refer to declared objects."""
 
@@ -165,5 +167,6 @@ def _user(spec: UserSpec) -> primitives.User:
         password=spec.password,
         password_hash=spec.password_hash,
         tags=tuple(spec.tags),
+        limits=limits_of(spec.limits),
         **algorithm,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.topology.patterns.draft import VhostDraft
 from rabbitry.topology.primitives import JSON, ApplyTo, Parameter, Policy, Vhost
@@ -21,6 +20,7 @@ from rabbitry.topology.spec.model import (
     FederationUpstreamSpec,
     UpstreamSetSpec,
 )
+from rabbitry.uri import with_password
 
 __all__ = [
     "ALL_UPSTREAMS",
@@ -41,17 +41,8 @@ KINDS = (("exchanges", ApplyTo.EXCHANGES), ("queues", ApplyTo.QUEUES))
 
 def upstream_uris(spec: FederationUpstreamSpec) -> list[str]:
     """The upstream's URIs, with ``password`` put into each (percent-encoded)."""
-    uris = [spec.uri] if isinstance(spec.uri, str) else list(spec.uri)
-    if spec.password is None:
-        return uris
-    secret = quote(spec.password.get_secret_value(), safe="")
-    out = []
-    for uri in uris:
-        parts = urlsplit(uri)
-        user = quote(parts.username or "", safe="") if parts.username is not None else "guest"
-        host = parts.netloc.rpartition("@")[2]
-        out.append(urlunsplit((parts.scheme, f"{user}:{secret}@{host}", *parts[2:])))
-    return out
+    password = spec.password.get_secret_value() if spec.password is not None else None
+    return with_password(spec.uri, password)
 
 
 def upstream_value(spec: FederationUpstreamSpec) -> dict[str, JSON]:

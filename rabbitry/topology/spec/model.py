@@ -114,6 +114,29 @@ class BrokerSpec(SpecModel):
     """Management HTTP API base URL, e.g. http://user:pass@localhost:15672 (never printed)."""
 
 
+Limit = Annotated[int, Field(ge=-1)]
+
+
+class UserLimitsSpec(SpecModel):
+    """Per-user limits (`rabbitmqctl set_user_limits`); -1 means no limit, and so does a limit
+    left out (one removed from the spec is lifted on the broker)."""
+
+    max_connections: Limit | None = Field(None, alias="max-connections")
+    """Connections the user may hold open at once (0: none)."""
+    max_channels: Limit | None = Field(None, alias="max-channels")
+    """Channels the user may hold open at once, over all its connections."""
+
+
+class VhostLimitsSpec(SpecModel):
+    """Vhost limits (`rabbitmqctl set_vhost_limits`); -1 means no limit, and so does a limit
+    left out (one removed from the spec is lifted on the broker)."""
+
+    max_connections: Limit | None = Field(None, alias="max-connections")
+    """Client connections into the vhost at once (0: none)."""
+    max_queues: Limit | None = Field(None, alias="max-queues")
+    """Queues the vhost may hold."""
+
+
 class UserSpec(SpecModel):
     """A broker user. Give `password` (from the environment) or `password_hash`, not both."""
 
@@ -127,6 +150,8 @@ class UserSpec(SpecModel):
     """Algorithm of `password_hash` (default rabbit_password_hashing_sha256)."""
     tags: list[str] = Field(default_factory=list)
     """Management tags: administrator, monitoring, policymaker, management, impersonator."""
+    limits: UserLimitsSpec | None = None
+    """Connection and channel limits of this user."""
 
     @model_validator(mode="after")
     def _one_credential(self) -> UserSpec:
@@ -464,6 +489,78 @@ class FederationUpstreamSpec(SpecModel):
     """Exchange federation (RabbitMQ 3.13+): type of the upstream's buffer queue."""
 
 
+class ShovelEndpointSpec(SpecModel):
+    """One end of a shovel: a broker (URI) and a queue, an exchange, or an AMQP 1.0 address."""
+
+    uri: str | list[str]
+    """AMQP URI(s) of the broker, e.g. amqp://user@dc2:5672/%2F (several: failover);
+    `amqp:///VHOST` is a vhost of this broker, no credentials needed."""
+    password: SecretStr | None = None
+    """Password inserted into every `uri` (percent-encoded): '{{ env.DC2_PASSWORD }}'.
+    Never printed."""
+    protocol: Literal["amqp091", "amqp10"] = "amqp091"
+    """amqp091 (queues and exchanges) or amqp10 (addresses)."""
+    queue: str | None = None
+    """AMQP 0-9-1: the queue to consume from (source) or to publish to (destination)."""
+    exchange: str | None = None
+    """AMQP 0-9-1: the exchange to bind a temporary queue to (source) or to publish to."""
+    routing_key: str | None = None
+    """AMQP 0-9-1, with `exchange`: the binding key (source) or the routing key messages get
+    (destination; default: their own)."""
+    address: str | None = None
+    """AMQP 1.0: the address to consume from or to send to."""
+
+
+class ShovelSpec(SpecModel):
+    """A dynamic shovel: moves messages from a source to a destination, on its own broker
+    connection, until deleted (a `shovel` parameter)."""
+
+    name: Name
+    """Shovel name."""
+    source: ShovelEndpointSpec
+    """Where messages come from."""
+    destination: ShovelEndpointSpec
+    """Where they go."""
+    ack_mode: FederationAckMode | None = None
+    """on-confirm (default: acknowledged at the source once the destination confirmed, no loss),
+    on-publish, or no-ack (fastest, may lose messages)."""
+    prefetch: int | None = Field(None, ge=1)
+    """Unacknowledged messages in flight (broker default 1000)."""
+    delete_after: Literal["never", "queue-length"] | Annotated[int, Field(ge=1)] | None = None
+    """never (default), queue-length (the messages there at the start), or a number of
+    messages; then the shovel deletes itself, and the next apply starts it again."""
+    reconnect_delay: Milliseconds | None = None
+    """Wait before reconnecting after a failure (e.g. 5s; broker default 5s)."""
+
+    @model_validator(mode="after")
+    def _ends(self) -> ShovelSpec:
+        for side, end in (("source", self.source), ("destination", self.destination)):
+            named = [k for k in ("queue", "exchange") if getattr(end, k) is not None]
+            if end.protocol == "amqp10":
+                if named or end.routing_key is not None:
+                    raise ValueError(
+                        f"shovel {self.name!r}: {side} speaks AMQP 1.0, which has `address`,"
+                        " not queue, exchange or routing_key"
+                    )
+                if end.address is None:
+                    raise ValueError(f"shovel {self.name!r}: {side} needs an `address`")
+                continue
+            if end.address is not None:
+                raise ValueError(
+                    f"shovel {self.name!r}: `address` is AMQP 1.0: set {side}.protocol: amqp10,"
+                    " or give a queue or an exchange"
+                )
+            if len(named) > 1:
+                raise ValueError(
+                    f"shovel {self.name!r}: {side} has a queue or an exchange, not both"
+                )
+            if side == "source" and not named:
+                raise ValueError(f"shovel {self.name!r}: the source needs a queue or an exchange")
+            if end.routing_key is not None and end.exchange is None:
+                raise ValueError(f"shovel {self.name!r}: {side}.routing_key goes with an exchange")
+        return self
+
+
 class UpstreamSetMemberSpec(SpecModel):
     """One upstream of a set, optionally with its own upstream exchange or queue."""
 
@@ -530,6 +627,8 @@ class VhostSpec(SpecModel):
     """Vhost tags."""
     default_queue_type: QueueType | None = None
     """Type of queues declared without x-queue-type (3.11+)."""
+    limits: VhostLimitsSpec | None = None
+    """Connection and queue limits of this vhost."""
     exchanges: list[ExchangeSpec] = Field(default_factory=list)
     """Exchanges."""
     queues: list[QueueSpec] = Field(default_factory=list)
@@ -554,6 +653,8 @@ class VhostSpec(SpecModel):
     """Sharding by the rabbitmq_sharding plugin (x-modulus-hash, shard queues per node)."""
     federation: FederationSpec | None = None
     """Federation upstreams, upstream sets, and federated exchanges and queues."""
+    shovels: list[ShovelSpec] = Field(default_factory=list)
+    """Dynamic shovels (need the rabbitmq_shovel plugin)."""
 
 
 class Spec(SpecModel):
