@@ -110,6 +110,7 @@ COMPAT_TESTS=(
     tests/integration/test_plan_counts.py
     tests/integration/test_saved_plans.py
     tests/integration/test_kinds.py
+    tests/integration/test_import_definitions.py
 )
 if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers && -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
     echo "compatibility run: $RABBITRY_COMPAT_IMAGE"

@@ -26,6 +26,7 @@ _BY_MODULE = {
         "apply": "apply_command",
         "show": "show_command",
         "export": "export_command",
+        "import-definitions": "import_definitions_command",
     },
     "status": {"status": "status_command", "shards": "shards_group"},
     "worker": {"worker": "worker"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -20,18 +21,20 @@ from rabbitry.cli.common import (
     json_option,
     target_options,
 )
-from rabbitry.errors import PlanError
+from rabbitry.errors import PlanError, SpecError, SpecProblem
 from rabbitry.files import write_private
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+from rabbitry.provisioner.definitions import read_definitions, topology_from_definitions
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
-from rabbitry.provisioner.exporter import export_text, export_topology
+from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import check_saved, plan_topology
 from rabbitry.provisioner.target import Target
+from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.uri import mask_uri
 
 target_option = click.option(
@@ -230,6 +233,26 @@ def show_command(planfile: Path, as_json: bool) -> int:
     return EXIT_OK
 
 
+reveal_option = click.option(
+    "--reveal-secrets",
+    is_flag=True,
+    help="Write the passwords inside parameter URIs (federation upstreams, shovels) as they"
+    " are, instead of environment references.",
+)
+passwords_option = click.option(
+    "--passwords-from-env",
+    is_flag=True,
+    help="Give users `password: {{ env.RABBITRY_USER_<NAME>_PASSWORD }}` instead of their"
+    " password hashes.",
+)
+output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the spec to this file (mode 0600) instead of standard output.",
+)
+
+
 @command("export")
 @endpoint_options
 @click.option(
@@ -241,24 +264,16 @@ def show_command(planfile: Path, as_json: bool) -> int:
     is_flag=True,
     help="Also export the users with access to the vhosts (with their password hashes).",
 )
-@click.option(
-    "--reveal-secrets",
-    is_flag=True,
-    help="Write the passwords inside parameter URIs (federation upstreams, shovels) as they"
-    " are, instead of environment references.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write the spec to this file (mode 0600) instead of standard output.",
-)
+@reveal_option
+@passwords_option
+@output_option
 def export_command(
     endpoints: Endpoints,
     vhosts: tuple[str, ...],
     name: str | None,
     users: bool,
     reveal_secrets: bool,
+    passwords_from_env: bool,
     output: Path | None,
 ) -> int:
     """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
@@ -284,7 +299,14 @@ def export_command(
             " applying it puts that user under the stack, and apply --prune would delete it"
             " once it leaves the spec"
         )
-    text, references = export_text(topology, reveal_secrets=reveal_secrets)
+    text, references = export_text(
+        topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
+    )
+    _write_spec(text, references, output)
+    return EXIT_OK
+
+
+def _write_spec(text: str, references: list[SecretReference], output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -293,11 +315,62 @@ def export_command(
     if references:
         err(
             f"note: {len(references)} password(s) were written as environment references;"
-            " set them before applying this spec (the password as it appears in the URI):"
+            " set them before applying this spec (a password inside a URI as it appears there,"
+            " percent-encoded):"
         )
         for reference in references:
             err(f"  {reference.variable}  ({reference.where})")
+
+
+@command("import-definitions")
+@click.argument("definitions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="Stack name written into the spec (default: the file's name).")
+@reveal_option
+@passwords_option
+@output_option
+def import_definitions_command(
+    definitions: Path,
+    name: str | None,
+    reveal_secrets: bool,
+    passwords_from_env: bool,
+    output: Path | None,
+) -> int:
+    """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
+    3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
+
+    What a spec cannot hold (exchanges of unknown types, plugin-internal objects, other
+    runtime parameters) is left out and named on stderr, never dropped silently.
+    """
+    stack = name or _stack_name(definitions.stem)
+    imported = topology_from_definitions(read_definitions(definitions), stack)
+    text, references = export_text(
+        imported.topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
+    )
+    # the spec must load and pass rabbitry's checks as written, or nothing is written
+    placeholders = {reference.variable: "placeholder" for reference in references}
+    try:
+        check_spec(load_spec_text(text, str(output or "<spec>"), environ=placeholders))
+    except SpecError as exc:
+        raise SpecError(
+            [
+                SpecProblem(
+                    f"the spec made of {definitions} does not pass rabbitry's checks;"
+                    " nothing was written",
+                    file=str(definitions),
+                ),
+                *exc.problems,
+            ]
+        ) from None
+    _write_spec(text, references, output)
+    for line in imported.left_out:
+        err(f"left out: {line}")
     return EXIT_OK
+
+
+def _stack_name(text: str) -> str:
+    """A stack name (letters, digits, . _ -) made of a file's name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
+    return name or "imported"
 
 
 __all__ = ["EXIT_ERROR"]

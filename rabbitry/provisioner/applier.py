@@ -117,7 +117,7 @@ def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[str
             elif isinstance(was, User) and isinstance(will, User):
                 if "administrator" in was.tags and "administrator" not in will.tags:
                     problems.append(f"it takes the administrator tag from user {connected!r}")
-                if "password differs" in change.reasons:
+                if {"password differs", "password_hash differs"} & set(change.reasons):
                     problems.append(f"it changes the password of user {connected!r}")
         elif kind == "permission" and rest == [connected] and change.action is Action.DELETE:
             problems.append(f"it removes the permissions of user {connected!r} in {change.vhost}")

@@ -9,8 +9,9 @@ records and locks are left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.gcpause import pauses_collector
@@ -91,28 +92,33 @@ def _variable(*parts: str) -> str:
 
 
 def export_text(
-    topology: Topology, *, reveal_secrets: bool = False
+    topology: Topology, *, reveal_secrets: bool = False, passwords_from_env: bool = False
 ) -> tuple[str, list[SecretReference]]:
     """The spec of ``topology`` as YAML, with every password inside a parameter's URIs (the
     uri of a federation upstream, the src-uri and dest-uri of a shovel ...) replaced by an
     environment reference ``{{ env.RABBITRY_..._PASSWORD }}`` (as written in the URI,
     percent-encoded); the references come back to be listed for whoever applies the spec.
-    ``reveal_secrets`` writes the passwords themselves."""
-    if reveal_secrets:
-        return dump_yaml(spec_document(topology)), []
+    ``reveal_secrets`` writes the passwords themselves. ``passwords_from_env``: users get
+    ``password: {{ env.RABBITRY_USER_..._PASSWORD }}`` instead of their password hash."""
     references: list[SecretReference] = []
     by_variable: dict[str, str] = {}
+
+    def reference(variable: str, where: str) -> str:
+        if variable not in by_variable:
+            by_variable[variable] = _TOKEN.format(len(by_variable))
+            references.append(SecretReference(variable, where))
+        return by_variable[variable]
+
+    if reveal_secrets:
+        return _finished(spec_document(topology), passwords_from_env, reference, by_variable), []
 
     def hide(value: JSON, owner: tuple[str, ...], key: str) -> JSON:
         if isinstance(value, str):
 
             def swap(match: re.Match[str]) -> str:
                 variable = _variable(*owner, key, "password")
-                if variable not in by_variable:
-                    by_variable[variable] = _TOKEN.format(len(by_variable))
-                    where = f"{' '.join(owner)} ({key})"
-                    references.append(SecretReference(variable, where))
-                return match["head"] + by_variable[variable] + "@"
+                token = reference(variable, f"{' '.join(owner)} ({key})")
+                return match["head"] + token + "@"
 
             return _URI_PASSWORD.sub(swap, value)
         if isinstance(value, list):
@@ -137,7 +143,26 @@ def export_text(
         for p in topology.global_parameters
     )
     hidden = topology.model_copy(update={"vhosts": vhosts, "global_parameters": global_parameters})
-    text = dump_yaml(spec_document(hidden))
+    text = _finished(spec_document(hidden), passwords_from_env, reference, by_variable)
+    return text, references
+
+
+def _finished(
+    doc: dict[str, Any],
+    passwords_from_env: bool,
+    reference: Callable[[str, str], str],
+    by_variable: dict[str, str],
+) -> str:
+    """The spec's text, users' password hashes swapped for environment references if asked."""
+    if passwords_from_env:
+        for user in doc.get("users", []):
+            name = user["name"]
+            token = reference(_variable("user", name, "password"), f"user {name}")
+            dropped = ("name", "password_hash", "hashing_algorithm")
+            rest = {k: v for k, v in user.items() if k not in dropped}
+            user.clear()
+            user.update({"name": name, "password": token, **rest})
+    text = dump_yaml(doc)
     for variable, token in by_variable.items():
         text = text.replace(token, "{{ env." + variable + " }}")
-    return text, references
+    return text

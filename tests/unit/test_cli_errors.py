@@ -59,6 +59,7 @@ BAD_VALUES = {
     "graph": ["graph", SPEC, "--format", "png"],
     "export": ["export"],
     "show": ["show", SPEC],  # a spec, not a saved plan
+    "import-definitions": ["import-definitions", SPEC],  # YAML, not a definitions file
     "shards check": ["shards", "check", SPEC, "--sample", "0"],
     "worker run": ["worker", "run", "no_such_module:app"],
     "worker log level": ["worker", "run", "x:y", "--log-level", "verbose"],

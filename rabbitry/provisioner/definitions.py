@@ -1,0 +1,234 @@
+"""Definitions files as input: a ``definitions.json`` (``rabbitmqctl export_definitions``,
+``GET /api/definitions``, any RabbitMQ from 3.8 on) turned into the topology a spec declares.
+
+``rabbitry import-definitions FILE`` writes that topology as a spec (passwords inside URIs as
+environment references, as ``rabbitry export`` does); applying it to an empty broker makes the
+same definitions. What a spec cannot hold is left out by name, never silently: exchanges of
+types rabbitry does not declare, the federation plugin's internal queues and exchanges, the
+sharding plugin's shard queues, runtime parameters of other components, bindings to or from
+what was left out, and the broker's own global parameters (``internal_cluster_id``).
+
+Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
+metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as
+``vhost-limits`` parameters, queue types as ``type`` or ``x-queue-type``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.provisioner.lock import LOCK_PREFIX
+from rabbitry.provisioner.ownership import RECORD_PREFIX
+from rabbitry.provisioner.state import observed_vhost
+from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
+from rabbitry.topology.primitives import (
+    DestinationType,
+    ExchangeType,
+    GlobalParameter,
+    Topology,
+    User,
+)
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
+
+JSONDict = dict[str, Any]
+
+SPEC_COMPONENTS = frozenset({"federation-upstream", "federation-upstream-set", "shovel"})
+"""Vhost runtime parameters a spec holds as ``parameters`` (operator policies and vhost limits
+have keys of their own)."""
+
+BROKER_GLOBALS = frozenset({"internal_cluster_id"})
+"""Global parameters the broker makes for itself: never part of a spec."""
+
+KNOWN_EXCHANGE_TYPES = frozenset(t.value for t in ExchangeType)
+
+
+@dataclass
+class Imported:
+    """A definitions file as a topology, and what it held that a spec cannot."""
+
+    topology: Topology
+    left_out: list[str] = field(default_factory=list)
+    """One line per object left out, naming it and why."""
+
+
+def read_definitions(path: Path) -> JSONDict:
+    """The JSON of a definitions file; clear errors for anything else."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(
+            SpecProblem(f"cannot read {path}: {exc.strerror}", file=str(path))
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SpecError(
+            SpecProblem(f"not a JSON definitions file ({exc})", file=str(path))
+        ) from None
+    if not isinstance(data, dict) or not any(k in data for k in ("vhosts", "users", "queues")):
+        raise SpecError(
+            SpecProblem(
+                "not a RabbitMQ definitions file: expected an object with vhosts, users,"
+                " queues ... (rabbitmqctl export_definitions, or GET /api/definitions)",
+                file=str(path),
+            )
+        )
+    return data
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(t for t in value.split(",") if t)
+    return tuple(str(t) for t in value or ())
+
+
+def _limits(value: Any) -> dict[str, int]:
+    """Limits as definitions write them: an object, a list of objects, or [] for none."""
+    items = value if isinstance(value, list) else [value]
+    out: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, dict):
+            out.update({str(k): int(v) for k, v in item.items() if isinstance(v, int | float)})
+    return out
+
+
+def _internal(arguments: Any) -> bool:
+    return isinstance(arguments, dict) and "x-internal-purpose" in arguments
+
+
+def topology_from_definitions(data: JSONDict, name: str) -> Imported:
+    """The topology of a definitions document, as stack ``name``."""
+    left_out: list[str] = []
+    by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
+    limits_of: dict[str, dict[str, int]] = defaultdict(dict)
+
+    for kind in ("queues", "exchanges", "bindings", "policies", "permissions", "topic_permissions"):
+        for item in data.get(kind) or []:
+            by_vhost[str(item.get("vhost", "/"))][kind].append(item)
+    for item in data.get("parameters") or []:
+        vhost, component = str(item.get("vhost", "/")), str(item.get("component"))
+        if component == "vhost-limits":
+            limits_of[vhost].update(_limits(item.get("value")))
+        elif component in SPEC_COMPONENTS or component == "operator_policy":
+            by_vhost[vhost]["parameters"].append(item)
+        else:
+            left_out.append(
+                f"parameter {vhost}/{component}/{item.get('name')}: rabbitry declares only"
+                f" {', '.join(sorted(SPEC_COMPONENTS))} parameters"
+            )
+
+    vhosts = []
+    for meta in data.get("vhosts") or []:
+        vhost = str(meta["name"])
+        limits_of[vhost].update(_limits(meta.get("limits")))
+        objects = by_vhost.get(vhost, defaultdict(list))
+        _drop_unplannable(vhost, objects, left_out)
+        observed = observed_vhost(
+            vhost,
+            _vhost_meta(meta),
+            {k: objects[k] for k in ("exchanges", "queues", "bindings", "policies", "parameters")},
+            objects["permissions"],
+            objects["topic_permissions"],
+            limits_of[vhost],
+        )
+        vhosts.append(observed)
+    known = {str(v.get("name")) for v in data.get("vhosts") or []}
+    for vhost in sorted(set(by_vhost) - known):
+        left_out.append(f"the objects of vhost {vhost}: the file lists no such vhost")
+
+    users = []
+    for item in data.get("users") or []:
+        password_hash = item.get("password_hash") or None
+        users.append(
+            User(
+                name=str(item["name"]),
+                password_hash=password_hash,
+                hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
+                tags=_tags(item.get("tags")),
+                limits=_limits(item.get("limits")),
+            )
+        )
+    global_parameters = []
+    for item in data.get("global_parameters") or []:
+        parameter = str(item.get("name"))
+        if parameter in BROKER_GLOBALS:
+            left_out.append(f"global parameter {parameter}: the broker makes it for itself")
+        elif parameter.startswith((RECORD_PREFIX, LOCK_PREFIX)):
+            left_out.append(f"global parameter {parameter}: rabbitry's own record of a stack")
+        else:
+            global_parameters.append(GlobalParameter(name=parameter, value=item.get("value")))
+    topology = Topology(
+        name=name,
+        vhosts=tuple(vhosts),
+        users=tuple(users),
+        global_parameters=tuple(global_parameters),
+    )
+    return Imported(topology, left_out)
+
+
+def _vhost_meta(meta: JSONDict) -> JSONDict:
+    """The vhost entry as ``observed_vhost`` reads it (the management API's vhost shape)."""
+    metadata = meta.get("metadata") or {}
+    out = {
+        "description": meta.get("description", metadata.get("description", "")),
+        "tags": list(_tags(meta.get("tags", metadata.get("tags", [])))),
+    }
+    queue_type = meta.get("default_queue_type", metadata.get("default_queue_type"))
+    if queue_type:
+        out["default_queue_type"] = queue_type
+    return out
+
+
+def _drop_unplannable(vhost: str, objects: JSONDict, left_out: list[str]) -> None:
+    """Take out (and name) what a spec cannot declare, and the bindings that need it."""
+    kept_exchanges, gone_exchanges = [], set()
+    for item in objects["exchanges"]:
+        exchange = str(item.get("name"))
+        if _internal(item.get("arguments")):
+            gone_exchanges.add(exchange)
+            left_out.append(f"exchange {vhost}/{exchange}: internal to the federation plugin")
+        elif item.get("type") not in KNOWN_EXCHANGE_TYPES:
+            gone_exchanges.add(exchange)
+            left_out.append(
+                f"exchange {vhost}/{exchange}: type {item.get('type')!r} is not one rabbitry"
+                " declares"
+            )
+        else:
+            kept_exchanges.append(item)
+    kept_queues, gone_queues = [], set()
+    for item in objects["queues"]:
+        queue = str(item.get("name"))
+        if _internal(item.get("arguments")):
+            gone_queues.add(queue)
+            left_out.append(f"queue {vhost}/{queue}: internal to the federation plugin")
+        elif is_plugin_shard_queue(queue):
+            gone_queues.add(queue)
+            left_out.append(f"queue {vhost}/{queue}: made by the sharding plugin on each node")
+        else:
+            kept_queues.append(item)
+    kept_bindings = []
+    for item in objects["bindings"]:
+        source, destination = str(item.get("source", "")), str(item.get("destination"))
+        to_queue = item.get("destination_type", "queue") == DestinationType.QUEUE.value
+        if not source:
+            continue  # the default exchange's implicit bindings: never declared
+        gone = source in gone_exchanges or (
+            destination in (gone_queues if to_queue else gone_exchanges)
+        )
+        if gone:
+            left_out.append(
+                f"binding {vhost}/{source} -> {destination}: to or from an object left out"
+            )
+        else:
+            kept_bindings.append(item)
+    objects["exchanges"], objects["queues"], objects["bindings"] = (
+        kept_exchanges,
+        kept_queues,
+        kept_bindings,
+    )
+
+
+__all__ = ["Imported", "read_definitions", "topology_from_definitions"]
