@@ -255,10 +255,12 @@ output_option = click.option(
 
 @command("export")
 @endpoint_options
+@click.option("--vhost", "vhosts", multiple=True, help="Vhost to export (repeatable).")
+@click.option("--all-vhosts", is_flag=True, help="Export every vhost of the broker.")
 @click.option(
-    "--vhost", "vhosts", multiple=True, required=True, help="Vhost to export (repeatable)."
+    "--name",
+    help="Stack name written into the spec (default: the first vhost; `broker` with --all-vhosts).",
 )
-@click.option("--name", help="Stack name written into the spec (default: the first vhost).")
 @click.option(
     "--users",
     is_flag=True,
@@ -270,6 +272,7 @@ output_option = click.option(
 def export_command(
     endpoints: Endpoints,
     vhosts: tuple[str, ...],
+    all_vhosts: bool,
     name: str | None,
     users: bool,
     reveal_secrets: bool,
@@ -281,9 +284,21 @@ def export_command(
     Users are left out unless --users: applying an export puts what it holds under the stack,
     and the broker's own operators rarely belong there.
     """
+    if bool(vhosts) == all_vhosts:
+        raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
+    omitted: list[str] = []
     with endpoints.management() as client:
+        if all_vhosts:
+            vhosts = tuple(sorted(v["name"] for v in client.vhosts()))
+            name = name or "broker"
         with Activity() as activity, activity.step(f"reading {', '.join(vhosts)}"):
-            topology = export_topology(client, vhosts, name=name or vhosts[0], include_users=users)
+            topology = export_topology(
+                client,
+                vhosts,
+                name=name or _stack_name(vhosts[0], "default"),
+                include_users=users,
+                left_out=omitted,
+            )
         connected = client.username
         if not users:
             left_out = sorted({p["user"] for v in vhosts for p in client.permissions(v)})
@@ -303,6 +318,8 @@ def export_command(
         topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
     )
     _write_spec(text, references, output)
+    for line in omitted:
+        err(f"left out: {line}")
     return EXIT_OK
 
 
@@ -341,7 +358,7 @@ def import_definitions_command(
     What a spec cannot hold (exchanges of unknown types, plugin-internal objects, other
     runtime parameters) is left out and named on stderr, never dropped silently.
     """
-    stack = name or _stack_name(definitions.stem)
+    stack = name or _stack_name(definitions.stem, "imported")
     imported = topology_from_definitions(read_definitions(definitions), stack)
     text, references = export_text(
         imported.topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
@@ -367,10 +384,10 @@ def import_definitions_command(
     return EXIT_OK
 
 
-def _stack_name(text: str) -> str:
-    """A stack name (letters, digits, . _ -) made of a file's name."""
+def _stack_name(text: str, fallback: str) -> str:
+    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
-    return name or "imported"
+    return name or fallback
 
 
 __all__ = ["EXIT_ERROR"]

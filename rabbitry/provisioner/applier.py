@@ -583,6 +583,10 @@ class Applier:
                 and isinstance(resource, Policy)
                 and not isinstance(resource, OperatorPolicy)
             )
+            if isinstance(resource, Parameter) and resource.component == "shovel":
+                # made once the imports are in: a shovel started before its queues declares
+                # them itself, without their arguments (an import makes parameters first)
+                batched = False
             if batched:
                 batches[change.vhost].append(change)
             elif change.action is not Action.ADOPT and change.kind in PUT_FIRST:

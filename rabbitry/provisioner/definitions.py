@@ -25,14 +25,7 @@ from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import observed_vhost
-from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
-from rabbitry.topology.primitives import (
-    DestinationType,
-    ExchangeType,
-    GlobalParameter,
-    Topology,
-    User,
-)
+from rabbitry.topology.primitives import GlobalParameter, Topology, User
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
 
 JSONDict = dict[str, Any]
@@ -43,8 +36,6 @@ have keys of their own)."""
 
 BROKER_GLOBALS = frozenset({"internal_cluster_id"})
 """Global parameters the broker makes for itself: never part of a spec."""
-
-KNOWN_EXCHANGE_TYPES = frozenset(t.value for t in ExchangeType)
 
 
 @dataclass
@@ -95,10 +86,6 @@ def _limits(value: Any) -> dict[str, int]:
     return out
 
 
-def _internal(arguments: Any) -> bool:
-    return isinstance(arguments, dict) and "x-internal-purpose" in arguments
-
-
 def topology_from_definitions(data: JSONDict, name: str) -> Imported:
     """The topology of a definitions document, as stack ``name``."""
     left_out: list[str] = []
@@ -125,7 +112,6 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
         vhost = str(meta["name"])
         limits_of[vhost].update(_limits(meta.get("limits")))
         objects = by_vhost.get(vhost, defaultdict(list))
-        _drop_unplannable(vhost, objects, left_out)
         observed = observed_vhost(
             vhost,
             _vhost_meta(meta),
@@ -133,6 +119,7 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
             objects["permissions"],
             objects["topic_permissions"],
             limits_of[vhost],
+            left_out=left_out,
         )
         vhosts.append(observed)
     known = {str(v.get("name")) for v in data.get("vhosts") or []}
@@ -180,55 +167,6 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     if queue_type:
         out["default_queue_type"] = queue_type
     return out
-
-
-def _drop_unplannable(vhost: str, objects: JSONDict, left_out: list[str]) -> None:
-    """Take out (and name) what a spec cannot declare, and the bindings that need it."""
-    kept_exchanges, gone_exchanges = [], set()
-    for item in objects["exchanges"]:
-        exchange = str(item.get("name"))
-        if _internal(item.get("arguments")):
-            gone_exchanges.add(exchange)
-            left_out.append(f"exchange {vhost}/{exchange}: internal to the federation plugin")
-        elif item.get("type") not in KNOWN_EXCHANGE_TYPES:
-            gone_exchanges.add(exchange)
-            left_out.append(
-                f"exchange {vhost}/{exchange}: type {item.get('type')!r} is not one rabbitry"
-                " declares"
-            )
-        else:
-            kept_exchanges.append(item)
-    kept_queues, gone_queues = [], set()
-    for item in objects["queues"]:
-        queue = str(item.get("name"))
-        if _internal(item.get("arguments")):
-            gone_queues.add(queue)
-            left_out.append(f"queue {vhost}/{queue}: internal to the federation plugin")
-        elif is_plugin_shard_queue(queue):
-            gone_queues.add(queue)
-            left_out.append(f"queue {vhost}/{queue}: made by the sharding plugin on each node")
-        else:
-            kept_queues.append(item)
-    kept_bindings = []
-    for item in objects["bindings"]:
-        source, destination = str(item.get("source", "")), str(item.get("destination"))
-        to_queue = item.get("destination_type", "queue") == DestinationType.QUEUE.value
-        if not source:
-            continue  # the default exchange's implicit bindings: never declared
-        gone = source in gone_exchanges or (
-            destination in (gone_queues if to_queue else gone_exchanges)
-        )
-        if gone:
-            left_out.append(
-                f"binding {vhost}/{source} -> {destination}: to or from an object left out"
-            )
-        else:
-            kept_bindings.append(item)
-    objects["exchanges"], objects["queues"], objects["bindings"] = (
-        kept_exchanges,
-        kept_queues,
-        kept_bindings,
-    )
 
 
 __all__ = ["Imported", "read_definitions", "topology_from_definitions"]

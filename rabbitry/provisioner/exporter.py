@@ -30,8 +30,10 @@ def export_topology(
     *,
     name: str,
     include_users: bool = False,
+    left_out: list[str] | None = None,
 ) -> Topology:
-    """The given vhosts as they are on the broker, as a topology named ``name``."""
+    """The given vhosts as they are on the broker, as a topology named ``name``; what no spec
+    can declare is left out, one line each in ``left_out``."""
     wanted = list(vhosts)
     existing = {v["name"] for v in client.vhosts()}
     missing = [v for v in wanted if v not in existing]
@@ -44,7 +46,9 @@ def export_topology(
     if include_users:
         for vhost in wanted:
             users.update(p["user"] for p in client.permissions(vhost))
-    state = read_state(client, stack=name, vhosts=wanted, users=users, with_stats=False)
+    state = read_state(
+        client, stack=name, vhosts=wanted, users=users, with_stats=False, left_out=left_out
+    )
     exported_users = tuple(
         User(
             name=user.name,

@@ -134,6 +134,10 @@ def _enum_or_none(enum_type: Any, value: Any) -> Any:
         return None
 
 
+INTERNAL = "x-internal-purpose"
+"""The argument the federation plugin marks its link queues and exchanges with."""
+
+
 def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
     """The answers of one kind, in order, each let go as soon as it is converted: the answers
     about a vhost of 50,000 objects and their primitives are never all held at once."""
@@ -150,14 +154,26 @@ def observed_vhost(
     permissions: Iterable[JSONDict] = (),
     topic_permissions: Iterable[JSONDict] = (),
     limits: Mapping[str, Any] | None = None,
+    *,
+    left_out: list[str] | None = None,
 ) -> Vhost:
     """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
-    out of ``definitions`` as they are read."""
-    exchanges = []
+    out of ``definitions`` as they are read. What no spec declares (exchanges of other types,
+    plugin-internal queues and exchanges, and the bindings to or from them) is left out, one
+    line each in ``left_out``."""
+    left = left_out if left_out is not None else []
+    exchanges, gone_exchanges = [], set()
     for item in _taken(definitions, "exchanges"):
         exchange_type = _enum_or_none(ExchangeType, item.get("type"))
-        if exchange_type is None:
-            # A type rabbitry cannot declare (e.g. x-federation-upstream internals): not ours.
+        arguments = item.get("arguments") or {}
+        if exchange_type is None or INTERNAL in arguments:
+            gone_exchanges.add(item["name"])
+            why = (
+                "internal to the federation plugin"
+                if INTERNAL in arguments
+                else f"type {item.get('type')!r} is not one rabbitry declares"
+            )
+            left.append(f"exchange {name}/{item['name']}: {why}")
             continue
         exchanges.append(
             Exchange(
@@ -166,14 +182,23 @@ def observed_vhost(
                 durable=bool(item.get("durable", True)),
                 auto_delete=bool(item.get("auto_delete", False)),
                 internal=bool(item.get("internal", False)),
-                arguments=dict(item.get("arguments") or {}),
+                arguments=dict(arguments),
             )
         )
-    queues = []
+    queues, gone_queues = [], set()
     for item in _taken(definitions, "queues"):
-        if is_plugin_shard_queue(item["name"]):
-            continue  # declared by the sharding plugin on each node: never rabbitry's to manage
         arguments = dict(item.get("arguments") or {})
+        if INTERNAL in arguments or is_plugin_shard_queue(item["name"]):
+            # the federation plugin's link queues, and the sharding plugin's shard queues
+            # (declared on each node): never rabbitry's to manage
+            gone_queues.add(item["name"])
+            why = (
+                "internal to the federation plugin"
+                if INTERNAL in arguments
+                else "made by the sharding plugin on each node"
+            )
+            left.append(f"queue {name}/{item['name']}: {why}")
+            continue
         queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
         queues.append(
             Queue(
@@ -184,21 +209,25 @@ def observed_vhost(
                 arguments=arguments,
             )
         )
-    bindings = [
-        Binding(
-            source=item["source"],
-            destination=item["destination"],
-            destination_type=DestinationType(item.get("destination_type", "queue")),
-            routing_key=item.get("routing_key", ""),
-            arguments=dict(item.get("arguments") or {}),
+    bindings = []
+    for item in _taken(definitions, "bindings"):
+        source = item.get("source")
+        if not source:
+            continue  # the default exchange's implicit bindings are not declared
+        to_queue = item.get("destination_type", "queue") == "queue"
+        destination = item["destination"]
+        if source in gone_exchanges or destination in (gone_queues if to_queue else gone_exchanges):
+            left.append(f"binding {name}/{source} -> {destination}: to or from an object left out")
+            continue
+        bindings.append(
+            Binding(
+                source=source,
+                destination=destination,
+                destination_type=DestinationType(item.get("destination_type", "queue")),
+                routing_key=item.get("routing_key", ""),
+                arguments=dict(item.get("arguments") or {}),
+            )
         )
-        for item in _taken(definitions, "bindings")
-        if item.get("source")  # the default exchange's implicit bindings are not declared
-        and not (
-            item.get("destination_type", "queue") == "queue"
-            and is_plugin_shard_queue(item["destination"])
-        )
-    ]
     policies = [
         Policy(
             name=item["name"],
@@ -272,6 +301,7 @@ def read_state(
     global_parameters: Iterable[str] = (),
     with_stats: bool = True,
     counter: Counter | None = None,
+    left_out: list[str] | None = None,
 ) -> BrokerState:
     """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker;
     queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
@@ -298,6 +328,7 @@ def read_state(
                 client.permissions(name),
                 client.topic_permissions(name),
                 vhost_limits.get(name),
+                left_out=left_out,
             )
         )
 

@@ -176,7 +176,7 @@ def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Brok
         assert applied.exit_code == 0, applied.output
         again = mine(broker.get("/definitions"), *names.values())
         for kind in KINDS:
-            assert canonical(again[kind]) == canonical(expected[kind]), kind
+            assert canonical(again[kind]) == canonical(expected[kind]), (kind, applied.output)
     finally:
         for path in (
             f"/vhosts/{names[broker.vhost]}",
@@ -252,3 +252,38 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
     assert "name: jobs" in result.stdout and "type: quorum" in result.stdout
     assert "max-connections: 4" in result.stdout
     assert "- management" in result.stdout and "name: defs" in result.stdout
+
+
+def test_export_names_what_it_leaves_out_and_exports_every_vhost(broker: Broker) -> None:
+    v = broker.vhost
+    broker.http.put(f"/queues/{v}/jobs", json={"durable": True}).raise_for_status()
+    # what the federation plugin leaves in a vhost another broker federates from
+    broker.http.put(
+        f"/exchanges/{v}/federation: up -> rabbit@remote",
+        json={"type": "topic", "internal": True, "arguments": {"x-internal-purpose": "federation"}},
+    ).raise_for_status()
+    broker.http.put(
+        f"/queues/{v}/federation: up -> rabbit@remote",
+        json={"durable": True, "arguments": {"x-internal-purpose": "federation"}},
+    ).raise_for_status()
+    broker.http.post(
+        f"/bindings/{v}/e/federation: up -> rabbit@remote/q/jobs", json={"routing_key": "#"}
+    ).raise_for_status()
+    spec = broker.tmp / "export.yaml"
+    result = broker.run("export", "--vhost", v, "-o", str(spec))
+    assert result.exit_code == 0, result.output
+    for named in (
+        f"left out: exchange {v}/federation: up -> rabbit@remote: internal to the federation",
+        f"left out: queue {v}/federation: up -> rabbit@remote: internal to the federation",
+        f"left out: binding {v}/federation: up -> rabbit@remote -> jobs",
+    ):
+        assert named in result.output, result.output
+    text = spec.read_text()
+    assert "name: jobs" in text and "x-internal-purpose" not in text
+    checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output  # the export is a spec rabbitry accepts
+
+    every = broker.run("export", "--all-vhosts", "--name", "whole")
+    assert every.exit_code == 0, every.output
+    assert f"- name: {v}" in every.stdout and "name: whole" in every.stdout
+    assert "- name: /\n" in every.stdout  # the default vhost too: every vhost there is
