@@ -94,4 +94,3 @@ def test_a_malformed_management_url_is_a_clear_error_without_its_password(
     with pytest.raises(BrokerError, match=said) as bad:
         ManagementClient(url)
     assert "s3cret" not in str(bad.value)
-
