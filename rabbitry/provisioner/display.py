@@ -7,6 +7,8 @@ from collections.abc import Callable
 import click
 
 from rabbitry.provisioner.planner import SYMBOLS, Action, Change, Plan
+from rabbitry.topology.patterns.super_streams import super_streams_in
+from rabbitry.topology.primitives import ResourceKey
 from rabbitry.uri import mask_text
 
 COLORS = {
@@ -40,12 +42,42 @@ def _annotations(change: Change, prune: bool) -> list[str]:
     return notes
 
 
+def _super_streams(plan: Plan) -> dict[ResourceKey, str]:
+    """Changes that make or change a whole super stream, all the same way: the first member's
+    key -> the line standing for them all ('' for the other members)."""
+    if plan.desired is None:
+        return {}
+    actions = {c.key: c.action for c in plan.changes}
+    order = {key: i for i, key in enumerate(actions)}
+    shown: dict[ResourceKey, str] = {}
+    for vhost in plan.desired.vhosts:
+        for found in super_streams_in(vhost):
+            members = [found.exchange, *found.queues, *found.bindings]
+            keys = [m.key(vhost.name) for m in members]
+            if not all(k in actions for k in keys) or len({actions[k] for k in keys}) != 1:
+                continue  # partly changed: each part is shown
+            first = min(keys, key=order.__getitem__)
+            shown.update(dict.fromkeys(keys, ""))
+            partitions = len(found.queues)
+            shown[first] = f"super stream {vhost.name}/{found.name} ({partitions} partitions)"
+    return shown
+
+
 def render_plan(plan: Plan, *, color: bool = False, prune: bool = True) -> str:
-    """The plan as text; ``prune`` says whether deletions will run (else they are marked)."""
+    """The plan as text; ``prune`` says whether deletions will run (else they are marked). A
+    super stream made or changed whole is one line."""
     style: Callable[..., str] = click.style if color else (lambda text, **_kw: text)
     lines: list[str] = []
     width = max((len(SYMBOLS[c.action]) for c in plan.changes), default=1)
+    grouped = _super_streams(plan)
     for change in plan.changes:
+        title = grouped.get(change.key)
+        if title == "":
+            continue
+        if title is not None:
+            symbol = SYMBOLS[change.action].rjust(width)
+            lines.append(style(f"  {symbol} {title}", fg=COLORS[change.action]))
+            continue
         symbol = SYMBOLS[change.action].rjust(width)
         head = f"  {symbol} {change.title}"
         notes = _annotations(change, prune)

@@ -118,3 +118,36 @@ def test_a_shovel_moves_messages_shows_its_state_and_changes_in_place(broker: Br
     stopped = broker.run("status", str(broker.spec(SHOVEL, "status.yaml")), "--json")
     assert stopped.exit_code == 3
     assert json.loads(stopped.output)["shovels"][0]["status"] == "missing"
+
+
+SUPER = """
+version: 1
+name: "{{ vars.stack }}"
+vhosts:
+  - name: "{{ vars.vhost }}"
+    super_streams:
+      - name: events
+        partitions: 3
+        arguments: {x-max-age: 1D}
+"""
+
+
+def test_a_super_stream_is_made_as_add_super_stream_makes_it_and_exports_as_one(
+    broker: Broker,
+) -> None:
+    broker.apply(SUPER)
+    exchange = broker.get("/exchanges/{vhost}/events")
+    assert (exchange["type"], exchange["arguments"]) == ("direct", {"x-super-stream": True})
+    for i in range(3):
+        stream = broker.get(f"/queues/{{vhost}}/events-{i}")
+        assert stream["type"] == "stream" and stream["arguments"]["x-max-age"] == "1D"
+    bound = broker.get("/exchanges/{vhost}/events/bindings/source")
+    assert sorted((b["destination"], b["routing_key"], b["arguments"]) for b in bound) == [
+        (f"events-{i}", str(i), {"x-stream-partition-order": i}) for i in range(3)
+    ]
+    assert plan_changes(broker, SUPER) == []
+
+    exported = broker.run("export", "--vhost", broker.vhost)
+    assert exported.exit_code == 0, exported.output
+    assert "super_streams:" in exported.stdout and "partitions: 3" in exported.stdout
+    assert "x-super-stream" not in exported.stdout and "events-0" not in exported.stdout

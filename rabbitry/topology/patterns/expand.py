@@ -17,6 +17,7 @@ from rabbitry.topology.patterns.federation import declare_federation
 from rabbitry.topology.patterns.retries import declare_retries
 from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
 from rabbitry.topology.patterns.shovels import declare_shovels
+from rabbitry.topology.patterns.super_streams import declare_super_streams
 from rabbitry.topology.spec.model import Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
@@ -130,6 +131,7 @@ VHOST_STEPS: tuple[ExpansionStep, ...] = (
     declare_modulus_sharding,
     declare_federation,
     declare_shovels,
+    declare_super_streams,
 )
 """The base steps, then the patterns (delays, retries), which refer to declared objects."""
 

@@ -435,6 +435,39 @@ class ShardedExchangeSpec(SpecModel):
     """The template every shard queue is declared from (type, arguments, retry, dead-letter)."""
 
 
+class SuperStreamSpec(SpecModel):
+    """A super stream: a partitioned stream, as `rabbitmq-streams add_super_stream` makes it (a
+    direct exchange marked `x-super-stream`, one stream per partition named `<name>-<key>`,
+    bound with its key and its `x-stream-partition-order`)."""
+
+    name: Name
+    """The super stream (its exchange)."""
+    partitions: int | None = Field(None, ge=1, le=1024)
+    """Number of partitions, keyed 0, 1, ... (or give `routing_keys`)."""
+    routing_keys: list[Name] | None = Field(None, min_length=1, max_length=1024)
+    """One partition per key, named `<name>-<key>`: a message goes to the partition of its
+    routing key."""
+    arguments: QueueArguments = Field(default_factory=lambda: NO_QUEUE_ARGUMENTS)
+    """Stream arguments of every partition: x-max-age, x-max-length-bytes,
+    x-stream-max-segment-size-bytes, x-initial-cluster-size, x-stream-filter-size-bytes."""
+
+    @model_validator(mode="after")
+    def _one_way_to_partition(self) -> SuperStreamSpec:
+        if (self.partitions is None) == (self.routing_keys is None):
+            raise ValueError(
+                f"super stream {self.name!r}: give `partitions: N` or `routing_keys: [...]`,"
+                " one of them"
+            )
+        keys = self.routing_keys or []
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"super stream {self.name!r}: a routing key is listed twice")
+        return self
+
+    def keys(self) -> list[str]:
+        """The partitions' routing keys, in partition order."""
+        return list(self.routing_keys or [str(i) for i in range(self.partitions or 0)])
+
+
 class ModulusShardingSpec(SpecModel):
     """Sharding by the rabbitmq_sharding plugin: an x-modulus-hash exchange and the policy that
     makes the plugin declare `shards_per_node` queues on every node (named
@@ -655,6 +688,8 @@ class VhostSpec(SpecModel):
     """Federation upstreams, upstream sets, and federated exchanges and queues."""
     shovels: list[ShovelSpec] = Field(default_factory=list)
     """Dynamic shovels (need the rabbitmq_shovel plugin)."""
+    super_streams: list[SuperStreamSpec] = Field(default_factory=list)
+    """Partitioned streams (RabbitMQ 3.11+)."""
 
 
 class Spec(SpecModel):
