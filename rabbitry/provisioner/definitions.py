@@ -24,7 +24,7 @@ from typing import Any
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
-from rabbitry.provisioner.state import observed_vhost
+from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.topology.primitives import GlobalParameter, Topology, User
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
 
@@ -70,27 +70,11 @@ def read_definitions(path: Path) -> JSONDict:
     return data
 
 
-def _tags(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(t for t in value.split(",") if t)
-    return tuple(str(t) for t in value or ())
-
-
-def _limits(value: Any) -> dict[str, int]:
-    """Limits as definitions write them: an object, a list of objects, or [] for none."""
-    items = value if isinstance(value, list) else [value]
-    out: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, dict):
-            out.update({str(k): int(v) for k, v in item.items() if isinstance(v, int | float)})
-    return out
-
-
 def topology_from_definitions(data: JSONDict, name: str) -> Imported:
     """The topology of a definitions document, as stack ``name``."""
     left_out: list[str] = []
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
-    limits_of: dict[str, dict[str, int]] = defaultdict(dict)
+    vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
 
     for kind in ("queues", "exchanges", "bindings", "policies", "permissions", "topic_permissions"):
         for item in data.get(kind) or []:
@@ -98,7 +82,7 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
     for item in data.get("parameters") or []:
         vhost, component = str(item.get("vhost", "/")), str(item.get("component"))
         if component == "vhost-limits":
-            limits_of[vhost].update(_limits(item.get("value")))
+            vhost_limits[vhost].update(limits_of(item.get("value")))
         elif component in SPEC_COMPONENTS or component == "operator_policy":
             by_vhost[vhost]["parameters"].append(item)
         else:
@@ -110,7 +94,7 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
     vhosts = []
     for meta in data.get("vhosts") or []:
         vhost = str(meta["name"])
-        limits_of[vhost].update(_limits(meta.get("limits")))
+        vhost_limits[vhost].update(limits_of(meta.get("limits")))
         objects = by_vhost.get(vhost, defaultdict(list))
         observed = observed_vhost(
             vhost,
@@ -118,7 +102,7 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
             {k: objects[k] for k in ("exchanges", "queues", "bindings", "policies", "parameters")},
             objects["permissions"],
             objects["topic_permissions"],
-            limits_of[vhost],
+            vhost_limits[vhost],
             left_out=left_out,
         )
         vhosts.append(observed)
@@ -134,8 +118,8 @@ def topology_from_definitions(data: JSONDict, name: str) -> Imported:
                 name=str(item["name"]),
                 password_hash=password_hash,
                 hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
-                tags=_tags(item.get("tags")),
-                limits=_limits(item.get("limits")),
+                tags=tags_of(item.get("tags")),
+                limits=limits_of(item.get("limits")),
             )
         )
     global_parameters = []
@@ -161,7 +145,7 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     metadata = meta.get("metadata") or {}
     out = {
         "description": meta.get("description", metadata.get("description", "")),
-        "tags": list(_tags(meta.get("tags", metadata.get("tags", [])))),
+        "tags": list(tags_of(meta.get("tags", metadata.get("tags", [])))),
     }
     queue_type = meta.get("default_queue_type", metadata.get("default_queue_type"))
     if queue_type:

@@ -258,15 +258,13 @@ def observed_vhost(
             )
     default_type = _enum_or_none(QueueType, meta.get("default_queue_type"))
     metadata = meta.get("metadata") or {}
-    tags = meta.get("tags", metadata.get("tags", []))
-    if isinstance(tags, str):
-        tags = [t for t in tags.split(",") if t]
+    tags = tags_of(meta.get("tags", metadata.get("tags", [])))
     return Vhost(
         name=name,
         description=str(meta.get("description", metadata.get("description", "")) or ""),
         tags=tuple(tags),
         default_queue_type=default_type,
-        limits=_limits(limits),
+        limits=limits_of(limits),
         exchanges=tuple(exchanges),
         queues=tuple(queues),
         bindings=tuple(bindings),
@@ -286,11 +284,21 @@ def observed_vhost(
     )
 
 
-def _limits(value: Any) -> dict[str, int]:
-    """Limits as the API shows them ({name: number}); anything else is no limit."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): int(v) for k, v in value.items() if isinstance(v, int | float)}
+def limits_of(value: Any) -> dict[str, int]:
+    """Limits as the API and definitions files write them: an object, a list of objects, or
+    [] for none; anything else is no limit."""
+    out: dict[str, int] = {}
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, Mapping):
+            out.update({str(k): int(v) for k, v in item.items() if isinstance(v, int | float)})
+    return out
+
+
+def tags_of(value: Any) -> tuple[str, ...]:
+    """Tags as a list, or as one comma-separated string (older brokers)."""
+    if isinstance(value, str):
+        return tuple(t for t in value.split(",") if t)
+    return tuple(str(t) for t in value or ())
 
 
 def read_state(
@@ -337,14 +345,12 @@ def read_state(
     if wanted_users:
         for item in client.users():
             if item["name"] in wanted_users:
-                tags = item.get("tags") or []
-                if isinstance(tags, str):
-                    tags = [t for t in tags.split(",") if t]
+                tags = tags_of(item.get("tags"))
                 observed_users.append(
                     User(
                         name=item["name"],
                         tags=tuple(tags),
-                        limits=_limits(user_limits.get(item["name"])),
+                        limits=limits_of(user_limits.get(item["name"])),
                     )
                 )
                 hashes[item["name"]] = (
