@@ -347,18 +347,24 @@ def target_options(func: F) -> F: ...
 
 
 @overload
-def target_options(*, read_ahead: bool = ..., plan_files: bool = ...) -> Callable[[F], F]: ...
+def target_options(
+    *, read_ahead: bool = ..., plan_files: bool = ..., lock: bool = ...
+) -> Callable[[F], F]: ...
 
 
 def target_options(
-    func: F | None = None, *, read_ahead: bool = False, plan_files: bool = False
+    func: F | None = None, *, read_ahead: bool = False, plan_files: bool = False, lock: bool = False
 ) -> Any:
     """``SPEC``, its template variables and the broker options, handed to the command as one
     loaded and checked ``target`` (warnings to stderr). ``read_ahead``: start reading the
     spec's vhosts from the broker while the spec is checked (``target.client``).
-    ``plan_files``: SPEC may be a saved plan instead, handed over as a ``SavedTarget``."""
+    ``plan_files``: SPEC may be a saved plan instead, handed over as a ``SavedTarget``.
+    ``lock``: claim the stack's lock first (``target.lock``, for the command to acquire or
+    abandon), so that the read-ahead counts as read under it."""
     if func is None:
-        return functools.partial(target_options, read_ahead=read_ahead, plan_files=plan_files)
+        return functools.partial(
+            target_options, read_ahead=read_ahead, plan_files=plan_files, lock=lock
+        )
 
     @functools.wraps(func)
     def command(
@@ -386,6 +392,7 @@ def target_options(
             var_files=var_files,
             on_warning=lambda problem: err(f"warning: {problem}"),
             read_ahead=read_ahead,
+            lock=lock,
             **broker,
         )
         return func(target, **options)

@@ -28,11 +28,11 @@ from rabbitry.provisioner.definitions import read_definitions, topology_from_def
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
-from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.stack import check_saved, plan_topology
+from rabbitry.provisioner.stack import check_saved, locked_plan, plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.uri import mask_uri
@@ -58,8 +58,14 @@ def _targeted(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
 
 
 def _show(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> None:
-    click.echo(f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}")
-    click.echo(render_plan(the_plan, color=color_enabled(), prune=prune))
+    click.echo(_shown(target, the_plan, prune))
+
+
+def _shown(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
+    return (
+        f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}\n"
+        + render_plan(the_plan, color=color_enabled(), prune=prune)
+    )
 
 
 def _apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
@@ -114,7 +120,7 @@ def plan_command(
 
 
 @command("apply")
-@target_options(plan_files=True)
+@target_options(plan_files=True, read_ahead=True, lock=True)
 @click.option(
     "--auto-approve",
     is_flag=True,
@@ -153,6 +159,25 @@ def apply_command(
 ) -> int:
     """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
     from `rabbitry plan -o`); one apply per stack at a time."""
+    try:
+        return _apply(
+            target, auto_approve, allow_replace, prune, force, as_json, lock_timeout, targets
+        )
+    finally:
+        if isinstance(target, Target) and target.lock is not None:
+            target.lock.abandon()  # a run stopped before it acquired the lock it claimed
+
+
+def _apply(
+    target: Target | SavedTarget,
+    auto_approve: bool,
+    allow_replace: bool,
+    prune: bool,
+    force: bool,
+    as_json: bool,
+    lock_timeout: float,
+    targets: tuple[str, ...],
+) -> int:
     saved = target.saved if isinstance(target, SavedTarget) else None
     if saved is not None and targets:
         raise click.UsageError(
@@ -167,19 +192,25 @@ def apply_command(
         assert isinstance(target, Target)
         topology = target.topology_alone()
         stack = topology.name
-    with (
-        target.endpoints.management() as client,
-        AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, stack).held(lock_timeout),
-    ):
+    drawn: list[str] = []  # the plan as shown, of the last plan made
+
+    def make_plan(client: ManagementClient) -> Plan:
         with Activity() as activity, activity.step("reading the broker's state"):
             if saved is not None:
                 check_saved(client, saved)
                 the_plan = saved.plan
             else:
                 the_plan = _targeted(plan_topology(client, topology, counter), targets)
+        if not as_json:  # drawn now: a large plan takes a while, and the lock settles meanwhile
+            drawn[:] = [_shown(target, the_plan, prune)]
+        return the_plan
+
+    with (
+        AmqpQueueCounter(target.endpoints) as counter,
+        locked_plan(target, stack, make_plan, lock_timeout) as (client, the_plan),
+    ):
         if not as_json:
-            _show(target, the_plan, prune=prune)
+            click.echo(drawn[-1])
         if not the_plan.has_changes:
             if as_json:
                 click.echo(json.dumps(_apply_json(the_plan, [], []), indent=2))

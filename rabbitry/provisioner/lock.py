@@ -11,6 +11,11 @@ seconds, and read it back: if another run wrote after us, theirs wins and we wai
 management API has no compare-and-set, so two runs that each read "free" and write more than
 ``settle`` seconds apart could both go on; the read-back narrows that window to a stall of a
 whole ``settle`` between one run's read and its write.
+
+The wait need not be idle: ``claim`` writes and returns (an apply loads its spec and reads the
+broker meanwhile); ``acquire`` then waits out only what is left of ``settle`` before the
+read-back. What was read after a claim that held is as current as
+what is read after ``acquire``: nobody else writes until their own read-back, which fails.
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ class StackLock:
         # the renewer runs in a thread: it needs its own HTTP connection
         self._renew_client = renew_client or client.clone
         self.since = 0.0
+        self._written: float | None = None
+        """``time.monotonic()`` of our last write, while it may still be ours."""
+        self.early_claim_kept = False
+        """Whether ``acquire`` kept an earlier ``claim``: what was read after it holds."""
 
     def _value(self, since: float) -> dict[str, Any]:
         now = self.clock()
@@ -95,35 +104,60 @@ class StackLock:
         value = self.client.global_parameter(self.name)
         return value if isinstance(value, dict) else None
 
+    def _claim(self) -> dict[str, Any] | None:
+        """Write our value unless someone else holds the lock: None when written, else the
+        holder's value."""
+        current = self._current()
+        now = self.clock()
+        if current is not None and current.get("token") != self.token:
+            expires = float(current.get("expires", 0))
+            if expires > now:
+                return current
+            logger.warning(
+                "taking over the lock of stack %r: %s held it since %s and stopped renewing"
+                " it at %s (a run that was killed?)",
+                self.stack,
+                current.get("holder", "?"),
+                _when(float(current.get("since", 0))),
+                _when(expires),
+            )
+        self.since = self.clock()
+        self.client.put_global_parameter(self.name, self._value(self.since))
+        self._written = time.monotonic()
+        return None
+
+    @property
+    def claimed(self) -> bool:
+        """Whether our value was written and may still stand (``claim``, or ``acquire``)."""
+        return self._written is not None
+
+    def claim(self) -> bool:
+        """Write our value now unless someone else holds the lock: whether it was written.
+        The lock is ours once ``acquire`` has read it back; what is read between the two
+        counts as read under the lock if that read-back finds our value."""
+        return self._claim() is None
+
     def acquire(self, timeout: float = 0.0) -> None:
         """Take the lock, waiting up to ``timeout`` seconds for another holder to let go."""
         deadline = time.monotonic() + timeout
+        early = self._written is not None
         while True:
-            current = self._current()
-            now = self.clock()
-            if current is not None and current.get("token") != self.token:
-                expires = float(current.get("expires", 0))
-                if expires > now:
+            if self._written is None:
+                current = self._claim()
+                if current is not None:
                     if time.monotonic() >= deadline:
                         raise LockHeld(self._held_message(current, timeout))
                     time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
                     continue
-                logger.warning(
-                    "taking over the lock of stack %r: %s held it since %s and stopped renewing"
-                    " it at %s (a run that was killed?)",
-                    self.stack,
-                    current.get("holder", "?"),
-                    _when(float(current.get("since", 0))),
-                    _when(expires),
-                )
-            since = self.clock()
-            self.client.put_global_parameter(self.name, self._value(since))
-            time.sleep(self.settle)
+            assert self._written is not None
+            time.sleep(max(0.0, self._written + self.settle - time.monotonic()))
             after = self._current()
             if after is not None and after.get("token") == self.token:
-                self.since = since
+                self.early_claim_kept = early
                 return
             # someone wrote after us: theirs stands; wait for it like any other holder
+            self._written = None
+            early = False
 
     def _held_message(self, current: dict[str, Any], timeout: float) -> str:
         waited = f" after waiting {timeout:g} s" if timeout else ""
@@ -136,14 +170,26 @@ class StackLock:
 
     def release(self) -> None:
         """Let go, unless someone has taken the lock over meanwhile."""
+        self._written = None
         current = self._current()
         if current is not None and current.get("token") == self.token:
             self.client.delete(f"/global-parameters/{q(self.name)}")
 
+    def abandon(self) -> None:
+        """Let go of a claim that was never acquired (the run stopped before it applied
+        anything); nothing when there is none."""
+        if self._written is not None:
+            with contextlib.suppress(BrokerError):
+                self.release()
+
     @contextlib.contextmanager
     def held(self, timeout: float = 0.0) -> Iterator[StackLock]:
         """Hold the lock for the ``with`` block, renewing it in the background."""
-        self.acquire(timeout)
+        try:
+            self.acquire(timeout)
+        except BaseException:
+            self.abandon()  # interrupted between our write and its read-back
+            raise
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(stop,), daemon=True)
         renewer.start()

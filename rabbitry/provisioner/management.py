@@ -330,6 +330,11 @@ class ManagementClient:
             threading.Thread(target=run, name=f"read-ahead {key}", daemon=True).start()
             self._ahead[key] = future
 
+    def forget_read_ahead(self) -> None:
+        """Drop what ``read_ahead`` read or is reading: it is out of date (a lock that had to
+        be waited for: its holder may have changed the broker since)."""
+        self._ahead.clear()
+
     def _taken_ahead(self, key: str) -> tuple[bool, Any]:
         """(True, what was read ahead for ``key``), or (False, None) when nothing was. A read
         that failed as any read fails (``BrokerError``: a silent port waits its timeout once,

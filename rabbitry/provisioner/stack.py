@@ -9,7 +9,8 @@ nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,16 +27,16 @@ from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.planfile import SavedPlan, cluster_name
+from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import Counter, read_state
-from rabbitry.provisioner.target import target_of
+from rabbitry.provisioner.target import Target, target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
-__all__ = ["apply", "check_saved", "plan", "plan_topology"]
+__all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology"]
 
 
 @pauses_collector
@@ -59,6 +60,9 @@ def plan_topology(
         global_parameters=[p.name for p in topology.global_parameters],
         counter=counter,
     )
+    # what was read ahead and not taken (a vhost that does not exist yet) is of before any
+    # change: a read after the apply must reach the broker
+    client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
     harm = self_harm(the_plan, client.username)
     if harm:
@@ -103,6 +107,35 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
         )
 
 
+@contextlib.contextmanager
+def locked_plan(
+    target: Target | SavedTarget,
+    stack: str,
+    make_plan: Callable[[ManagementClient], Plan],
+    lock_timeout: float = 0.0,
+) -> Iterator[tuple[ManagementClient, Plan]]:
+    """The plan of an apply of ``stack`` (``make_plan``) and a management client to apply it
+    with, holding the stack's lock for the ``with`` block (``LockHeld`` after waiting
+    ``lock_timeout`` seconds). When ``target`` claimed the lock while its spec loaded, the plan
+    is made from what was read after the claim while the lock settles, and kept when the claim
+    held; otherwise, or when someone else wrote the lock first (and may have changed the
+    broker since), it is made again under the lock from fresh reads."""
+    early = target.client if isinstance(target, Target) else None
+    client = early or target.endpoints.management()
+    lock = (target.lock if isinstance(target, Target) else None) or StackLock(client, stack)
+    with client:
+        try:
+            the_plan = make_plan(client) if lock.claimed else None
+        except BaseException:
+            lock.abandon()
+            raise
+        with lock.held(lock_timeout):
+            if the_plan is None or not lock.early_claim_kept:
+                client.forget_read_ahead()
+                the_plan = make_plan(client)
+            yield client, the_plan
+
+
 def plan(
     spec: str | Path | Spec,
     *,
@@ -131,14 +164,25 @@ def apply(
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
     needs a replace, prune or force the arguments do not allow, and ``LockHeld`` when another
     run applies the same stack (after waiting up to ``lock_timeout`` seconds)."""
-    target = target_of(spec, url=url, management_url=management_url, variables=variables)
+    target = target_of(
+        spec,
+        url=url,
+        management_url=management_url,
+        variables=variables,
+        read_ahead=True,
+        lock=True,
+    )
     options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    topology = target.topology
     with (
-        target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, target.topology.name).held(lock_timeout),
+        locked_plan(
+            target,
+            topology.name,
+            lambda client: plan_topology(client, topology, counter),
+            lock_timeout,
+        ) as (client, the_plan),
     ):
-        the_plan = plan_topology(client, target.topology, counter)
         if not the_plan.has_changes:
             return ApplyResult()
         problems = refusals(the_plan, options, client.username)

@@ -22,18 +22,24 @@ from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
 
 if TYPE_CHECKING:
+    from rabbitry.provisioner.lock import StackLock
     from rabbitry.provisioner.management import ManagementClient
 
 
 class Target:
     """A loaded, checked spec and the broker it is meant for."""
 
-    def __init__(self, spec: Spec, endpoints: Endpoints, client: Any = None) -> None:
+    def __init__(
+        self, spec: Spec, endpoints: Endpoints, client: Any = None, lock: StackLock | None = None
+    ) -> None:
         self._spec: Spec | None = spec
         self.endpoints = endpoints
         self.client = client
         """A management client already reading the spec's vhosts (``target_of(read_ahead=True)``),
         for the caller to use and close; None otherwise."""
+        self.lock = lock
+        """The stack's lock, claimed while the spec loaded (``target_of(lock=True)``), over
+        ``client``: the caller acquires it before it applies, or abandons it."""
 
     def __repr__(self) -> str:
         return f"Target({self.endpoints!r})"
@@ -68,14 +74,33 @@ def target_of(
     ca_file: str | None = None,
     insecure: bool | None = None,
     read_ahead: bool = False,
+    lock: bool = False,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
     resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
     certificate). Warnings go to ``on_warning`` (default: the topology logger).
 
     With ``read_ahead``, the broker's objects in the spec's vhosts are read while the spec is
-    checked (``Target.client``): for a plan, never under a lock (an apply reads after it)."""
+    checked (``Target.client``). With ``lock`` too (an apply), the stack's lock is claimed first
+    (``Target.lock``) and read only if the claim was written: the lock's settle time passes
+    while the spec loads, and what is read counts as read under the lock once the caller
+    acquires it."""
     client: ManagementClient | None = None
+    claimed: StackLock | None = None
+
+    def start_reading(stack: str, vhosts: list[str]) -> None:
+        nonlocal claimed
+        reader = client
+        assert reader is not None
+        if not lock:
+            _read_ahead(reader, stack, vhosts)
+            return
+        from rabbitry.provisioner.lock import StackLock
+
+        claimed = StackLock(reader, stack)
+        # at once, not in a thread: a thread gets little time while the spec is built
+        if claimed.claim():
+            _read_ahead(reader, stack, vhosts)
 
     def read_early(text: str) -> None:
         # a large spec's names are known before it is built: start reading then
@@ -85,7 +110,7 @@ def target_of(
             stack, vhosts = peek
             early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
             client = early.management()
-            _read_ahead(client, stack, vhosts)
+            start_reading(stack, vhosts)
 
     try:
         if isinstance(spec, Spec):
@@ -103,14 +128,23 @@ def target_of(
             insecure=insecure,
         )
         if read_ahead:
+            if claimed is not None and claimed.stack != model.name:
+                claimed.abandon()  # the peek was wrong: the lock is the stack's, under its name
+                claimed = None
+                assert client is not None
+                client.forget_read_ahead()
             client = client or endpoints.management()
-            _read_ahead(client, model.name, [vhost.name for vhost in model.vhosts])
+            if claimed is None:
+                start_reading(model.name, [vhost.name for vhost in model.vhosts])
+            # else: the claim's reads cover the peeked vhosts; any other is read under the lock
         check_spec(model, on_warning)
     except BaseException:
+        if claimed is not None:
+            claimed.abandon()
         if client is not None:
             client.close()
         raise
-    return Target(model, endpoints, client)
+    return Target(model, endpoints, client, claimed)
 
 
 PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts", "/vhost-limits", "/user-limits")

@@ -509,6 +509,74 @@ def test_the_lock_of_a_killed_apply_expires_and_is_taken_over(
         assert client.global_parameter(lock_name(broker.stack)) is None
 
 
+@pytest.mark.parametrize("early", [False, True], ids=["once-loaded", "from-the-yaml-tree"])
+def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
+    broker: Broker, early: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.provisioner.stack import locked_plan, plan_topology
+    from rabbitry.provisioner.target import target_of
+    from rabbitry.topology.spec import fast_yaml
+
+    if early:  # a large plain spec: the lock is claimed from the names in its YAML tree
+        monkeypatch.setattr(fast_yaml, "FAST_FROM", 0)
+    broker.apply(SPEC)
+    spec = broker.spec(SPEC.replace("max-length: 1000", "max-length: 2000"))
+    options = {"url": broker.amqp_url, "management_url": broker.management_url}
+    variables = {"vhost": broker.vhost, "stack": broker.stack}
+    with ManagementClient(broker.management_url) as other:
+        plans: list[tuple[bool, float]] = []
+
+        def make_plan(client: ManagementClient) -> Plan:
+            assert target.lock is not None
+            plans.append((target.lock.early_claim_kept, time.monotonic()))
+            return plan_topology(client, target.topology)
+
+        target = target_of(spec, variables=variables, read_ahead=True, lock=True, **options)
+        assert target.lock is not None and target.lock.stack == broker.stack
+        assert other.global_parameter(lock_name(broker.stack))["token"] == target.lock.token
+        assert target.client is not None and f"vhost {broker.vhost}" in target.client._ahead
+        with locked_plan(target, broker.stack, make_plan) as (client, the_plan):
+            assert target.lock.early_claim_kept, "nobody wrote the lock after the claim"
+            assert len(plans) == 1, "planned once, before the claim was confirmed"
+            assert [c.action for c in the_plan.changes] == [Action.UPDATE]
+            assert not client._ahead, "what was read after the claim was used"
+        assert other.global_parameter(lock_name(broker.stack)) is None, "released"
+
+        # another run wrote the lock right after this one's claim (it read "free" before the
+        # claim): it goes first and changes the broker; what this run read and planned is stale
+        plans.clear()
+        target = target_of(spec, variables=variables, read_ahead=True, lock=True, **options)
+        theirs = {"token": "theirs", "holder": "ci@runner-9 (pid 99)", "since": time.time(),
+                  "expires": time.time() + 60}  # fmt: skip
+        other.put_global_parameter(lock_name(broker.stack), theirs)
+        other.put("/policies/{}/cap".format(quote(broker.vhost, safe="")),
+                  {"pattern": "^audit$", "apply-to": "queues",
+                   "definition": {"max-length": 2000}})  # fmt: skip
+        threading.Timer(
+            1.0, other.delete, [f"/global-parameters/{lock_name(broker.stack)}"]
+        ).start()
+        started = time.monotonic()
+        with locked_plan(target, broker.stack, make_plan, 30) as (client, the_plan):
+            assert time.monotonic() - started >= 1.0, "waited for the other run"
+            assert not target.lock.early_claim_kept
+            assert len(plans) == 2 and plans[1][1] - started >= 1.0, "planned again after"
+            assert not the_plan.has_changes, "on a fresh read, not the stale one"
+        assert other.global_parameter(lock_name(broker.stack)) is None
+
+
+def test_an_apply_stopped_before_it_changes_anything_leaves_no_lock(broker: Broker) -> None:
+    bad = broker.spec(SPEC.replace("destination: work", "destination: nowhere"), "bad.yaml")
+    failed = broker.run("apply", str(bad), "--auto-approve")
+    assert failed.exit_code == 1 and "nowhere" in failed.output, failed.output
+    refused = broker.run("apply", str(broker.spec(SPEC)), "--json")
+    assert refused.exit_code == 1 and "--auto-approve" in refused.output, refused.output
+    with ManagementClient(broker.management_url) as client:
+        assert client.global_parameter(lock_name(broker.stack)) is None
+    assert broker.queue_names() == set()
+    applied = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+
+
 def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
     broker: Broker,
 ) -> None:
@@ -576,6 +644,8 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
         )
 
     broker.apply(SPEC)
+    if early:
+        peeked.clear()  # the apply peeked too
     spec = broker.spec(SPEC.replace("max-length: 1000", "max-length: 2000"))
     options = {"url": broker.amqp_url, "management_url": broker.management_url}
     variables = {"vhost": broker.vhost, "stack": broker.stack}
