@@ -182,7 +182,11 @@ def schema(of_plan: bool) -> None:
     show_default=True,
     help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid.",
 )
-@click.option("--unfold", is_flag=True, help="Draw every delay level instead of one box each.")
+@click.option(
+    "--unfold",
+    is_flag=True,
+    help="Draw every delay level and super stream partition instead of one box each.",
+)
 @click.option(
     "-o",
     "--output",

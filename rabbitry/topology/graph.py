@@ -2,8 +2,9 @@
 
 ``topology_graph`` builds a small graph model (pure); ``to_dot`` and ``to_mermaid`` render it.
 The levels of a delay are folded into one box by default (28 exchanges and 28 queues say less
-than "delay: 1s x 2^0..27"); the paths a worker takes (retry tiers, parking) are drawn dotted,
-since the broker does not route them.
+than "delay: 1s x 2^0..27"), and so is a super stream (its exchange and partition streams);
+the paths a worker takes (retry tiers, parking) are drawn dotted, since the broker does not
+route them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class Node:
     id: str
     label: str
     kind: str
-    """``exchange``, ``queue`` or ``delay`` (folded levels)."""
+    """``exchange``, ``queue``, ``delay`` (folded levels) or ``super-stream`` (its exchange and
+    partitions, folded)."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,10 @@ def _short_key(key: str, limit: int = 24) -> str:
     return key if len(key) <= limit else key[: limit - 1] + "…"
 
 
-def _folds(spec: VhostSpec) -> dict[str, tuple[str, str]]:
-    """Object name -> (box id, box label) for every delay level."""
-    out: dict[str, tuple[str, str]] = {}
+def _folds(spec: VhostSpec) -> dict[str, tuple[str, str, str]]:
+    """Object name -> (box id, box label, box kind) for every delay level and every part of a
+    super stream (its exchange and partition streams)."""
+    out: dict[str, tuple[str, str, str]] = {}
     for delay in spec.delays:
         scheme = delay_scheme(delay)
         box = f"delay:{delay.name}"
@@ -70,7 +73,13 @@ def _folds(spec: VhostSpec) -> dict[str, tuple[str, str]]:
             names = [scheme.level_queue(i) for i in range(len(scheme.levels_ms))]
             names.append(scheme.entry_exchange)
         for name in names:
-            out[name] = (box, label)
+            out[name] = (box, label, "delay")
+    for stream in spec.super_streams:
+        keys = stream.keys()
+        box = f"super-stream:{stream.name}"
+        label = f"{stream.name}: super stream, {len(keys)} partitions"
+        for name in [stream.name, *(f"{stream.name}-{key}" for key in keys)]:
+            out[name] = (box, label, "super-stream")
     return out
 
 
@@ -87,7 +96,8 @@ def vhost_graph(vhost: Vhost, spec: VhostSpec | None = None, fold: bool = True) 
         ident = node_id(kind, name)
         if ident not in graph.nodes:
             if name in folds:
-                graph.nodes[ident] = Node(ident, folds[name][1], "delay")
+                _, label, box_kind = folds[name]
+                graph.nodes[ident] = Node(ident, label, box_kind)
             else:
                 graph.nodes[ident] = Node(ident, name or "(default exchange)", kind)
         return ident
@@ -166,6 +176,7 @@ DOT_NODE = {
     "exchange": 'shape=box, style="rounded,filled", fillcolor="#e8f0fe"',
     "queue": 'shape=cylinder, style=filled, fillcolor="#fef7e0"',
     "delay": 'shape=box3d, style=filled, fillcolor="#e6f4ea"',
+    "super-stream": 'shape=cylinder, peripheries=2, style=filled, fillcolor="#fce8e6"',
 }
 DOT_EDGE = {
     "binding": "",
@@ -221,6 +232,7 @@ def to_mermaid(graphs: Iterable[Graph]) -> str:
                 "exchange": f'(["{label}"])',
                 "queue": f'[("{label}")]',
                 "delay": f'[["{label}"]]',
+                "super-stream": f'{{{{"{label}"}}}}',
             }
             lines.append(f"    {ident}{shape[node.kind]}")
         for edge in graph.edges:

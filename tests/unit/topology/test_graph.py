@@ -66,3 +66,20 @@ def test_cli_svg_uses_graphviz_or_says_how_to_get_it(tmp_path: Path) -> None:
         assert check.returncode == 0, check.stderr
     else:
         assert result.exit_code == 1 and "apt-get install graphviz" in result.output
+
+
+def test_a_super_stream_is_one_box_until_unfolded() -> None:
+    spec = load_spec(Path(__file__).parents[3] / "examples" / "broker.yaml")
+    folded, unfolded = (topology_graph(expand(spec), spec, fold=f)[0] for f in (True, False))
+    boxes = [n for n in folded.nodes.values() if n.kind == "super-stream"]
+    assert [n.label for n in boxes] == ["events: super stream, 3 partitions"]
+    names = {n.label for n in folded.nodes.values()}
+    assert not names & {"events", "events-0", "events-1", "events-2"}
+    assert not any(e.source == e.target for e in folded.edges), "its own bindings fold away"
+    assert {"events", "events-0", "events-1", "events-2"} <= {
+        n.label for n in unfolded.nodes.values()
+    }
+    assert not any(n.kind == "super-stream" for n in unfolded.nodes.values())
+    dot, mermaid = to_dot([folded]), to_mermaid([folded])
+    assert "events: super stream, 3 partitions" in dot and "peripheries=2" in dot
+    assert '{{"events: super stream, 3 partitions"}}' in mermaid
