@@ -131,6 +131,14 @@ def plan_command(
     is_flag=True,
     help="Allow deleting or replacing queues that hold messages or have consumers.",
 )
+@click.option(
+    "--take-over",
+    "take_over",
+    multiple=True,
+    metavar="STACK",
+    help="Act on objects stack STACK owns (repeatable): they move to this stack. Without it,"
+    " apply refuses to adopt, change or delete another stack's objects.",
+)
 @json_option
 @click.option(
     "--lock-timeout",
@@ -147,6 +155,7 @@ def apply_command(
     allow_replace: bool,
     prune: bool,
     force: bool,
+    take_over: tuple[str, ...],
     as_json: bool,
     lock_timeout: float,
     targets: tuple[str, ...],
@@ -160,7 +169,9 @@ def apply_command(
         )
     if as_json and not auto_approve and saved is None:
         raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
-    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    options = ApplyOptions(
+        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+    )
     if saved is not None:
         stack = saved.plan.stack
     else:

@@ -9,7 +9,7 @@ nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,18 +24,20 @@ from rabbitry.provisioner.applier import (
 )
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
+from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import SavedPlan, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.state import Counter, read_state
+from rabbitry.provisioner.state import Counter, read_records, read_state
 from rabbitry.provisioner.target import target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
-__all__ = ["apply", "check_saved", "plan", "plan_topology"]
+__all__ = ["apply", "check_saved", "plan", "plan_topology", "stacks"]
 
 
 @pauses_collector
@@ -125,14 +127,18 @@ def apply(
     allow_replace: bool = False,
     prune: bool = False,
     force: bool = False,
+    take_over: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
     lock_timeout: float = 0.0,
 ) -> ApplyResult:
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
-    needs a replace, prune or force the arguments do not allow, and ``LockHeld`` when another
-    run applies the same stack (after waiting up to ``lock_timeout`` seconds)."""
+    needs a replace, prune or force the arguments do not allow, or acts on objects another
+    stack owns that ``take_over`` does not name, and ``LockHeld`` when another run applies the
+    same stack (after waiting up to ``lock_timeout`` seconds)."""
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
-    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    options = ApplyOptions(
+        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+    )
     with (
         target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
@@ -145,3 +151,16 @@ def apply(
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
         return apply_plan(client, the_plan, options, counter, progress=progress)
+
+
+def stacks(
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    vhosts: Iterable[str] = (),
+) -> StacksOnBroker:
+    """The stacks on the broker (only those owning something in ``vhosts``, when given) with
+    what each owns, read from their ownership records in one request."""
+    endpoints = resolve_endpoints(url, management_url)
+    with endpoints.management() as client:
+        return stacks_on(read_records(client), vhosts)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.provisioner.ownership import OwnershipRecord, record_name
+from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
 from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
@@ -122,6 +122,8 @@ class BrokerState:
     broker_version: str = ""
     node_count: int | None = None
     """Nodes in the cluster (None when not read): quorum queues need enough of them."""
+    other_owners: Mapping[ResourceKey, tuple[str, ...]] = field(default_factory=dict)
+    """Key -> the other stacks whose ownership records list it."""
 
     def resources(self) -> dict[ResourceKey, Any]:
         return self.topology.resources()
@@ -313,7 +315,10 @@ def read_state(
 ) -> BrokerState:
     """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker;
     queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
-    record = OwnershipRecord.from_value(stack, client.global_parameter(record_name(stack)))
+    # one read gives every stack's record (and the global parameters the spec declares)
+    parameters = client.global_parameters()
+    records = records_from(parameters)
+    record = records.get(stack) or OwnershipRecord(stack)
     wanted_vhosts = set(vhosts) | record.vhosts()
     wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
     wanted_params = set(global_parameters) | {
@@ -359,7 +364,7 @@ def read_state(
                 )
     observed_params = []
     if wanted_params:
-        for item in client.global_parameters():
+        for item in parameters:
             if item["name"] in wanted_params:
                 observed_params.append(GlobalParameter(name=item["name"], value=item.get("value")))
 
@@ -375,7 +380,13 @@ def read_state(
         queue_stats=QueueStatsReader(client, counter) if with_stats else {},
         password_hashes=hashes,
         node_count=len(client.get("/nodes", params={"columns": "name"})),
+        other_owners=owners_by_key(records, but=stack),
     )
 
 
-__all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_state"]
+def read_records(client: ManagementClient) -> dict[str, OwnershipRecord]:
+    """Every stack's ownership record on the broker, by stack name (one read)."""
+    return records_from(client.global_parameters())
+
+
+__all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_records", "read_state"]

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from rabbitry.errors import SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.provisioner.ownership import record_name
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
@@ -82,10 +81,10 @@ def target_of(
         nonlocal client
         peek = peek_names(text)
         if peek is not None:
-            stack, vhosts = peek
+            _stack, vhosts = peek
             early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
             client = early.management()
-            _read_ahead(client, stack, vhosts)
+            _read_ahead(client, vhosts)
 
     try:
         if isinstance(spec, Spec):
@@ -104,7 +103,7 @@ def target_of(
         )
         if read_ahead:
             client = client or endpoints.management()
-            _read_ahead(client, model.name, [vhost.name for vhost in model.vhosts])
+            _read_ahead(client, [vhost.name for vhost in model.vhosts])
         check_spec(model, on_warning)
     except BaseException:
         if client is not None:
@@ -113,9 +112,18 @@ def target_of(
     return Target(model, endpoints, client)
 
 
-PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts", "/vhost-limits", "/user-limits")
-"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts)."""
+PLAN_READS = (
+    "/overview",
+    "/nodes",
+    "/feature-flags",
+    "/vhosts",
+    "/vhost-limits",
+    "/user-limits",
+    "/global-parameters",
+)
+"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts, every
+stack's ownership record)."""
 
 
-def _read_ahead(client: ManagementClient, stack: str, vhosts: list[str]) -> None:
-    client.read_ahead(vhosts, global_parameters=[record_name(stack)], paths=PLAN_READS)
+def _read_ahead(client: ManagementClient, vhosts: list[str]) -> None:
+    client.read_ahead(vhosts, paths=PLAN_READS)
