@@ -35,6 +35,7 @@ from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import check_saved, plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
+from rabbitry.topology.primitives import ExchangeType, Topology
 from rabbitry.uri import mask_uri
 
 target_option = click.option(
@@ -329,6 +330,7 @@ def export_command(
         topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
     )
     _write_spec(text, references, output)
+    _note_unchecked(topology)
     for line in omitted:
         err(f"left out: {line}")
     return EXIT_OK
@@ -366,8 +368,9 @@ def import_definitions_command(
     """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
     3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
 
-    What a spec cannot hold (exchanges of unknown types, plugin-internal objects, other
-    runtime parameters) is left out and named on stderr, never dropped silently.
+    Exchanges of types rabbitry does not know are kept, passed through unchecked. What a spec
+    cannot hold (plugin-internal objects, other runtime parameters) is left out and named on
+    stderr, never dropped silently.
     """
     stack = name or _stack_name(definitions.stem, "imported")
     imported = topology_from_definitions(read_definitions(definitions), stack)
@@ -390,9 +393,21 @@ def import_definitions_command(
             ]
         ) from None
     _write_spec(text, references, output)
+    _note_unchecked(imported.topology)
     for line in imported.left_out:
         err(f"left out: {line}")
     return EXIT_OK
+
+
+def _note_unchecked(topology: Topology) -> None:
+    """Name the exchanges of types rabbitry does not know: kept, but nothing checks them."""
+    for vhost in topology.vhosts:
+        for exchange in vhost.exchanges:
+            if not isinstance(exchange.type, ExchangeType):
+                err(
+                    f"kept unchecked: exchange {vhost.name}/{exchange.name}: type"
+                    f" {exchange.type!r} is not one rabbitry knows (validate and plan warn)"
+                )
 
 
 def _stack_name(text: str, fallback: str) -> str:

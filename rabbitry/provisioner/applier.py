@@ -218,7 +218,7 @@ def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) ->
 def _exchange_doc(e: Exchange) -> dict[str, Any]:
     return {
         "name": e.name,
-        "type": e.type.value,
+        "type": str(e.type),
         "durable": e.durable,
         "auto_delete": e.auto_delete,
         "internal": e.internal,

@@ -160,22 +160,18 @@ def observed_vhost(
     left_out: list[str] | None = None,
 ) -> Vhost:
     """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
-    out of ``definitions`` as they are read. What no spec declares (exchanges of other types,
-    plugin-internal queues and exchanges, and the bindings to or from them) is left out, one
-    line each in ``left_out``."""
+    out of ``definitions`` as they are read. What the broker made for its plugins (their
+    internal queues and exchanges, and the bindings to or from them) is left out, one line
+    each in ``left_out``; exchanges of types rabbitry does not know are kept as they are."""
     left = left_out if left_out is not None else []
     exchanges, gone_exchanges = [], set()
     for item in _taken(definitions, "exchanges"):
-        exchange_type = _enum_or_none(ExchangeType, item.get("type"))
+        # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
+        exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
         arguments = item.get("arguments") or {}
-        if exchange_type is None or INTERNAL in arguments:
+        if INTERNAL in arguments:
             gone_exchanges.add(item["name"])
-            why = (
-                "internal to the federation plugin"
-                if INTERNAL in arguments
-                else f"type {item.get('type')!r} is not one rabbitry declares"
-            )
-            left.append(f"exchange {name}/{item['name']}: {why}")
+            left.append(f"exchange {name}/{item['name']}: internal to the federation plugin")
             continue
         exchanges.append(
             Exchange(

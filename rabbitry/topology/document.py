@@ -148,7 +148,7 @@ def _super_streams(vhost: Vhost) -> tuple[list[Document], set[int]]:
 def _exchange(exchange: Exchange) -> Document:
     out: Document = {"name": exchange.name}
     if exchange.type is not ExchangeType.DIRECT:
-        out["type"] = exchange.type.value
+        out["type"] = str(exchange.type)
     _flags(out, exchange.durable, exchange.auto_delete)
     if exchange.internal:
         out["internal"] = True

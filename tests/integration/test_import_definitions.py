@@ -243,13 +243,15 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
     result = CliRunner().invoke(cli, ["import-definitions", str(source)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for named in (
-        "left out: exchange //recent: type 'x-recent-history' is not one rabbitry declares",
-        "left out: binding //recent -> jobs: to or from an object left out",
+        "kept unchecked: exchange /recent: type 'x-recent-history' is not one rabbitry knows",
         "left out: parameter //mqtt-port/x",
         "left out: global parameter internal_cluster_id",
     ):
         assert named in result.stderr, result.stderr
     assert "name: jobs" in result.stdout and "type: quorum" in result.stdout
+    # a plugin's exchange type is kept, with its binding
+    assert "type: x-recent-history" in result.stdout and "source: recent" in result.stdout
+    assert "left out: exchange" not in result.stderr
     assert "max-connections: 4" in result.stdout
     assert "- management" in result.stdout and "name: defs" in result.stdout
 

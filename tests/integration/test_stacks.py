@@ -1,0 +1,98 @@
+"""Two stacks in one vhost on a real broker: neither takes the other's objects unless told to,
+and ``rabbitry stacks`` lists both."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+import pytest
+
+from rabbitry.provisioner.ownership import record_name
+from rabbitry.provisioner.plan_schema import PlanDocument
+from tests.integration.conftest import Broker, one_vhost_spec
+
+pytestmark = pytest.mark.broker
+
+STACK_A = one_vhost_spec("""
+        queues:
+          - {name: qshared}
+          - {name: qa}
+""")
+# the same vhost, another stack name
+STACK_B = one_vhost_spec("""
+        queues:
+          - {name: qshared}
+          - {name: qb}
+""").replace('name: "{{ vars.stack }}"', 'name: "{{ vars.stack }}-b"')
+
+
+def managed_names(broker: Broker, stack: str) -> set[str]:
+    found = broker.get(f"/global-parameters/{quote(record_name(stack), safe='')}")
+    return {entry[-1] for entry in found["value"]["managed"] if entry[1] == "queue"}
+
+
+def stacks_json(broker: Broker) -> dict[str, dict[str, object]]:
+    listed = broker.run(
+        "stacks", "--vhost", broker.vhost, "--json", "--management-url", broker.management_url
+    )
+    assert listed.exit_code == 0, listed.output
+    out = json.loads(listed.output)
+    assert out["format_version"] == 1
+    return {s["stack"]: s for s in out["stacks"]}
+
+
+def test_a_stack_cannot_take_anothers_queue_unless_it_takes_it_over(broker: Broker) -> None:
+    a, b = broker.stack, f"{broker.stack}-b"
+    broker.apply(STACK_A, "a.yaml")
+    spec_b = str(broker.spec(STACK_B, "b.yaml"))
+    try:
+        # B's plan marks A's queue, in text and in JSON
+        text = broker.run("plan", spec_b)
+        assert text.exit_code == 0, text.output
+        assert f"= queue {broker.vhost}/qshared  (owned by stack {a!r}" in text.output
+        assert f"--take-over {a}" in text.output
+        as_json = json.loads(broker.run("plan", spec_b, "--json").output)
+        PlanDocument.model_validate(as_json)
+        marked = {c["title"]: c.get("owners") for c in as_json["changes"]}
+        assert marked[f"queue {broker.vhost}/qshared"] == [a]
+        assert marked[f"queue {broker.vhost}/qb"] is None
+
+        # B's apply refuses, changing nothing: qb is not made, no record is written for B
+        refused = broker.run("apply", spec_b, "--auto-approve")
+        assert refused.exit_code == 1, refused.output
+        assert "nothing was applied" in refused.output
+        assert f"--take-over {a}" in refused.output
+        assert broker.queue_names() == {"qshared", "qa"}
+        assert set(stacks_json(broker)) == {a}
+
+        # with --take-over, ownership moves from A to B
+        taken = broker.run("apply", spec_b, "--auto-approve", "--take-over", a)
+        assert taken.exit_code == 0, taken.output
+        assert broker.queue_names() == {"qshared", "qa", "qb"}
+        assert managed_names(broker, a) == {"qa"}
+        assert managed_names(broker, b) == {"qshared", "qb"}
+
+        # now A's plan marks the queue as B's
+        back = broker.run("plan", str(broker.spec(STACK_A, "a.yaml")))
+        assert f"queue {broker.vhost}/qshared  (owned by stack {b!r}" in back.output
+
+        # rabbitry stacks lists both, with what each owns in the vhost
+        listed = stacks_json(broker)
+        assert set(listed) == {a, b}
+        counts = {
+            name: {v["vhost"]: v["counts"] for v in s["vhosts"]}  # type: ignore[attr-defined]
+            for name, s in listed.items()
+        }
+        assert counts[a] == {broker.vhost: {"queue": 1, "vhost": 1}}
+        assert counts[b] == {broker.vhost: {"queue": 2, "vhost": 1}}
+        human = broker.run(
+            "stacks", "--vhost", broker.vhost, "--management-url", broker.management_url
+        )
+        assert human.exit_code == 0, human.output
+        assert f"stack {a}: 2 object(s)" in human.output
+        assert f"  vhost {broker.vhost}: 2 queues, 1 vhost" in human.output
+        assert "owned by stacks" not in human.output  # nothing is owned twice
+    finally:
+        for stack in (a, b):
+            broker.http.delete(f"/global-parameters/{quote(record_name(stack), safe='')}")
