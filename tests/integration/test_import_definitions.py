@@ -243,7 +243,7 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
     result = CliRunner().invoke(cli, ["import-definitions", str(source)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for named in (
-        "kept unchecked: exchange /recent: type 'x-recent-history' is not one rabbitry knows",
+        "kept unchecked: exchange //recent: type 'x-recent-history' is not one rabbitry knows",
         "left out: parameter //mqtt-port/x",
         "left out: global parameter internal_cluster_id",
     ):
@@ -289,3 +289,49 @@ def test_export_names_what_it_leaves_out_and_exports_every_vhost(broker: Broker)
     assert every.exit_code == 0, every.output
     assert f"- name: {v}" in every.stdout and "name: whole" in every.stdout
     assert "- name: /\n" in every.stdout  # the default vhost too: every vhost there is
+
+
+def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: Broker) -> None:
+    """x-local-random is core since RabbitMQ 4.0; an older broker lacks it and is told so."""
+    v = broker.vhost
+    overview = broker.get("/overview")
+    has_type = "x-local-random" in {t["name"] for t in overview["exchange_types"]}
+    assert has_type == (int(overview["rabbitmq_version"].split(".")[0]) >= 4)
+    broker.http.put(f"/queues/{v}/jobs", json={"durable": True}).raise_for_status()
+    if has_type:
+        broker.http.put(
+            f"/exchanges/{v}/pick", json={"type": "x-local-random", "durable": True}
+        ).raise_for_status()
+        broker.http.post(f"/bindings/{v}/e/pick/q/jobs", json={}).raise_for_status()
+    spec = broker.tmp / "export.yaml"
+    exported = broker.run("export", "--vhost", v, "--name", broker.stack, "-o", str(spec))
+    assert exported.exit_code == 0, exported.output
+    if not has_type:
+        # the broker cannot make one: a spec asking for it is refused before any change
+        spec.write_text(
+            spec.read_text().replace(
+                "    queues:",
+                "    exchanges:\n      - {name: pick, type: x-local-random}\n    queues:",
+            )
+        )
+        refused = broker.run("plan", str(spec))
+        assert refused.exit_code == 1, refused.output
+        assert "the broker has no exchange type x-local-random" in refused.output
+        return
+    assert f"kept unchecked: exchange {v}/pick: type 'x-local-random'" in exported.output
+    text = spec.read_text()
+    assert "type: x-local-random" in text and "source: pick" in text
+
+    checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    assert "'x-local-random' is not one rabbitry knows" in checked.output
+
+    # gone from the broker, the export declares it again, with its binding
+    broker.http.delete(f"/exchanges/{v}/pick").raise_for_status()
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    assert broker.get("/exchanges/{vhost}/pick")["type"] == "x-local-random"
+    bound = broker.get("/exchanges/{vhost}/pick/bindings/source")
+    assert [b["destination"] for b in bound] == ["jobs"]
+    again = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output  # the broker matches the export
