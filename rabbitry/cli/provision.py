@@ -28,7 +28,7 @@ from rabbitry.provisioner.definitions import read_definitions, topology_from_def
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
-from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.lock import stacks_held
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
@@ -182,7 +182,7 @@ def apply_command(
     with (
         target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, stack).held(lock_timeout),
+        stacks_held(client, {stack, *take_over}, lock_timeout),
     ):
         with Activity() as activity, activity.step("reading the broker's state"):
             if saved is not None:

@@ -25,7 +25,7 @@ from rabbitry.provisioner.applier import (
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
 from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.lock import stacks_held
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import SavedPlan, cluster_name
@@ -134,7 +134,7 @@ def apply(
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
     needs a replace, prune or force the arguments do not allow, or acts on objects another
     stack owns that ``take_over`` does not name, and ``LockHeld`` when another run applies the
-    same stack (after waiting up to ``lock_timeout`` seconds)."""
+    same stack, or one named in ``take_over`` (after waiting up to ``lock_timeout`` seconds)."""
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
     options = ApplyOptions(
         allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
@@ -142,7 +142,7 @@ def apply(
     with (
         target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
-        StackLock(client, target.topology.name).held(lock_timeout),
+        stacks_held(client, {target.topology.name, *options.take_over}, lock_timeout),
     ):
         the_plan = plan_topology(client, target.topology, counter)
         if not the_plan.has_changes:

@@ -8,6 +8,8 @@ from urllib.parse import quote
 
 import pytest
 
+from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import record_name
 from rabbitry.provisioner.plan_schema import PlanDocument
 from tests.integration.conftest import Broker, one_vhost_spec
@@ -65,6 +67,15 @@ def test_a_stack_cannot_take_anothers_queue_unless_it_takes_it_over(broker: Brok
         assert f"--take-over {a}" in refused.output
         assert broker.queue_names() == {"qshared", "qa"}
         assert set(stacks_json(broker)) == {a}
+
+        # while an apply of A runs, taking its objects over waits for it (here: refuses)
+        with ManagementClient(broker.management_url) as client:
+            held = StackLock(client, a, settle=0.05)
+            with held.held():
+                busy = broker.run("apply", spec_b, "--auto-approve", "--take-over", a)
+                assert busy.exit_code == 1, busy.output
+                assert f"stack {a!r} is being applied by {held.holder}" in busy.output
+        assert broker.queue_names() == {"qshared", "qa"}
 
         # with --take-over, ownership moves from A to B
         taken = broker.run("apply", spec_b, "--auto-approve", "--take-over", a)
