@@ -104,6 +104,40 @@ def test_a_stack_cannot_take_anothers_queue_unless_it_takes_it_over(broker: Brok
         assert f"stack {a}: 2 object(s)" in human.output
         assert f"  vhost {broker.vhost}: 2 queues, 1 vhost" in human.output
         assert "owned by stacks" not in human.output  # nothing is owned twice
+
+        # A record written before rabbitry refused: both stacks list qshared. B's spec drops
+        # it, and B's prune would delete it from under A: marked, and refused.
+        a_record = broker.get(f"/global-parameters/{quote(record_name(a), safe='')}")["value"]
+        b_record = broker.get(f"/global-parameters/{quote(record_name(b), safe='')}")["value"]
+        a_record["managed"] += [e for e in b_record["managed"] if e[-1] == "qshared"]
+        broker.http.put(
+            f"/global-parameters/{quote(record_name(a), safe='')}",
+            json={"name": record_name(a), "value": a_record},
+        ).raise_for_status()
+        contested = json.loads(
+            broker.run(
+                "stacks",
+                "--json",
+                "--vhost",
+                broker.vhost,
+                "--management-url",
+                broker.management_url,
+            ).output
+        )["contested"]
+        assert contested == [
+            {
+                "key": ["queue", broker.vhost, "qshared"],
+                "title": f"queue {broker.vhost}/qshared",
+                "stacks": sorted([a, b]),
+            }
+        ]
+        only_qb = str(broker.spec(STACK_B.replace("- {name: qshared}\n", ""), "b.yaml"))
+        dropped = broker.run("plan", only_qb)
+        (line,) = [x for x in dropped.output.splitlines() if "/qshared  (" in x]
+        assert line.startswith(f"  - queue {broker.vhost}/qshared") and f"stack {a!r}" in line
+        pruned = broker.run("apply", only_qb, "--auto-approve", "--prune")
+        assert pruned.exit_code == 1 and "would delete it" in pruned.output, pruned.output
+        assert "qshared" in broker.queue_names()
     finally:
         for stack in (a, b):
             broker.http.delete(f"/global-parameters/{quote(record_name(stack), safe='')}")
