@@ -35,7 +35,8 @@ from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import check_saved, plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
-from rabbitry.topology.primitives import ExchangeType, Topology
+from rabbitry.topology.document import unknown_to_rabbitry
+from rabbitry.topology.primitives import Topology
 from rabbitry.uri import mask_uri
 
 target_option = click.option(
@@ -400,14 +401,9 @@ def import_definitions_command(
 
 
 def _note_unchecked(topology: Topology) -> None:
-    """Name the exchanges of types rabbitry does not know: kept, but nothing checks them."""
-    for vhost in topology.vhosts:
-        for exchange in vhost.exchanges:
-            if not isinstance(exchange.type, ExchangeType):
-                err(
-                    f"kept unchecked: exchange {vhost.name}/{exchange.name}: type"
-                    f" {exchange.type!r} is not one rabbitry knows (validate and plan warn)"
-                )
+    """Name what the spec keeps that rabbitry does not know: kept, but nothing checks it."""
+    for line in unknown_to_rabbitry(topology):
+        err(f"kept unchecked: {line}")
 
 
 def _stack_name(text: str, fallback: str) -> str:

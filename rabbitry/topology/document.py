@@ -59,6 +59,7 @@ __all__ = [
     "plain_yaml",
     "spec_document",
     "topology_data",
+    "unknown_to_rabbitry",
 ]
 
 DEFAULT_SCHEMA_REF = "rabbitry.schema.json"
@@ -216,6 +217,39 @@ def _non_default(**patterns: str) -> Document:
 
 def _parameter(param: Parameter) -> Document:
     return {"component": param.component, "name": param.name, "value": param.value}
+
+
+def unknown_to_rabbitry(topology: Topology) -> list[str]:
+    """What ``spec_document`` keeps unchecked because rabbitry does not know it, one line per
+    object: exchange types of plugins, and argument and policy keys it has no check for
+    (validate warns about known keys whose values it would not take back)."""
+    lines: list[str] = []
+
+    def unknown(values: Mapping[str, JSON], model: type[KnownKeys], skip: str = "") -> str:
+        known = _model_keys(model)[1]
+        return ", ".join(sorted(k for k in values if k not in known and k != skip))
+
+    for vhost in topology.vhosts:
+        for exchange in vhost.exchanges:
+            where = f"exchange {vhost.name}/{exchange.name}"
+            if not isinstance(exchange.type, ExchangeType):
+                lines.append(f"{where}: type {exchange.type!r} is not one rabbitry knows")
+            keys = unknown(exchange.arguments, ExchangeArguments, skip="alternate-exchange")
+            if keys:
+                lines.append(f"{where}: arguments {keys}")
+        for queue in vhost.queues:
+            keys = unknown(queue.arguments, QueueArguments)
+            if keys:
+                lines.append(f"queue {vhost.name}/{queue.name}: arguments {keys}")
+        for policy in vhost.policies:
+            keys = unknown(policy.definition, PolicyDefinition)
+            if keys:
+                lines.append(f"policy {vhost.name}/{policy.name}: keys {keys}")
+        for operator in vhost.operator_policies:
+            keys = unknown(operator.definition, OperatorPolicyDefinition)
+            if keys:
+                lines.append(f"operator policy {vhost.name}/{operator.name}: keys {keys}")
+    return lines
 
 
 def _arguments(

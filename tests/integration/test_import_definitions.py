@@ -297,7 +297,10 @@ def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: B
     overview = broker.get("/overview")
     has_type = "x-local-random" in {t["name"] for t in overview["exchange_types"]}
     assert has_type == (int(overview["rabbitmq_version"].split(".")[0]) >= 4)
-    broker.http.put(f"/queues/{v}/jobs", json={"durable": True}).raise_for_status()
+    # an argument no check knows (the broker keeps any x- argument)
+    broker.http.put(
+        f"/queues/{v}/jobs", json={"durable": True, "arguments": {"x-team": "billing"}}
+    ).raise_for_status()
     if has_type:
         broker.http.put(
             f"/exchanges/{v}/pick", json={"type": "x-local-random", "durable": True}
@@ -319,8 +322,10 @@ def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: B
         assert "the broker has no exchange type x-local-random" in refused.output
         return
     assert f"kept unchecked: exchange {v}/pick: type 'x-local-random'" in exported.output
+    assert f"kept unchecked: queue {v}/jobs: arguments x-team" in exported.output
     text = spec.read_text()
     assert "type: x-local-random" in text and "source: pick" in text
+    assert "unchecked_arguments" in text and "x-team: billing" in text
 
     checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output

@@ -7,6 +7,7 @@ from rabbitry.provisioner.capabilities import BrokerCapabilities, missing, requi
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology import dump_yaml, expand, load_spec_text, spec_document
 from rabbitry.topology import primitives as p
+from rabbitry.topology.document import unknown_to_rabbitry
 
 from .conftest import check, load, one_problem, vhost_spec
 
@@ -95,3 +96,24 @@ def test_a_broker_without_the_type_is_named_before_any_change() -> None:
         version=(4, 0, 5), exchange_types=frozenset({"x-local-random", "x-recent-history"})
     )
     assert missing(needs, everything) == []
+
+
+def test_what_export_keeps_unchecked_is_named_per_object() -> None:
+    vhost = p.Vhost(
+        name="v",
+        exchanges=(
+            p.Exchange(name="random", type="x-local-random"),
+            p.Exchange(name="plain", arguments={"alternate-exchange": "ae", "x-colour": "red"}),
+        ),
+        queues=(
+            p.Queue(name="q", arguments={"x-message-ttl": 5, "x-team": "a", "x-area": "b"}),
+            p.Queue(name="checked", arguments={"x-max-length": 3}),
+        ),
+        policies=(p.Policy(name="pol", pattern=".", definition={"max-length": 1, "x-odd": 1}),),
+    )
+    assert unknown_to_rabbitry(p.Topology(vhosts=(vhost,))) == [
+        "exchange v/random: type 'x-local-random' is not one rabbitry knows",
+        "exchange v/plain: arguments x-colour",
+        "queue v/q: arguments x-area, x-team",
+        "policy v/pol: keys x-odd",
+    ]
