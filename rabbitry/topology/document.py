@@ -224,31 +224,30 @@ def unknown_to_rabbitry(topology: Topology) -> list[str]:
     object: exchange types of plugins, and argument and policy keys it has no check for
     (validate warns about known keys whose values it would not take back)."""
     lines: list[str] = []
-
-    def unknown(values: Mapping[str, JSON], model: type[KnownKeys], skip: str = "") -> str:
-        known = _model_keys(model)[1]
-        return ", ".join(sorted(k for k in values if k not in known and k != skip))
-
     for vhost in topology.vhosts:
         for exchange in vhost.exchanges:
-            where = f"exchange {vhost.name}/{exchange.name}"
             if not isinstance(exchange.type, ExchangeType):
-                lines.append(f"{where}: type {exchange.type!r} is not one rabbitry knows")
-            keys = unknown(exchange.arguments, ExchangeArguments, skip="alternate-exchange")
-            if keys:
-                lines.append(f"{where}: arguments {keys}")
-        for queue in vhost.queues:
-            keys = unknown(queue.arguments, QueueArguments)
-            if keys:
-                lines.append(f"queue {vhost.name}/{queue.name}: arguments {keys}")
-        for policy in vhost.policies:
-            keys = unknown(policy.definition, PolicyDefinition)
-            if keys:
-                lines.append(f"policy {vhost.name}/{policy.name}: keys {keys}")
-        for operator in vhost.operator_policies:
-            keys = unknown(operator.definition, OperatorPolicyDefinition)
-            if keys:
-                lines.append(f"operator policy {vhost.name}/{operator.name}: keys {keys}")
+                lines.append(
+                    f"exchange {vhost.name}/{exchange.name}: type {exchange.type!r} is not one"
+                    " rabbitry knows"
+                )
+        keyed: list[tuple[str, list[tuple[str, Mapping[str, JSON]]], type[KnownKeys]]] = [
+            ("exchange", [(e.name, e.arguments) for e in vhost.exchanges], ExchangeArguments),
+            ("queue", [(q.name, q.arguments) for q in vhost.queues], QueueArguments),
+            ("policy", [(p.name, p.definition) for p in vhost.policies], PolicyDefinition),
+            (
+                "operator policy",
+                [(p.name, p.definition) for p in vhost.operator_policies],
+                OperatorPolicyDefinition,
+            ),
+        ]
+        for label, objects, model in keyed:
+            # an exchange's alternate-exchange is written as alternate_exchange, checked
+            known = _model_keys(model)[1] | {"alternate-exchange"}
+            for name, values in objects:
+                keys = sorted(k for k in values if k not in known)
+                if keys:
+                    lines.append(f"{label} {vhost.name}/{name}: keys {', '.join(keys)}")
     return lines
 
 

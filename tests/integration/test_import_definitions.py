@@ -322,7 +322,7 @@ def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: B
         assert "the broker has no exchange type x-local-random" in refused.output
         return
     assert f"kept unchecked: exchange {v}/pick: type 'x-local-random'" in exported.output
-    assert f"kept unchecked: queue {v}/jobs: arguments x-team" in exported.output
+    assert f"kept unchecked: queue {v}/jobs: keys x-team" in exported.output
     text = spec.read_text()
     assert "type: x-local-random" in text and "source: pick" in text
     assert "unchecked_arguments" in text and "x-team: billing" in text

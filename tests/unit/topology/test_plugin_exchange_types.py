@@ -113,7 +113,7 @@ def test_what_export_keeps_unchecked_is_named_per_object() -> None:
     )
     assert unknown_to_rabbitry(p.Topology(vhosts=(vhost,))) == [
         "exchange v/random: type 'x-local-random' is not one rabbitry knows",
-        "exchange v/plain: arguments x-colour",
-        "queue v/q: arguments x-area, x-team",
+        "exchange v/plain: keys x-colour",
+        "queue v/q: keys x-area, x-team",
         "policy v/pol: keys x-odd",
     ]
