@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
+import rabbitry
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import record_name
@@ -88,9 +89,11 @@ def test_a_stack_cannot_take_anothers_queue_unless_it_takes_it_over(broker: Brok
         back = broker.run("plan", str(broker.spec(STACK_A, "a.yaml")))
         assert f"queue {broker.vhost}/qshared  (owned by stack {b!r}" in back.output
 
-        # rabbitry stacks lists both, with what each owns in the vhost
+        # rabbitry stacks lists both, with what each owns in the vhost; so does the library
         listed = stacks_json(broker)
         assert set(listed) == {a, b}
+        from_python = rabbitry.stacks(management_url=broker.management_url, vhosts=[broker.vhost])
+        assert [s.to_json() for s in from_python.stacks] == [listed[a], listed[b]]
         counts = {
             name: {v["vhost"]: v["counts"] for v in s["vhosts"]}  # type: ignore[attr-defined]
             for name, s in listed.items()
