@@ -284,6 +284,13 @@ def test_export_names_what_it_leaves_out_and_exports_every_vhost(broker: Broker)
     assert "name: jobs" in text and "x-internal-purpose" not in text
     checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output  # the export is a spec rabbitry accepts
+    # and it applies back: what the user owns is adopted, the plugin's objects stay untouched
+    applied = broker.run("apply", str(spec), "--auto-approve", "--prune")
+    assert applied.exit_code == 0, applied.output
+    assert "federation" not in applied.output
+    again = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+    assert broker.queue_names() == {"jobs", "federation: up -> rabbit@remote"}
 
     every = broker.run("export", "--all-vhosts", "--name", "whole")
     assert every.exit_code == 0, every.output
