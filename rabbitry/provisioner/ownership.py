@@ -70,10 +70,13 @@ class OwnershipRecord:
         if value is None:
             return cls(stack)
         if not isinstance(value, dict) or value.get("format_version") != FORMAT_VERSION:
+            # every plan reads every stack's record: one it cannot read could hide objects
+            # another stack owns, so it stops rather than guess
             raise BrokerError(
                 f"global parameter {record_name(stack)!r} is not a rabbitry record of format"
                 f" {FORMAT_VERSION}; it was written by another tool or a newer rabbitry:"
-                " choose another stack name or remove that parameter"
+                " upgrade rabbitry if a newer one wrote it; otherwise remove that parameter"
+                f" (or, if stack {stack!r} is the one you apply, choose another stack name)"
             )
         managed: dict[ResourceKey, str] = {}
         for entry in value.get("managed", []):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from rabbitry.errors import BrokerError
 from rabbitry.provisioner.applier import ApplyOptions, refusals, taken_over
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.ownership import (
@@ -161,3 +164,11 @@ def test_owners_are_found_in_one_pass_over_every_record() -> None:
         C=OwnershipRecord("C", {SHARED_Q: digest(Queue(name="qshared"))}),
     )
     assert owners_by_key(every, but="C") == {user.key(""): ("A", "B"), SHARED_Q: ("B",)}
+
+
+def test_a_record_no_rabbitry_can_read_stops_the_plan_naming_it() -> None:
+    with pytest.raises(BrokerError) as info:
+        records_from([{"name": RECORD_PREFIX + "other", "value": {"format_version": 9}}])
+    message = str(info.value)
+    assert "'rabbitry.stack.other' is not a rabbitry record of format 1" in message
+    assert "upgrade rabbitry" in message and "remove that parameter" in message
