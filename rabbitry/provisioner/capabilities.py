@@ -136,26 +136,27 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
                 f"{item.because}: the {item.what} plugin is not enabled; run"
                 f" `rabbitmq-plugins enable {item.what}` on every node"
             )
-        elif (
-            item.kind == "exchange_type"
-            and broker.exchange_types
-            and item.what not in broker.exchange_types
+        elif item.kind == "exchange_type" and _lacks(
+            broker.exchange_types, bool(broker.exchange_types), item.what
         ):
             problems.append(
                 f"{item.because}: the broker has no exchange type {item.what} (it has"
                 f" {', '.join(sorted(broker.exchange_types))}); enable the plugin that provides"
                 " it on every node (`rabbitmq-plugins enable ...`), or change the type"
             )
-        elif (
-            item.kind == "feature_flag"
-            and broker.flags_known
-            and item.what not in broker.feature_flags
+        elif item.kind == "feature_flag" and _lacks(
+            broker.feature_flags, broker.flags_known, item.what
         ):
             problems.append(
                 f"{item.because}: feature flag {item.what} is not enabled; run"
                 f" `rabbitmqctl enable_feature_flag {item.what}`"
             )
     return problems
+
+
+def _lacks(offered: frozenset[str], listed: bool, what: str) -> bool:
+    """Whether the broker is known to lack ``what``: a list it did not give proves nothing."""
+    return listed and what not in offered
 
 
 EXCHANGE_TYPE_OF_PLUGIN = {plugin: str(kind) for kind, plugin in PLUGIN_OF_EXCHANGE.items()}
