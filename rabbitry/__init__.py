@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker, cancel_job
     from rabbitry.provisioner.applier import ApplyResult
     from rabbitry.provisioner.planner import Plan
-    from rabbitry.provisioner.stack import apply, plan
+    from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
 
@@ -84,6 +84,7 @@ _LAZY = {
     # provisioning
     "plan": "rabbitry.provisioner.stack",
     "apply": "rabbitry.provisioner.stack",
+    "stacks": "rabbitry.provisioner.stack",
     "Plan": "rabbitry.provisioner.planner",
     "ApplyResult": "rabbitry.provisioner.applier",
     # publishing
@@ -146,6 +147,7 @@ __all__ = [
     "load_spec",
     "load_topology",
     "plan",
+    "stacks",
 ]
 
 

@@ -28,7 +28,7 @@ _BY_MODULE = {
         "export": "export_command",
         "import-definitions": "import_definitions_command",
     },
-    "status": {"status": "status_command", "shards": "shards_group"},
+    "status": {"status": "status_command", "shards": "shards_group", "stacks": "stacks_command"},
     "worker": {"worker": "worker"},
     "dlq": {"dlq": "dlq"},
     "dev_broker": {"dev-broker": "dev_broker_group"},

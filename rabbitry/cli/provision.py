@@ -35,6 +35,8 @@ from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.stack import check_saved, locked_plan, plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
+from rabbitry.topology.document import unknown_to_rabbitry
+from rabbitry.topology.primitives import Topology
 from rabbitry.uri import mask_uri
 
 target_option = click.option(
@@ -137,6 +139,14 @@ def plan_command(
     is_flag=True,
     help="Allow deleting or replacing queues that hold messages or have consumers.",
 )
+@click.option(
+    "--take-over",
+    "take_over",
+    multiple=True,
+    metavar="STACK",
+    help="Act on objects stack STACK owns (repeatable): they move to this stack. Without it,"
+    " apply refuses to adopt, change or delete another stack's objects.",
+)
 @json_option
 @click.option(
     "--lock-timeout",
@@ -153,6 +163,7 @@ def apply_command(
     allow_replace: bool,
     prune: bool,
     force: bool,
+    take_over: tuple[str, ...],
     as_json: bool,
     lock_timeout: float,
     targets: tuple[str, ...],
@@ -161,7 +172,15 @@ def apply_command(
     from `rabbitry plan -o`); one apply per stack at a time."""
     try:
         return _apply(
-            target, auto_approve, allow_replace, prune, force, as_json, lock_timeout, targets
+            target,
+            auto_approve,
+            allow_replace,
+            prune,
+            force,
+            take_over,
+            as_json,
+            lock_timeout,
+            targets,
         )
     finally:
         if isinstance(target, Target) and target.lock is not None:
@@ -174,6 +193,7 @@ def _apply(
     allow_replace: bool,
     prune: bool,
     force: bool,
+    take_over: tuple[str, ...],
     as_json: bool,
     lock_timeout: float,
     targets: tuple[str, ...],
@@ -185,7 +205,9 @@ def _apply(
         )
     if as_json and not auto_approve and saved is None:
         raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
-    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    options = ApplyOptions(
+        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+    )
     if saved is not None:
         stack = saved.plan.stack
     else:
@@ -207,7 +229,7 @@ def _apply(
 
     with (
         AmqpQueueCounter(target.endpoints) as counter,
-        locked_plan(target, stack, make_plan, lock_timeout) as (client, the_plan),
+        locked_plan(target, stack, make_plan, lock_timeout, take_over) as (client, the_plan),
     ):
         if not as_json:
             click.echo(drawn[-1])
@@ -313,7 +335,9 @@ def export_command(
     """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
 
     Users are left out unless --users: applying an export puts what it holds under the stack,
-    and the broker's own operators rarely belong there.
+    and the broker's own operators rarely belong there. What rabbitry does not know (exchange
+    types of plugins, arguments no check covers) is kept unchecked; what the broker made for its
+    own plugins (federation links' queues and exchanges) is left out. Both are named on stderr.
     """
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
@@ -349,6 +373,7 @@ def export_command(
         topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
     )
     _write_spec(text, references, output)
+    _note_unchecked(topology)
     for line in omitted:
         err(f"left out: {line}")
     return EXIT_OK
@@ -386,8 +411,9 @@ def import_definitions_command(
     """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
     3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
 
-    What a spec cannot hold (exchanges of unknown types, plugin-internal objects, other
-    runtime parameters) is left out and named on stderr, never dropped silently.
+    Exchanges of types rabbitry does not know are kept, passed through unchecked. What a spec
+    cannot hold (plugin-internal objects, other runtime parameters) is left out and named on
+    stderr, never dropped silently.
     """
     stack = name or _stack_name(definitions.stem, "imported")
     imported = topology_from_definitions(read_definitions(definitions), stack)
@@ -410,9 +436,16 @@ def import_definitions_command(
             ]
         ) from None
     _write_spec(text, references, output)
+    _note_unchecked(imported.topology)
     for line in imported.left_out:
         err(f"left out: {line}")
     return EXIT_OK
+
+
+def _note_unchecked(topology: Topology) -> None:
+    """Name what the spec keeps that rabbitry does not know: kept, but nothing checks it."""
+    for line in unknown_to_rabbitry(topology):
+        err(f"kept unchecked: {line}")
 
 
 def _stack_name(text: str, fallback: str) -> str:

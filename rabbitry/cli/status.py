@@ -1,8 +1,10 @@
-"""``status`` and ``shards check``: how the spec's federation links and shards behave live."""
+"""``status``, ``shards check`` and ``stacks``: how the spec's federation links and shards
+behave live, and which stacks a broker holds."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import click
 
@@ -10,11 +12,15 @@ from rabbitry.cli.common import (
     EXIT_OK,
     color_enabled,
     command,
+    endpoint_options,
     group,
     json_option,
     target_options,
 )
 from rabbitry.errors import SpecError
+from rabbitry.provisioner.endpoints import Endpoints
+from rabbitry.provisioner.ownership import StackHoldings, stacks_on
+from rabbitry.provisioner.state import read_records
 from rabbitry.provisioner.status import (
     LinkStatus,
     ShovelState,
@@ -26,6 +32,7 @@ from rabbitry.provisioner.status import (
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import expand
 from rabbitry.topology.patterns.sharding import Sharding, shardings
+from rabbitry.topology.primitives import describe_key
 from rabbitry.uri import mask_uri
 
 EXIT_NOT_HEALTHY = 3
@@ -200,3 +207,54 @@ def shards_check_command(
 
 
 __all__ = ["EXIT_NOT_HEALTHY"]
+
+
+def _held(kinds: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in sorted(kinds.items()))
+
+
+def _stack_lines(held: StackHoldings) -> list[str]:
+    lines = [f"stack {held.stack}: {held.total} object(s)"]
+    for vhost, kinds in sorted(held.counts.items()):
+        where = f"vhost {vhost}" if vhost else "cluster-wide"
+        lines.append(f"  {where}: {_held(kinds)}")
+    if held.pending:
+        lines.append(f"  {held.pending} recorded by an apply that stopped half-way")
+    if held.operations:
+        lines.append(f"  {held.operations} queue migration(s) in flight")
+    return lines
+
+
+@command("stacks")
+@endpoint_options
+@click.option(
+    "--vhost",
+    "vhosts",
+    multiple=True,
+    help="Only stacks owning objects in this vhost (repeatable).",
+)
+@json_option
+def stacks_command(endpoints: Endpoints, vhosts: tuple[str, ...], as_json: bool) -> int:
+    """List the stacks on the broker (per vhost) with what each owns, from their ownership
+    records; objects several stacks own are listed last. Reads no spec."""
+    with endpoints.management() as client:
+        found = stacks_on(read_records(client), vhosts)
+    if as_json:
+        click.echo(json.dumps(found.to_json(), indent=2))
+        return EXIT_OK
+    click.echo(f"Broker: {mask_uri(endpoints.management_url)}")
+    if not found.stacks:
+        where = f" in {', '.join(vhosts)}" if vhosts else ""
+        click.echo(f"No stacks{where}: rabbitry apply makes one (named by the spec's name).")
+    for held in found.stacks:
+        click.echo("\n".join(_stack_lines(held)))
+    if found.contested:
+        click.echo("")
+        for key, owners in sorted(found.contested.items()):
+            names = " and ".join(owners)
+            click.secho(
+                f"warning: {describe_key(key)} is owned by stacks {names}: leave it out of all"
+                " but one spec, or move it with apply --take-over STACK",
+                fg="yellow" if color_enabled() else None,
+            )
+    return EXIT_OK

@@ -7,6 +7,8 @@
 - Creations go through one definitions import per vhost (the broker's own bulk path, the fastest
   there is); since that import silently skips what it cannot create, the created objects are
   read back and checked. Updates and deletions are one request per object.
+- A change to an object another stack owns is refused unless ``take_over`` names that stack;
+  then the object leaves that stack's record before any change, and joins this one's.
 - Queues are only deleted (prune or replace) when empty, unless ``force``; classic queues use the
   broker's atomic ``if-empty`` delete, quorum and stream queues (which do not support it) an exact
   AMQP count.
@@ -65,6 +67,8 @@ class ApplyOptions:
     allow_replace: bool = False
     prune: bool = False
     force: bool = False
+    take_over: frozenset[str] = frozenset()
+    """Stacks whose objects this apply may act on: they move to this apply's stack."""
     import_chunk: int = 2000
     """Objects per definitions import. A small broker creates about 500 objects a second from
     an import and answers only when done: chunks of 2,000 answer within seconds, so no HTTP
@@ -128,10 +132,53 @@ def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[str
     ]
 
 
+OWNED_VERBS = {
+    Action.CREATE: "declare it again",
+    Action.UPDATE: "change it",
+    Action.REPLACE: "delete and declare it again",
+    Action.DELETE: "delete it",
+    Action.ADOPT: "adopt it",
+}
+
+
+def _runs(change: Change, options: ApplyOptions) -> bool:
+    """Whether apply carries the change out (deletions only with prune)."""
+    return change.action is not Action.DELETE or options.prune
+
+
+def ownership_refusals(plan: Plan, options: ApplyOptions) -> list[str]:
+    """Changes this apply would make to objects other stacks own, without ``take_over``."""
+    problems = []
+    for change in plan.changes:
+        others = [s for s in change.owners if s not in options.take_over]
+        if not others or not _runs(change, options):
+            continue
+        names = " and ".join(repr(s) for s in others)
+        flags = " ".join(f"--take-over {s}" for s in others)
+        problems.append(
+            f"{change.title} is owned by stack {names} (its ownership record lists it), and"
+            f" this apply would {OWNED_VERBS[change.action]}: leave it out of stack"
+            f" {plan.stack!r}'s spec, or move it to stack {plan.stack!r} with apply {flags}"
+        )
+    return problems
+
+
+def taken_over(plan: Plan, options: ApplyOptions) -> dict[str, set[ResourceKey]]:
+    """Stack -> the keys this apply takes from it (changes it carries out on them)."""
+    taken: dict[str, set[ResourceKey]] = {}
+    for change in plan.changes:
+        if _runs(change, options):
+            for stack in change.owners:
+                if stack in options.take_over:
+                    taken.setdefault(stack, set()).add(change.key)
+    return taken
+
+
 def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) -> list[str]:
     """Every reason the plan cannot run with these options, as user ``connected`` (the
     management API's); empty means go."""
     problems = self_harm(plan, connected, options.prune)
+    problems += ownership_refusals(plan, options)
     for change in plan.changes:
         if change.action is Action.REPLACE:
             why = "; ".join(change.reasons)
@@ -171,7 +218,7 @@ def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) ->
 def _exchange_doc(e: Exchange) -> dict[str, Any]:
     return {
         "name": e.name,
-        "type": e.type.value,
+        "type": str(e.type),
         "durable": e.durable,
         "auto_delete": e.auto_delete,
         "internal": e.internal,
@@ -507,6 +554,8 @@ class Applier:
         if new_keys:
             # Intent first: whatever this run creates is owned even if it dies half-way.
             self._write_record(self.managed)
+        for stack, keys in sorted(taken_over(plan, options).items()):
+            self._take_over(stack, keys)
         try:
             self._run(todo, deletions, options)
         except BrokerError as exc:
@@ -526,6 +575,16 @@ class Applier:
         # One parameter holds both: the managed keys and the operations in flight (migrations).
         record = OwnershipRecord(self.plan.stack, managed, tuple(self.operations))
         self.client.put_global_parameter(record_name(self.plan.stack), record.to_value())
+
+    def _take_over(self, stack: str, keys: set[ResourceKey]) -> None:
+        """Strike ``keys`` from ``stack``'s record (read afresh: it may have changed since the
+        plan), after this stack recorded them: no moment where neither owns them."""
+        name = record_name(stack)
+        record = OwnershipRecord.from_value(stack, self.client.global_parameter(name))
+        kept = {k: d for k, d in record.managed.items() if k not in keys}
+        if len(kept) != len(record.managed):
+            self.client.put_global_parameter(name, record.replace_managed(kept).to_value())
+        self._done(f"took {len(keys)} object(s) over from stack {stack!r}")
 
     def _save_migration(self, key: tuple[str, str], state: MigrationState | None) -> None:
         """Record a migration's step before it runs, so an interrupted one is resumed."""

@@ -51,7 +51,7 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group().split(".")) if match else ()
 
 
-PLUGIN_OF_EXCHANGE = {
+PLUGIN_OF_EXCHANGE: dict[str, str] = {
     ExchangeType.CONSISTENT_HASH: "rabbitmq_consistent_hash_exchange",
     ExchangeType.MODULUS_HASH: "rabbitmq_sharding",
 }
@@ -78,6 +78,10 @@ def requirements(topology: Topology) -> list[Need]:
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:
                 need(plugin, "plugin", f"exchange {exchange.name} ({where}) is {exchange.type}")
+            elif not isinstance(exchange.type, ExchangeType):
+                # a type rabbitry does not know: the broker lists the types it has
+                because = f"exchange {exchange.name} ({where}) is {exchange.type}"
+                need(exchange.type, "exchange_type", because)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
             if queue.type is QueueType.QUORUM:
@@ -132,10 +136,16 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
                 f"{item.because}: the {item.what} plugin is not enabled; run"
                 f" `rabbitmq-plugins enable {item.what}` on every node"
             )
-        elif (
-            item.kind == "feature_flag"
-            and broker.flags_known
-            and item.what not in broker.feature_flags
+        elif item.kind == "exchange_type" and _lacks(
+            broker.exchange_types, bool(broker.exchange_types), item.what
+        ):
+            problems.append(
+                f"{item.because}: the broker has no exchange type {item.what} (it has"
+                f" {', '.join(sorted(broker.exchange_types))}); enable the plugin that provides"
+                " it on every node (`rabbitmq-plugins enable ...`), or change the type"
+            )
+        elif item.kind == "feature_flag" and _lacks(
+            broker.feature_flags, broker.flags_known, item.what
         ):
             problems.append(
                 f"{item.because}: feature flag {item.what} is not enabled; run"
@@ -144,7 +154,12 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
     return problems
 
 
-EXCHANGE_TYPE_OF_PLUGIN = {plugin: kind.value for kind, plugin in PLUGIN_OF_EXCHANGE.items()}
+def _lacks(offered: frozenset[str], listed: bool, what: str) -> bool:
+    """Whether the broker is known to lack ``what``: a list it did not give proves nothing."""
+    return listed and what not in offered
+
+
+EXCHANGE_TYPE_OF_PLUGIN = {plugin: str(kind) for kind, plugin in PLUGIN_OF_EXCHANGE.items()}
 
 
 def _has_plugin(broker: BrokerCapabilities, plugin: str) -> bool:

@@ -3,9 +3,10 @@
 
 ``rabbitry import-definitions FILE`` writes that topology as a spec (passwords inside URIs as
 environment references, as ``rabbitry export`` does); applying it to an empty broker makes the
-same definitions. What a spec cannot hold is left out by name, never silently: exchanges of
-types rabbitry does not declare, the federation plugin's internal queues and exchanges, the
-sharding plugin's shard queues, runtime parameters of other components, bindings to or from
+same definitions. Exchanges of types rabbitry does not know (a plugin's, such as
+``x-local-random``) are kept, passed through unchecked. What a spec cannot hold is left out by
+name, never silently: the federation plugin's internal queues and exchanges, the sharding
+plugin's shard queues, runtime parameters of other components, bindings to or from
 what was left out, and the broker's own global parameters (``internal_cluster_id``).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost

@@ -37,6 +37,9 @@ def _annotations(change: Change, prune: bool) -> list[str]:
         notes.append(f"{change.consumers} consumer(s)")
     if change.drift:
         notes.append("changed outside rabbitry")
+    if change.owners:
+        names = " and ".join(repr(s) for s in change.owners)
+        notes.append(f"owned by stack {names}: refused without --take-over")
     if change.action is Action.DELETE and not prune:
         notes.append("only with --prune")
     return notes

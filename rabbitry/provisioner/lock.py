@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
@@ -214,3 +214,16 @@ class StackLock:
                     client.put_global_parameter(self.name, self._value(self.since))
                 except BrokerError as exc:  # the next renewal may get through
                     logger.warning("could not renew the lock of stack %r: %s", self.stack, exc)
+
+
+@contextlib.contextmanager
+def stacks_held(
+    client: ManagementClient, stacks: Iterable[str], timeout: float = 0.0
+) -> Iterator[None]:
+    """Hold the locks of ``stacks`` for the ``with`` block, taken in name order (two runs never
+    hold one each while waiting for the other's): an apply that takes objects over from other
+    stacks keeps their applies out while it rewrites their records."""
+    with contextlib.ExitStack() as held:
+        for stack in sorted(set(stacks)):
+            held.enter_context(StackLock(client, stack).held(timeout))
+        yield

@@ -5,17 +5,23 @@ keys of the objects it created or adopted. Prune only ever deletes keys listed t
 someone else made are never touched; a listed key that vanished from the broker is drift.
 The record is written before changes start (desired keys added) and after they end (pruned keys
 removed), so a run that dies half-way still knows everything it may have created.
+
+Stacks share a broker, and one vhost, without hurting each other: a plan reads every stack's
+record (all of them come in one read of the global parameters) and marks each change to an
+object another stack's record lists; apply refuses those unless told to take the object over.
+Only a vhost may be held by several stacks at once: each stack's objects live in it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.errors import BrokerError
-from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json
+from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json, describe_key
 
 RECORD_PREFIX = "rabbitry.stack."
 FORMAT_VERSION = 1
@@ -23,6 +29,10 @@ FORMAT_VERSION = 1
 
 def record_name(stack: str) -> str:
     return RECORD_PREFIX + stack
+
+
+SHARED_KINDS = frozenset({"vhost"})
+"""Kinds several stacks may hold at once: two stacks in one vhost both declare it."""
 
 
 PENDING = ""
@@ -60,10 +70,13 @@ class OwnershipRecord:
         if value is None:
             return cls(stack)
         if not isinstance(value, dict) or value.get("format_version") != FORMAT_VERSION:
+            # every plan reads every stack's record: one it cannot read could hide objects
+            # another stack owns, so it stops rather than guess
             raise BrokerError(
                 f"global parameter {record_name(stack)!r} is not a rabbitry record of format"
                 f" {FORMAT_VERSION}; it was written by another tool or a newer rabbitry:"
-                " choose another stack name or remove that parameter"
+                " upgrade rabbitry if a newer one wrote it; otherwise remove that parameter"
+                f" (or, if stack {stack!r} is the one you apply, choose another stack name)"
             )
         managed: dict[ResourceKey, str] = {}
         for entry in value.get("managed", []):
@@ -77,3 +90,115 @@ class OwnershipRecord:
     def vhosts(self) -> set[str]:
         """Vhosts this stack has objects in (including ones no longer in the spec)."""
         return {key[1] for key in self.managed if key[1]}
+
+
+def records_from(parameters: Iterable[Mapping[str, Any]]) -> dict[str, OwnershipRecord]:
+    """Every stack's record among the broker's global parameters (``GET
+    /api/global-parameters``), by stack name."""
+    records = {}
+    for item in parameters:
+        name = str(item.get("name", ""))
+        if name.startswith(RECORD_PREFIX):
+            stack = name[len(RECORD_PREFIX) :]
+            records[stack] = OwnershipRecord.from_value(stack, item.get("value"))
+    return records
+
+
+def owners_by_key(
+    records: Mapping[str, OwnershipRecord], but: str = ""
+) -> dict[ResourceKey, tuple[str, ...]]:
+    """Key -> the stacks whose records list it (all but stack ``but``), in name order; one pass
+    over every record, so a plan's cost stays in proportion to the objects on the broker."""
+    owners: dict[ResourceKey, tuple[str, ...]] = {}
+    for stack in sorted(records):
+        if stack == but:
+            continue
+        for key in records[stack].managed:
+            owners[key] = (*owners.get(key, ()), stack)
+    return owners
+
+
+@dataclass(frozen=True)
+class StackHoldings:
+    """What one stack owns, as ``rabbitry stacks`` lists it."""
+
+    stack: str
+    counts: Mapping[str, Mapping[str, int]]
+    """Vhost ('' for users and global parameters) -> kind -> how many objects."""
+    pending: int
+    """Keys recorded before their object was made, by an apply that has not finished."""
+    operations: int
+    """Multi-step operations (queue migrations) in flight."""
+
+    @property
+    def total(self) -> int:
+        return sum(n for kinds in self.counts.values() for n in kinds.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "objects": self.total,
+            "vhosts": [
+                {"vhost": vhost or None, "counts": dict(sorted(kinds.items()))}
+                for vhost, kinds in sorted(self.counts.items())
+            ],
+            "pending": self.pending,
+            "operations": self.operations,
+        }
+
+
+def holdings(record: OwnershipRecord, vhosts: Iterable[str] = ()) -> StackHoldings:
+    """Count a stack's objects by vhost and kind (only in ``vhosts`` when given; cluster-wide
+    objects then too)."""
+    only = set(vhosts)
+    counts: dict[str, Counter[str]] = {}
+    pending = 0
+    for key, fingerprint in record.managed.items():
+        vhost = key[1]
+        if only and vhost and vhost not in only:
+            continue
+        counts.setdefault(vhost, Counter())[key[0]] += 1
+        pending += fingerprint == PENDING
+    return StackHoldings(
+        record.stack,
+        {vhost: dict(kinds) for vhost, kinds in counts.items()},
+        pending,
+        len(record.operations),
+    )
+
+
+@dataclass(frozen=True)
+class StacksOnBroker:
+    """The stacks on a broker with what each owns, and objects several of them own."""
+
+    stacks: tuple[StackHoldings, ...]
+    contested: Mapping[ResourceKey, tuple[str, ...]]
+    """Objects (vhosts aside) that more than one stack's record lists: each of those stacks
+    may change or delete them under the others (records written before rabbitry refused)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": 1,
+            "stacks": [s.to_json() for s in self.stacks],
+            "contested": [
+                {"key": list(key), "title": describe_key(key), "stacks": list(stacks)}
+                for key, stacks in sorted(self.contested.items())
+            ],
+        }
+
+
+def stacks_on(records: Mapping[str, OwnershipRecord], vhosts: Iterable[str] = ()) -> StacksOnBroker:
+    """What ``records`` (every stack's, ``records_from``) say each stack owns; with ``vhosts``,
+    only the stacks owning something there, counted there."""
+    only = set(vhosts)
+    held = [holdings(records[name], only) for name in sorted(records)]
+    if only:
+        held = [h for h in held if any(vhost in only for vhost in h.counts)]
+    contested = {
+        key: stacks
+        for key, stacks in owners_by_key(records).items()
+        if len(stacks) > 1
+        and key[0] not in SHARED_KINDS
+        and (not only or key[1] in only or not key[1])
+    }
+    return StacksOnBroker(tuple(held), contested)

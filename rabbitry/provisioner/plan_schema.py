@@ -58,6 +58,9 @@ class ChangeDocument(_Document):
     messages_source: Literal["amqp", "statistics"] | None = None
     """amqp: counted exactly; statistics: the management API's figure, seconds stale."""
     consumers: int | None = None
+    owners: list[str] | None = None
+    """Other stacks whose ownership records list the object (absent when none): apply refuses
+    the change unless `--take-over STACK` names each of them."""
 
 
 class Summary(_Document):

@@ -29,7 +29,7 @@ from rabbitry.errors import PlanError
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import OwnershipRecord
-from rabbitry.provisioner.planner import Action, Change, Plan
+from rabbitry.provisioner.planner import Action, Change, Plan, owners_of
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     Binding,
@@ -159,6 +159,13 @@ class SavedPlan:
                 f"stack {self.plan.stack!r} was applied since the plan was made (its ownership"
                 " record changed)"
             )
+        for change in self.plan.changes:
+            owners = owners_of(change.action, change.key, state.other_owners)
+            if owners != change.owners:
+                holder = "stack " + ", ".join(map(repr, owners)) if owners else "no other stack"
+                problems.append(
+                    f"{change.title} changed hands since the plan was made (now owned by {holder})"
+                )
         now = state.topology.resources()
         for key, then in self.seen.items():
             current = fingerprint(now.get(key))
@@ -310,6 +317,7 @@ def _change_json(change: Change) -> dict[str, Any]:
         "consumers": change.consumers,
         "counted": change.counted,
         "count_note": change.count_note,
+        "owners": list(change.owners),
     }
 
 
@@ -329,6 +337,7 @@ def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Ch
         consumers=item.get("consumers"),
         counted=str(item.get("counted", "")),
         count_note=str(item.get("count_note", "")),
+        owners=tuple(str(s) for s in item.get("owners", ())),
     )
 
 

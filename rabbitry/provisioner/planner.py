@@ -10,7 +10,10 @@ Rules the broker imposes, and what the plan does about them:
 - a binding is identified by all of (source, destination, routing key, arguments), so it never
   updates: a changed binding is one deletion plus one creation;
 - only objects in this stack's ownership record are ever deleted, and only when asked (prune);
-- an object that exists but is not recorded yet is ``adopt``-ed when it already matches.
+- an object that exists but is not recorded yet is ``adopt``-ed when it already matches;
+- a change to an object another stack's record lists (adopt, create, update, replace or delete)
+  names that stack in ``owners``: apply refuses it unless told to take the object over. A vhost
+  is the exception while it is only declared or adopted: stacks share vhosts.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import base64
 import enum
 import functools
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote
@@ -31,7 +34,7 @@ from rabbitry.provisioner.migration import (
     pending_migrations,
     temp_name,
 )
-from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, digest
+from rabbitry.provisioner.ownership import PENDING, SHARED_KINDS, OwnershipRecord, digest
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     KIND_ORDER,
@@ -87,6 +90,9 @@ class Change:
     """Where ``messages`` comes from: ``amqp`` (exact) or ``statistics`` (may lag)."""
     count_note: str = ""
     """Why the count is not exact, when it is not."""
+    owners: tuple[str, ...] = ()
+    """Other stacks whose ownership records list the object: apply refuses the change unless
+    it takes the object over from each of them."""
 
     @property
     def kind(self) -> str:
@@ -116,6 +122,8 @@ class Change:
             out["messages_source"] = self.counted
         if self.consumers is not None:
             out["consumers"] = self.consumers
+        if self.owners:
+            out["owners"] = list(self.owners)
         return out
 
 
@@ -168,6 +176,9 @@ class Plan:
         ]
         if counts["adopt"]:
             parts.append(f"{counts['adopt']} to adopt")
+        owned = sum(1 for c in self.changes if c.owners)
+        if owned:
+            parts.append(f"{owned} owned by another stack")
         return "Plan: " + ", ".join(parts) + "."
 
     def to_json(self) -> dict[str, Any]:
@@ -270,6 +281,31 @@ def _touches(binding: Binding, vhost: str, replaced: set[ResourceKey]) -> bool:
     source_key = ("exchange", vhost, binding.source)
     dest_key = (binding.destination_type.value, vhost, binding.destination)
     return source_key in replaced or dest_key in replaced
+
+
+def owners_of(
+    action: Action, key: ResourceKey, other_owners: Mapping[ResourceKey, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The other stacks a change of ``action`` to ``key`` would act against: those whose
+    records list it, except for a vhost only declared or adopted (stacks share vhosts)."""
+    owners = other_owners.get(key, ())
+    if owners and key[0] in SHARED_KINDS and action in (Action.CREATE, Action.ADOPT):
+        return ()
+    return owners
+
+
+def ownership_warnings(changes: Iterable[Change]) -> list[str]:
+    """One line per other stack whose objects the plan touches, saying what to do."""
+    by_stack: dict[str, list[Change]] = {}
+    for change in changes:
+        for stack in change.owners:
+            by_stack.setdefault(stack, []).append(change)
+    return [
+        f"{len(touched)} change(s) act on objects stack {stack!r} owns (for example"
+        f" {touched[0].title}): apply refuses them; leave them out of this spec, or move them"
+        f" to this stack with apply --take-over {stack}"
+        for stack, touched in sorted(by_stack.items())
+    ]
 
 
 def plan(desired: Topology, state: BrokerState) -> Plan:
@@ -399,6 +435,14 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 f"{change.title} is deleted and declared again: publishes to it fail for a moment"
             )
 
+    if state.other_owners:
+        changes = [
+            replace(c, owners=owners)
+            if (owners := owners_of(c.action, c.key, state.other_owners))
+            else c
+            for c in changes
+        ]
+        warnings.extend(ownership_warnings(changes))
     warnings.extend(quorum_placement_warnings(desired, state.node_count))
     return Plan(
         stack=desired.name,

@@ -10,7 +10,7 @@ nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,18 +25,20 @@ from rabbitry.provisioner.applier import (
 )
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import migration_requirements, missing
-from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.state import Counter, read_state
+from rabbitry.provisioner.state import Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
 
-__all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology"]
+__all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology", "stacks"]
 
 
 @pauses_collector
@@ -113,16 +115,26 @@ def locked_plan(
     stack: str,
     make_plan: Callable[[ManagementClient], Plan],
     lock_timeout: float = 0.0,
+    take_over: Iterable[str] = (),
 ) -> Iterator[tuple[ManagementClient, Plan]]:
     """The plan of an apply of ``stack`` (``make_plan``) and a management client to apply it
     with, holding the stack's lock for the ``with`` block (``LockHeld`` after waiting
     ``lock_timeout`` seconds). When ``target`` claimed the lock while its spec loaded, the plan
     is made from what was read after the claim while the lock settles, and kept when the claim
     held; otherwise, or when someone else wrote the lock first (and may have changed the
-    broker since), it is made again under the lock from fresh reads."""
+    broker since), it is made again under the lock from fresh reads. The locks of the stacks
+    in ``take_over`` are held too."""
     early = target.client if isinstance(target, Target) else None
     client = early or target.endpoints.management()
     lock = (target.lock if isinstance(target, Target) else None) or StackLock(client, stack)
+    if take_over:
+        # several locks are taken in name order (two runs never hold one each while waiting
+        # for the other's): not from a claim made early
+        lock.abandon()
+        with client, stacks_held(client, {stack, *take_over}, lock_timeout):
+            client.forget_read_ahead()
+            yield client, make_plan(client)
+        return
     with client:
         try:
             the_plan = make_plan(client) if lock.claimed else None
@@ -158,12 +170,14 @@ def apply(
     allow_replace: bool = False,
     prune: bool = False,
     force: bool = False,
+    take_over: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
     lock_timeout: float = 0.0,
 ) -> ApplyResult:
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
-    needs a replace, prune or force the arguments do not allow, and ``LockHeld`` when another
-    run applies the same stack (after waiting up to ``lock_timeout`` seconds)."""
+    needs a replace, prune or force the arguments do not allow, or acts on objects another
+    stack owns that ``take_over`` does not name, and ``LockHeld`` when another run applies the
+    same stack, or one named in ``take_over`` (after waiting up to ``lock_timeout`` seconds)."""
     target = target_of(
         spec,
         url=url,
@@ -172,7 +186,9 @@ def apply(
         read_ahead=True,
         lock=True,
     )
-    options = ApplyOptions(allow_replace=allow_replace, prune=prune, force=force)
+    options = ApplyOptions(
+        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+    )
     topology = target.topology
     with (
         AmqpQueueCounter(target.endpoints) as counter,
@@ -181,6 +197,7 @@ def apply(
             topology.name,
             lambda client: plan_topology(client, topology, counter),
             lock_timeout,
+            options.take_over,
         ) as (client, the_plan),
     ):
         if not the_plan.has_changes:
@@ -189,3 +206,16 @@ def apply(
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
         return apply_plan(client, the_plan, options, counter, progress=progress)
+
+
+def stacks(
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    vhosts: Iterable[str] = (),
+) -> StacksOnBroker:
+    """The stacks on the broker (only those owning something in ``vhosts``, when given) with
+    what each owns, read from their ownership records in one request."""
+    endpoints = resolve_endpoints(url, management_url)
+    with endpoints.management() as client:
+        return stacks_on(read_records(client), vhosts)

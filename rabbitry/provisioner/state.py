@@ -13,7 +13,7 @@ from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.provisioner.ownership import OwnershipRecord, record_name
+from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
 from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
@@ -122,6 +122,8 @@ class BrokerState:
     broker_version: str = ""
     node_count: int | None = None
     """Nodes in the cluster (None when not read): quorum queues need enough of them."""
+    other_owners: Mapping[ResourceKey, tuple[str, ...]] = field(default_factory=dict)
+    """Key -> the other stacks whose ownership records list it."""
 
     def resources(self) -> dict[ResourceKey, Any]:
         return self.topology.resources()
@@ -158,22 +160,18 @@ def observed_vhost(
     left_out: list[str] | None = None,
 ) -> Vhost:
     """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
-    out of ``definitions`` as they are read. What no spec declares (exchanges of other types,
-    plugin-internal queues and exchanges, and the bindings to or from them) is left out, one
-    line each in ``left_out``."""
+    out of ``definitions`` as they are read. What the broker made for its plugins (their
+    internal queues and exchanges, and the bindings to or from them) is left out, one line
+    each in ``left_out``; exchanges of types rabbitry does not know are kept as they are."""
     left = left_out if left_out is not None else []
     exchanges, gone_exchanges = [], set()
     for item in _taken(definitions, "exchanges"):
-        exchange_type = _enum_or_none(ExchangeType, item.get("type"))
+        # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
+        exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
         arguments = item.get("arguments") or {}
-        if exchange_type is None or INTERNAL in arguments:
+        if INTERNAL in arguments:
             gone_exchanges.add(item["name"])
-            why = (
-                "internal to the federation plugin"
-                if INTERNAL in arguments
-                else f"type {item.get('type')!r} is not one rabbitry declares"
-            )
-            left.append(f"exchange {name}/{item['name']}: {why}")
+            left.append(f"exchange {name}/{item['name']}: internal to the federation plugin")
             continue
         exchanges.append(
             Exchange(
@@ -313,7 +311,10 @@ def read_state(
 ) -> BrokerState:
     """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker;
     queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
-    record = OwnershipRecord.from_value(stack, client.global_parameter(record_name(stack)))
+    # one read gives every stack's record (and the global parameters the spec declares)
+    parameters = client.global_parameters()
+    records = records_from(parameters)
+    record = records.get(stack) or OwnershipRecord(stack)
     wanted_vhosts = set(vhosts) | record.vhosts()
     wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
     wanted_params = set(global_parameters) | {
@@ -359,7 +360,7 @@ def read_state(
                 )
     observed_params = []
     if wanted_params:
-        for item in client.global_parameters():
+        for item in parameters:
             if item["name"] in wanted_params:
                 observed_params.append(GlobalParameter(name=item["name"], value=item.get("value")))
 
@@ -375,7 +376,13 @@ def read_state(
         queue_stats=QueueStatsReader(client, counter) if with_stats else {},
         password_hashes=hashes,
         node_count=len(client.get("/nodes", params={"columns": "name"})),
+        other_owners=owners_by_key(records, but=stack),
     )
 
 
-__all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_state"]
+def read_records(client: ManagementClient) -> dict[str, OwnershipRecord]:
+    """Every stack's ownership record on the broker, by stack name (one read)."""
+    return records_from(client.global_parameters())
+
+
+__all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_records", "read_state"]

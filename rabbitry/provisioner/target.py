@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from rabbitry.errors import SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.provisioner.ownership import record_name
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
@@ -93,14 +92,14 @@ def target_of(
         reader = client
         assert reader is not None
         if not lock:
-            _read_ahead(reader, stack, vhosts)
+            _read_ahead(reader, vhosts)
             return
         from rabbitry.provisioner.lock import StackLock
 
         claimed = StackLock(reader, stack)
         # at once, not in a thread: a thread gets little time while the spec is built
         if claimed.claim():
-            _read_ahead(reader, stack, vhosts)
+            _read_ahead(reader, vhosts)
 
     def read_early(text: str) -> None:
         # a large spec's names are known before it is built: start reading then
@@ -147,9 +146,18 @@ def target_of(
     return Target(model, endpoints, client, claimed)
 
 
-PLAN_READS = ("/overview", "/nodes", "/feature-flags", "/vhosts", "/vhost-limits", "/user-limits")
-"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts)."""
+PLAN_READS = (
+    "/overview",
+    "/nodes",
+    "/feature-flags",
+    "/vhosts",
+    "/vhost-limits",
+    "/user-limits",
+    "/global-parameters",
+)
+"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts, every
+stack's ownership record)."""
 
 
-def _read_ahead(client: ManagementClient, stack: str, vhosts: list[str]) -> None:
-    client.read_ahead(vhosts, global_parameters=[record_name(stack)], paths=PLAN_READS)
+def _read_ahead(client: ManagementClient, vhosts: list[str]) -> None:
+    client.read_ahead(vhosts, paths=PLAN_READS)

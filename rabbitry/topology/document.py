@@ -59,6 +59,7 @@ __all__ = [
     "plain_yaml",
     "spec_document",
     "topology_data",
+    "unknown_to_rabbitry",
 ]
 
 DEFAULT_SCHEMA_REF = "rabbitry.schema.json"
@@ -148,7 +149,7 @@ def _super_streams(vhost: Vhost) -> tuple[list[Document], set[int]]:
 def _exchange(exchange: Exchange) -> Document:
     out: Document = {"name": exchange.name}
     if exchange.type is not ExchangeType.DIRECT:
-        out["type"] = exchange.type.value
+        out["type"] = str(exchange.type)
     _flags(out, exchange.durable, exchange.auto_delete)
     if exchange.internal:
         out["internal"] = True
@@ -216,6 +217,38 @@ def _non_default(**patterns: str) -> Document:
 
 def _parameter(param: Parameter) -> Document:
     return {"component": param.component, "name": param.name, "value": param.value}
+
+
+def unknown_to_rabbitry(topology: Topology) -> list[str]:
+    """What ``spec_document`` keeps unchecked because rabbitry does not know it, one line per
+    object: exchange types of plugins, and argument and policy keys it has no check for
+    (validate warns about known keys whose values it would not take back)."""
+    lines: list[str] = []
+    for vhost in topology.vhosts:
+        for exchange in vhost.exchanges:
+            if not isinstance(exchange.type, ExchangeType):
+                lines.append(
+                    f"exchange {vhost.name}/{exchange.name}: type {exchange.type!r} is not one"
+                    " rabbitry knows"
+                )
+        keyed: list[tuple[str, list[tuple[str, Mapping[str, JSON]]], type[KnownKeys]]] = [
+            ("exchange", [(e.name, e.arguments) for e in vhost.exchanges], ExchangeArguments),
+            ("queue", [(q.name, q.arguments) for q in vhost.queues], QueueArguments),
+            ("policy", [(p.name, p.definition) for p in vhost.policies], PolicyDefinition),
+            (
+                "operator policy",
+                [(p.name, p.definition) for p in vhost.operator_policies],
+                OperatorPolicyDefinition,
+            ),
+        ]
+        for label, objects, model in keyed:
+            # an exchange's alternate-exchange is written as alternate_exchange, checked
+            known = _model_keys(model)[1] | {"alternate-exchange"}
+            for name, values in objects:
+                keys = sorted(k for k in values if k not in known)
+                if keys:
+                    lines.append(f"{label} {vhost.name}/{name}: keys {', '.join(keys)}")
+    return lines
 
 
 def _arguments(

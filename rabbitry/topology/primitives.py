@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, TypeAlias
+from typing import Annotated, Any, ClassVar, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -31,6 +31,11 @@ class ExchangeType(enum.StrEnum):
     HEADERS = "headers"
     CONSISTENT_HASH = "x-consistent-hash"
     MODULUS_HASH = "x-modulus-hash"
+
+
+AnyExchangeType: TypeAlias = Annotated[ExchangeType | str, Field(union_mode="left_to_right")]
+"""A known exchange type as its ``ExchangeType``; a type rabbitry does not know (a plugin's,
+such as ``x-local-random``) as its name, declared and compared as it is."""
 
 
 class QueueType(enum.StrEnum):
@@ -125,7 +130,7 @@ class Exchange(Primitive):
 
     kind: ClassVar[str] = "exchange"
     name: str
-    type: ExchangeType = ExchangeType.DIRECT
+    type: AnyExchangeType = ExchangeType.DIRECT
     durable: bool = True
     auto_delete: bool = False
     internal: bool = False

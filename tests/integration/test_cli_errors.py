@@ -68,6 +68,7 @@ def test_a_wrong_management_password_names_the_user_and_what_to_check(broker: Br
         ["status", spec, *vars_],
         ["export", "--vhost", broker.vhost],
         ["dlq", "list", "--vhost", broker.vhost],
+        ["stacks", "--vhost", broker.vhost],
     ):
         line = one_error(*invoke(*argv, "--management-url", bad))
         assert f"refused user {user!r}" in line and "--management-url" in line, argv

@@ -243,13 +243,15 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
     result = CliRunner().invoke(cli, ["import-definitions", str(source)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for named in (
-        "left out: exchange //recent: type 'x-recent-history' is not one rabbitry declares",
-        "left out: binding //recent -> jobs: to or from an object left out",
+        "kept unchecked: exchange //recent: type 'x-recent-history' is not one rabbitry knows",
         "left out: parameter //mqtt-port/x",
         "left out: global parameter internal_cluster_id",
     ):
         assert named in result.stderr, result.stderr
     assert "name: jobs" in result.stdout and "type: quorum" in result.stdout
+    # a plugin's exchange type is kept, with its binding
+    assert "type: x-recent-history" in result.stdout and "source: recent" in result.stdout
+    assert "left out: exchange" not in result.stderr
     assert "max-connections: 4" in result.stdout
     assert "- management" in result.stdout and "name: defs" in result.stdout
 
@@ -282,8 +284,66 @@ def test_export_names_what_it_leaves_out_and_exports_every_vhost(broker: Broker)
     assert "name: jobs" in text and "x-internal-purpose" not in text
     checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output  # the export is a spec rabbitry accepts
+    # and it applies back: what the user owns is adopted, the plugin's objects stay untouched
+    applied = broker.run("apply", str(spec), "--auto-approve", "--prune")
+    assert applied.exit_code == 0, applied.output
+    assert "federation" not in applied.output
+    again = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+    assert broker.queue_names() == {"jobs", "federation: up -> rabbit@remote"}
 
     every = broker.run("export", "--all-vhosts", "--name", "whole")
     assert every.exit_code == 0, every.output
     assert f"- name: {v}" in every.stdout and "name: whole" in every.stdout
     assert "- name: /\n" in every.stdout  # the default vhost too: every vhost there is
+
+
+def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: Broker) -> None:
+    """x-local-random is core since RabbitMQ 4.0; an older broker lacks it and is told so."""
+    v = broker.vhost
+    overview = broker.get("/overview")
+    has_type = "x-local-random" in {t["name"] for t in overview["exchange_types"]}
+    assert has_type == (int(overview["rabbitmq_version"].split(".")[0]) >= 4)
+    # an argument no check knows (the broker keeps any x- argument)
+    broker.http.put(
+        f"/queues/{v}/jobs", json={"durable": True, "arguments": {"x-team": "billing"}}
+    ).raise_for_status()
+    if has_type:
+        broker.http.put(
+            f"/exchanges/{v}/pick", json={"type": "x-local-random", "durable": True}
+        ).raise_for_status()
+        broker.http.post(f"/bindings/{v}/e/pick/q/jobs", json={}).raise_for_status()
+    spec = broker.tmp / "export.yaml"
+    exported = broker.run("export", "--vhost", v, "--name", broker.stack, "-o", str(spec))
+    assert exported.exit_code == 0, exported.output
+    if not has_type:
+        # the broker cannot make one: a spec asking for it is refused before any change
+        spec.write_text(
+            spec.read_text().replace(
+                "    queues:",
+                "    exchanges:\n      - {name: pick, type: x-local-random}\n    queues:",
+            )
+        )
+        refused = broker.run("plan", str(spec))
+        assert refused.exit_code == 1, refused.output
+        assert "the broker has no exchange type x-local-random" in refused.output
+        return
+    assert f"kept unchecked: exchange {v}/pick: type 'x-local-random'" in exported.output
+    assert f"kept unchecked: queue {v}/jobs: keys x-team" in exported.output
+    text = spec.read_text()
+    assert "type: x-local-random" in text and "source: pick" in text
+    assert "unchecked_arguments" in text and "x-team: billing" in text
+
+    checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    assert "'x-local-random' is not one rabbitry knows" in checked.output
+
+    # gone from the broker, the export declares it again, with its binding
+    broker.http.delete(f"/exchanges/{v}/pick").raise_for_status()
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    assert broker.get("/exchanges/{vhost}/pick")["type"] == "x-local-random"
+    bound = broker.get("/exchanges/{vhost}/pick/bindings/source")
+    assert [b["destination"] for b in bound] == ["jobs"]
+    again = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output  # the broker matches the export

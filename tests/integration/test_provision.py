@@ -651,10 +651,10 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
     variables = {"vhost": broker.vhost, "stack": broker.stack}
     ahead = target_of(spec, variables=variables, read_ahead=True, **options)
     assert ahead.client is not None
-    # the vhost's objects, the stack's ownership record and the first reads of a plan
+    # the vhost's objects, every stack's ownership record and the first reads of a plan
     assert set(ahead.client._ahead) == {
         f"vhost {broker.vhost}",
-        f"global rabbitry.stack.{broker.stack}",
+        "GET /global-parameters",
         "GET /overview",
         "GET /nodes",
         "GET /feature-flags",

@@ -36,6 +36,7 @@ MANAGEMENT_COMMANDS = {
     "export": ["export", "--vhost", "shop"],
     "status": ["status", SPEC],
     "dlq list": ["dlq", "list"],
+    "stacks": ["stacks"],
 }
 AMQP_COMMANDS = {
     "dlq show": ["dlq", "show", "orders.parking"],
@@ -68,6 +69,7 @@ BAD_VALUES = {
     "dev-broker up": ["dev-broker", "up", "--port", "http"],
     "completion": ["completion", "powershell"],
     "schema": ["schema", "extra"],
+    "stacks": ["stacks", "--vhost"],  # no value
 }
 
 

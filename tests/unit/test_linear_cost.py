@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.ownership import OwnershipRecord, digest, owners_by_key, records_from
 from rabbitry.provisioner.planner import plan
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology import check_spec, expand, load_spec
@@ -103,4 +103,30 @@ def test_planning_costs_in_proportion(specs: dict[int, Path]) -> None:
     assert not plan(topologies[SMALL], states[SMALL]).has_changes  # nothing to do: a re-plan
     small = calls(lambda: plan(topologies[SMALL], states[SMALL]))
     large = calls(lambda: plan(topologies[LARGE], states[LARGE]))
+    assert large / small <= LIMIT, (small, large)
+
+
+def owned_by_another_stack(topology: Topology) -> BrokerState:
+    """The broker after another stack applied ``topology``: every change of this one is marked."""
+    other = applied(topology).record
+    parameters = [{"name": f"rabbitry.stack.{name}", "value": other.to_value()} for name in "ab"]
+    records = records_from(parameters)
+    return BrokerState(
+        topology=topology,
+        record=OwnershipRecord(topology.name),
+        other_owners=owners_by_key(records, but=topology.name),
+    )
+
+
+def test_planning_against_other_stacks_records_costs_in_proportion(
+    specs: dict[int, Path],
+) -> None:
+    topologies = {size: expand(load_spec(path)) for size, path in specs.items()}
+    states = {size: owned_by_another_stack(t) for size, t in topologies.items()}
+    marked = plan(topologies[SMALL], states[SMALL])
+    assert marked.has_changes and all(
+        c.owners == ("a", "b") for c in marked.changes if c.kind != "vhost"
+    )
+    small = calls(lambda: plan(topologies[SMALL], owned_by_another_stack(topologies[SMALL])))
+    large = calls(lambda: plan(topologies[LARGE], owned_by_another_stack(topologies[LARGE])))
     assert large / small <= LIMIT, (small, large)

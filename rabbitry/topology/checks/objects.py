@@ -273,13 +273,19 @@ def check_exchanges(spec: Spec, findings: Findings) -> None:
 def _check_exchange(
     exchange: ExchangeSpec, declared: set[str], loc: Loc, findings: Findings
 ) -> None:
+    if not isinstance(exchange.type, ExchangeType):
+        findings.warning(
+            (*loc, "type"),
+            f"exchange type {exchange.type!r} is not one rabbitry knows: it is declared as"
+            " written, and its arguments and the routing keys bound to it go unchecked; the"
+            " broker refuses it unless the plugin that provides it is enabled",
+        )
     args = exchange.arguments.as_broker_dict()
     if args and exchange.type is not ExchangeType.CONSISTENT_HASH:
         for key in args:
             findings.error(
                 (*loc, "arguments", key),
-                f"{key} only applies to x-consistent-hash exchanges, this one is "
-                f"{exchange.type.value}",
+                f"{key} only applies to x-consistent-hash exchanges, this one is {exchange.type}",
             )
     if "hash-header" in args and "hash-property" in args:
         findings.error(
@@ -425,7 +431,7 @@ def check_access(spec: Spec, findings: Findings) -> None:
                 findings.warning(
                     (*ploc, "exchange"),
                     f"topic permissions only apply to topic exchanges; {tperm.exchange!r} "
-                    f"is {exchange.type.value}",
+                    f"is {exchange.type}",
                 )
 
 

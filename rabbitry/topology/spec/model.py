@@ -12,6 +12,7 @@ bottom is the whole document's shape.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
@@ -21,8 +22,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     PrivateAttr,
     SecretStr,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -78,6 +81,38 @@ Name = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_amqp_
 
 VhostName = Annotated[Name, AfterValidator(_vhost_name)]
 """A vhost name: an AMQP name in ASCII (what the management API can export)."""
+
+PLUGIN_EXCHANGE_TYPE = re.compile(r"x-[A-Za-z0-9][A-Za-z0-9._-]*")
+"""How plugins name their exchange types (x-local-random, x-recent-history, x-jms-topic)."""
+
+
+def _exchange_type(value: object) -> ExchangeType | str:
+    if isinstance(value, ExchangeType):
+        return value
+    if isinstance(value, str):
+        if value in ExchangeType._value2member_map_:
+            return ExchangeType(value)
+        if PLUGIN_EXCHANGE_TYPE.fullmatch(value):
+            return value  # a plugin's type rabbitry does not know: passed through, unchecked
+    known = ", ".join(repr(t.value) for t in ExchangeType)
+    close = difflib.get_close_matches(str(value), [t.value for t in ExchangeType], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"expected {known}, or a plugin's exchange type (x-...), got {value!r}{hint}")
+
+
+SpecExchangeType = Annotated[
+    ExchangeType | str,
+    PlainValidator(_exchange_type),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"enum": [t.value for t in ExchangeType]},
+                {"type": "string", "pattern": f"^{PLUGIN_EXCHANGE_TYPE.pattern}$"},
+            ]
+        }
+    ),
+]
+"""A type rabbitry knows, or a plugin's ``x-`` type it passes through unchecked."""
 
 StackName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 
@@ -177,8 +212,10 @@ class ExchangeSpec(SpecModel):
 
     name: Name
     """Exchange name (not '' and not amq.*: those are built in)."""
-    type: ExchangeType = ExchangeType.DIRECT
-    """direct, fanout, topic, headers, x-consistent-hash or x-modulus-hash (plugins)."""
+    type: SpecExchangeType = ExchangeType.DIRECT
+    """direct, fanout, topic, headers, x-consistent-hash or x-modulus-hash (plugins); another
+    plugin's type (x-local-random, x-recent-history, ...) is declared as written, unchecked,
+    with a warning."""
     durable: bool = True
     """Survive a broker restart."""
     auto_delete: bool = False

@@ -223,7 +223,7 @@ def argument_maps(known: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy
 exchanges = st.builds(
     p.Exchange,
     name=names,
-    type=st.sampled_from(p.ExchangeType),
+    type=st.sampled_from(p.ExchangeType) | st.sampled_from(["x-local-random", "x-jms-topic"]),
     durable=st.booleans(),
     auto_delete=st.booleans(),
     internal=st.booleans(),
