@@ -359,6 +359,8 @@ class AsyncWorker:
             self.core.leave(token)
 
     def _start(self, message: IncomingMessage, route: Route) -> None:
+        if self.core.middleware and not self.core.before(message):
+            return
         started = time.perf_counter()
         if not route.is_async:
             try:

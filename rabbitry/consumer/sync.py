@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any, Unpack
 
@@ -21,9 +21,9 @@ from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.consumer.app import App
+from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
-from rabbitry.consumer.engine import WorkerKeywords, logger, worker_core
+from rabbitry.consumer.engine import WorkerCore, WorkerKeywords, logger, worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -41,6 +41,50 @@ def cancel_job(publisher: Publisher, queue: str, job_id: str, *, exchange: str =
     return publisher.publish(
         b"", exchange=exchange, routing_key=queue, headers={CANCEL_HEADER: job_id}
     )
+
+
+def call_handler(
+    route: Route,
+    message: IncomingMessage,
+    loop: Callable[[], asyncio.AbstractEventLoop],
+) -> BaseException | None:
+    """Run ``route``'s handler to its end in this thread (a coroutine handler on ``loop()``,
+    cancelled at its time-to-run); the exception it ended with, None on success."""
+    try:
+        result = route.handler(message)
+        if route.is_async:
+            assert isinstance(result, Coroutine)
+            coro: Coroutine[Any, Any, Any] = result
+            if route.timeout is not None:
+                coro = asyncio.wait_for(result, route.timeout)
+            loop().run_until_complete(coro)
+    except TimeoutError as exc:
+        if not route.is_async:
+            return exc
+        from rabbitry.consumer.decision import HandlerTimeout
+
+        return HandlerTimeout(
+            f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
+        )
+    except Exception as exc:
+        return exc
+    return None
+
+
+def handle_blocking(
+    core: WorkerCore, message: IncomingMessage, loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    """Handle an admitted delivery in this thread: its span current, the middlewares'
+    ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    token = core.enter(message)
+    try:
+        if core.middleware and not core.before(message):
+            return
+        started = time.perf_counter()
+        error = call_handler(core.routes[message.consumer], message, loop)
+        core.conclude(message, error, time.perf_counter() - started)
+    finally:
+        core.leave(token)
 
 
 class Worker:
@@ -160,43 +204,14 @@ class Worker:
                 core.acks.received(message.tag)
                 core.requeue(message)
             elif core.admit(message):
-                self._handle(message)
+                handle_blocking(core, message, self._event_loop)
         self._send(core.take_output())
         return len(inbox)
 
-    def _handle(self, message: IncomingMessage) -> None:
-        token = self.core.enter(message)
-        try:
-            self._call(message)
-        finally:
-            self.core.leave(token)
-
-    def _call(self, message: IncomingMessage) -> None:
-        route = self.core.routes[message.consumer]
-        started = time.perf_counter()
-        error: BaseException | None = None
-        try:
-            result = route.handler(message)
-            if route.is_async:
-                assert isinstance(result, Coroutine)
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                coro: Coroutine[Any, Any, Any] = result
-                if route.timeout is not None:
-                    coro = asyncio.wait_for(result, route.timeout)
-                self._loop.run_until_complete(coro)
-        except TimeoutError as exc:
-            error = exc
-            if route.is_async:
-                from rabbitry.consumer.decision import HandlerTimeout
-
-                error = HandlerTimeout(
-                    f"handler of {route.queue} ran longer than its time-to-run"
-                    f" of {route.timeout:g} s"
-                )
-        except Exception as exc:
-            error = exc
-        self.core.conclude(message, error, time.perf_counter() - started)
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
 
     def _send(self, data: bytes) -> None:
         wire, session = self._wire, self.core.session
