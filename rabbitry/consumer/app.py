@@ -20,6 +20,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.amqp.codecs import JSON, Codec
 from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
+from rabbitry.consumer.limits import Limits
 from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.stores import (
     CancelStore,
@@ -58,6 +59,8 @@ class Route:
     """The type a typed handler declared for the body (None: it takes the message)."""
     codec: Codec = JSON
     """How the body of a typed handler is decoded."""
+    limits: Limits | None = None
+    """At most N in flight and R started per second, for this handler alone."""
 
 
 class App:
@@ -121,6 +124,9 @@ class App:
         priority: int | None = None,
         retry: QueueRetry | None = None,
         codec: Codec | None = None,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: int = 1,
     ) -> Callable[[H], H]:
         """Decorator: run the function for every message of ``queue``."""
 
@@ -134,6 +140,9 @@ class App:
                 priority=priority,
                 retry=retry,
                 codec=codec,
+                concurrency=concurrency,
+                rate=rate,
+                burst=burst,
             )
             return func
 
@@ -150,9 +159,14 @@ class App:
         priority: int | None = None,
         retry: QueueRetry | None = None,
         codec: Codec | None = None,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: int = 1,
     ) -> Route:
         """Bind ``func`` to ``queue``; ``retry`` replaces the spec's retry set-up (or gives one
-        to an app without a spec); ``codec`` replaces the app's for this handler's body."""
+        to an app without a spec); ``codec`` replaces the app's for this handler's body;
+        ``concurrency`` and ``rate`` (per second, ``burst`` back to back) limit this handler
+        alone, without holding back the others."""
         if queue in self.routes:
             raise AppError(f"queue {queue!r} already has a handler ({self.routes[queue].handler})")
         if timeout is not None and timeout <= 0:
@@ -173,6 +187,10 @@ class App:
                 raise AppError(str(exc)) from None
             spec_ordered = bool(queue_spec.arguments.single_active_consumer)
         try:
+            limits = Limits(concurrency=concurrency, rate=rate, burst=burst)
+        except ValueError as exc:
+            raise AppError(f"handler of {queue!r}: {exc}") from None
+        try:
             shape = handler_shape(func)
         except SignatureError as exc:
             raise AppError(f"{exc} (queue {queue!r})") from None
@@ -191,6 +209,7 @@ class App:
             consume_arguments=arguments,
             body_type=shape.body_type,
             codec=codec,
+            limits=limits if limits.limited else None,
         )
         self.routes[queue] = route
         return route

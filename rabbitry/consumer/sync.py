@@ -24,6 +24,7 @@ from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import WorkerCore, WorkerKeywords, logger, worker_core
+from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -103,6 +104,12 @@ class Worker:
         self._wire: SocketWire | None = None
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        now = time.monotonic()
+        self._gates: dict[int, Gate[IncomingMessage]] = {
+            index: Gate(route.limits, now)
+            for index, route in enumerate(self.core.routes)
+            if route.limits is not None
+        }
 
     @property
     def metrics(self) -> WorkerMetrics:
@@ -147,6 +154,8 @@ class Worker:
                 was_ready = core.session is not None and core.session.ready
                 self._drop()
                 core.connection_lost()
+                for gate in self._gates.values():
+                    gate.take_waiting()  # the broker requeued them with the channel
                 if self._stopping:
                     break
                 if retry is None:
@@ -172,11 +181,18 @@ class Worker:
         core = self.core
         last_message = time.monotonic()
         while not self._stopping:
-            got = self._io(_TICK)
+            got = self._io(self._next_wait())
             now = time.monotonic()
+            if self._gates:
+                got += self._pump()
             if got:
                 last_message = now
-            elif max_idle is not None and now - last_message > max_idle and not core.publishing:
+            elif (
+                max_idle is not None
+                and now - last_message > max_idle
+                and not core.publishing
+                and not any(gate.waiting for gate in self._gates.values())
+            ):
                 return
             if not session.tick(now):
                 raise Disconnected("no heartbeat from the broker")
@@ -204,9 +220,32 @@ class Worker:
                 core.acks.received(message.tag)
                 core.requeue(message)
             elif core.admit(message):
-                handle_blocking(core, message, self._event_loop)
+                gate = self._gates.get(message.consumer) if self._gates else None
+                if gate is None:
+                    handle_blocking(core, message, self._event_loop)
+                else:
+                    gate.add(message)
+                    self._pump()
         self._send(core.take_output())
         return len(inbox)
+
+    def _pump(self) -> int:
+        """Run the held-back deliveries of limited handlers whose rate allows them now."""
+        handled = 0
+        for gate in self._gates.values():
+            while not self._stopping and (ready := gate.release(time.monotonic())):
+                for message in ready:
+                    handle_blocking(self.core, message, self._event_loop)
+                    gate.done()
+                    handled += 1
+        return handled
+
+    def _next_wait(self) -> float:
+        """How long the socket may be waited on: a tick, or less when a rate releases sooner."""
+        wake = [gate.wake_at for gate in self._gates.values() if gate.wake_at is not None]
+        if not wake:
+            return _TICK
+        return max(0.0, min(_TICK, min(wake) - time.monotonic()))
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -230,6 +269,9 @@ class Worker:
             self._drop()
             return
         deadline = time.monotonic() + self.options.shutdown_timeout
+        for gate in self._gates.values():
+            for message in gate.take_waiting():
+                core.requeue(message)
         with contextlib.suppress(OSError, Disconnected, BrokerError):
             session.cancel_consumers()
             self._send(core.take_output())

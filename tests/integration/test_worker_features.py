@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -131,3 +133,65 @@ def test_middleware_wraps_each_attempt_in_onion_order(
         "outer.decided:ack",
     ]
     assert worker.metrics["work"].retried == {"1s": 1}
+
+
+def publish_bodies(broker: Broker, queue: str, count: int) -> None:
+    with Publisher(broker.vhost_amqp_url) as pub:
+        pub.publish_many([b"x"] * count, routing_key=queue)
+
+
+def test_a_concurrency_limit_holds_one_handler_and_not_the_others(applied: Broker) -> None:
+    app = make_app(applied)
+    running = [0]
+    most = [0]
+    slow_done: list[float] = []
+    fast_done: list[float] = []
+
+    @app.handler("slow", concurrency=2)
+    async def slow(message: IncomingMessage) -> None:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0.3)
+        running[0] -= 1
+        slow_done.append(time.monotonic())
+
+    @app.handler("work")
+    async def fast(message: IncomingMessage) -> None:
+        await asyncio.sleep(0.01)
+        fast_done.append(time.monotonic())
+
+    publish_bodies(applied, "slow", 8)
+    publish_bodies(applied, "work", 40)
+    worker = AsyncWorker(app, applied.vhost_amqp_url)
+    run_worker(worker, lambda: len(slow_done) == 8 and len(fast_done) == 40, timeout=20)
+    assert most[0] == 2 and len(slow_done) == 8
+    assert len(fast_done) == 40
+    assert max(fast_done) < sorted(slow_done)[2], "the fast handler did not wait for the slow"
+    assert sorted(slow_done)[-1] - sorted(slow_done)[0] >= 0.85, "4 rounds of 2 at 0.3 s"
+
+
+@pytest.mark.parametrize("kind", [AsyncWorker, Worker])
+def test_a_rate_limit_spaces_one_handlers_starts_and_not_the_others(
+    applied: Broker, kind: type[AsyncWorker] | type[Worker]
+) -> None:
+    app = make_app(applied)
+    starts: list[float] = []
+    fast_done: list[float] = []
+
+    @app.handler("slow", rate=10)
+    def limited(message: IncomingMessage) -> None:
+        starts.append(time.monotonic())
+
+    @app.handler("work")
+    def fast(message: IncomingMessage) -> None:
+        fast_done.append(time.monotonic())
+
+    publish_bodies(applied, "slow", 6)
+    publish_bodies(applied, "work", 30)
+    worker = kind(app, applied.vhost_amqp_url)
+    run_either(worker, lambda: len(starts) == 6 and len(fast_done) == 30, timeout=20)
+    assert len(starts) == 6 and len(fast_done) == 30
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.09, f"at most 10 a second: {gaps}"
+    assert max(fast_done) < starts[-1], "the other handler was not held back"
+    assert depth(applied, "slow") == 0
