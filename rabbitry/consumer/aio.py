@@ -24,7 +24,6 @@ from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.engine import AsyncWorkerKeywords, logger, worker_core
-from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.errors import BrokerError
@@ -90,12 +89,7 @@ class AsyncWorker:
         self._waiting: deque[IncomingMessage] = deque()
         self._ordered_busy: set[int] = set()
         self._ordered_waiting: dict[int, deque[IncomingMessage]] = {}
-        now = time.monotonic()
-        self._gates: dict[int, Gate[IncomingMessage]] = {
-            index: Gate(route.limits, now)
-            for index, route in enumerate(self.core.routes)
-            if route.limits is not None
-        }
+        self._gates = self.core.gates()
         self._gate_timers: dict[int, asyncio.TimerHandle] = {}
         self._pumping: set[int] = set()
         self._stopping = False

@@ -31,6 +31,7 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
+from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
@@ -195,6 +196,15 @@ class WorkerCore:
         self.acks.forget()
         self.generation += 1
         self.session = None
+
+    def gates(self) -> dict[int, Gate[IncomingMessage]]:
+        """A fresh ``Gate`` per limited handler, by consumer index (each shell holds its own)."""
+        now = time.monotonic()
+        return {
+            index: Gate(route.limits, now)
+            for index, route in enumerate(self.routes)
+            if route.limits is not None
+        }
 
     def route_of(self, message: IncomingMessage) -> Route:
         return self.routes[message.consumer]

@@ -24,7 +24,6 @@ from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import WorkerCore, WorkerKeywords, logger, worker_core
-from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -104,12 +103,7 @@ class Worker:
         self._wire: SocketWire | None = None
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        now = time.monotonic()
-        self._gates: dict[int, Gate[IncomingMessage]] = {
-            index: Gate(route.limits, now)
-            for index, route in enumerate(self.core.routes)
-            if route.limits is not None
-        }
+        self._gates = self.core.gates()
 
     @property
     def metrics(self) -> WorkerMetrics:

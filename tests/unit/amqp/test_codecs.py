@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from rabbitry.amqp.codecs import JSON, Codec, decode_model, encode_model, is_model
 from rabbitry.amqp.message import MessageBuilder, encode_body
-from rabbitry.publisher import Publisher
+from rabbitry.publisher import AsyncPublisher, Publisher
 
 
 class Order(BaseModel):
@@ -79,11 +79,16 @@ def test_the_builder_uses_its_codec() -> None:
     assert props.content_type == "text/x-lines" and body == b"to=x\ntries=0"
 
 
-def test_a_publisher_accepts_models_and_sets_the_content_type() -> None:
-    publisher = Publisher("amqp://localhost")  # prepares only: nothing connects
+@pytest.mark.parametrize("kind", [Publisher, AsyncPublisher])
+def test_both_publishers_accept_models_and_set_the_content_type(
+    kind: type[Publisher] | type[AsyncPublisher],
+) -> None:
+    publisher = kind("amqp://localhost")  # prepares only: nothing connects
     props, body = content(publisher.prepare(Order(id=1, placed=PLACED), routing_key="q").frames)
     assert props.content_type == "application/json"
     assert Order.model_validate_json(body) == Order(id=1, placed=PLACED)
+    coded = kind("amqp://localhost", codec=Lines()).prepare(Mail(to="a"), routing_key="q")
+    assert content(coded.frames)[0].content_type == "text/x-lines"
 
 
 def test_classes_are_not_models() -> None:
