@@ -397,7 +397,7 @@ class AsyncWorker:
         self._gate_timers.clear()
 
     def _gate_done(self, consumer: int) -> None:
-        gate = self._gates.get(consumer) if self._gates else None
+        gate = self._gates.get(consumer)
         if gate is not None:
             gate.done()
             if not self._stopping:
@@ -409,7 +409,7 @@ class AsyncWorker:
             running = self._start(message, route)
         finally:
             self.core.leave(token)
-        if not running:
+        if not running and self._gates:
             self._gate_done(message.consumer)
 
     def _start(self, message: IncomingMessage, route: Route) -> bool:
@@ -481,7 +481,8 @@ class AsyncWorker:
         if message is None:
             return
         route = self.core.routes[message.consumer]
-        self._gate_done(message.consumer)
+        if self._gates:
+            self._gate_done(message.consumer)
         if route.ordered:
             self._ordered_busy.discard(message.consumer)
             waiting = self._ordered_waiting.get(message.consumer)

@@ -49,14 +49,13 @@ class HandlerShape:
 def handler_shape(func: Callable[..., Any]) -> HandlerShape:
     """Read ``func``'s parameters: one or two, at most one body type and one message."""
     name = getattr(func, "__qualname__", repr(func))
+    every = inspect.signature(func).parameters.values()
     params = [
         p
-        for p in inspect.signature(func).parameters.values()
+        for p in every
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
-    if not params and any(
-        p.kind is p.VAR_POSITIONAL for p in inspect.signature(func).parameters.values()
-    ):
+    if not params and any(p.kind is p.VAR_POSITIONAL for p in every):
         return HandlerShape()  # def handle(*args): the message, as before typed handlers
     if not 1 <= len(params) <= 2:
         raise SignatureError(

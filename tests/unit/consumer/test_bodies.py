@@ -31,7 +31,9 @@ def test_a_handler_of_the_message_is_left_as_it_is() -> None:
     def hidden(message: rabbitry.consumer.IncomingMessage) -> None:  # type: ignore[name-defined]  # noqa: F821
         ...
 
-    for func in (plain, bare, hidden, lambda m: None):
+    def star(*args: object) -> None: ...
+
+    for func in (plain, bare, hidden, star, lambda m: None):
         assert handler_shape(func) == HandlerShape(None, 0)
     app = App()
     app.add("q", plain)
