@@ -16,8 +16,9 @@ A middleware subclasses ``Middleware`` and overrides the hooks it needs:
 
 So the first middleware registered is the outermost: its ``before`` runs first and its
 ``after``/``on_error`` last, and only middlewares whose ``before`` completed get
-``after``/``on_error``. Hooks are plain functions for sync and async handlers alike; they run
-with the delivery's trace span current (tracing and the worker's counters wrap all of them).
+``after``/``on_error``. Hooks are plain functions for sync and async handlers alike. Tracing
+and the worker's counters wrap them all: the delivery's span is current in every hook of a
+delivery whose handler was to run (``decided`` comes after the span has ended).
 A handler cancelled by shutdown gets no hook: its message goes back to its queue.
 """
 
