@@ -347,6 +347,14 @@ class AsyncWorker:
 
     # -- handlers ---------------------------------------------------------------------------------
 
+    def take(self, message: IncomingMessage) -> None:
+        """Handle one delivery as if it had just arrived, on the running loop, without a
+        connection: how ``rabbitry.testing.HandlerHarness`` runs handlers the way ``run`` does
+        (its handler may go on in a task; the core settles it)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._dispatch(message)
+
     def _dispatch(self, message: IncomingMessage) -> None:
         core = self.core
         if not core.admit(message):

@@ -2,8 +2,9 @@
 the worker would do with each (acked, retried at which tier and delay, parked and why).
 
 ``HandlerHarness`` drives the worker's own core (``rabbitry.consumer.engine.WorkerCore``) the
-way the blocking ``Worker`` does, through the same function (``handle_blocking``): admission
-(duplicates, cancellations), the middlewares, the typed body, the handler, the pure retry
+way the blocking ``Worker`` does, through the same function (``handle_blocking``), or through
+``AsyncWorker``'s dispatch (``deliver_async``): admission (duplicates, cancellations), the
+middlewares, the typed body, the handler, the pure retry
 decision, the republished copy and its ack. Only the socket is missing: the copies the worker
 publishes are taken as confirmed. So an outcome here is the outcome on a broker, by
 construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integration tests.
@@ -13,8 +14,9 @@ construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integr
     assert outcome.acked
     assert harness.deliver("orders.work", {"id": "x"}).parked
 
-Coroutine handlers run on a private event loop, as in ``Worker``: call ``deliver`` from a
-plain (not ``async``) test.
+``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
+plain test. From an async test, ``await harness.deliver_async(...)`` goes through
+``AsyncWorker``'s own dispatch on the test's loop instead.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import Any
 
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Body, encode_body
-from rabbitry.consumer.app import App, AppError, Route
+from rabbitry.consumer.aio import AsyncWorker
+from rabbitry.consumer.app import App, AppError
 from rabbitry.consumer.decision import Action, Verdict
-from rabbitry.consumer.engine import worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
@@ -115,23 +117,29 @@ class _Recorder(Middleware):
     """The outermost middleware: sees the final error and the verdict, changes nothing."""
 
     def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.verdict: Verdict | None = None
+        self.errors: dict[int, BaseException] = {}
+        self.verdicts: dict[int, Verdict] = {}
+        self.waiters: dict[int, asyncio.Event] = {}
 
     def on_error(self, message: IncomingMessage, error: BaseException) -> None:
-        self.error = error
+        self.errors[id(message)] = error
 
     def decided(self, message: IncomingMessage, verdict: Verdict) -> None:
-        self.verdict = verdict
+        self.verdicts[id(message)] = verdict
+        waiter = self.waiters.pop(id(message), None)
+        if waiter is not None:
+            waiter.set()
 
 
 class HandlerHarness:
     """Runs the handlers of ``app`` in memory; ``deliver`` one message, ``follow`` one along its
-    retry ladder. ``metrics`` are the worker's counters for what was delivered."""
+    retry ladder (``deliver_async``/``follow_async`` from async tests). ``metrics`` are the
+    worker's counters for what was delivered."""
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self.core = worker_core(app, None, {"concurrency": 1})
+        self._worker = AsyncWorker(app)  # never connects: its core, and its dispatch for async
+        self.core = self._worker.core
         self._recorder = _Recorder()
         self.core.middleware = (self._recorder, *self.core.middleware)
         self._queues = {route.queue: index for index, route in enumerate(self.core.routes)}
@@ -165,36 +173,43 @@ class HandlerHarness:
         redelivered: bool = False,
         **properties: Any,
     ) -> Outcome:
-        """Deliver one message to the handler of ``queue`` and settle it as the worker does.
+        """Deliver one message to the handler of ``queue`` and settle it as ``Worker`` does
+        (coroutine handlers on a private event loop: call it from a plain test).
 
         ``body`` is sent as a publisher would send it: bytes as they are, text as UTF-8, dicts
         and models by the handler's codec. ``headers`` are the message's own (pass an
         outcome's ``headers`` to deliver its retry), ``properties`` other AMQP properties by
         their names (``correlation_id``, ``timestamp``, ``type``...). A message without a
         ``message_id`` gets a fresh one, as from rabbitry's publisher."""
-        route = self._route(queue)
-        data, ctype = encode_body(body, content_type, route.codec)
-        tag = next(self._tags)
-        message = IncomingMessage.build(
-            data,
-            queue=queue,
-            consumer=self._queues[queue],
-            tag=tag,
-            redelivered=redelivered,
-            headers=dict(headers) if headers else None,
-            message_id=message_id or f"harness-{tag}",
-            content_type=ctype,
-            **properties,
+        message = self._message(
+            queue, body, headers, message_id, content_type, redelivered, properties
         )
-        recorder = self._recorder
-        recorder.error = recorder.verdict = None
         core = self.core
         if core.admit(message):
             handle_blocking(core, message, self._event_loop)
-        copy = self._confirm_copies()
-        verdict = recorder.verdict
-        assert verdict is not None, "every delivery reaches a verdict"
-        return Outcome(verdict=verdict, message=message, error=recorder.error, copy=copy)
+        return self._outcome(message)
+
+    async def deliver_async(
+        self,
+        queue: str,
+        body: Body = b"",
+        *,
+        headers: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+        content_type: str | None = None,
+        redelivered: bool = False,
+        **properties: Any,
+    ) -> Outcome:
+        """``deliver`` for async tests: the message goes through ``AsyncWorker``'s own dispatch
+        on the running loop (handlers may use the test's loop-bound resources; per-handler
+        limits apply, so a rate-limited handler's message waits its turn)."""
+        message = self._message(
+            queue, body, headers, message_id, content_type, redelivered, properties
+        )
+        settled = self._recorder.waiters[id(message)] = asyncio.Event()
+        self._worker.take(message)
+        await settled.wait()
+        return self._outcome(message)
 
     def follow(
         self, queue: str, body: Body = b"", *, limit: int = FOLLOW_LIMIT, **options: Any
@@ -203,38 +218,84 @@ class HandlerHarness:
         the broker's business), until it is acked, parked or rejected; every outcome, in order.
         Takes ``deliver``'s keywords."""
         outcomes = [self.deliver(queue, body, **options)]
-        while outcomes[-1].retried:
-            if len(outcomes) >= limit:
-                raise AssertionError(f"still retrying after {limit} deliveries: {outcomes[-1]}")
-            last = outcomes[-1]
-            options = {
-                **options,
-                "headers": last.headers,
-                "message_id": last.message.message_id,
-                "content_type": last.message.content_type,
-            }
-            outcomes.append(self.deliver(queue, last.message.body, **options))
+        while (again := _retry_of(outcomes, limit, options)) is not None:
+            outcomes.append(self.deliver(queue, outcomes[-1].message.body, **again))
+        return outcomes
+
+    async def follow_async(
+        self, queue: str, body: Body = b"", *, limit: int = FOLLOW_LIMIT, **options: Any
+    ) -> list[Outcome]:
+        """``follow`` for async tests (through ``deliver_async``)."""
+        outcomes = [await self.deliver_async(queue, body, **options)]
+        while (again := _retry_of(outcomes, limit, options)) is not None:
+            outcomes.append(await self.deliver_async(queue, outcomes[-1].message.body, **again))
         return outcomes
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _route(self, queue: str) -> Route:
+    def _message(
+        self,
+        queue: str,
+        body: Body,
+        headers: Mapping[str, Any] | None,
+        message_id: str | None,
+        content_type: str | None,
+        redelivered: bool,
+        properties: Mapping[str, Any],
+    ) -> IncomingMessage:
         if queue not in self._queues:
             known = ", ".join(self._queues) or "none"
             raise AppError(f"the app has no handler for {queue!r} (handlers: {known})")
-        return self.core.routes[self._queues[queue]]
+        consumer = self._queues[queue]
+        data, ctype = encode_body(body, content_type, self.core.routes[consumer].codec)
+        tag = next(self._tags)
+        return IncomingMessage.build(
+            data,
+            queue=queue,
+            consumer=consumer,
+            tag=tag,
+            redelivered=redelivered,
+            headers=dict(headers) if headers else None,
+            message_id=message_id or f"harness-{tag}",
+            content_type=ctype,
+            **properties,
+        )
 
-    def _confirm_copies(self) -> Delivery | None:
-        """Take the worker's retry or park publish as confirmed by the broker (then the worker
-        acks the original, as after a real confirm); the copy published, if any."""
-        tracker = self.core.tracker
-        pending = tracker.pending()
-        if not pending:
-            return None
-        tracker.ack(tracker.next_tag - 1, multiple=True)
-        return pending[-1]
+    def _outcome(self, message: IncomingMessage) -> Outcome:
+        """The verdict reached for ``message``; its copy (retry or park), if any, is taken as
+        confirmed by the broker, so the worker acks the original as after a real confirm."""
+        recorder = self._recorder
+        verdict = recorder.verdicts.pop(id(message))
+        error = recorder.errors.pop(id(message), None)
+        copy = None
+        if verdict.publishes:
+            tracker = self.core.tracker
+            copy = next(
+                d
+                for d in tracker.pending()
+                if d.message_id == message.message_id and d.routing_key == verdict.routing_key
+            )
+            tracker.ack(copy.tag, multiple=False)
+        return Outcome(verdict=verdict, message=message, error=error, copy=copy)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+
+def _retry_of(
+    outcomes: list[Outcome], limit: int, options: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``deliver``'s keywords for the retry of the last outcome (None: it was not retried)."""
+    last = outcomes[-1]
+    if not last.retried:
+        return None
+    if len(outcomes) >= limit:
+        raise AssertionError(f"still retrying after {limit} deliveries: {last}")
+    return {
+        **options,
+        "headers": last.headers,
+        "message_id": last.message.message_id,
+        "content_type": last.message.content_type,
+    }

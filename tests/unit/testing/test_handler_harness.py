@@ -4,7 +4,9 @@ reached by the worker's own core (typed bodies, middleware, retry decision, copi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from rabbitry.policies.retry import (
     Backoff,
     RetryPolicy,
 )
-from rabbitry.testing import HandlerHarness
+from rabbitry.testing import HandlerHarness, Outcome
 from rabbitry.topology.patterns.retries import QueueRetry
 
 RETRY = QueueRetry(
@@ -349,3 +351,46 @@ def test_an_unknown_queue_names_the_handled_ones() -> None:
     app.add("work", lambda m: None)
     with pytest.raises(AppError, match=r"no handler for 'nope' \(handlers: work\)"):
         HandlerHarness(app).deliver("nope", b"")
+
+
+def test_from_async_code_handlers_run_on_the_callers_loop_through_the_async_workers_dispatch() -> (
+    None
+):
+    app = App()
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @app.handler("work", retry=RETRY)
+    async def handle(order: Order, message: IncomingMessage) -> None:
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)  # a real wait: the handler goes on in a task
+        if message.attempt < 3:
+            raise RuntimeError("not yet")
+
+    async def main() -> tuple[list[Action], asyncio.AbstractEventLoop]:
+        harness = HandlerHarness(app)
+        outcomes = await harness.follow_async("work", Order(id=1, amount=2))
+        invalid = await harness.deliver_async("work", {"id": "x"})
+        assert invalid.parked and isinstance(invalid.error, InvalidBody)
+        return [o.action for o in outcomes], asyncio.get_running_loop()
+
+    actions, loop = asyncio.run(main())
+    assert actions == [Action.RETRY, Action.RETRY, Action.ACK]
+    assert loops == [loop, loop, loop]
+
+
+def test_from_async_code_a_rate_limited_handler_waits_its_turn() -> None:
+    app = App()
+    started: list[float] = []
+
+    @app.handler("work", retry=RETRY, rate=20)
+    async def handle(message: IncomingMessage) -> None:
+        started.append(time.monotonic())
+
+    async def main() -> list[Outcome]:
+        harness = HandlerHarness(app)
+        return list(await asyncio.gather(*(harness.deliver_async("work", b"") for _ in range(3))))
+
+    outcomes = asyncio.run(main())
+    assert all(o.acked for o in outcomes)
+    assert [o.message.message_id for o in outcomes] == ["harness-1", "harness-2", "harness-3"]
+    assert min(b - a for a, b in itertools.pairwise(started)) >= 0.045
