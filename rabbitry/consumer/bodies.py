@@ -14,6 +14,7 @@ is refused then (``AppError``), not at the first message.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -147,11 +148,13 @@ def typed_handler(
 
     if inspect.iscoroutinefunction(func):
 
+        @functools.wraps(func)
         async def call_async(message: IncomingMessage) -> None:
             await func(*arguments(message))
 
         return call_async
 
+    @functools.wraps(func)
     def call(message: IncomingMessage) -> None:
         func(*arguments(message))
 

@@ -97,3 +97,14 @@ def test_an_invalid_body_is_never_retried_by_any_policy() -> None:
     decision = policy.decide(0, InvalidBody("id: field required"))
     assert decision.outcome.value == "park" and decision.reason == "InvalidBody is never retried"
     assert policy.decide(0, RuntimeError("x")).outcome.value == "retry"
+
+
+def test_a_typed_handler_keeps_its_name_in_errors_and_logs() -> None:
+    app = App()
+
+    def charge(order: Order) -> None: ...
+
+    app.add("q", charge)
+    assert app.routes["q"].handler.__qualname__ == charge.__qualname__
+    with pytest.raises(AppError, match=r"already has a handler.*charge"):
+        app.add("q", charge)
