@@ -26,8 +26,10 @@ The full list, grouped, is in docs/api.md. Errors form one tree under ``Rabbitry
     +-- PlanError          the plan needs a replace or prune the options do not allow
     +-- ApplyError         applying stopped half-way (``done`` says what was changed)
     +-- PublishError       a message was not confirmed
-        +-- Nacked, Unroutable, ConfirmTimeout, ChannelClosed (ExchangeNotFound,
-            AccessRefused), PublisherClosed
+    |   +-- Nacked, Unroutable, ConfirmTimeout, ChannelClosed (ExchangeNotFound,
+    |       AccessRefused), PublisherClosed
+    +-- NonRetryable       raised by a handler: the worker parks the message at once
+        +-- InvalidBody         the body does not validate into the handler's declared type
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from rabbitry.errors import (
 )
 
 if TYPE_CHECKING:
+    from rabbitry.amqp.codecs import Codec
     from rabbitry.amqp.confirms import Delivery
     from rabbitry.amqp.errors import (
         AccessRefused,
@@ -61,7 +64,16 @@ if TYPE_CHECKING:
     )
     from rabbitry.amqp.message import Message
     from rabbitry.amqp.settings import Backoff, ConnectionSettings
-    from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker, cancel_job
+    from rabbitry.consumer import (
+        App,
+        AsyncWorker,
+        IncomingMessage,
+        InvalidBody,
+        Middleware,
+        NonRetryable,
+        Worker,
+        cancel_job,
+    )
     from rabbitry.provisioner.applier import ApplyResult
     from rabbitry.provisioner.planner import Plan
     from rabbitry.provisioner.stack import apply, plan, stacks
@@ -104,6 +116,10 @@ _LAZY = {
     "Worker": "rabbitry.consumer",
     "AsyncWorker": "rabbitry.consumer",
     "IncomingMessage": "rabbitry.consumer",
+    "Middleware": "rabbitry.consumer",
+    "NonRetryable": "rabbitry.consumer",
+    "InvalidBody": "rabbitry.consumer",
+    "Codec": "rabbitry.amqp.codecs",
     "cancel_job": "rabbitry.consumer",
 }
 
@@ -118,14 +134,18 @@ __all__ = [
     "BrokerError",
     "CapabilityError",
     "ChannelClosed",
+    "Codec",
     "ConfirmTimeout",
     "ConnectionLost",
     "ConnectionSettings",
     "Delivery",
     "ExchangeNotFound",
     "IncomingMessage",
+    "InvalidBody",
     "Message",
+    "Middleware",
     "Nacked",
+    "NonRetryable",
     "Plan",
     "PlanError",
     "PublishError",

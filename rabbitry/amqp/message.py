@@ -14,16 +14,22 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rabbitry.amqp import frames
+from rabbitry.amqp.codecs import JSON, Codec, encode_model, is_model
 from rabbitry.amqp.confirms import Delivery
+
+if TYPE_CHECKING:
+    from rabbitry.amqp.codecs import Model
 
 CHANNEL = 1
 DEFAULT_FRAME_MAX = 131072
 _CACHE_LIMIT = 4096
 
-Body = bytes | bytearray | memoryview | str | dict[str, Any] | list[Any]
+Body: TypeAlias = "bytes | bytearray | memoryview | str | dict[str, Any] | list[Any] | Model"
+"""What a publisher accepts: bytes as they are, text as UTF-8, dicts and lists as JSON (or by
+the publisher's codec), and typed values (a pydantic model, a dataclass) by the codec."""
 
 
 @dataclass(slots=True)
@@ -48,8 +54,13 @@ class Message:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def encode_body(body: Body, content_type: str | None) -> tuple[bytes, str | None]:
-    """Bytes on the wire and the content type that describes them."""
+def encode_body(
+    body: Body, content_type: str | None, codec: Codec | None = None
+) -> tuple[bytes, str | None]:
+    """Bytes on the wire and the content type that describes them.
+
+    Without a ``codec`` dicts and lists are JSON; a model always goes through a codec (JSON
+    when none is given), and the codec's content type describes it unless one is given."""
     if isinstance(body, bytes):
         return body, content_type
     if isinstance(body, bytearray | memoryview):
@@ -57,9 +68,17 @@ def encode_body(body: Body, content_type: str | None) -> tuple[bytes, str | None
     if isinstance(body, str):
         return body.encode("utf-8"), content_type or "text/plain; charset=utf-8"
     if isinstance(body, dict | list):
+        if codec is not None:
+            return codec.encode(body), content_type or codec.content_type
         data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         return data, content_type or "application/json"
-    raise TypeError(f"message body must be bytes, str, dict or list, not {type(body).__name__}")
+    if is_model(body):
+        codec = codec or JSON
+        return encode_model(body, codec), content_type or codec.content_type
+    raise TypeError(
+        "message body must be bytes, str, dict, list, a pydantic model or a dataclass,"
+        f" not {type(body).__name__}"
+    )
 
 
 class MessageIds:
@@ -82,6 +101,8 @@ class MessageBuilder:
 
     app_id: str | None = None
     content_type: str | None = None
+    codec: Codec | None = None
+    """How dicts, lists and models become bytes (None: JSON, as ``encode_body`` says)."""
     persistent: bool = True
     timestamps: bool = True
     frame_max: int = DEFAULT_FRAME_MAX
@@ -113,7 +134,7 @@ class MessageBuilder:
         timestamp: int | None = None,
         deadline: float | None = None,
     ) -> Delivery:
-        data, ctype = encode_body(body, content_type or self.content_type)
+        data, ctype = encode_body(body, content_type or self.content_type, self.codec)
         key = (exchange, routing_key, mandatory)
         method = self._methods.get(key)
         if method is None:

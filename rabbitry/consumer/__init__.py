@@ -1,16 +1,19 @@
 """Workers that consume with manual acks and walk the spec's retry ladder, and DLQ tools.
 
-``App`` binds handlers to the queues of a spec; ``AsyncWorker`` (asyncio) and ``Worker``
-(blocking) run them over one pure core: ``decision`` says what happens to each delivery
-(ack, retry at a tier, park, reject, drop a duplicate or a cancelled job), ``engine`` turns
-that into confirmed publishes and batched acks. ``dlq`` lists, shows, replays and purges
-parking lots.
+``App`` binds handlers to the queues of a spec (a handler takes the ``IncomingMessage``, or a
+typed body decoded by a ``Codec`` and validated: ``bodies``), with ``Middleware`` hooks around
+them. ``AsyncWorker`` (asyncio) and ``Worker`` (blocking) run them over one pure core:
+``decision`` says what happens to each delivery (ack, retry at a tier, park, reject, drop a
+duplicate or a cancelled job), ``engine`` turns that into confirmed publishes and batched
+acks. ``dlq`` lists, shows, replays and purges parking lots.
 """
 
 from __future__ import annotations
 
+from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
 from rabbitry.consumer.aio import AsyncWorker
 from rabbitry.consumer.app import App, AppError, Route
+from rabbitry.consumer.bodies import InvalidBody
 from rabbitry.consumer.decision import (
     CANCEL_HEADER,
     Action,
@@ -20,6 +23,7 @@ from rabbitry.consumer.decision import (
 )
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.stores import (
     CancelStore,
     IdempotencyStore,
@@ -27,19 +31,26 @@ from rabbitry.consumer.stores import (
     MemoryIdempotencyStore,
 )
 from rabbitry.consumer.sync import Worker, cancel_job
+from rabbitry.policies.retry import NonRetryable
 
 __all__ = [
     "CANCEL_HEADER",
+    "JSON",
     "Action",
     "App",
     "AppError",
     "AsyncWorker",
     "CancelStore",
+    "Codec",
     "HandlerTimeout",
     "IdempotencyStore",
     "IncomingMessage",
+    "InvalidBody",
+    "JsonCodec",
     "MemoryCancelStore",
     "MemoryIdempotencyStore",
+    "Middleware",
+    "NonRetryable",
     "Route",
     "Verdict",
     "Worker",

@@ -89,6 +89,9 @@ class AsyncWorker:
         self._waiting: deque[IncomingMessage] = deque()
         self._ordered_busy: set[int] = set()
         self._ordered_waiting: dict[int, deque[IncomingMessage]] = {}
+        self._gates = self.core.gates()
+        self._gate_timers: dict[int, asyncio.TimerHandle] = {}
+        self._pumping: set[int] = set()
         self._stopping = False
         self._stopped: asyncio.Event | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -233,6 +236,10 @@ class AsyncWorker:
             for message in waiting:
                 core.requeue(message)
             waiting.clear()
+        for gate in self._gates.values():
+            for message in gate.take_waiting():
+                core.requeue(message)
+        self._cancel_gate_timers()
 
     # -- I/O --------------------------------------------------------------------------------------
 
@@ -294,6 +301,9 @@ class AsyncWorker:
         for waiting in self._ordered_waiting.values():
             waiting.clear()
         self._ordered_busy.clear()
+        for gate in self._gates.values():
+            gate.take_waiting()  # the broker requeued them with the channel
+        self._cancel_gate_timers()
         if not (self._stopping or handshaking):
             self.core.metrics.reconnects += 1
             logger.warning(
@@ -337,11 +347,27 @@ class AsyncWorker:
 
     # -- handlers ---------------------------------------------------------------------------------
 
+    def take(self, message: IncomingMessage) -> None:
+        """Handle one delivery as if it had just arrived, on the running loop, without a
+        connection: how ``rabbitry.testing.HandlerHarness`` runs handlers the way ``run`` does
+        (its handler may go on in a task; the core settles it)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._dispatch(message)
+
     def _dispatch(self, message: IncomingMessage) -> None:
         core = self.core
         if not core.admit(message):
             return
-        route = core.routes[message.consumer]
+        gate = self._gates.get(message.consumer) if self._gates else None
+        if gate is not None:
+            gate.add(message)
+            self._pump(message.consumer)
+            return
+        self._launch(message)
+
+    def _launch(self, message: IncomingMessage) -> None:
+        route = self.core.routes[message.consumer]
         if route.ordered:
             if message.consumer in self._ordered_busy:
                 self._ordered_waiting.setdefault(message.consumer, deque()).append(message)
@@ -351,14 +377,53 @@ class AsyncWorker:
             return
         self._run(message, route)
 
+    def _pump(self, consumer: int) -> None:
+        """Start what the handler's limits let start now; wake up when the rate allows more."""
+        gate = self._gates[consumer]
+        if consumer in self._pumping:
+            return  # a handler that ended inline while starting: the loop below goes on
+        self._pumping.add(consumer)
+        try:
+            while ready := gate.release(time.monotonic()):
+                for message in ready:
+                    self._launch(message)
+        finally:
+            self._pumping.discard(consumer)
+        if gate.wake_at is not None and consumer not in self._gate_timers and self._loop:
+            delay = max(0.0, gate.wake_at - time.monotonic())
+            self._gate_timers[consumer] = self._loop.call_later(delay, self._wake, consumer)
+
+    def _wake(self, consumer: int) -> None:
+        self._gate_timers.pop(consumer, None)
+        if not self._stopping:
+            self._pump(consumer)
+            self._schedule_write()
+
+    def _cancel_gate_timers(self) -> None:
+        for timer in self._gate_timers.values():
+            timer.cancel()
+        self._gate_timers.clear()
+
+    def _gate_done(self, consumer: int) -> None:
+        gate = self._gates.get(consumer)
+        if gate is not None:
+            gate.done()
+            if not self._stopping:
+                self._pump(consumer)
+
     def _run(self, message: IncomingMessage, route: Route) -> None:
         token = self.core.enter(message)  # its span current: the task below copies it too
         try:
-            self._start(message, route)
+            running = self._start(message, route)
         finally:
             self.core.leave(token)
+        if not running and self._gates:
+            self._gate_done(message.consumer)
 
-    def _start(self, message: IncomingMessage, route: Route) -> None:
+    def _start(self, message: IncomingMessage, route: Route) -> bool:
+        """Run the handler up to its first real wait; True when it goes on in a task."""
+        if self.core.middleware and not self.core.before(message):
+            return False
         started = time.perf_counter()
         if not route.is_async:
             try:
@@ -367,22 +432,23 @@ class AsyncWorker:
                 self.core.conclude(message, exc, time.perf_counter() - started)
             else:
                 self.core.conclude(message, None, time.perf_counter() - started)
-            return
+            return False
         coro = cast(Coroutine[Any, Any, Any], route.handler(message))
         try:
             first = coro.send(None)
         except StopIteration:
             self.core.conclude(message, None, time.perf_counter() - started)
-            return
+            return False
         except Exception as exc:
             self.core.conclude(message, exc, time.perf_counter() - started)
-            return
+            return False
         assert self._loop is not None
         if route.ordered:
             self._ordered_busy.add(message.consumer)
         task = self._loop.create_task(self._finish(coro, first, message, route, started))
         self._tasks[task] = message
         task.add_done_callback(self._task_done)
+        return True
 
     async def _finish(
         self,
@@ -423,6 +489,8 @@ class AsyncWorker:
         if message is None:
             return
         route = self.core.routes[message.consumer]
+        if self._gates:
+            self._gate_done(message.consumer)
         if route.ordered:
             self._ordered_busy.discard(message.consumer)
             waiting = self._ordered_waiting.get(message.consumer)

@@ -4,19 +4,24 @@
 (``QueueRetry``: policy, tier queues or delay levels, parking lot), whether the queue asks for
 ordered consumption (``x-single-active-consumer``), plus the handler's own options
 (time-to-run, idempotency). Handlers are plain functions or coroutine functions taking one
-``IncomingMessage``; returning means success, raising means failure.
+``IncomingMessage``, or a typed body (``bodies``); returning means success, raising means
+failure. ``App(middleware=[...])`` or ``app.use(m)`` adds hooks around every handler
+(``middleware``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from rabbitry.consumer.message import IncomingMessage
+from rabbitry.amqp.codecs import JSON, Codec
+from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
+from rabbitry.consumer.limits import Limits
+from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.stores import (
     CancelStore,
     IdempotencyStore,
@@ -27,7 +32,6 @@ from rabbitry.errors import RabbitryError, SpecError
 from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
 from rabbitry.topology.spec.model import Spec, VhostSpec
 
-Handler = Callable[[IncomingMessage], Awaitable[None] | None]
 H = TypeVar("H", bound=Callable[..., Any])
 
 
@@ -41,6 +45,7 @@ class Route:
 
     queue: str
     handler: Handler
+    """Called with the ``IncomingMessage`` (a typed handler's body is decoded inside it)."""
     is_async: bool
     retry: QueueRetry | None = None
     timeout: float | None = None
@@ -50,13 +55,21 @@ class Route:
     ordered: bool = False
     """One message at a time, in queue order (single-active-consumer queues)."""
     consume_arguments: Mapping[str, Any] = field(default_factory=dict)
+    body_type: Any = None
+    """The type a typed handler declared for the body (None: it takes the message)."""
+    codec: Codec = JSON
+    """How the body of a typed handler is decoded."""
+    limits: Limits | None = None
+    """At most N in flight and R started per second, for this handler alone."""
 
 
 class App:
     """A set of handlers for the queues of one vhost of a spec.
 
     ``App("spec.yaml", vhost="shop")`` (or ``App(spec=Spec)``, or ``App()`` without a spec: no
-    retries, failures are rejected and dead-lettered by the broker's rules).
+    retries, failures are rejected and dead-lettered by the broker's rules). ``codec`` decodes
+    the bodies of typed handlers (JSON by default); ``middleware`` wraps every handler, the
+    first one outermost.
     """
 
     def __init__(
@@ -68,6 +81,8 @@ class App:
         idempotency: IdempotencyStore | None = None,
         cancellation: CancelStore | bool = False,
         url: str | None = None,
+        codec: Codec = JSON,
+        middleware: Iterable[Middleware] = (),
     ) -> None:
         if isinstance(spec, str | Path):
             from rabbitry.topology import load_spec
@@ -84,6 +99,20 @@ class App:
         else:
             self.cancellation = cancellation
         self.routes: dict[str, Route] = {}
+        self.codec = codec
+        self.middleware: list[Middleware] = []
+        for item in middleware:
+            self.use(item)
+
+    def use(self, middleware: Middleware) -> Middleware:
+        """Add a middleware inside those added before (so the first one added is outermost)."""
+        if not isinstance(middleware, Middleware):
+            raise AppError(
+                f"{middleware!r} is not a Middleware: subclass rabbitry.consumer.Middleware"
+                " and override before/after/on_error/decided"
+            )
+        self.middleware.append(middleware)
+        return middleware
 
     def handler(
         self,
@@ -94,6 +123,10 @@ class App:
         ordered: bool | None = None,
         priority: int | None = None,
         retry: QueueRetry | None = None,
+        codec: Codec | None = None,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: int = 1,
     ) -> Callable[[H], H]:
         """Decorator: run the function for every message of ``queue``."""
 
@@ -106,6 +139,10 @@ class App:
                 ordered=ordered,
                 priority=priority,
                 retry=retry,
+                codec=codec,
+                concurrency=concurrency,
+                rate=rate,
+                burst=burst,
             )
             return func
 
@@ -114,16 +151,22 @@ class App:
     def add(
         self,
         queue: str,
-        func: Handler,
+        func: Callable[..., Any],
         *,
         timeout: float | None = None,
         idempotent: bool = False,
         ordered: bool | None = None,
         priority: int | None = None,
         retry: QueueRetry | None = None,
+        codec: Codec | None = None,
+        concurrency: int | None = None,
+        rate: float | None = None,
+        burst: int = 1,
     ) -> Route:
         """Bind ``func`` to ``queue``; ``retry`` replaces the spec's retry set-up (or gives one
-        to an app without a spec)."""
+        to an app without a spec); ``codec`` replaces the app's for this handler's body;
+        ``concurrency`` and ``rate`` (per second, ``burst`` back to back) limit this handler
+        alone, without holding back the others."""
         if queue in self.routes:
             raise AppError(f"queue {queue!r} already has a handler ({self.routes[queue].handler})")
         if timeout is not None and timeout <= 0:
@@ -143,18 +186,30 @@ class App:
             except SpecError as exc:
                 raise AppError(str(exc)) from None
             spec_ordered = bool(queue_spec.arguments.single_active_consumer)
+        try:
+            limits = Limits(concurrency=concurrency, rate=rate, burst=burst)
+        except ValueError as exc:
+            raise AppError(f"handler of {queue!r}: {exc}") from None
+        try:
+            shape = handler_shape(func)
+        except SignatureError as exc:
+            raise AppError(f"{exc} (queue {queue!r})") from None
+        codec = codec or self.codec
         arguments: dict[str, Any] = {}
         if priority is not None:
             arguments["x-priority"] = priority
         route = Route(
             queue=queue,
-            handler=func,
+            handler=typed_handler(func, shape, queue, codec),
             is_async=inspect.iscoroutinefunction(func),
             retry=retry,
             timeout=timeout,
             idempotent=idempotent,
             ordered=spec_ordered if ordered is None else ordered,
             consume_arguments=arguments,
+            body_type=shape.body_type,
+            codec=codec,
+            limits=limits if limits.limited else None,
         )
         self.routes[queue] = route
         return route

@@ -31,8 +31,10 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
+from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.uri import mask_text
 
@@ -164,6 +166,7 @@ class WorkerCore:
         self._pending: dict[Delivery, _Pending] = {}
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
+        self.middleware = tuple(app.middleware)
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -193,6 +196,15 @@ class WorkerCore:
         self.acks.forget()
         self.generation += 1
         self.session = None
+
+    def gates(self) -> dict[int, Gate[IncomingMessage]]:
+        """A fresh ``Gate`` per limited handler, by consumer index (each shell holds its own)."""
+        now = time.monotonic()
+        return {
+            index: Gate(route.limits, now)
+            for index, route in enumerate(self.routes)
+            if route.limits is not None
+        }
 
     def route_of(self, message: IncomingMessage) -> Route:
         return self.routes[message.consumer]
@@ -246,6 +258,8 @@ class WorkerCore:
             )
         if message.span is not None:
             tracing.finish(message.span, verdict.action.value)
+        if self.middleware:
+            run_decided(self.middleware, message, verdict)
         self._ack(message)
         return False
 
@@ -268,10 +282,27 @@ class WorkerCore:
             fields["trace_id"] = trace
         return fields
 
+    def before(self, message: IncomingMessage) -> bool:
+        """Run the middlewares' ``before`` hooks (the span already current); False when one
+        raised: the message is then concluded as failed and its handler must not run."""
+        entered, error = run_before(self.middleware, message)
+        if error is None:
+            return True
+        self.conclude(message, error, 0.0, entered=entered)
+        return False
+
     def conclude(
-        self, message: IncomingMessage, error: BaseException | None, elapsed: float
+        self,
+        message: IncomingMessage,
+        error: BaseException | None,
+        elapsed: float,
+        *,
+        entered: int | None = None,
     ) -> Verdict:
-        """Act on how the handler ended: ack, or publish a retry/parked copy then ack."""
+        """Act on how the handler ended: ack, or publish a retry/parked copy then ack.
+
+        The ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless a
+        ``before`` hook failed) run first and may change the error; the verdict follows."""
         route = self.routes[message.consumer]
         counters = self.metrics.queues[route.queue]
         counters.observe(elapsed)
@@ -280,6 +311,9 @@ class WorkerCore:
                 f"handler of {route.queue} ran {elapsed:.3f} s, longer than its"
                 f" time-to-run of {route.timeout:g} s"
             )
+        chain = self.middleware
+        if chain:
+            error = run_after(chain, len(chain) if entered is None else entered, message, error)
         if error is None:
             if route.idempotent:
                 mid = message.message_id
@@ -287,6 +321,8 @@ class WorkerCore:
                     self.app.idempotency.remember(mid)
             if message.span is not None:
                 tracing.finish(message.span, "acked")
+            if chain:
+                run_decided(chain, message, ACK)
             self._ack(message)
             return ACK
         counters.failed += 1
@@ -314,6 +350,8 @@ class WorkerCore:
                 tier=verdict.tier_label if verdict.action is Action.RETRY else None,
                 reason=verdict.reason or None,
             )
+        if chain:
+            run_decided(chain, message, verdict)
         if verdict.action is Action.REJECT:
             counters.rejected += 1
             if message.generation == self.generation:

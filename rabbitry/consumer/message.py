@@ -123,6 +123,42 @@ class IncomingMessage:
             return 1
         return 1 + failed_attempts(self.headers)
 
+    @classmethod
+    def build(
+        cls,
+        body: bytes,
+        *,
+        queue: str,
+        consumer: int = 0,
+        tag: int = 1,
+        routing_key: str | None = None,
+        exchange: str = "",
+        redelivered: bool = False,
+        **properties: Any,
+    ) -> IncomingMessage:
+        """A delivery made in memory (tests, ``rabbitry.testing.handlers``): ``properties``
+        by their AMQP names (``headers``, ``message_id``, ``content_type``, ``type``, ...)."""
+        known = {name: bit for bit, name, _ in _NAMES}
+        unknown = sorted(set(properties) - set(known))
+        if unknown:
+            raise TypeError(f"unknown message properties {unknown}; known: {sorted(known)}")
+        props = {name: value for name, value in properties.items() if value is not None}
+        flags = 0
+        for name in props:
+            flags |= known[name]
+        return cls(
+            tag=tag,
+            consumer=consumer,
+            redelivered=redelivered,
+            exchange=exchange,
+            routing_key=queue if routing_key is None else routing_key,
+            _flags=flags,
+            _raw=b"",
+            body=body,
+            queue=queue,
+            _props=props,
+        )
+
     def text(self) -> str:
         return self.body.decode("utf-8")
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any, Unpack
 
@@ -21,9 +21,9 @@ from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.consumer.app import App
+from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
-from rabbitry.consumer.engine import WorkerKeywords, logger, worker_core
+from rabbitry.consumer.engine import WorkerCore, WorkerKeywords, logger, worker_core
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -43,6 +43,50 @@ def cancel_job(publisher: Publisher, queue: str, job_id: str, *, exchange: str =
     )
 
 
+def call_handler(
+    route: Route,
+    message: IncomingMessage,
+    loop: Callable[[], asyncio.AbstractEventLoop],
+) -> BaseException | None:
+    """Run ``route``'s handler to its end in this thread (a coroutine handler on ``loop()``,
+    cancelled at its time-to-run); the exception it ended with, None on success."""
+    try:
+        result = route.handler(message)
+        if route.is_async:
+            assert isinstance(result, Coroutine)
+            coro: Coroutine[Any, Any, Any] = result
+            if route.timeout is not None:
+                coro = asyncio.wait_for(result, route.timeout)
+            loop().run_until_complete(coro)
+    except TimeoutError as exc:
+        if not route.is_async:
+            return exc
+        from rabbitry.consumer.decision import HandlerTimeout
+
+        return HandlerTimeout(
+            f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
+        )
+    except Exception as exc:
+        return exc
+    return None
+
+
+def handle_blocking(
+    core: WorkerCore, message: IncomingMessage, loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    """Handle an admitted delivery in this thread: its span current, the middlewares'
+    ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    token = core.enter(message)
+    try:
+        if core.middleware and not core.before(message):
+            return
+        started = time.perf_counter()
+        error = call_handler(core.routes[message.consumer], message, loop)
+        core.conclude(message, error, time.perf_counter() - started)
+    finally:
+        core.leave(token)
+
+
 class Worker:
     """Runs the handlers of an ``App`` until stopped: ``Worker(app, url).run()``."""
 
@@ -59,6 +103,7 @@ class Worker:
         self._wire: SocketWire | None = None
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._gates = self.core.gates()
 
     @property
     def metrics(self) -> WorkerMetrics:
@@ -103,6 +148,8 @@ class Worker:
                 was_ready = core.session is not None and core.session.ready
                 self._drop()
                 core.connection_lost()
+                for gate in self._gates.values():
+                    gate.take_waiting()  # the broker requeued them with the channel
                 if self._stopping:
                     break
                 if retry is None:
@@ -128,11 +175,18 @@ class Worker:
         core = self.core
         last_message = time.monotonic()
         while not self._stopping:
-            got = self._io(_TICK)
+            got = self._io(self._next_wait())
             now = time.monotonic()
+            if self._gates:
+                got += self._pump()
             if got:
                 last_message = now
-            elif max_idle is not None and now - last_message > max_idle and not core.publishing:
+            elif (
+                max_idle is not None
+                and now - last_message > max_idle
+                and not core.publishing
+                and not any(gate.waiting for gate in self._gates.values())
+            ):
                 return
             if not session.tick(now):
                 raise Disconnected("no heartbeat from the broker")
@@ -160,43 +214,37 @@ class Worker:
                 core.acks.received(message.tag)
                 core.requeue(message)
             elif core.admit(message):
-                self._handle(message)
+                gate = self._gates.get(message.consumer) if self._gates else None
+                if gate is None:
+                    handle_blocking(core, message, self._event_loop)
+                else:
+                    gate.add(message)
+                    self._pump()
         self._send(core.take_output())
         return len(inbox)
 
-    def _handle(self, message: IncomingMessage) -> None:
-        token = self.core.enter(message)
-        try:
-            self._call(message)
-        finally:
-            self.core.leave(token)
+    def _pump(self) -> int:
+        """Run the held-back deliveries of limited handlers whose rate allows them now."""
+        handled = 0
+        for gate in self._gates.values():
+            while not self._stopping and (ready := gate.release(time.monotonic())):
+                for message in ready:
+                    handle_blocking(self.core, message, self._event_loop)
+                    gate.done()
+                    handled += 1
+        return handled
 
-    def _call(self, message: IncomingMessage) -> None:
-        route = self.core.routes[message.consumer]
-        started = time.perf_counter()
-        error: BaseException | None = None
-        try:
-            result = route.handler(message)
-            if route.is_async:
-                assert isinstance(result, Coroutine)
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                coro: Coroutine[Any, Any, Any] = result
-                if route.timeout is not None:
-                    coro = asyncio.wait_for(result, route.timeout)
-                self._loop.run_until_complete(coro)
-        except TimeoutError as exc:
-            error = exc
-            if route.is_async:
-                from rabbitry.consumer.decision import HandlerTimeout
+    def _next_wait(self) -> float:
+        """How long the socket may be waited on: a tick, or less when a rate releases sooner."""
+        wake = [gate.wake_at for gate in self._gates.values() if gate.wake_at is not None]
+        if not wake:
+            return _TICK
+        return max(0.0, min(_TICK, min(wake) - time.monotonic()))
 
-                error = HandlerTimeout(
-                    f"handler of {route.queue} ran longer than its time-to-run"
-                    f" of {route.timeout:g} s"
-                )
-        except Exception as exc:
-            error = exc
-        self.core.conclude(message, error, time.perf_counter() - started)
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
 
     def _send(self, data: bytes) -> None:
         wire, session = self._wire, self.core.session
@@ -215,6 +263,9 @@ class Worker:
             self._drop()
             return
         deadline = time.monotonic() + self.options.shutdown_timeout
+        for gate in self._gates.values():
+            for message in gate.take_waiting():
+                core.requeue(message)
         with contextlib.suppress(OSError, Disconnected, BrokerError):
             session.cancel_consumers()
             self._send(core.take_output())

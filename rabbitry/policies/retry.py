@@ -47,6 +47,11 @@ class RetryConfigError(RabbitryError):
     """A retry policy that cannot work as declared."""
 
 
+class NonRetryable(RabbitryError):
+    """A failure no retry can mend (a body that does not validate, say): the message is parked
+    at once, whatever the queue's retry policy says. Raise it, or a subclass, from a handler."""
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Delay before retry n (1-based): ``tiers[n-1]`` (last tier repeats) or exponential."""
@@ -131,6 +136,8 @@ class RetryPolicy:
         return self.attempts - 1
 
     def is_retryable(self, error: BaseException | str) -> bool:
+        if isinstance(error, NonRetryable):
+            return False
         if isinstance(error, str):
             names = {error}
         else:

@@ -7,6 +7,7 @@ when a connection is lost, and resolve exchanges, shard keys and delays from the
 
 from __future__ import annotations
 
+from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ConnectionLost, ExchangeNotFound
 from rabbitry.amqp.message import Message, MessageBuilder
@@ -19,16 +20,19 @@ from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
 from rabbitry.publisher.sync import Publisher
 
 __all__ = [
+    "JSON",
     "AccessRefused",
     "AsyncPublisher",
     "Backoff",
     "ChannelClosed",
+    "Codec",
     "ConfirmTimeout",
     "ConfirmTracker",
     "ConnectionLost",
     "ConnectionSettings",
     "Delivery",
     "ExchangeNotFound",
+    "JsonCodec",
     "Message",
     "MessageBuilder",
     "Nacked",

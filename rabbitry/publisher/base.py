@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Self, TypedDict, Unpack
 
 from rabbitry.amqp import tracing
+from rabbitry.amqp.codecs import Codec
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.session import Session
@@ -113,6 +114,7 @@ class PublisherBase:
         mandatory: bool = False,
         persistent: bool = True,
         content_type: str | None = None,
+        codec: Codec | None = None,
         app_id: str | None = None,
         timestamps: bool = True,
         topology: Topology | None = None,
@@ -139,7 +141,11 @@ class PublisherBase:
             topology, vhost or (settings.vhost if topology else None), delays=delays
         )
         self.builder = MessageBuilder(
-            app_id=app_id, content_type=content_type, persistent=persistent, timestamps=timestamps
+            app_id=app_id,
+            content_type=content_type,
+            codec=codec,
+            persistent=persistent,
+            timestamps=timestamps,
         )
         self.tracker = ConfirmTracker(clock=time.monotonic)
         self.on_republish = on_republish

@@ -3,9 +3,15 @@
 The pytest plugin (``rabbitry.testing.plugin``) loads by itself once rabbitry is installed and
 offers the fixtures ``rabbitmq_broker``, ``rabbitmq_vhost`` and ``rabbitmq_broker_factory``.
 Outside pytest, ``provide_broker()`` and ``start_broker()`` give the same brokers.
+
+For handler tests without a broker, ``HandlerHarness`` (``rabbitry.testing.handlers``) runs an
+``App``'s handlers in memory and reports what the worker would do with each message; it is
+loaded on first use, so the plugin does not load the worker.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.testing.broker import Broker, BrokerUnavailable, broker_from_urls, wait_until_ready
 from rabbitry.testing.containers import (
@@ -29,6 +35,21 @@ from rabbitry.testing.providers import (
 )
 from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost, vhost_exists
 
+if TYPE_CHECKING:
+    from rabbitry.testing.handlers import HandlerHarness, Outcome
+
+_LAZY = {"HandlerHarness": "rabbitry.testing.handlers", "Outcome": "rabbitry.testing.handlers"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rabbitry.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "LOCAL_TEST_IMAGE",
     "OFFICIAL_TEST_IMAGE",
@@ -37,6 +58,8 @@ __all__ = [
     "BrokerOptions",
     "BrokerUnavailable",
     "ContainerEngine",
+    "HandlerHarness",
+    "Outcome",
     "ProviderChoice",
     "ProviderKind",
     "TestVhost",

@@ -63,7 +63,7 @@ def test_bodies_and_content_types(
 
 
 def test_other_bodies_are_refused() -> None:
-    with pytest.raises(TypeError, match="bytes, str, dict or list"):
+    with pytest.raises(TypeError, match="bytes, str, dict, list, a pydantic model or a dataclass"):
         encode_body(3, None)  # type: ignore[arg-type]
 
 

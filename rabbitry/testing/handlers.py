@@ -1,0 +1,301 @@
+"""Handler tests without a broker: run an ``App``'s handlers on messages you give, and see what
+the worker would do with each (acked, retried at which tier and delay, parked and why).
+
+``HandlerHarness`` drives the worker's own core (``rabbitry.consumer.engine.WorkerCore``) the
+way the blocking ``Worker`` does, through the same function (``handle_blocking``), or through
+``AsyncWorker``'s dispatch (``deliver_async``): admission (duplicates, cancellations), the
+middlewares, the typed body, the handler, the pure retry
+decision, the republished copy and its ack. Only the socket is missing: the copies the worker
+publishes are taken as confirmed. So an outcome here is the outcome on a broker, by
+construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integration tests.
+
+    harness = HandlerHarness(app)
+    outcome = harness.deliver("orders.work", {"id": 7, "amount": 12})
+    assert outcome.acked
+    assert harness.deliver("orders.work", {"id": "x"}).parked
+
+``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
+plain test. From an async test, ``await harness.deliver_async(...)`` goes through
+``AsyncWorker``'s own dispatch on the test's loop instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.amqp.confirms import Delivery
+from rabbitry.amqp.message import Body, encode_body
+from rabbitry.consumer.aio import AsyncWorker
+from rabbitry.consumer.app import App, AppError
+from rabbitry.consumer.decision import Action, Verdict
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.middleware import Middleware
+from rabbitry.consumer.sync import handle_blocking
+
+FOLLOW_LIMIT = 100
+"""``follow`` stops after this many deliveries of one message (a ladder that never ends)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the worker did with one delivery: the ``verdict`` (``Action`` and where a copy
+    went), the ``error`` the handler ended with (after the middlewares), the ``message`` as
+    the handler saw it, and the ``copy`` the worker published for a retry or a park."""
+
+    verdict: Verdict
+    message: IncomingMessage
+    error: BaseException | None = None
+    copy: Delivery | None = None
+
+    @property
+    def action(self) -> Action:
+        return self.verdict.action
+
+    @property
+    def acked(self) -> bool:
+        """The handler succeeded and the message was acked."""
+        return self.verdict.action is Action.ACK
+
+    @property
+    def retried(self) -> bool:
+        return self.verdict.action is Action.RETRY
+
+    @property
+    def parked(self) -> bool:
+        return self.verdict.action is Action.PARK
+
+    @property
+    def rejected(self) -> bool:
+        """No retry set-up: rejected, the broker dead-letters it by the queue's arguments."""
+        return self.verdict.action is Action.REJECT
+
+    @property
+    def skipped(self) -> bool:
+        """Acked without running the handler (a duplicate, a cancelled job, a cancel order)."""
+        return self.verdict.action in (Action.DUPLICATE, Action.CANCELLED, Action.CANCEL_NOTED)
+
+    @property
+    def attempt(self) -> int:
+        """The delivery's attempt number (1 for a first delivery)."""
+        return self.message.attempt
+
+    @property
+    def delay_ms(self) -> int:
+        """A retry's delay (0 otherwise)."""
+        return self.verdict.delay_ms
+
+    @property
+    def tier(self) -> str | None:
+        """A retry's tier as the metrics label it (``1s``, ``250ms``); None otherwise."""
+        return self.verdict.tier_label if self.retried else None
+
+    @property
+    def routing_key(self) -> str:
+        """Where the copy went: the tier queue, the delay-level key, or the parking lot."""
+        return self.verdict.routing_key
+
+    @property
+    def headers(self) -> Mapping[str, Any]:
+        """The copy's headers (``x-rabbitry-attempt``, ``-last-error``, ``-parked-reason``...)."""
+        return self.verdict.headers or {}
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason
+
+    def __repr__(self) -> str:
+        where = f" -> {self.routing_key}" if self.verdict.publishes else ""
+        return f"<Outcome {self.action.value} attempt={self.attempt}{where}>"
+
+
+class _Recorder(Middleware):
+    """The outermost middleware: sees the final error and the verdict, changes nothing."""
+
+    def __init__(self) -> None:
+        self.errors: dict[int, BaseException] = {}
+        self.verdicts: dict[int, Verdict] = {}
+        self.waiters: dict[int, asyncio.Event] = {}
+
+    def on_error(self, message: IncomingMessage, error: BaseException) -> None:
+        self.errors[id(message)] = error
+
+    def decided(self, message: IncomingMessage, verdict: Verdict) -> None:
+        self.verdicts[id(message)] = verdict
+        waiter = self.waiters.pop(id(message), None)
+        if waiter is not None:
+            waiter.set()
+
+
+class HandlerHarness:
+    """Runs the handlers of ``app`` in memory; ``deliver`` one message, ``follow`` one along its
+    retry ladder (``deliver_async``/``follow_async`` from async tests). ``metrics`` are the
+    worker's counters for what was delivered."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._worker = AsyncWorker(app)  # never connects: its core, and its dispatch for async
+        self.core = self._worker.core
+        self._recorder = _Recorder()
+        self.core.middleware = (self._recorder, *self.core.middleware)
+        self._queues = {route.queue: index for index, route in enumerate(self.core.routes)}
+        self._tags = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        return self.core.metrics
+
+    def close(self) -> None:
+        """Close the private event loop of coroutine handlers (if one was needed)."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def __enter__(self) -> HandlerHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def deliver(
+        self,
+        queue: str,
+        body: Body = b"",
+        *,
+        headers: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+        content_type: str | None = None,
+        redelivered: bool = False,
+        **properties: Any,
+    ) -> Outcome:
+        """Deliver one message to the handler of ``queue`` and settle it as ``Worker`` does
+        (coroutine handlers on a private event loop: call it from a plain test).
+
+        ``body`` is sent as a publisher would send it: bytes as they are, text as UTF-8, dicts
+        and models by the handler's codec. ``headers`` are the message's own (pass an
+        outcome's ``headers`` to deliver its retry), ``properties`` other AMQP properties by
+        their names (``correlation_id``, ``timestamp``, ``type``...). A message without a
+        ``message_id`` gets a fresh one, as from rabbitry's publisher."""
+        message = self._message(
+            queue, body, headers, message_id, content_type, redelivered, properties
+        )
+        core = self.core
+        if core.admit(message):
+            handle_blocking(core, message, self._event_loop)
+        return self._outcome(message)
+
+    async def deliver_async(
+        self,
+        queue: str,
+        body: Body = b"",
+        *,
+        headers: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+        content_type: str | None = None,
+        redelivered: bool = False,
+        **properties: Any,
+    ) -> Outcome:
+        """``deliver`` for async tests: the message goes through ``AsyncWorker``'s own dispatch
+        on the running loop (handlers may use the test's loop-bound resources; per-handler
+        limits apply, so a rate-limited handler's message waits its turn)."""
+        message = self._message(
+            queue, body, headers, message_id, content_type, redelivered, properties
+        )
+        settled = self._recorder.waiters[id(message)] = asyncio.Event()
+        self._worker.take(message)
+        await settled.wait()
+        return self._outcome(message)
+
+    def follow(
+        self, queue: str, body: Body = b"", *, limit: int = FOLLOW_LIMIT, **options: Any
+    ) -> list[Outcome]:
+        """Deliver a message, then each retry the worker publishes for it (at once: delays are
+        the broker's business), until it is acked, parked or rejected; every outcome, in order.
+        Takes ``deliver``'s keywords."""
+        outcomes = [self.deliver(queue, body, **options)]
+        while (again := _retry_of(outcomes, limit, options)) is not None:
+            outcomes.append(self.deliver(queue, outcomes[-1].message.body, **again))
+        return outcomes
+
+    async def follow_async(
+        self, queue: str, body: Body = b"", *, limit: int = FOLLOW_LIMIT, **options: Any
+    ) -> list[Outcome]:
+        """``follow`` for async tests (through ``deliver_async``)."""
+        outcomes = [await self.deliver_async(queue, body, **options)]
+        while (again := _retry_of(outcomes, limit, options)) is not None:
+            outcomes.append(await self.deliver_async(queue, outcomes[-1].message.body, **again))
+        return outcomes
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _message(
+        self,
+        queue: str,
+        body: Body,
+        headers: Mapping[str, Any] | None,
+        message_id: str | None,
+        content_type: str | None,
+        redelivered: bool,
+        properties: Mapping[str, Any],
+    ) -> IncomingMessage:
+        if queue not in self._queues:
+            known = ", ".join(self._queues) or "none"
+            raise AppError(f"the app has no handler for {queue!r} (handlers: {known})")
+        consumer = self._queues[queue]
+        data, ctype = encode_body(body, content_type, self.core.routes[consumer].codec)
+        tag = next(self._tags)
+        return IncomingMessage.build(
+            data,
+            queue=queue,
+            consumer=consumer,
+            tag=tag,
+            redelivered=redelivered,
+            headers=dict(headers) if headers else None,
+            message_id=message_id or f"harness-{tag}",
+            content_type=ctype,
+            **properties,
+        )
+
+    def _outcome(self, message: IncomingMessage) -> Outcome:
+        """The verdict reached for ``message``; its copy (retry or park), if any, is taken as
+        confirmed by the broker, so the worker acks the original as after a real confirm."""
+        recorder = self._recorder
+        verdict = recorder.verdicts.pop(id(message))
+        error = recorder.errors.pop(id(message), None)
+        copy = None
+        if verdict.publishes:
+            tracker = self.core.tracker
+            copy = next(
+                d
+                for d in tracker.pending()
+                if d.message_id == message.message_id and d.routing_key == verdict.routing_key
+            )
+            tracker.ack(copy.tag, multiple=False)
+        return Outcome(verdict=verdict, message=message, error=error, copy=copy)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+
+def _retry_of(
+    outcomes: list[Outcome], limit: int, options: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``deliver``'s keywords for the retry of the last outcome (None: it was not retried)."""
+    last = outcomes[-1]
+    if not last.retried:
+        return None
+    if len(outcomes) >= limit:
+        raise AssertionError(f"still retrying after {limit} deliveries: {last}")
+    return {
+        **options,
+        "headers": last.headers,
+        "message_id": last.message.message_id,
+        "content_type": last.message.content_type,
+    }
