@@ -14,28 +14,23 @@ import click
 from rabbitry import __version__
 from rabbitry.cli.common import RabbitryGroup
 
-_BY_MODULE = {
-    "spec_commands": {
-        "validate": "validate",
-        "render": "render",
-        "schema": "schema",
-        "graph": "graph",
-    },
-    "provision": {
-        "plan": "plan_command",
-        "apply": "apply_command",
-        "show": "show_command",
-        "export": "export_command",
-        "import-definitions": "import_definitions_command",
-    },
-    "status": {"status": "status_command", "shards": "shards_group", "stacks": "stacks_command"},
-    "worker": {"worker": "worker"},
-    "dlq": {"dlq": "dlq"},
-    "dev_broker": {"dev-broker": "dev_broker_group"},
-    "completion": {"completion": "completion_command"},
-}
 COMMANDS = {
-    name: (module, attr) for module, verbs in _BY_MODULE.items() for name, attr in verbs.items()
+    "validate": ("spec_commands", "validate"),
+    "render": ("spec_commands", "render"),
+    "schema": ("spec_commands", "schema"),
+    "graph": ("spec_commands", "graph"),
+    "plan": ("provision", "plan_command"),
+    "apply": ("apply", "apply_command"),  # its own module: it claims its lock before loading
+    "show": ("provision", "show_command"),
+    "export": ("provision", "export_command"),
+    "import-definitions": ("provision", "import_definitions_command"),
+    "status": ("status", "status_command"),
+    "shards": ("status", "shards_group"),
+    "stacks": ("status", "stacks_command"),
+    "worker": ("worker", "worker"),
+    "dlq": ("dlq", "dlq"),
+    "dev-broker": ("dev_broker", "dev_broker_group"),
+    "completion": ("completion", "completion_command"),
 }
 """Command name -> (module in rabbitry.cli, attribute), in the order ``--help`` lists them."""
 

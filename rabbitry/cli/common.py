@@ -373,31 +373,52 @@ def target_options(
         var_files: tuple[Path, ...],
         **options: Any,
     ) -> Any:
-        from rabbitry.provisioner.target import target_of  # the spec model loads only here
-
         broker = {name: options.pop(name) for name in BROKER_PARAMS}
-        if plan_files:
-            from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
+        claimed = None
+        if lock:  # before the spec model loads (a quarter second): the lock settles meanwhile
+            from rabbitry.provisioner.lock import claim_early
 
-            if is_plan_file(spec):
-                if variables or var_files:
-                    raise click.UsageError(
-                        f"{spec} is a saved plan: its spec was rendered when the plan was made,"
-                        " so --var and --var-file do not apply"
-                    )
-                return func(SavedTarget.read(spec, broker), **options)
-        target = target_of(
-            spec,
-            variables=parse_vars(variables),
-            var_files=var_files,
-            on_warning=lambda problem: err(f"warning: {problem}"),
-            read_ahead=read_ahead,
-            lock=lock,
-            **broker,
-        )
+            claimed = claim_early(spec, **broker)  # None for a saved plan: it names no stack
+        try:
+            if plan_files:
+                from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
+
+                if is_plan_file(spec):
+                    if variables or var_files:
+                        raise click.UsageError(
+                            f"{spec} is a saved plan: its spec was rendered when the plan was"
+                            " made, so --var and --var-file do not apply"
+                        )
+                    return func(SavedTarget.read(spec, broker), **options)
+            from rabbitry.provisioner.target import target_of  # the spec model loads only here
+
+            target = target_of(
+                spec,
+                variables=parse_vars(variables),
+                var_files=var_files,
+                on_warning=lambda problem: err(f"warning: {problem}"),
+                read_ahead=read_ahead,
+                lock=lock,
+                claimed=claimed,
+                **broker,
+            )
+        except BaseException:
+            if claimed is not None:
+                claimed.abandon()
+            raise
         return func(target, **options)
 
     return spec_options(broker_options(command))
+
+
+target_option = click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="KIND/VHOST/NAME",
+    help="Limit the work to these objects and what they need (repeatable; e.g."
+    " queue/shop/orders.work, user/app). For repairs: the rest of the spec is left as it is.",
+)
 
 
 def live_progress() -> bool:

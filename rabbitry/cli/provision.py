@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import click
@@ -19,37 +18,27 @@ from rabbitry.cli.common import (
     endpoint_options,
     err,
     json_option,
+    target_option,
     target_options,
 )
-from rabbitry.errors import PlanError, SpecError, SpecProblem
+from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
-from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.definitions import read_definitions, topology_from_definitions
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.stack import check_saved, locked_plan, plan_topology
+from rabbitry.provisioner.stack import plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology
 from rabbitry.uri import mask_uri
 
-target_option = click.option(
-    "--target",
-    "targets",
-    multiple=True,
-    metavar="KIND/VHOST/NAME",
-    help="Limit the work to these objects and what they need (repeatable; e.g."
-    " queue/shop/orders.work, user/app). For repairs: the rest of the spec is left as it is.",
-)
 
-
-def _targeted(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
+def targeted_plan(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
     if not targets:
         return the_plan
     err(
@@ -60,17 +49,17 @@ def _targeted(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
 
 
 def _show(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> None:
-    click.echo(_shown(target, the_plan, prune))
+    click.echo(plan_text(target, the_plan, prune))
 
 
-def _shown(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
+def plan_text(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
     return (
         f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}\n"
         + render_plan(the_plan, color=color_enabled(), prune=prune)
     )
 
 
-def _apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
+def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
     return {"format_version": 1, "plan": the_plan.to_json(), "done": done, "skipped": skipped}
 
 
@@ -106,7 +95,7 @@ def plan_command(
         Activity() as activity,
         activity.step("reading the broker's state"),
     ):
-        the_plan = _targeted(plan_topology(client, topology, counter), targets)
+        the_plan = targeted_plan(plan_topology(client, topology, counter), targets)
         cluster = cluster_name(client) if out is not None else ""
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
@@ -118,148 +107,6 @@ def plan_command(
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
     if detailed_exitcode and the_plan.has_changes:
         return EXIT_CHANGES
-    return EXIT_OK
-
-
-@command("apply")
-@target_options(plan_files=True, read_ahead=True, lock=True)
-@click.option(
-    "--auto-approve",
-    is_flag=True,
-    help="Apply without asking for confirmation (a saved plan never asks: it was reviewed).",
-)
-@click.option(
-    "--allow-replace",
-    is_flag=True,
-    help="Delete and re-declare queues/exchanges whose settings cannot change in place.",
-)
-@click.option("--prune", is_flag=True, help="Delete objects this stack created that left the spec.")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Allow deleting or replacing queues that hold messages or have consumers.",
-)
-@click.option(
-    "--take-over",
-    "take_over",
-    multiple=True,
-    metavar="STACK",
-    help="Act on objects stack STACK owns (repeatable): they move to this stack. Without it,"
-    " apply refuses to adopt, change or delete another stack's objects.",
-)
-@json_option
-@click.option(
-    "--lock-timeout",
-    type=click.FloatRange(0),
-    default=0.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Wait this long for another apply of the same stack to finish (0: refuse at once).",
-)
-@target_option
-def apply_command(
-    target: Target | SavedTarget,
-    auto_approve: bool,
-    allow_replace: bool,
-    prune: bool,
-    force: bool,
-    take_over: tuple[str, ...],
-    as_json: bool,
-    lock_timeout: float,
-    targets: tuple[str, ...],
-) -> int:
-    """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
-    from `rabbitry plan -o`); one apply per stack at a time."""
-    try:
-        return _apply(
-            target,
-            auto_approve,
-            allow_replace,
-            prune,
-            force,
-            take_over,
-            as_json,
-            lock_timeout,
-            targets,
-        )
-    finally:
-        if isinstance(target, Target) and target.lock is not None:
-            target.lock.abandon()  # a run stopped before it acquired the lock it claimed
-
-
-def _apply(
-    target: Target | SavedTarget,
-    auto_approve: bool,
-    allow_replace: bool,
-    prune: bool,
-    force: bool,
-    take_over: tuple[str, ...],
-    as_json: bool,
-    lock_timeout: float,
-    targets: tuple[str, ...],
-) -> int:
-    saved = target.saved if isinstance(target, SavedTarget) else None
-    if saved is not None and targets:
-        raise click.UsageError(
-            "--target does not apply to a saved plan: make the plan with --target instead"
-        )
-    if as_json and not auto_approve and saved is None:
-        raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
-    options = ApplyOptions(
-        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
-    )
-    if saved is not None:
-        stack = saved.plan.stack
-    else:
-        assert isinstance(target, Target)
-        topology = target.topology_alone()
-        stack = topology.name
-    drawn: list[str] = []  # the plan as shown, of the last plan made
-
-    def make_plan(client: ManagementClient) -> Plan:
-        with Activity() as activity, activity.step("reading the broker's state"):
-            if saved is not None:
-                check_saved(client, saved)
-                the_plan = saved.plan
-            else:
-                the_plan = _targeted(plan_topology(client, topology, counter), targets)
-        if not as_json:  # drawn now: a large plan takes a while, and the lock settles meanwhile
-            drawn[:] = [_shown(target, the_plan, prune)]
-        return the_plan
-
-    with (
-        AmqpQueueCounter(target.endpoints) as counter,
-        locked_plan(target, stack, make_plan, lock_timeout, take_over) as (client, the_plan),
-    ):
-        if not as_json:
-            click.echo(drawn[-1])
-        if not the_plan.has_changes:
-            if as_json:
-                click.echo(json.dumps(_apply_json(the_plan, [], []), indent=2))
-            return EXIT_OK
-        problems = refusals(the_plan, options, client.username)
-        if problems:
-            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
-        if not auto_approve and saved is None:
-            if not sys.stdin.isatty():
-                raise click.UsageError(
-                    "apply needs confirmation: run it in a terminal or pass --auto-approve"
-                )
-            click.confirm("Apply these changes?", abort=True)
-        progress = None if as_json else (lambda line: click.echo(f"  {line}"))
-        with Activity() as activity:
-            result = apply_plan(
-                client, the_plan, options, counter, progress=progress, counted=activity.count
-            )
-    if as_json:
-        click.echo(json.dumps(_apply_json(the_plan, result.done, result.skipped), indent=2))
-        return EXIT_OK
-    click.echo(f"Apply complete: {len(result.done)} change(s) made.")
-    if result.skipped:
-        click.echo(
-            f"{len(result.skipped)} object(s) left the spec but were kept; "
-            "run apply --prune to delete them."
-        )
     return EXIT_OK
 
 

@@ -25,14 +25,17 @@ import datetime as dt
 import getpass
 import logging
 import os
+import re
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient, q
 
 logger = logging.getLogger("rabbitry.provisioner")
@@ -62,6 +65,53 @@ def _when(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_TOP_NAME = re.compile(
+    r"^name:[ \t]*(['\"]?)([A-Za-z0-9][A-Za-z0-9_.-]*)\1[ \t]*(?:#.*)?$", re.MULTILINE
+)
+_TOP_KEY = re.compile(r"^(?:(name|broker)\b|---|\.\.\.)", re.MULTILINE)
+_TEMPLATE = re.compile(r"\{[{%#]")
+
+
+def guess_stack(text: str) -> str | None:
+    """The stack a plain spec names on its top-level ``name:`` line, read off the text before
+    it is parsed: a guess, never a check (the loaded spec is what counts). None for a
+    templated spec, one naming its own broker, one without such a line, or any doubt."""
+    if _TEMPLATE.search(text):
+        return None
+    keys = [m[1] for m in _TOP_KEY.finditer(text)]
+    if keys != ["name"]:  # no name, two, a broker of its own, or document markers
+        return None
+    found = _TOP_NAME.search(text)
+    return found[2] if found else None
+
+
+def claim_early(
+    path: Path,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    ca_file: str | None = None,
+    insecure: bool | None = None,
+) -> StackLock | None:
+    """For an apply: the lock of the stack the spec file at ``path`` names (``guess_stack``),
+    claimed before the spec is loaded, so that the lock's settle time passes meanwhile (see
+    ``target_of(claimed=)``). None when the name cannot be guessed or the file not read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError):
+        return None  # the loader says what is wrong with it
+    stack = guess_stack(text)
+    if stack is None:
+        return None
+    try:
+        endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
+    except BrokerError:
+        return None  # a bad URL: said once the spec is loaded, as without a claim
+    lock = StackLock(endpoints.management(), stack)
+    lock.claim()
+    return lock
+
+
 class StackLock:
     """The lock of one stack; ``with StackLock(client, stack).held(): ...``."""
 
@@ -88,6 +138,7 @@ class StackLock:
         self.since = 0.0
         self._written: float | None = None
         """``time.monotonic()`` of our last write, while it may still be ours."""
+        self._error: BrokerError | None = None
         self.early_claim_kept = False
         """Whether ``acquire`` kept an earlier ``claim``: what was read after it holds."""
 
@@ -134,11 +185,20 @@ class StackLock:
     def claim(self) -> bool:
         """Write our value now unless someone else holds the lock: whether it was written.
         The lock is ours once ``acquire`` has read it back; what is read between the two
-        counts as read under the lock if that read-back finds our value."""
-        return self._claim() is None
+        counts as read under the lock if that read-back finds our value. A broker that does
+        not answer is not asked again: ``acquire`` raises its error (after the spec's own
+        problems have been said, for a claim made before the spec was read)."""
+        try:
+            return self._claim() is None
+        except BrokerError as exc:
+            self._error = exc
+            return False
 
     def acquire(self, timeout: float = 0.0) -> None:
         """Take the lock, waiting up to ``timeout`` seconds for another holder to let go."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         deadline = time.monotonic() + timeout
         early = self._written is not None
         while True:

@@ -74,6 +74,7 @@ def target_of(
     insecure: bool | None = None,
     read_ahead: bool = False,
     lock: bool = False,
+    claimed: StackLock | None = None,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
     resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
@@ -83,33 +84,36 @@ def target_of(
     checked (``Target.client``). With ``lock`` too (an apply), the stack's lock is claimed first
     (``Target.lock``) and read only if the claim was written: the lock's settle time passes
     while the spec loads, and what is read counts as read under the lock once the caller
-    acquires it."""
-    client: ManagementClient | None = None
-    claimed: StackLock | None = None
+    acquires it. ``claimed``: that lock, claimed before the spec was read (``claim_early``);
+    let go for the stack's own when the spec names another stack."""
+    client: ManagementClient | None = claimed.client if claimed is not None else None
+    held = claimed
 
     def start_reading(stack: str, vhosts: list[str]) -> None:
-        nonlocal claimed
-        reader = client
-        assert reader is not None
-        if not lock:
-            _read_ahead(reader, vhosts)
-            return
-        from rabbitry.provisioner.lock import StackLock
+        nonlocal held, client
+        if client is None:
+            early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
+            client = early.management()
+        if lock:
+            if held is not None and held.stack != stack:
+                held.abandon()  # a wrong guess: the lock is the stack's, under its name
+                client.forget_read_ahead()
+                held = None
+            if held is None:
+                from rabbitry.provisioner.lock import StackLock
 
-        claimed = StackLock(reader, stack)
-        # at once, not in a thread: a thread gets little time while the spec is built
-        if claimed.claim():
-            _read_ahead(reader, vhosts)
+                held = StackLock(client, stack)
+                # at once, not in a thread: a thread gets little time while the spec is built
+                held.claim()
+            if not held.claimed:
+                return  # held by another run (or no answer): read once the lock is ours
+        _read_ahead(client, vhosts)
 
     def read_early(text: str) -> None:
         # a large spec's names are known before it is built: start reading then
-        nonlocal client
         peek = peek_names(text)
         if peek is not None:
-            stack, vhosts = peek
-            early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
-            client = early.management()
-            start_reading(stack, vhosts)
+            start_reading(*peek)
 
     try:
         if isinstance(spec, Spec):
@@ -127,23 +131,16 @@ def target_of(
             insecure=insecure,
         )
         if read_ahead:
-            if claimed is not None and claimed.stack != model.name:
-                claimed.abandon()  # the peek was wrong: the lock is the stack's, under its name
-                claimed = None
-                assert client is not None
-                client.forget_read_ahead()
             client = client or endpoints.management()
-            if claimed is None:
-                start_reading(model.name, [vhost.name for vhost in model.vhosts])
-            # else: the claim's reads cover the peeked vhosts; any other is read under the lock
+            start_reading(model.name, [vhost.name for vhost in model.vhosts])
         check_spec(model, on_warning)
     except BaseException:
-        if claimed is not None:
-            claimed.abandon()
+        if held is not None:
+            held.abandon()
         if client is not None:
             client.close()
         raise
-    return Target(model, endpoints, client, claimed)
+    return Target(model, endpoints, client, held)
 
 
 PLAN_READS = (

@@ -564,6 +564,50 @@ def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
         assert other.global_parameter(lock_name(broker.stack)) is None
 
 
+def test_an_apply_of_a_plain_spec_claims_its_lock_before_the_spec_loads(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.provisioner import lock as locks
+    from rabbitry.provisioner.target import target_of
+
+    plain = SPEC.replace('"{{ vars.stack }}"', broker.stack)
+    plain = plain.replace('"{{ vars.vhost }}"', broker.vhost)
+    claims: list[StackLock | None] = []
+    claim_early = locks.claim_early
+
+    def spy(path: Any, **options: Any) -> StackLock | None:
+        claims.append(claim_early(path, **options))
+        return claims[-1]
+
+    monkeypatch.setattr(locks, "claim_early", spy)
+    applied = broker.run("apply", str(broker.spec(plain, "plain.yaml")), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    assert len(claims) == 1 and claims[0] is not None and claims[0].stack == broker.stack
+    assert claims[0].early_claim_kept, "the claim made before the spec loaded was kept"
+    with ManagementClient(broker.management_url) as client:
+        assert client.global_parameter(lock_name(broker.stack)) is None, "released"
+
+        # a spec whose problem shows once loaded: the claim is let go, nothing changes
+        bad = plain.replace("destination: work", "destination: nowhere")
+        failed = broker.run("apply", str(broker.spec(bad, "bad.yaml")), "--auto-approve")
+        assert failed.exit_code == 1 and "nowhere" in failed.output, failed.output
+        assert claims[-1] is not None and claims[-1].stack == broker.stack
+        assert client.global_parameter(lock_name(broker.stack)) is None, "let go"
+
+        # a claim under another name (a wrong guess) is let go for the stack's own
+        wrong = StackLock(ManagementClient(broker.management_url), "not-" + broker.stack)
+        assert wrong.claim()
+        options = {"url": broker.amqp_url, "management_url": broker.management_url}
+        spec = broker.spec(plain, "plain.yaml")
+        target = target_of(spec, read_ahead=True, lock=True, claimed=wrong, **options)
+        assert target.lock is not None and target.lock.stack == broker.stack
+        assert target.lock.claimed
+        assert client.global_parameter(lock_name("not-" + broker.stack)) is None
+        assert client.global_parameter(lock_name(broker.stack))["token"] == target.lock.token
+        target.lock.abandon()
+        assert client.global_parameter(lock_name(broker.stack)) is None
+
+
 def test_an_apply_stopped_before_it_changes_anything_leaves_no_lock(broker: Broker) -> None:
     bad = broker.spec(SPEC.replace("destination: work", "destination: nowhere"), "bad.yaml")
     failed = broker.run("apply", str(bad), "--auto-approve")

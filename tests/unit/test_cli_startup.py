@@ -42,3 +42,17 @@ def test_every_listed_command_resolves_under_its_name() -> None:
         command = cli.get_command(ctx, name)
         assert command is not None and command.name == name
     assert cli.get_command(ctx, "nonsense") is None
+
+
+def test_apply_loads_nothing_heavy_before_it_claims_its_lock() -> None:
+    """`apply` claims the stack's lock before the spec model loads (its settle time passes
+    while it does): the command's own module must not pull the model in."""
+    code = (
+        "import sys\n"
+        "from rabbitry.cli import cli\n"
+        "import click\n"
+        "cli.get_command(click.Context(cli), 'apply')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('rabbitry.topology', 'pydantic'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,39 @@
+"""The stack name an apply claims the lock of before its spec loads: a guess that never guesses
+wrong for a plain spec, and gives up on anything else."""
+
+from __future__ import annotations
+
+import pytest
+
+from rabbitry.provisioner.lock import guess_stack
+
+
+@pytest.mark.parametrize(
+    ("text", "stack"),
+    [
+        ("version: 1\nname: shop\nvhosts:\n  - name: orders\n", "shop"),
+        ("name: 'a.b-c_1'  # the stack\nversion: 1\n", "a.b-c_1"),
+        ('name: "orders"\n', "orders"),
+        ("vhosts:\n- name: v\nname: late\n", "late"),  # nested names are indented
+    ],
+)
+def test_a_plain_spec_names_its_stack(text: str, stack: str) -> None:
+    assert guess_stack(text) == stack
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: 1\nvhosts: []\n",  # the default stack: claimed once loaded
+        'name: "{{ vars.stack }}"\n',  # templated
+        "name: shop\n{% if x %}\n{% endif %}\n",
+        "name: shop\nbroker: {url: 'amqp://elsewhere'}\n",  # its own broker
+        "---\nname: shop\n",  # document markers
+        "name: one\nname: two\n",
+        "name: two words\n",
+        "name: a}\n",
+        '{"version": 1, "name": "shop"}\n',  # flow style
+    ],
+)
+def test_anything_else_is_not_guessed(text: str) -> None:
+    assert guess_stack(text) is None
