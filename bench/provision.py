@@ -6,13 +6,20 @@ Broker: --management-url, else $RABBITRY_MANAGEMENT_URL, else a dev broker must 
 empty vhost of the same broker, in the same run; rounds alternate the contenders so that none
 always runs on a warmer broker. Reported: median wall time per contender, ratios, and the time of
 an unchanged re-plan (spec load + broker read + diff).
+
+Then a definitions file (the broker's own export of that topology, with a user and its
+permissions) is brought onto the broker two ways, again alternating: `rabbitry
+import-definitions FILE -o SPEC` then `rabbitry apply SPEC --auto-approve` (two CLI processes,
+start-up included), and `POST /api/definitions` of the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +165,90 @@ def main() -> int:
     print(f"| rabbitry re-plan, no changes (load + read + diff) | {med['replan']:.2f} | - |")
     ok = med["rabbitry"] <= 1.2 * med["import"] and med["replan"] <= 0.5
     print(f"\ntargets: apply <= 1.2x import, re-plan <= 0.5 s: {'met' if ok else 'NOT met'}")
+    print()
+    return definitions_files(client, args, version)
+
+
+def definitions_file(client: ManagementClient, scale: int, tmp: Path, template: str) -> str:
+    """The broker's export of the generated topology in vhost ``template``, with a user and
+    its permissions: the kind of file a team keeps in git."""
+    spec = tmp / "template.yaml"
+    spec.write_text(spec_text(template, scale))
+    definitions_import(client, load_topology_named(spec, template))
+    user = f"app-{template}"
+    client.put(f"/users/{q(user)}", {"password": uuid.uuid4().hex, "tags": "monitoring"})
+    client.put(f"/permissions/{q(template)}/{q(user)}", {"configure": "", "write": ".*",
+                                                         "read": ".*"})  # fmt: skip
+    everything = client.get("/definitions")
+    try:
+        mine = {
+            kind: [x for x in everything.get(kind, []) if x.get("vhost") == template]
+            for kind in ("queues", "exchanges", "bindings", "policies", "permissions")
+        }
+        mine["vhosts"] = [v for v in everything["vhosts"] if v["name"] == template]
+        mine["users"] = [u for u in everything["users"] if u["name"] == user]
+        return json.dumps({"rabbit_version": everything.get("rabbit_version"), **mine})
+    finally:
+        client.delete(f"/vhosts/{q(template)}")
+        client.delete(f"/users/{q(user)}")
+
+
+def definitions_files(client: ManagementClient, args: argparse.Namespace, version: str) -> int:
+    rabbitry = str(Path(sys.executable).parent / "rabbitry")
+    env = {**os.environ, "RABBITRY_MANAGEMENT_URL": args.management_url}
+    results: dict[str, list[float]] = {"rabbitry": [], "import": []}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        template = f"bench-template-{uuid.uuid4().hex[:6]}"
+        text = definitions_file(client, args.scale, tmp, template)
+        objects = sum(len(v) for k, v in json.loads(text).items() if isinstance(v, list))
+        for round_no in range(args.rounds):
+            tag = uuid.uuid4().hex[:6]
+            names = {k: f"bench-defs-{k}-{tag}" for k in ("rabbitry", "import")}
+            order = ["rabbitry", "import"] if round_no % 2 == 0 else ["import", "rabbitry"]
+            try:
+                for contender in order:
+                    file = tmp / f"{names[contender]}.json"
+                    file.write_text(text.replace(template, names[contender]))
+                    start = time.perf_counter()
+                    if contender == "rabbitry":
+                        spec = tmp / f"{names[contender]}.yaml"
+                        for argv in (
+                            ["import-definitions", str(file), "-o", str(spec)],
+                            ["apply", str(spec), "--auto-approve"],
+                        ):
+                            done = subprocess.run(
+                                [rabbitry, *argv], env=env, capture_output=True, text=True
+                            )
+                            if done.returncode != 0:
+                                raise SystemExit(f"rabbitry {argv[0]} failed:\n{done.stderr}")
+                    else:
+                        client.import_definitions(json.loads(file.read_text()))
+                    results[contender].append(time.perf_counter() - start)
+                made = {
+                    k: len(client.get(f"/queues/{q(n)}", params={"columns": "name"}))
+                    for k, n in names.items()
+                }
+                if made["rabbitry"] != made["import"]:
+                    raise SystemExit(f"the contenders made different vhosts: {made}")
+            finally:
+                for name in names.values():
+                    client.delete(f"/vhosts/{q(name)}")
+                    client.delete(f"/users/{q('app-' + name)}")
+                    client.delete(f"/global-parameters/{q('rabbitry.stack.' + name)}")
+
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"RabbitMQ {version}; a definitions file of {objects} objects; {args.rounds} rounds;")
+    print("median seconds\n")
+    print("| contender | seconds | vs definitions import |")
+    print("|---|---|---|")
+    print(
+        f"| rabbitry import-definitions + rabbitry apply (two processes) | {med['rabbitry']:.2f}"
+        f" | {med['rabbitry'] / med['import']:.2f}x |"
+    )
+    print(f"| POST /api/definitions of the file | {med['import']:.2f} | 1.00x |")
+    ok = med["rabbitry"] <= 1.1 * med["import"]
+    print(f"\ntarget: import-definitions + apply <= 1.1x import: {'met' if ok else 'NOT met'}")
     return 0
 
 

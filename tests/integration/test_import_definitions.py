@@ -347,3 +347,122 @@ def test_export_keeps_a_plugin_exchange_type_and_the_spec_applies_back(broker: B
     assert [b["destination"] for b in bound] == ["jobs"]
     again = broker.run("plan", str(spec), "--detailed-exitcode")
     assert again.exit_code == 0, again.output  # the broker matches the export
+
+
+OLDER_SHAPES = """{
+  "rabbit_version": "3.8.9",
+  "rabbitmq_version": "3.8.9",
+  "users": [
+    {"name": "OPS", "hashing_algorithm": "rabbit_password_hashing_sha256",
+     "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR",
+     "tags": "administrator,monitoring"},
+    {"name": "BILLING", "hashing_algorithm": "rabbit_password_hashing_sha256",
+     "password_hash": "A0EX\\/2hiwrIDKFS+nEqwbCGcVxwEkDBFF3mBfkNW53KFFk64",
+     "tags": [], "limits": {}}
+  ],
+  "vhosts": [
+    {"name": "LEDGER", "limits": [],
+     "metadata": {"description": "Ledger events", "tags": ["finance"],
+                  "default_queue_type": "quorum"}},
+    {"name": "LEGACY"}
+  ],
+  "permissions": [
+    {"user": "BILLING", "vhost": "LEDGER", "configure": "^billing\\\\.", "write": ".*",
+     "read": ".*"}
+  ],
+  "topic_permissions": [
+    {"user": "BILLING", "vhost": "LEDGER", "exchange": "amq.topic", "write": "^invoices\\\\.",
+     "read": ".*"}
+  ],
+  "parameters": [
+    {"vhost": "LEDGER", "component": "operator_policy", "name": "caps",
+     "value": {"pattern": "^billing\\\\.", "priority": 2, "apply-to": "queues",
+               "definition": {"max-length": 50000, "message-ttl": 86400000}}}
+  ],
+  "global_parameters": [],
+  "policies": [
+    {"vhost": "LEGACY", "name": "overflow", "pattern": "^work$", "apply-to": "queues",
+     "definition": {"overflow": "reject-publish", "max-length": 1000}, "priority": 0}
+  ],
+  "queues": [
+    {"name": "billing.invoices", "vhost": "LEDGER", "durable": true, "auto_delete": false,
+     "type": "quorum", "arguments": {"x-queue-type": "quorum", "x-delivery-limit": 7}},
+    {"name": "work", "vhost": "LEGACY", "durable": true, "auto_delete": false, "arguments": {}},
+    {"name": "scratch", "vhost": "LEGACY", "durable": false, "auto_delete": false,
+     "arguments": {"x-message-ttl": 60000}}
+  ],
+  "exchanges": [
+    {"name": "invoices", "vhost": "LEDGER", "type": "topic", "durable": true,
+     "auto_delete": false, "internal": false, "arguments": {}}
+  ],
+  "bindings": [
+    {"source": "invoices", "vhost": "LEDGER", "destination": "billing.invoices",
+     "destination_type": "queue", "routing_key": "invoice.#", "arguments": {}},
+    {"source": "amq.direct", "vhost": "LEGACY", "destination": "work",
+     "destination_type": "queue", "routing_key": "work", "arguments": {}}
+  ]
+}"""
+"""A definitions file in the shapes older exports and hand-written files have: user tags as one
+comma-separated string, vhost limits as an empty list, metadata with a default queue type, a
+queue's `type` field beside its `x-queue-type`, an operator policy given as a runtime parameter,
+a binding from a built-in exchange. Upper-case words are replaced by each test's own names."""
+
+
+def test_a_file_in_older_shapes_makes_what_the_brokers_own_import_makes(broker: Broker) -> None:
+    def named(side: str) -> dict[str, str]:
+        return {
+            w: f"{broker.vhost}-{side}-{w.lower()}" for w in ("OPS", "BILLING", "LEDGER", "LEGACY")
+        }
+
+    def text(names: dict[str, str]) -> str:
+        out = OLDER_SHAPES
+        for word, name in names.items():
+            out = out.replace(f'"{word}"', f'"{name}"')
+        return out
+
+    ours, theirs = named("ours"), named("theirs")
+    source = broker.tmp / "older.json"
+    source.write_text(text(ours))
+    spec = broker.tmp / "older.yaml"
+    stack = f"{broker.stack}-older"
+    try:
+        made = CliRunner().invoke(
+            cli, ["import-definitions", str(source), "-o", str(spec), "--name", stack],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert made.exit_code == 0 and "left out" not in made.output, made.output
+        applied = CliRunner().invoke(
+            cli,
+            ["apply", str(spec), "--auto-approve", "--management-url", broker.management_url,
+             "--url", broker.amqp_url],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert applied.exit_code == 0, applied.output
+        broker.http.post("/definitions", json=json.loads(text(theirs))).raise_for_status()
+
+        everything = broker.get("/definitions")
+
+        def held(names: dict[str, str]) -> dict[str, list[str]]:
+            vhosts, users = {names["LEDGER"], names["LEGACY"]}, {names["OPS"], names["BILLING"]}
+            back = {name: word for word, name in names.items()}
+            out = {}
+            for kind in KINDS:
+                items = everything.get(kind) or []
+                if kind == "users":
+                    items = [i for i in items if i["name"] in users]
+                elif kind == "vhosts":
+                    items = [i for i in items if i["name"] in vhosts]
+                else:
+                    items = [i for i in items if i.get("vhost") in vhosts]
+                out[kind] = canonical(renamed(items, back))
+            return out
+
+        assert held(ours) == held(theirs)
+        assert held(ours)["queues"] and held(ours)["parameters"] and held(ours)["users"]
+    finally:
+        for names in (ours, theirs):
+            for word in ("LEDGER", "LEGACY"):
+                broker.http.delete(f"/vhosts/{names[word]}")
+            for word in ("OPS", "BILLING"):
+                broker.http.delete(f"/users/{names[word]}")
+        broker.http.delete(f"/global-parameters/rabbitry.stack.{stack}")
