@@ -214,7 +214,7 @@ class SavedPlan:
             raise PlanError(f"cannot read plan file {path}: {exc.strerror}") from None
         except UnicodeDecodeError:
             raise PlanError(f"{path} is not a rabbitry plan file (not UTF-8 text)") from None
-        data = parse(text, str(path))
+        data = parse(text)
         if data is None:
             raise PlanError(
                 f"{path} is not a rabbitry plan file: make one with `rabbitry plan SPEC -o FILE`"
@@ -275,7 +275,7 @@ def cluster_name(client: ManagementClient) -> str:
     return str(client.get("/cluster-name").get("name", ""))
 
 
-def parse(text: str, where: str) -> dict[str, Any] | None:
+def parse(text: str) -> dict[str, Any] | None:
     """The JSON of a plan file; None when ``text`` is not one (a spec, say)."""
     if not text.lstrip().startswith("{"):
         return None

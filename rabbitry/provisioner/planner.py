@@ -18,10 +18,8 @@ Rules the broker imposes, and what the plan does about them:
 
 from __future__ import annotations
 
-import base64
 import enum
 import functools
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +48,7 @@ from rabbitry.topology.primitives import (
     describe_key,
     same_json,
 )
+from rabbitry.topology.spec.passwords import password_matches
 from rabbitry.uri import mask_text
 
 
@@ -191,24 +190,6 @@ class Plan:
         }
 
 
-def password_matches(password: str, password_hash: str, algorithm: str) -> bool | None:
-    """Check a password against the broker's salted hash; None when the algorithm is unknown."""
-    hashers = {
-        "rabbit_password_hashing_sha256": hashlib.sha256,
-        "rabbit_password_hashing_sha512": hashlib.sha512,
-        "rabbit_password_hashing_md5": hashlib.md5,
-    }
-    hasher = hashers.get(algorithm)
-    if hasher is None:
-        return None
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
-        return False
-    salt, expected = raw[:4], raw[4:]
-    return hasher(salt + password.encode()).digest() == expected
-
-
 def _same_json_types(a: Any, b: Any) -> bool:
     """For values Python found equal: whether JSON finds them equal too (``True == 1`` in
     Python, not on the wire; 1 and 1.0 are one JSON number)."""
@@ -264,10 +245,7 @@ def _user_differences(desired: User, observed: User, state: BrokerState) -> list
     lines = _field_differences(desired, observed)
     stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
     if desired.password is not None:
-        if (
-            password_matches(desired.password.get_secret_value(), stored_hash, algorithm)
-            is not True
-        ):
+        if not password_matches(desired.password.get_secret_value(), stored_hash, algorithm):
             lines.append("password differs")
     elif desired.password_hash is not None and desired.password_hash != stored_hash:
         lines.append("password_hash differs")

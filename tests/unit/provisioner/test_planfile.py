@@ -13,7 +13,7 @@ from rabbitry.errors import PlanError
 from rabbitry.files import write_private
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.planfile import SavedPlan, is_plan_file
-from rabbitry.provisioner.planner import Action, password_matches, plan
+from rabbitry.provisioner.planner import Action, plan
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     Binding,
@@ -26,6 +26,7 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
+from rabbitry.topology.spec.passwords import password_matches
 
 V = "shop"
 WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5})
@@ -154,3 +155,12 @@ def test_plan_json_is_what_docs_plan_schema_json_describes(tmp_path: Path) -> No
     # a field the schema does not know is an error, so new fields must be documented
     with pytest.raises(ValueError, match="extra"):
         PlanDocument.model_validate({**made.to_json(), "surprise": 1})
+
+
+def test_the_plan_schema_names_every_kind_a_plan_can_hold() -> None:
+    import typing
+
+    from rabbitry.provisioner.plan_schema import Kind
+    from rabbitry.topology.primitives import KIND_ORDER
+
+    assert typing.get_args(Kind) == KIND_ORDER

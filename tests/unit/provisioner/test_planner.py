@@ -8,7 +8,7 @@ import hashlib
 from rabbitry.provisioner.applier import ApplyOptions, definitions_for, refusals
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
-from rabbitry.provisioner.planner import Action, managed_after, password_matches, plan
+from rabbitry.provisioner.planner import Action, managed_after, plan
 from rabbitry.provisioner.state import BrokerState, QueueStats, observed_vhost
 from rabbitry.topology.primitives import (
     ApplyTo,
@@ -23,6 +23,7 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
 )
+from rabbitry.topology.spec.passwords import password_matches
 
 V = "shop"
 
