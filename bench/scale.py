@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import yaml
@@ -112,6 +113,46 @@ def cli_env(broker: Broker) -> dict[str, str]:
     return {"RABBITRY_MANAGEMENT_URL": management, "RABBITRY_URL": broker.amqp_url()}
 
 
+def apply_once(spec: Path, vhost: str) -> float:
+    """``rabbitry apply`` of ``spec`` into an empty vhost of a fresh broker."""
+    with fresh_broker() as mine:
+        env = cli_env(mine.broker)
+        with ManagementClient(env["RABBITRY_MANAGEMENT_URL"], timeout=3600) as client:
+            client.put(f"/vhosts/{q(vhost)}", {})
+        return run("apply", str(spec), "--auto-approve", env=env)[0]
+
+
+def import_once(definitions: dict[str, Any], vhost: str) -> float:
+    """The broker's own import of ``definitions`` into an empty vhost of a fresh broker."""
+    with fresh_broker() as theirs:
+        env = cli_env(theirs.broker)
+        with ManagementClient(env["RABBITRY_MANAGEMENT_URL"], timeout=3600) as client:
+            client.put(f"/vhosts/{q(vhost)}", {})
+            started = time.perf_counter()
+            client.import_definitions(definitions, vhost, timeout=3600)
+            return time.perf_counter() - started
+
+
+def more_rounds(figures: dict[str, float], spec: Path, vhost: str, rounds: int) -> None:
+    """``rounds`` more apply/import pairs, each side on a fresh broker, the order alternating:
+    the figures become the medians (a single import of quorum queues varies by 10 %)."""
+    topology = load_topology(spec)
+    definitions = definitions_for(topology.vhosts[0].members())
+    applies, imports = [figures["apply"]], [figures["import"]]
+    for number in range(rounds):
+        if number % 2 == 0:
+            imports.append(import_once(definitions, vhost))
+            applies.append(apply_once(spec, vhost))
+        else:
+            applies.append(apply_once(spec, vhost))
+            imports.append(import_once(definitions, vhost))
+        print(
+            f"round {number + 2}: apply {applies[-1]:.2f} s, import {imports[-1]:.2f} s", flush=True
+        )
+    figures["apply"], figures["import"] = statistics.median(applies), statistics.median(imports)
+    figures["rounds"] = len(applies)
+
+
 def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
     tag = uuid.uuid4().hex[:6]
     ours = f"scale-{objects}-{tag}"
@@ -172,13 +213,15 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         "",
         "```bash",
         "bash scripts/setup.sh && source .rabbitry/env.sh   # a container engine",
-        f".venv/bin/python bench/scale.py --sizes {','.join(map(str, sizes))} --write-docs",
+        f".venv/bin/python bench/scale.py --sizes {','.join(map(str, sizes))} --write-docs"
+        "   # --rounds 3 (default) up to 10,000 objects",
         "```",
         "",
         f"RabbitMQ {version}, {os.cpu_count()} cores; every rabbitry figure is a whole CLI process."
         " The peer is the broker's own definitions import of the same primitives, in the same"
         " run; each side fills an empty vhost of a fresh broker of its own (same image, same"
-        " machine). Plan: median of 3 runs once the broker settled (60 s after the apply), and of"
+        " machine); where a size ran several apply/import pairs (order alternating), the"
+        " median of each side. Plan: median of 3 runs once the broker settled (60 s after the apply), and of"
         " 3 right after it; peak memory the largest of the 6.",
         "",
         "| step | "
@@ -191,8 +234,21 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
 
     row("`rabbitry validate`", [f"{results[s]['validate']:.2f} s" for s in sizes], "<= 2 s at 50k")
-    row("`rabbitry apply` (empty vhost)", [f"{results[s]['apply']:.1f} s" for s in sizes], "")
-    row("`POST /api/definitions/{vhost}`", [f"{results[s]['import']:.1f} s" for s in sizes], "")
+
+    def rounds(s: int) -> str:
+        n = int(results[s].get("rounds", 1))
+        return f" (median of {n})" if n > 1 else ""
+
+    row(
+        "`rabbitry apply` (empty vhost)",
+        [f"{results[s]['apply']:.1f} s{rounds(s)}" for s in sizes],
+        "",
+    )
+    row(
+        "`POST /api/definitions/{vhost}`",
+        [f"{results[s]['import']:.1f} s{rounds(s)}" for s in sizes],
+        "",
+    )
     row(
         "apply / import",
         [f"{results[s]['apply'] / results[s]['import']:.2f}x" for s in sizes],
@@ -243,6 +299,13 @@ def main() -> int:
     parser.add_argument(
         "--write-docs", action="store_true", help="put the table in docs/benchmarks.md"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="apply/import pairs (medians) at sizes up to --rounds-upto; larger sizes run once",
+    )
+    parser.add_argument("--rounds-upto", type=int, default=10000)
     args = parser.parse_args()
     startup = {
         "version": median_run(10, "--version"),
@@ -253,7 +316,12 @@ def main() -> int:
     versions: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         for size in (int(s) for s in args.sizes.split(",")):
-            results[size] = one_size(size, Path(tmp), versions)
+            results[size] = figures = one_size(size, Path(tmp), versions)
+            if args.rounds > 1 and size <= args.rounds_upto:
+                tag = uuid.uuid4().hex[:6]
+                spec = Path(tmp) / f"rounds-{size}-{tag}.yaml"
+                spec.write_text(spec_text(f"rounds-{tag}", f"rounds-{tag}", size))
+                more_rounds(figures, spec, f"rounds-{tag}", args.rounds - 1)
     text = render(results, ", ".join(sorted(versions)), startup)
     print(text)
     if args.write_docs:
