@@ -2,17 +2,43 @@
 
 ``requirements`` is pure (topology -> needs); ``missing`` compares needs with a
 ``BrokerCapabilities`` read from the management API and says, for each gap, how to close it.
-A plan with gaps is refused before the first change.
+A plan with gaps is refused before the first change. What each version accepts is not decided
+here: a need of kind ``version`` carries what an object uses, judged by the table of
+``rabbitry.topology.versions``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.topology.primitives import ApplyTo, ExchangeType, QueueType, Topology
+from rabbitry.topology.patterns.super_streams import MARK as SUPER_STREAM_MARK
+from rabbitry.topology.primitives import ExchangeType, QueueType, Topology
+from rabbitry.topology.versions import (
+    Kind,
+    Use,
+    Version,
+    format_version,
+    judge,
+    parse_version,
+    uses_of_exchange,
+    uses_of_policy,
+    uses_of_queue,
+)
+
+__all__ = [
+    "BrokerCapabilities",
+    "CapabilityReport",
+    "Need",
+    "check",
+    "migration_requirements",
+    "missing",
+    "notices",
+    "parse_version",
+    "read_capabilities",
+    "requirements",
+]
 
 
 @dataclass(frozen=True)
@@ -23,7 +49,8 @@ class Need:
     kind: str
     """``plugin``, ``feature_flag``, ``version`` or ``exchange_type``."""
     because: str
-    minimum_version: tuple[int, ...] = ()
+    uses: tuple[Use, ...] = ()
+    """For ``version``: what the object uses, judged against the broker's version."""
 
 
 @dataclass(frozen=True)
@@ -42,13 +69,7 @@ class BrokerCapabilities:
 
     @property
     def version_text(self) -> str:
-        return ".".join(str(p) for p in self.version)
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``3.10.8`` -> (3, 10, 8); a pre-release suffix (``4.1.0-beta.2``) is ignored."""
-    match = re.match(r"\d+(?:\.\d+)*", text.strip())
-    return tuple(int(p) for p in match.group().split(".")) if match else ()
+        return format_version(self.version)
 
 
 PLUGIN_OF_EXCHANGE: dict[str, str] = {
@@ -62,19 +83,26 @@ PLUGIN_OF_COMPONENT = {
 }
 FEDERATION_POLICY_KEYS = {"federation-upstream", "federation-upstream-set"}
 SHARDING_POLICY_KEYS = {"shards-per-node", "routing-key"}
-NEW_APPLY_TO = {ApplyTo.CLASSIC_QUEUES, ApplyTo.QUORUM_QUEUES, ApplyTo.STREAMS}
 
 
 def requirements(topology: Topology) -> list[Need]:
     """Everything the topology needs, one entry per distinct need (first object named)."""
     needs: dict[tuple[str, str], Need] = {}
 
-    def need(what: str, kind: str, because: str, minimum: tuple[int, ...] = ()) -> None:
-        needs.setdefault((kind, what), Need(what, kind, because, minimum))
+    def need(what: str, kind: str, because: str) -> None:
+        needs.setdefault((kind, what), Need(what, kind, because))
+
+    def version(label: str, uses: Iterable[Use]) -> None:
+        needs.setdefault(("version", label), Need(label, "version", label, tuple(uses)))
 
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
         for exchange in vhost.exchanges:
+            label = f"exchange {exchange.name} ({where})"
+            uses = list(uses_of_exchange(exchange.type))
+            if exchange.arguments.get(SUPER_STREAM_MARK) is True:
+                uses.append(Use(Kind.FEATURE, "super streams"))
+            version(label, uses)
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:
                 need(plugin, "plugin", f"exchange {exchange.name} ({where}) is {exchange.type}")
@@ -84,23 +112,28 @@ def requirements(topology: Topology) -> list[Need]:
                 need(exchange.type, "exchange_type", because)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
+            version(label, uses_of_queue(queue.type, queue.durable, queue.arguments))
             if queue.type is QueueType.QUORUM:
-                need("quorum_queue", "feature_flag", f"{label} is a quorum queue", (3, 8))
+                need("quorum_queue", "feature_flag", f"{label} is a quorum queue")
             if queue.type is QueueType.STREAM:
-                need("stream_queue", "feature_flag", f"{label} is a stream", (3, 9))
+                need("stream_queue", "feature_flag", f"{label} is a stream")
             if queue.arguments.get("x-dead-letter-strategy") == "at-least-once":
-                # At-least-once dead-lettering is built on stream_queue internals (3.10+).
-                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once", (3, 10))
+                # At-least-once dead-lettering is built on stream_queue internals.
+                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
+        for policy in vhost.policies:
+            label = f"policy {policy.name} ({where})"
+            version(label, uses_of_policy(policy.apply_to, policy.definition))
+        for policy in vhost.operator_policies:
+            label = f"operator policy {policy.name} ({where})"
+            version(label, uses_of_policy(policy.apply_to, policy.definition, operator=True))
         for policy in (*vhost.policies, *vhost.operator_policies):
             label = f"policy {policy.name} ({where})"
-            if policy.apply_to in NEW_APPLY_TO:
-                need("3.12", "version", f"{label} applies to {policy.apply_to}", (3, 12))
             if FEDERATION_POLICY_KEYS & set(policy.definition):
                 need("rabbitmq_federation", "plugin", f"{label} federates")
             if SHARDING_POLICY_KEYS & set(policy.definition):
                 need("rabbitmq_sharding", "plugin", f"{label} configures sharding")
             if policy.definition.get("dead-letter-strategy") == "at-least-once":
-                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once", (3, 10))
+                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
         for parameter in vhost.parameters:
             plugin = PLUGIN_OF_COMPONENT.get(parameter.component)
             if plugin:
@@ -121,17 +154,14 @@ def migration_requirements(queues: Iterable[str]) -> list[Need]:
 
 
 def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
-    """One message per unmet need, naming the object and how to fix the broker."""
+    """One message per unmet need, naming the object and how to fix the broker (or the spec)."""
     problems: list[str] = []
     for item in needs:
-        if item.minimum_version and broker.version and broker.version < item.minimum_version:
-            wanted = ".".join(str(p) for p in item.minimum_version)
-            problems.append(
-                f"{item.because}: needs RabbitMQ {wanted} or newer, the broker runs"
-                f" {broker.version_text}"
+        if item.kind == "version" and broker.version:
+            problems.extend(
+                v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
             )
-            continue
-        if item.kind == "plugin" and not _has_plugin(broker, item.what):
+        elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
                 f" `rabbitmq-plugins enable {item.what}` on every node"
@@ -154,6 +184,20 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
     return problems
 
 
+def notices(
+    needs: Iterable[Need], version: Version, upgrading_from: Version | None = None
+) -> tuple[list[str], list[str]]:
+    """What ``version`` refuses and what it accepts without effect (or with a new default),
+    one message each; ``upgrading_from`` is the version the broker runs, for an upgrade."""
+    refused: list[str] = []
+    noted: list[str] = []
+    for item in needs:
+        if item.kind == "version":
+            for v in judge(item.uses, version, upgrading_from):
+                (refused if v.refused else noted).append(v.message(item.because))
+    return refused, noted
+
+
 def _lacks(offered: frozenset[str], listed: bool, what: str) -> bool:
     """Whether the broker is known to lack ``what``: a list it did not give proves nothing."""
     return listed and what not in offered
@@ -163,12 +207,15 @@ EXCHANGE_TYPE_OF_PLUGIN = {plugin: str(kind) for kind, plugin in PLUGIN_OF_EXCHA
 
 
 def _has_plugin(broker: BrokerCapabilities, plugin: str) -> bool:
+    exchange_type = EXCHANGE_TYPE_OF_PLUGIN.get(plugin)
+    # a listed type is proof enough: x-modulus-hash is core from 4.3, plugin or not
+    if exchange_type is not None and exchange_type in broker.exchange_types:
+        return True
     if broker.plugins_known:
         return plugin in broker.plugins
-    exchange_type = EXCHANGE_TYPE_OF_PLUGIN.get(plugin)
-    if exchange_type is not None:
-        return exchange_type in broker.exchange_types
-    return True  # unknown: let the broker answer rather than refuse on a guess
+    # not listed: a plugin of an exchange type is missing when its type is; of anything else,
+    # unknown, and the broker answers rather than be refused on a guess
+    return exchange_type is None
 
 
 def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
@@ -202,9 +249,12 @@ class CapabilityReport:
     broker: BrokerCapabilities
     needs: list[Need] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the broker's version accepts without effect: warnings, not refusals."""
 
 
 def check(client: ManagementClient, topology: Topology) -> CapabilityReport:
     broker = read_capabilities(client)
     needs = requirements(topology)
-    return CapabilityReport(broker, needs, missing(needs, broker))
+    notes = notices(needs, broker.version)[1] if broker.version else []
+    return CapabilityReport(broker, needs, missing(needs, broker), notes)

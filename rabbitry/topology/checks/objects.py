@@ -28,6 +28,7 @@ from rabbitry.topology.primitives import (
     canonical_json,
 )
 from rabbitry.topology.spec.arguments import (
+    ARGUMENT_TYPE_HINTS,
     OVERFLOW_TYPES,
     QUEUE_ARGUMENT_TYPES,
     ExchangeArguments,
@@ -200,9 +201,11 @@ def _check_queue(vhost: VhostSpec, queue: QueueSpec, loc: Loc, findings: Finding
         valid = QUEUE_ARGUMENT_TYPES[key]
         if qtype not in valid:
             names = ", ".join(t.value for t in QueueType if t in valid)
+            hint = ARGUMENT_TYPE_HINTS.get((key, qtype))
             findings.error(
                 (*args_loc, key),
-                f"{key} does not apply to a {type_text}; it is valid for: {names}",
+                f"{key} does not apply to a {type_text}; "
+                + (hint if hint else f"it is valid for: {names}"),
             )
     overflow = args.get("x-overflow")
     if overflow is not None and qtype not in OVERFLOW_TYPES[overflow]:
@@ -220,6 +223,7 @@ def _check_queue(vhost: VhostSpec, queue: QueueSpec, loc: Loc, findings: Finding
         )
     if args.get("x-dead-letter-strategy") == "at-least-once":
         _check_at_least_once(vhost, queue, qtype, args, args_loc, findings)
+    _check_delayed_retry(args, args_loc, findings)
     check_unchecked(
         queue.unchecked_arguments,
         _QUEUE_ARGUMENT_KEYS,
@@ -444,3 +448,19 @@ def check_users(spec: Spec, findings: Findings) -> None:
                 "hashing_algorithm only applies to password_hash; the broker hashes a plain "
                 "password with its own default",
             )
+
+
+def _check_delayed_retry(args: dict[str, object], loc: Loc, findings: Findings) -> None:
+    """The broker turns delayed retry off, silently, without a minimum delay; a maximum below
+    the minimum is refused (rabbit_quorum_queue.erl, 4.3)."""
+    kind, low, high = (args.get(f"x-delayed-retry-{k}") for k in ("type", "min", "max"))
+    if kind not in (None, "disabled") and low is None:
+        findings.error(
+            (*loc, "x-delayed-retry-type"),
+            f"x-delayed-retry-type {kind} does nothing without x-delayed-retry-min: add it",
+        )
+    if isinstance(low, int) and isinstance(high, int) and high < low:
+        findings.error(
+            (*loc, "x-delayed-retry-max"),
+            "x-delayed-retry-max is below x-delayed-retry-min: raise it or leave it out",
+        )
