@@ -185,16 +185,20 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
 
 
 def notices(
-    needs: Iterable[Need], version: Version, upgrading_from: Version | None = None
+    needs: Iterable[Need],
+    version: Version,
+    upgrading_from: Version | None = None,
+    runs: str = "the broker runs",
 ) -> tuple[list[str], list[str]]:
     """What ``version`` refuses and what it accepts without effect (or with a new default),
-    one message each; ``upgrading_from`` is the version the broker runs, for an upgrade."""
+    one message each; ``upgrading_from`` is the version the broker runs, for an upgrade, and
+    ``runs`` says where ``version`` comes from."""
     refused: list[str] = []
     noted: list[str] = []
     for item in needs:
         if item.kind == "version":
             for v in judge(item.uses, version, upgrading_from):
-                (refused if v.refused else noted).append(v.message(item.because))
+                (refused if v.refused else noted).append(v.message(item.because, runs))
     return refused, noted
 
 
