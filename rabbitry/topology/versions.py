@@ -28,6 +28,7 @@ __all__ = [
     "Use",
     "Verdict",
     "Version",
+    "added_in",
     "format_version",
     "judge",
     "parse_version",
@@ -105,7 +106,7 @@ class Fact:
     @property
     def label(self) -> str:
         if self.value is ABSENT:
-            return f"{self.kind} {self.key} left out"
+            return f"the default of {self.kind} {self.key}"
         if self.value is ANY:
             return f"{self.kind} {self.key}"
         return f"{self.kind} {self.key}: {self.value}"
@@ -436,6 +437,11 @@ def judge(
                 if seen is not None:
                     found[fact] = seen
     return list(found.values())
+
+
+def added_in(kind: Kind, key: str) -> Version | None:
+    """The first version that has ``key`` (of ``kind``), when the table knows it."""
+    return next((f.added for f in FACTS if f.kind is kind and f.key == key and f.added), None)
 
 
 def uses_of_queue(

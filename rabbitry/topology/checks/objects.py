@@ -37,6 +37,7 @@ from rabbitry.topology.spec.arguments import (
 )
 from rabbitry.topology.spec.model import ExchangeSpec, QueueSpec, Spec, VhostSpec
 from rabbitry.topology.spec.source_map import Loc, format_path
+from rabbitry.topology.versions import Kind, added_in, format_version
 
 _QUEUE_ARGUMENT_KEYS = frozenset(aliases(QueueArguments))
 _EXCHANGE_ARGUMENT_KEYS = frozenset(aliases(ExchangeArguments))
@@ -278,11 +279,16 @@ def _check_exchange(
     exchange: ExchangeSpec, declared: set[str], loc: Loc, findings: Findings
 ) -> None:
     if not isinstance(exchange.type, ExchangeType):
+        since = added_in(Kind.EXCHANGE_TYPE, exchange.type)
+        broker = (
+            f"RabbitMQ {format_version(since)} and newer have it built in"
+            if since
+            else "the broker refuses it unless the plugin that provides it is enabled"
+        )
         findings.warning(
             (*loc, "type"),
             f"exchange type {exchange.type!r} is not one rabbitry knows: it is declared as"
-            " written, and its arguments and the routing keys bound to it go unchecked; the"
-            " broker refuses it unless the plugin that provides it is enabled",
+            f" written, and its arguments and the routing keys bound to it go unchecked; {broker}",
         )
     args = exchange.arguments.as_broker_dict()
     if args and exchange.type is not ExchangeType.CONSISTENT_HASH:

@@ -31,7 +31,8 @@ def test_a_plugin_exchange_type_loads_and_validate_warns_once_per_exchange() -> 
         ("warning", "vhosts[0].exchanges[1].type"),
     ]
     assert "'x-local-random' is not one rabbitry knows" in problems[0].message
-    assert "plugin that provides it is enabled" in problems[0].message
+    assert "RabbitMQ 4.0 and newer have it built in" in problems[0].message
+    assert "plugin that provides it is enabled" in problems[1].message
 
 
 def test_a_known_type_stays_an_enum_member_and_a_typo_is_refused_with_a_suggestion() -> None:
