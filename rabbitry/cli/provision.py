@@ -35,7 +35,7 @@ from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.versions import Version, parse_version
+from rabbitry.topology.versions import Version, release
 from rabbitry.uri import mask_uri
 
 
@@ -67,11 +67,10 @@ def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str,
 def _parse_target_version(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> Version | None:
-    if value is None:
-        return None
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", value):
-        raise click.BadParameter(f"{value!r} is not a RabbitMQ version such as 4.3 or 4.0.5")
-    return parse_version(value)
+    try:
+        return None if value is None else release(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @command("plan")

@@ -38,7 +38,7 @@ from rabbitry.provisioner.state import Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.model import Spec
-from rabbitry.topology.versions import Version, format_version
+from rabbitry.topology.versions import Version, format_version, release
 
 __all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology", "stacks"]
 
@@ -177,11 +177,15 @@ def plan(
     url: str | None = None,
     management_url: str | None = None,
     variables: Mapping[str, str] | None = None,
+    target_version: str | None = None,
 ) -> Plan:
-    """What applying ``spec`` would change on the broker; changes nothing."""
+    """What applying ``spec`` would change on the broker; changes nothing. With
+    ``target_version`` (``"4.3"``), the plan's warnings also tell what that version would
+    refuse or change: what an upgrade would break."""
+    upgrade = release(target_version) if target_version is not None else None
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
     with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
-        return plan_topology(client, target.topology, counter)
+        return plan_topology(client, target.topology, counter, upgrade)
 
 
 def apply(

@@ -32,6 +32,7 @@ __all__ = [
     "format_version",
     "judge",
     "parse_version",
+    "release",
     "uses_of_exchange",
     "uses_of_policy",
     "uses_of_queue",
@@ -47,6 +48,13 @@ def parse_version(text: str) -> Version:
     """``3.10.8`` -> (3, 10, 8); a pre-release suffix (``4.1.0-beta.2``) is ignored."""
     match = re.match(r"\d+(?:\.\d+)*", text.strip())
     return tuple(int(p) for p in match.group().split(".")) if match else ()
+
+
+def release(text: str) -> Version:
+    """A version a user names (``4.3``, ``4.0.5``); ValueError for anything else."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", text.strip()):
+        raise ValueError(f"{text!r} is not a RabbitMQ version such as 4.3 or 4.0.5")
+    return parse_version(text)
 
 
 def format_version(version: Version) -> str:
@@ -189,6 +197,9 @@ FACTS: tuple[Fact, ...] = (
         Kind.QUEUE_ARGUMENT,
         "x-queue-mode",
         queue_types=CLASSIC,
+        # 4.3 drops the argument's validator (rabbitmq-server commit a67de22527, "trying to
+        # create a queue and setting x-queue-mode ... will error out"); the classic queue type
+        # still lists the key, so the refusal rests on the notes and that commit, not on a test
         source=f"{NOTES}3.12.0.md (lazy and non-lazy modes no longer apply); {NOTES}4.3.0.md"
         " (declaring with x-queue-mode set to any value fails)",
         advice="remove x-queue-mode: classic queues keep messages on disk since 3.12",

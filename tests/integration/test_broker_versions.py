@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import rabbitry
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.versions import (
     Use,
@@ -145,3 +146,16 @@ def test_target_version_lists_what_an_upgrade_to_4_3_would_break(broker: Broker)
     plain = broker.run("plan", str(spec))
     assert plain.exit_code == 0, plain.output
     assert "would refuse" not in plain.output
+
+
+def test_the_python_api_plans_with_a_target_version_too(broker: Broker) -> None:
+    spec = broker.spec(UPGRADE)
+    the_plan = rabbitry.plan(
+        spec,
+        url=broker.amqp_url,
+        management_url=broker.management_url,
+        variables={"vhost": broker.vhost, "stack": broker.stack},
+        target_version="4.3",
+    )
+    assert any(w.startswith("RabbitMQ 4.3 would refuse: queue lazy") for w in the_plan.warnings)
+    assert broker.get("/queues/{vhost}/lazy") is None

@@ -15,6 +15,7 @@ from rabbitry.topology.versions import (
     Use,
     judge,
     parse_version,
+    release,
     uses_of_policy,
     uses_of_queue,
 )
@@ -177,3 +178,10 @@ def test_delayed_retry_arguments_must_be_complete() -> None:
     assert any("does nothing without x-delayed-retry-min" in p for p in found)
     low = body.replace("x-delayed-retry-type: all", "x-delayed-retry-min: 5s")
     assert any("x-delayed-retry-max is below x-delayed-retry-min" in p for p in errors(low, None))
+
+
+def test_a_release_a_user_names_is_checked() -> None:
+    assert release("4.3") == (4, 3) and release("4.0.5") == (4, 0, 5)
+    for bad in ("4", "4.x", "latest", "4.1.0-beta.2"):
+        with pytest.raises(ValueError, match=r"is not a RabbitMQ version such as 4\.3"):
+            release(bad)
