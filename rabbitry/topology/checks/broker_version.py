@@ -13,9 +13,11 @@ from rabbitry.topology.checks.findings import Findings, effective_queue_type, vh
 from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec
 from rabbitry.topology.spec.source_map import Loc
 from rabbitry.topology.versions import (
+    SERIES,
     Kind,
     Use,
     Version,
+    format_version,
     judge,
     parse_version,
     uses_of_exchange,
@@ -29,6 +31,13 @@ def check_broker_version(spec: Spec, findings: Findings) -> None:
     if spec.broker is None or spec.broker.version is None:
         return
     version = parse_version(spec.broker.version)
+    newest = SERIES[-1]
+    if version[:2] > newest:
+        findings.warning(
+            ("broker", "version"),
+            f"rabbitry knows RabbitMQ up to {format_version(newest)}: what a later version"
+            " refuses or ignores is not checked",
+        )
     for loc, vhost in vhosts_of(spec):
         for i, queue in enumerate(vhost.queues):
             checked = queue.arguments.as_broker_dict()

@@ -185,3 +185,9 @@ def test_a_release_a_user_names_is_checked() -> None:
     for bad in ("4", "4.x", "latest", "4.1.0-beta.2"):
         with pytest.raises(ValueError, match=r"is not a RabbitMQ version such as 4\.3"):
             release(bad)
+
+
+def test_a_version_newer_than_the_table_is_named_as_unchecked() -> None:
+    (warning,) = warnings(LAZY, "5.0")
+    assert warning.startswith("broker.version: rabbitry knows RabbitMQ up to 4.3")
+    assert [e for e in errors(LAZY, "5.0") if "x-queue-mode" in e]  # 4.3's facts still hold
