@@ -9,12 +9,12 @@ here: a need of kind ``version`` carries what an object uses, judged by the tabl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.topology.patterns.super_streams import MARK as SUPER_STREAM_MARK
-from rabbitry.topology.primitives import ExchangeType, QueueType, Topology
+from rabbitry.topology.primitives import ExchangeType, Primitive, QueueType, ResourceKey, Topology
 from rabbitry.topology.versions import (
     Kind,
     Use,
@@ -51,6 +51,9 @@ class Need:
     because: str
     uses: tuple[Use, ...] = ()
     """For ``version``: what the object uses, judged against the broker's version."""
+    key: ResourceKey | None = None
+    """For ``version``: the object, so that one the broker already holds as it is (declared
+    before an upgrade) is not refused for what a new declaration would be."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,9 @@ def requirements(topology: Topology) -> list[Need]:
     def need(what: str, kind: str, because: str) -> None:
         needs.setdefault((kind, what), Need(what, kind, because))
 
-    def version(label: str, uses: Iterable[Use]) -> None:
-        needs.setdefault(("version", label), Need(label, "version", label, tuple(uses)))
+    def version(label: str, uses: Iterable[Use], of: Primitive, vhost: str) -> None:
+        item = Need(label, "version", label, tuple(uses), of.key(vhost))
+        needs.setdefault(("version", label), item)
 
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
@@ -102,7 +106,7 @@ def requirements(topology: Topology) -> list[Need]:
             uses = list(uses_of_exchange(exchange.type))
             if exchange.arguments.get(SUPER_STREAM_MARK) is True:
                 uses.append(Use(Kind.FEATURE, "super streams"))
-            version(label, uses)
+            version(label, uses, exchange, vhost.name)
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:
                 need(plugin, "plugin", f"exchange {exchange.name} ({where}) is {exchange.type}")
@@ -112,7 +116,9 @@ def requirements(topology: Topology) -> list[Need]:
                 need(exchange.type, "exchange_type", because)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
-            version(label, uses_of_queue(queue.type, queue.durable, queue.arguments))
+            version(
+                label, uses_of_queue(queue.type, queue.durable, queue.arguments), queue, vhost.name
+            )
             if queue.type is QueueType.QUORUM:
                 need("quorum_queue", "feature_flag", f"{label} is a quorum queue")
             if queue.type is QueueType.STREAM:
@@ -122,10 +128,11 @@ def requirements(topology: Topology) -> list[Need]:
                 need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
         for policy in vhost.policies:
             label = f"policy {policy.name} ({where})"
-            version(label, uses_of_policy(policy.apply_to, policy.definition))
+            version(label, uses_of_policy(policy.apply_to, policy.definition), policy, vhost.name)
         for policy in vhost.operator_policies:
             label = f"operator policy {policy.name} ({where})"
-            version(label, uses_of_policy(policy.apply_to, policy.definition, operator=True))
+            capped = uses_of_policy(policy.apply_to, policy.definition, operator=True)
+            version(label, capped, policy, vhost.name)
         for policy in (*vhost.policies, *vhost.operator_policies):
             label = f"policy {policy.name} ({where})"
             if FEDERATION_POLICY_KEYS & set(policy.definition):
@@ -153,14 +160,21 @@ def migration_requirements(queues: Iterable[str]) -> list[Need]:
     ][:1]
 
 
-def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
-    """One message per unmet need, naming the object and how to fix the broker (or the spec)."""
+def missing(
+    needs: Iterable[Need],
+    broker: BrokerCapabilities,
+    declared: Callable[[ResourceKey], bool] = lambda _key: True,
+) -> list[str]:
+    """One message per unmet need, naming the object and how to fix the broker (or the spec).
+    ``declared`` says whether the plan declares an object (creates, updates or replaces it):
+    the version is held only against those; by default, against every object."""
     problems: list[str] = []
     for item in needs:
         if item.kind == "version" and broker.version:
-            problems.extend(
-                v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
-            )
+            if item.key is None or declared(item.key):
+                problems.extend(
+                    v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
+                )
         elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
@@ -253,12 +267,28 @@ class CapabilityReport:
     broker: BrokerCapabilities
     needs: list[Need] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    """What the broker lacks (plugins, feature flags, exchange types): refused at once."""
     notes: list[str] = field(default_factory=list)
     """What the broker's version accepts without effect: warnings, not refusals."""
+
+    def refusals(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
+        """What the broker's version refuses of the objects a plan declares."""
+        versioned = [n for n in self.needs if n.kind == "version"]
+        return missing(versioned, self.broker, declared)
+
+    def kept(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
+        """Objects the broker holds as they are, which its version would refuse to declare:
+        warnings (they were declared before an upgrade, and a replace would fail)."""
+        versioned = [n for n in self.needs if n.kind == "version"]
+        return [
+            f"{m} (it exists as it is and is kept; declaring it again would fail)"
+            for m in missing(versioned, self.broker, lambda key: not declared(key))
+        ]
 
 
 def check(client: ManagementClient, topology: Topology) -> CapabilityReport:
     broker = read_capabilities(client)
     needs = requirements(topology)
     notes = notices(needs, broker.version)[1] if broker.version else []
-    return CapabilityReport(broker, needs, missing(needs, broker), notes)
+    others = [n for n in needs if n.kind != "version"]
+    return CapabilityReport(broker, needs, missing(others, broker), notes)

@@ -36,7 +36,7 @@ from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
-from rabbitry.topology.primitives import Topology
+from rabbitry.topology.primitives import ResourceKey, Topology
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.versions import Version, format_version, release
 
@@ -72,8 +72,19 @@ def plan_topology(
     # change: a read after the apply must reach the broker
     client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
+    declared = declared_by(the_plan)
+    refused = report.refusals(declared)
+    if refused:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
+            " nothing was changed:\n  " + "\n  ".join(refused)
+        )
     harm = self_harm(the_plan, client.username)
-    version_warnings = (*report.notes, *upgrade_warnings(report, target_version))
+    version_warnings = (
+        *report.kept(declared),
+        *report.notes,
+        *upgrade_warnings(report, target_version),
+    )
     if harm or version_warnings:
         warnings = tuple(f"apply will refuse: {h}" for h in harm)
         the_plan = replace(the_plan, warnings=the_plan.warnings + warnings + version_warnings)
@@ -84,6 +95,15 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+
+
+def declared_by(the_plan: Plan) -> Callable[[ResourceKey], bool]:
+    """Whether the plan declares an object: the broker's version judges only those."""
+    keys = {c.key for c in the_plan.changes if c.action in DECLARING}
+    return keys.__contains__
 
 
 def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[str]:
@@ -110,10 +130,11 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
     report = check_capabilities(client, desired)
-    if report.problems:
+    problems = report.problems + report.refusals(declared_by(saved.plan))
+    if problems:
         raise CapabilityError(
             f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this plan;"
-            " nothing was applied:\n  " + "\n  ".join(report.problems)
+            " nothing was applied:\n  " + "\n  ".join(problems)
         )
     state = read_state(
         client,

@@ -128,3 +128,24 @@ def test_a_listed_modulus_hash_type_needs_no_sharding_plugin() -> None:
     )
     core = BrokerCapabilities(version=(4, 3, 0), exchange_types=frozenset({"x-modulus-hash"}))
     assert missing(needs, core) == []
+
+
+def test_an_object_the_broker_already_holds_is_kept_not_refused() -> None:
+    """A queue declared with x-queue-mode before an upgrade to 4.3 keeps working there; only
+    declaring it again fails, so a plan that leaves it alone warns instead of refusing."""
+    queues = (
+        p.Queue(name="old", arguments={"x-queue-mode": "lazy"}),
+        p.Queue(name="new", arguments={"x-queue-mode": "lazy"}),
+    )
+    needs = requirements(topology(queues=queues))
+    broker = BrokerCapabilities(version=(4, 3, 0))
+    report = CapabilityReport(broker, needs, [])
+
+    def declared(key: tuple[str, ...]) -> bool:
+        return key == ("queue", "v", "new")
+
+    (refused,) = report.refusals(declared)
+    assert refused.startswith("queue new (vhost v): RabbitMQ 4.3 and newer refuse")
+    (kept,) = report.kept(declared)
+    assert kept.startswith("queue old (vhost v): RabbitMQ 4.3 and newer refuse")
+    assert kept.endswith("(it exists as it is and is kept; declaring it again would fail)")
