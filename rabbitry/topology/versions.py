@@ -178,7 +178,9 @@ FACTS: tuple[Fact, ...] = (
         Kind.FEATURE,
         "non-durable non-exclusive queues",
         # deprecated feature transient_nonexcl_queues moved to denied_by_default
-        source=f"{NOTES}4.3.0.md (Deprecated Features are Now Disabled by Default)",
+        source=f"{NOTES}4.3.0.md (Deprecated Features are Now Disabled by Default);"
+        f" {SRC}rabbit_amqqueue.erl: transient_nonexcl_queues is permitted_by_default up to"
+        " v4.2.0, denied_by_default in v4.3.0",
         advice="make the queue durable (add x-expires to delete it when unused), or permit it on"
         " every node: deprecated_features.permit.transient_nonexcl_queues = true",
         removed=(4, 3),
@@ -222,7 +224,8 @@ FACTS: tuple[Fact, ...] = (
         "x-queue-master-locator",
         queue_types=CLASSIC,
         source=f"{NOTES}4.0.1.md (deprecated for queue_leader_locator); {NOTES}4.3.0.md"
-        f" (queue_master_locator denied by default) and {SRC}v4.3.0 rabbit_classic_queue.erl",
+        f" (queue_master_locator denied by default) and {SRC}v4.3.0 rabbit_classic_queue.erl"
+        " validate_arguments (rabbit_queue_location.erl: permitted_by_default up to v4.2.0)",
         advice="use x-queue-leader-locator (client-local or balanced) instead, or permit it on"
         " every node: deprecated_features.permit.queue_master_locator = true",
         removed=(4, 3),
