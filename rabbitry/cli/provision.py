@@ -35,6 +35,7 @@ from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology
+from rabbitry.topology.versions import Version, release
 from rabbitry.uri import mask_uri
 
 
@@ -63,6 +64,15 @@ def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str,
     return {"format_version": 1, "plan": the_plan.to_json(), "done": done, "skipped": skipped}
 
 
+def _parse_target_version(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> Version | None:
+    try:
+        return None if value is None else release(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @command("plan")
 @target_options(read_ahead=True)
 @json_option
@@ -79,12 +89,21 @@ def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str,
     metavar="PLANFILE",
     help="Save the plan (mode 0600) for `rabbitry apply PLANFILE` to apply exactly it.",
 )
+@click.option(
+    "--target-version",
+    "target_version",
+    callback=_parse_target_version,
+    metavar="VERSION",
+    help="Also list what RabbitMQ VERSION (e.g. 4.3) would refuse or change in this spec:"
+    " what an upgrade would break. The plan stays against the live broker.",
+)
 @target_option
 def plan_command(
     target: Target,
     as_json: bool,
     detailed_exitcode: bool,
     out: Path | None,
+    target_version: Version | None,
     targets: tuple[str, ...],
 ) -> int:
     """Show what apply would change on the broker; changes nothing."""
@@ -95,7 +114,8 @@ def plan_command(
         Activity() as activity,
         activity.step("reading the broker's state"),
     ):
-        the_plan = targeted_plan(plan_topology(client, topology, counter), targets)
+        plan = plan_topology(client, topology, counter, target_version)
+        the_plan = targeted_plan(plan, targets)
         cluster = cluster_name(client) if out is not None else ""
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))

@@ -2,17 +2,43 @@
 
 ``requirements`` is pure (topology -> needs); ``missing`` compares needs with a
 ``BrokerCapabilities`` read from the management API and says, for each gap, how to close it.
-A plan with gaps is refused before the first change.
+A plan with gaps is refused before the first change. What each version accepts is not decided
+here: a need of kind ``version`` carries what an object uses, judged by the table of
+``rabbitry.topology.versions``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.topology.primitives import ApplyTo, ExchangeType, QueueType, Topology
+from rabbitry.topology.patterns.super_streams import MARK as SUPER_STREAM_MARK
+from rabbitry.topology.primitives import ExchangeType, Primitive, QueueType, ResourceKey, Topology
+from rabbitry.topology.versions import (
+    Kind,
+    Use,
+    Version,
+    format_version,
+    judge,
+    parse_version,
+    uses_of_exchange,
+    uses_of_policy,
+    uses_of_queue,
+)
+
+__all__ = [
+    "BrokerCapabilities",
+    "CapabilityReport",
+    "Need",
+    "check",
+    "migration_requirements",
+    "missing",
+    "notices",
+    "parse_version",
+    "read_capabilities",
+    "requirements",
+]
 
 
 @dataclass(frozen=True)
@@ -23,7 +49,11 @@ class Need:
     kind: str
     """``plugin``, ``feature_flag``, ``version`` or ``exchange_type``."""
     because: str
-    minimum_version: tuple[int, ...] = ()
+    uses: tuple[Use, ...] = ()
+    """For ``version``: what the object uses, judged against the broker's version."""
+    key: ResourceKey | None = None
+    """For ``version``: the object, so that one the broker already holds as it is (declared
+    before an upgrade) is not refused for what a new declaration would be."""
 
 
 @dataclass(frozen=True)
@@ -42,13 +72,7 @@ class BrokerCapabilities:
 
     @property
     def version_text(self) -> str:
-        return ".".join(str(p) for p in self.version)
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """``3.10.8`` -> (3, 10, 8); a pre-release suffix (``4.1.0-beta.2``) is ignored."""
-    match = re.match(r"\d+(?:\.\d+)*", text.strip())
-    return tuple(int(p) for p in match.group().split(".")) if match else ()
+        return format_version(self.version)
 
 
 PLUGIN_OF_EXCHANGE: dict[str, str] = {
@@ -62,19 +86,27 @@ PLUGIN_OF_COMPONENT = {
 }
 FEDERATION_POLICY_KEYS = {"federation-upstream", "federation-upstream-set"}
 SHARDING_POLICY_KEYS = {"shards-per-node", "routing-key"}
-NEW_APPLY_TO = {ApplyTo.CLASSIC_QUEUES, ApplyTo.QUORUM_QUEUES, ApplyTo.STREAMS}
 
 
 def requirements(topology: Topology) -> list[Need]:
     """Everything the topology needs, one entry per distinct need (first object named)."""
     needs: dict[tuple[str, str], Need] = {}
 
-    def need(what: str, kind: str, because: str, minimum: tuple[int, ...] = ()) -> None:
-        needs.setdefault((kind, what), Need(what, kind, because, minimum))
+    def need(what: str, kind: str, because: str) -> None:
+        needs.setdefault((kind, what), Need(what, kind, because))
+
+    def version(label: str, uses: Iterable[Use], of: Primitive, vhost: str) -> None:
+        item = Need(label, "version", label, tuple(uses), of.key(vhost))
+        needs.setdefault(("version", label), item)
 
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
         for exchange in vhost.exchanges:
+            label = f"exchange {exchange.name} ({where})"
+            uses = list(uses_of_exchange(exchange.type))
+            if exchange.arguments.get(SUPER_STREAM_MARK) is True:
+                uses.append(Use(Kind.FEATURE, "super streams"))
+            version(label, uses, exchange, vhost.name)
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:
                 need(plugin, "plugin", f"exchange {exchange.name} ({where}) is {exchange.type}")
@@ -84,23 +116,31 @@ def requirements(topology: Topology) -> list[Need]:
                 need(exchange.type, "exchange_type", because)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
+            version(
+                label, uses_of_queue(queue.type, queue.durable, queue.arguments), queue, vhost.name
+            )
             if queue.type is QueueType.QUORUM:
-                need("quorum_queue", "feature_flag", f"{label} is a quorum queue", (3, 8))
+                need("quorum_queue", "feature_flag", f"{label} is a quorum queue")
             if queue.type is QueueType.STREAM:
-                need("stream_queue", "feature_flag", f"{label} is a stream", (3, 9))
+                need("stream_queue", "feature_flag", f"{label} is a stream")
             if queue.arguments.get("x-dead-letter-strategy") == "at-least-once":
-                # At-least-once dead-lettering is built on stream_queue internals (3.10+).
-                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once", (3, 10))
+                # At-least-once dead-lettering is built on stream_queue internals.
+                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
+        for policy in vhost.policies:
+            label = f"policy {policy.name} ({where})"
+            version(label, uses_of_policy(policy.apply_to, policy.definition), policy, vhost.name)
+        for policy in vhost.operator_policies:
+            label = f"operator policy {policy.name} ({where})"
+            capped = uses_of_policy(policy.apply_to, policy.definition, operator=True)
+            version(label, capped, policy, vhost.name)
         for policy in (*vhost.policies, *vhost.operator_policies):
             label = f"policy {policy.name} ({where})"
-            if policy.apply_to in NEW_APPLY_TO:
-                need("3.12", "version", f"{label} applies to {policy.apply_to}", (3, 12))
             if FEDERATION_POLICY_KEYS & set(policy.definition):
                 need("rabbitmq_federation", "plugin", f"{label} federates")
             if SHARDING_POLICY_KEYS & set(policy.definition):
                 need("rabbitmq_sharding", "plugin", f"{label} configures sharding")
             if policy.definition.get("dead-letter-strategy") == "at-least-once":
-                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once", (3, 10))
+                need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
         for parameter in vhost.parameters:
             plugin = PLUGIN_OF_COMPONENT.get(parameter.component)
             if plugin:
@@ -120,18 +160,22 @@ def migration_requirements(queues: Iterable[str]) -> list[Need]:
     ][:1]
 
 
-def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
-    """One message per unmet need, naming the object and how to fix the broker."""
+def missing(
+    needs: Iterable[Need],
+    broker: BrokerCapabilities,
+    declared: Callable[[ResourceKey], bool] = lambda _key: True,
+) -> list[str]:
+    """One message per unmet need, naming the object and how to fix the broker (or the spec).
+    ``declared`` says whether the plan declares an object (creates, updates or replaces it):
+    the version is held only against those; by default, against every object."""
     problems: list[str] = []
     for item in needs:
-        if item.minimum_version and broker.version and broker.version < item.minimum_version:
-            wanted = ".".join(str(p) for p in item.minimum_version)
-            problems.append(
-                f"{item.because}: needs RabbitMQ {wanted} or newer, the broker runs"
-                f" {broker.version_text}"
-            )
-            continue
-        if item.kind == "plugin" and not _has_plugin(broker, item.what):
+        if item.kind == "version" and broker.version:
+            if item.key is None or declared(item.key):
+                problems.extend(
+                    v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
+                )
+        elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
                 f" `rabbitmq-plugins enable {item.what}` on every node"
@@ -154,6 +198,24 @@ def missing(needs: Iterable[Need], broker: BrokerCapabilities) -> list[str]:
     return problems
 
 
+def notices(
+    needs: Iterable[Need],
+    version: Version,
+    upgrading_from: Version | None = None,
+    runs: str = "the broker runs",
+) -> tuple[list[str], list[str]]:
+    """What ``version`` refuses and what it accepts without effect (or with a new default),
+    one message each; ``upgrading_from`` is the version the broker runs, for an upgrade, and
+    ``runs`` says where ``version`` comes from."""
+    refused: list[str] = []
+    noted: list[str] = []
+    for item in needs:
+        if item.kind == "version":
+            for v in judge(item.uses, version, upgrading_from):
+                (refused if v.refused else noted).append(v.message(item.because, runs))
+    return refused, noted
+
+
 def _lacks(offered: frozenset[str], listed: bool, what: str) -> bool:
     """Whether the broker is known to lack ``what``: a list it did not give proves nothing."""
     return listed and what not in offered
@@ -163,12 +225,15 @@ EXCHANGE_TYPE_OF_PLUGIN = {plugin: str(kind) for kind, plugin in PLUGIN_OF_EXCHA
 
 
 def _has_plugin(broker: BrokerCapabilities, plugin: str) -> bool:
+    exchange_type = EXCHANGE_TYPE_OF_PLUGIN.get(plugin)
+    # a listed type is proof enough: x-modulus-hash is core from 4.3, plugin or not
+    if exchange_type is not None and exchange_type in broker.exchange_types:
+        return True
     if broker.plugins_known:
         return plugin in broker.plugins
-    exchange_type = EXCHANGE_TYPE_OF_PLUGIN.get(plugin)
-    if exchange_type is not None:
-        return exchange_type in broker.exchange_types
-    return True  # unknown: let the broker answer rather than refuse on a guess
+    # not listed: a plugin of an exchange type is missing when its type is; of anything else,
+    # unknown, and the broker answers rather than be refused on a guess
+    return exchange_type is None
 
 
 def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
@@ -202,9 +267,28 @@ class CapabilityReport:
     broker: BrokerCapabilities
     needs: list[Need] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    """What the broker lacks (plugins, feature flags, exchange types): refused at once."""
+    notes: list[str] = field(default_factory=list)
+    """What the broker's version accepts without effect: warnings, not refusals."""
+
+    def refusals(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
+        """What the broker's version refuses of the objects a plan declares."""
+        versioned = [n for n in self.needs if n.kind == "version"]
+        return missing(versioned, self.broker, declared)
+
+    def kept(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
+        """Objects the broker holds as they are, which its version would refuse to declare:
+        warnings (they were declared before an upgrade, and a replace would fail)."""
+        versioned = [n for n in self.needs if n.kind == "version"]
+        return [
+            f"{m} (it exists as it is and is kept; declaring it again would fail)"
+            for m in missing(versioned, self.broker, lambda key: not declared(key))
+        ]
 
 
 def check(client: ManagementClient, topology: Topology) -> CapabilityReport:
     broker = read_capabilities(client)
     needs = requirements(topology)
-    return CapabilityReport(broker, needs, missing(needs, broker))
+    notes = notices(needs, broker.version)[1] if broker.version else []
+    others = [n for n in needs if n.kind != "version"]
+    return CapabilityReport(broker, needs, missing(others, broker), notes)

@@ -23,8 +23,9 @@ from rabbitry.provisioner.applier import (
     refusals,
     self_harm,
 )
+from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
 from rabbitry.provisioner.capabilities import check as check_capabilities
-from rabbitry.provisioner.capabilities import migration_requirements, missing
+from rabbitry.provisioner.capabilities import notices as version_notices
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
@@ -35,19 +36,24 @@ from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
-from rabbitry.topology.primitives import Topology
+from rabbitry.topology.primitives import ResourceKey, Topology
 from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.versions import Version, format_version, release
 
 __all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology", "stacks"]
 
 
 @pauses_collector
 def plan_topology(
-    client: ManagementClient, topology: Topology, counter: Counter | None = None
+    client: ManagementClient,
+    topology: Topology,
+    counter: Counter | None = None,
+    target_version: Version | None = None,
 ) -> Plan:
     """Check the broker can hold ``topology``, then plan against what it has; message counts
     of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
-    when it reaches them, from the management statistics otherwise."""
+    when it reaches them, from the management statistics otherwise. With ``target_version``,
+    the plan's warnings also say what the broker at that version would refuse or change."""
     report = check_capabilities(client, topology)
     if report.problems:
         raise CapabilityError(
@@ -66,10 +72,22 @@ def plan_topology(
     # change: a read after the apply must reach the broker
     client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
+    declared = declared_by(the_plan)
+    refused = report.refusals(declared)
+    if refused:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
+            " nothing was changed:\n  " + "\n  ".join(refused)
+        )
     harm = self_harm(the_plan, client.username)
-    if harm:
+    version_warnings = (
+        *report.kept(declared),
+        *report.notes,
+        *upgrade_warnings(report, target_version),
+    )
+    if harm or version_warnings:
         warnings = tuple(f"apply will refuse: {h}" for h in harm)
-        the_plan = replace(the_plan, warnings=the_plan.warnings + warnings)
+        the_plan = replace(the_plan, warnings=the_plan.warnings + warnings + version_warnings)
     migrated = [
         c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
     ]
@@ -77,6 +95,31 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+
+
+def declared_by(the_plan: Plan) -> Callable[[ResourceKey], bool]:
+    """Whether the plan declares an object: the broker's version judges only those."""
+    keys = {c.key for c in the_plan.changes if c.action in DECLARING}
+    return keys.__contains__
+
+
+def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[str]:
+    """What the spec would meet on the broker at ``target``: refusals first, then what the
+    target ignores or changes (a new default crossed on the way up)."""
+    if target is None:
+        return []
+    now = report.broker.version
+    upgrading_from = now if now and now < target else None
+    refused, noted = version_notices(report.needs, target, upgrading_from, "the target is")
+    shown = format_version(target)
+    if not refused and not noted:
+        return [f"RabbitMQ {shown}: nothing in this spec is refused or changed"]
+    return [f"RabbitMQ {shown} would refuse: {m}" for m in refused] + [
+        f"RabbitMQ {shown}: {m}" for m in noted
+    ]
 
 
 def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
@@ -87,10 +130,11 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
     report = check_capabilities(client, desired)
-    if report.problems:
+    problems = report.problems + report.refusals(declared_by(saved.plan))
+    if problems:
         raise CapabilityError(
             f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this plan;"
-            " nothing was applied:\n  " + "\n  ".join(report.problems)
+            " nothing was applied:\n  " + "\n  ".join(problems)
         )
     state = read_state(
         client,
@@ -154,11 +198,15 @@ def plan(
     url: str | None = None,
     management_url: str | None = None,
     variables: Mapping[str, str] | None = None,
+    target_version: str | None = None,
 ) -> Plan:
-    """What applying ``spec`` would change on the broker; changes nothing."""
+    """What applying ``spec`` would change on the broker; changes nothing. With
+    ``target_version`` (``"4.3"``), the plan's warnings also tell what that version would
+    refuse or change: what an upgrade would break."""
+    upgrade = release(target_version) if target_version is not None else None
     target = target_of(spec, url=url, management_url=management_url, variables=variables)
     with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
-        return plan_topology(client, target.topology, counter)
+        return plan_topology(client, target.topology, counter, upgrade)
 
 
 def apply(

@@ -55,6 +55,7 @@ vhosts:
 BAD_VALUES = {
     "apply": ["apply", SPEC, "--lock-timeout", "-1"],
     "plan": ["plan", "/no/such/spec.yaml"],
+    "plan target version": ["plan", SPEC, "--target-version", "4.x"],
     "validate": ["validate", SPEC, "--var", "novalue"],
     "render": ["render", SPEC, "--format", "toml"],
     "graph": ["graph", SPEC, "--format", "png"],

@@ -28,6 +28,7 @@ from rabbitry.topology.primitives import (
     canonical_json,
 )
 from rabbitry.topology.spec.arguments import (
+    ARGUMENT_TYPE_HINTS,
     OVERFLOW_TYPES,
     QUEUE_ARGUMENT_TYPES,
     ExchangeArguments,
@@ -36,6 +37,7 @@ from rabbitry.topology.spec.arguments import (
 )
 from rabbitry.topology.spec.model import ExchangeSpec, QueueSpec, Spec, VhostSpec
 from rabbitry.topology.spec.source_map import Loc, format_path
+from rabbitry.topology.versions import Kind, added_in, format_version
 
 _QUEUE_ARGUMENT_KEYS = frozenset(aliases(QueueArguments))
 _EXCHANGE_ARGUMENT_KEYS = frozenset(aliases(ExchangeArguments))
@@ -200,9 +202,11 @@ def _check_queue(vhost: VhostSpec, queue: QueueSpec, loc: Loc, findings: Finding
         valid = QUEUE_ARGUMENT_TYPES[key]
         if qtype not in valid:
             names = ", ".join(t.value for t in QueueType if t in valid)
+            hint = ARGUMENT_TYPE_HINTS.get((key, qtype))
             findings.error(
                 (*args_loc, key),
-                f"{key} does not apply to a {type_text}; it is valid for: {names}",
+                f"{key} does not apply to a {type_text}; "
+                + (hint if hint else f"it is valid for: {names}"),
             )
     overflow = args.get("x-overflow")
     if overflow is not None and qtype not in OVERFLOW_TYPES[overflow]:
@@ -220,6 +224,7 @@ def _check_queue(vhost: VhostSpec, queue: QueueSpec, loc: Loc, findings: Finding
         )
     if args.get("x-dead-letter-strategy") == "at-least-once":
         _check_at_least_once(vhost, queue, qtype, args, args_loc, findings)
+    _check_delayed_retry(args, args_loc, findings)
     check_unchecked(
         queue.unchecked_arguments,
         _QUEUE_ARGUMENT_KEYS,
@@ -274,11 +279,16 @@ def _check_exchange(
     exchange: ExchangeSpec, declared: set[str], loc: Loc, findings: Findings
 ) -> None:
     if not isinstance(exchange.type, ExchangeType):
+        since = added_in(Kind.EXCHANGE_TYPE, exchange.type)
+        broker = (
+            f"RabbitMQ {format_version(since)} and newer have it built in"
+            if since
+            else "the broker refuses it unless the plugin that provides it is enabled"
+        )
         findings.warning(
             (*loc, "type"),
             f"exchange type {exchange.type!r} is not one rabbitry knows: it is declared as"
-            " written, and its arguments and the routing keys bound to it go unchecked; the"
-            " broker refuses it unless the plugin that provides it is enabled",
+            f" written, and its arguments and the routing keys bound to it go unchecked; {broker}",
         )
     args = exchange.arguments.as_broker_dict()
     if args and exchange.type is not ExchangeType.CONSISTENT_HASH:
@@ -444,3 +454,19 @@ def check_users(spec: Spec, findings: Findings) -> None:
                 "hashing_algorithm only applies to password_hash; the broker hashes a plain "
                 "password with its own default",
             )
+
+
+def _check_delayed_retry(args: dict[str, object], loc: Loc, findings: Findings) -> None:
+    """The broker turns delayed retry off, silently, without a minimum delay; a maximum below
+    the minimum is refused (rabbit_quorum_queue.erl, 4.3)."""
+    kind, low, high = (args.get(f"x-delayed-retry-{k}") for k in ("type", "min", "max"))
+    if kind not in (None, "disabled") and low is None:
+        findings.error(
+            (*loc, "x-delayed-retry-type"),
+            f"x-delayed-retry-type {kind} does nothing without x-delayed-retry-min: add it",
+        )
+    if isinstance(low, int) and isinstance(high, int) and high < low:
+        findings.error(
+            (*loc, "x-delayed-retry-max"),
+            "x-delayed-retry-max is below x-delayed-retry-min: raise it or leave it out",
+        )

@@ -34,6 +34,7 @@ __all__ = ["check_policies", "check_policy_overlaps", "effective_policy", "match
 
 def check_policies(spec: Spec, findings: Findings) -> None:
     """Patterns compile, definitions are not empty, references exist, mirroring is flagged."""
+    versioned = spec.broker is not None and spec.broker.version is not None
     for loc, vhost in vhosts_of(spec):
         declared = {e.name for e in vhost.exchanges}
         upstreams = {p.name for p in vhost.parameters if p.component == "federation-upstream"}
@@ -57,7 +58,7 @@ def check_policies(spec: Spec, findings: Findings) -> None:
                     )
                 dloc = (*ploc, "definition")
                 _check_policy_references(definition, declared, upstreams, sets, dloc, findings)
-                _check_mirroring(definition, dloc, findings)
+                _check_mirroring(definition, dloc, findings, versioned)
                 check_unchecked(
                     policy.unchecked_definition,
                     frozenset(aliases(type(policy.definition))),
@@ -102,15 +103,18 @@ def _check_policy_references(
         )
 
 
-def _check_mirroring(definition: dict[str, object], loc: Loc, findings: Findings) -> None:
+def _check_mirroring(
+    definition: dict[str, object], loc: Loc, findings: Findings, versioned: bool
+) -> None:
     ha_keys = [k for k in definition if k.startswith("ha-")]
     if not ha_keys:
         return
-    findings.warning(
-        (*loc, ha_keys[0]),
-        "classic queue mirroring (ha-*) is deprecated and removed in RabbitMQ 4.0; "
-        "use quorum queues for replication",
-    )
+    if not versioned:  # with broker.version, the version table says whether it is refused
+        findings.warning(
+            (*loc, ha_keys[0]),
+            "classic queue mirroring (ha-*) is deprecated and removed in RabbitMQ 4.0; "
+            "use quorum queues for replication",
+        )
     mode, params = definition.get("ha-mode"), definition.get("ha-params")
     if mode is None:
         findings.error((*loc, ha_keys[0]), "ha-* keys need ha-mode (all, exactly or nodes)")

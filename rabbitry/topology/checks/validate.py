@@ -9,6 +9,7 @@ when the spec came from a file.
 from __future__ import annotations
 
 from rabbitry.errors import SpecProblem
+from rabbitry.topology.checks.broker_version import check_broker_version
 from rabbitry.topology.checks.clusters import check_sharding_and_federation
 from rabbitry.topology.checks.findings import (
     Check,
@@ -49,8 +50,10 @@ CHECKS: tuple[Check, ...] = (
     check_retries,
     check_generated_names,
     check_sharding_and_federation,
+    check_broker_version,
 )
-"""Every check, in order: objects, references, policies, then the delay/retry patterns."""
+"""Every check, in order: objects, references, policies, the delay/retry patterns, then the
+spec against the RabbitMQ version it names."""
 
 
 def validate(spec: Spec) -> list[SpecProblem]:

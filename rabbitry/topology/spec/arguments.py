@@ -21,6 +21,7 @@ DeadLetterStrategy = Literal["at-most-once", "at-least-once"]
 QueueMode = Literal["default", "lazy"]
 QueueVersion = Literal[1, 2]
 LeaderLocator = Literal["client-local", "balanced", "random", "least-leaders"]
+DelayedRetryType = Literal["disabled", "all", "failed", "returned"]
 MasterLocator = Literal["client-local", "min-masters", "random"]
 HaMode = Literal["all", "exactly", "nodes"]
 HaSyncMode = Literal["manual", "automatic"]
@@ -97,7 +98,8 @@ class QueueArguments(KnownKeys):
     dead_letter_strategy: DeadLetterStrategy | None = Field(None, alias="x-dead-letter-strategy")
     """Quorum queues: at-least-once needs x-overflow reject-publish."""
     max_priority: Annotated[int, Field(ge=1, le=255)] | None = Field(None, alias="x-max-priority")
-    """Classic queues: number of message priorities the queue supports (1-255; keep it small)."""
+    """Classic queues: number of message priorities the queue supports (1-255; keep it small).
+    Quorum queues (4.0+) order by message priority without it, and refuse it."""
     single_active_consumer: bool | None = Field(None, alias="x-single-active-consumer")
     """Deliver to one consumer at a time, failing over to the next (keeps ordering)."""
     delivery_limit: Annotated[int, Field(ge=-1)] | None = Field(None, alias="x-delivery-limit")
@@ -109,9 +111,10 @@ class QueueArguments(KnownKeys):
     queue_version: QueueVersion | None = Field(None, alias="x-queue-version")
     """Classic queues: storage implementation version (2 is the default from 3.13)."""
     queue_leader_locator: LeaderLocator | None = Field(None, alias="x-queue-leader-locator")
-    """Quorum queues and streams: where the leader is placed."""
+    """Quorum queues and streams (classic queues from 4.0): where the leader is placed."""
     queue_master_locator: MasterLocator | None = Field(None, alias="x-queue-master-locator")
-    """Classic queues (deprecated): where the queue's master is placed."""
+    """Classic queues (deprecated in 4.0, refused by default from 4.3): where the queue's
+    master is placed; use x-queue-leader-locator."""
     max_age: MaxAge | None = Field(None, alias="x-max-age")
     """Streams: retention by age (7D, 12h; M = months, m = minutes)."""
     stream_max_segment_size_bytes: Annotated[Bytes, Field(le=3_000_000_000)] | None = Field(
@@ -128,6 +131,23 @@ class QueueArguments(KnownKeys):
         None, alias="x-consumer-timeout"
     )
     """Classic and quorum queues (3.12+): how long a delivery may stay unacknowledged."""
+    delayed_retry_type: DelayedRetryType | None = Field(None, alias="x-delayed-retry-type")
+    """Quorum queues (4.3+): which returned messages wait before redelivery (all, failed,
+    returned or disabled); needs x-delayed-retry-min."""
+    delayed_retry_min: Annotated[Milliseconds, Field(ge=1)] | None = Field(
+        None, alias="x-delayed-retry-min"
+    )
+    """Quorum queues (4.3+): delay after the first delivery; it grows with the delivery count
+    (min * deliveries, at most x-delayed-retry-max)."""
+    delayed_retry_max: Annotated[Milliseconds, Field(ge=1)] | None = Field(
+        None, alias="x-delayed-retry-max"
+    )
+    """Quorum queues (4.3+): longest delayed-retry delay (default: x-delayed-retry-min)."""
+    consumer_disconnected_timeout: Annotated[Milliseconds, Field(ge=0)] | None = Field(
+        None, alias="x-consumer-disconnected-timeout"
+    )
+    """Quorum queues (4.3+): how long messages of a consumer on an unreachable node wait
+    before they are returned."""
 
 
 QUEUE_ARGUMENT_TYPES: dict[str, frozenset[QueueType]] = {
@@ -145,15 +165,29 @@ QUEUE_ARGUMENT_TYPES: dict[str, frozenset[QueueType]] = {
     "x-quorum-initial-group-size": frozenset({QueueType.QUORUM}),
     "x-queue-mode": frozenset({QueueType.CLASSIC}),
     "x-queue-version": frozenset({QueueType.CLASSIC}),
-    "x-queue-leader-locator": frozenset({QueueType.QUORUM, QueueType.STREAM}),
+    "x-queue-leader-locator": frozenset(QueueType),
     "x-queue-master-locator": frozenset({QueueType.CLASSIC}),
     "x-max-age": frozenset({QueueType.STREAM}),
     "x-stream-max-segment-size-bytes": frozenset({QueueType.STREAM}),
     "x-initial-cluster-size": frozenset({QueueType.STREAM}),
     "x-stream-filter-size-bytes": frozenset({QueueType.STREAM}),
     "x-consumer-timeout": frozenset({QueueType.CLASSIC, QueueType.QUORUM}),
+    "x-delayed-retry-type": frozenset({QueueType.QUORUM}),
+    "x-delayed-retry-min": frozenset({QueueType.QUORUM}),
+    "x-delayed-retry-max": frozenset({QueueType.QUORUM}),
+    "x-consumer-disconnected-timeout": frozenset({QueueType.QUORUM}),
 }
 """Which queue types each argument is valid for; the broker rejects or ignores the others."""
+
+ARGUMENT_TYPE_HINTS: dict[tuple[str, QueueType], str] = {
+    # rabbit_amqqueue.erl refuses, on every version up to 4.3, an argument another queue type
+    # claims and this one does not; no quorum queue capabilities list x-max-priority
+    ("x-max-priority", QueueType.QUORUM): (
+        "remove it: quorum queues (RabbitMQ 4.0+) deliver by the messages' priority property"
+        " without x-max-priority, and every version refuses it on a quorum queue"
+    ),
+}
+"""What to do instead, where an argument is refused by a queue type that has the feature."""
 
 OVERFLOW_TYPES: dict[str, frozenset[QueueType]] = {
     "drop-head": frozenset({QueueType.CLASSIC, QueueType.QUORUM}),
@@ -198,6 +232,16 @@ class OperatorPolicyDefinition(KnownKeys):
     """Classic mirroring: replica count or node names, depending on ha-mode."""
     ha_sync_mode: HaSyncMode | None = Field(None, alias="ha-sync-mode")
     """Classic mirroring: whether new mirrors synchronise automatically."""
+    delayed_retry_type: DelayedRetryType | None = Field(None, alias="delayed-retry-type")
+    """Quorum queues (4.3.1+): which returned messages wait before redelivery."""
+    delayed_retry_min: Annotated[Milliseconds, Field(ge=1)] | None = Field(
+        None, alias="delayed-retry-min"
+    )
+    """Quorum queues (4.3.1+): delay after the first delivery, growing with the count."""
+    delayed_retry_max: Annotated[Milliseconds, Field(ge=1)] | None = Field(
+        None, alias="delayed-retry-max"
+    )
+    """Quorum queues (4.3.1+): longest delayed-retry delay."""
 
 
 class PolicyDefinition(OperatorPolicyDefinition):
@@ -236,6 +280,11 @@ class PolicyDefinition(OperatorPolicyDefinition):
         None, alias="consumer-timeout"
     )
     """3.12+: consumer acknowledgement timeout."""
+    consumer_disconnected_timeout: Annotated[Milliseconds, Field(ge=0)] | None = Field(
+        None, alias="consumer-disconnected-timeout"
+    )
+    """Quorum queues (4.3+): wait before returning messages of a consumer on an unreachable
+    node."""
     alternate_exchange: str | None = Field(None, alias="alternate-exchange")
     """Exchanges: where unroutable messages go."""
     federation_upstream: str | None = Field(None, alias="federation-upstream")

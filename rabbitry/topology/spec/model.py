@@ -147,6 +147,10 @@ class BrokerSpec(SpecModel):
     """AMQP URI, e.g. amqp://user:{{ env.RABBIT_PASSWORD }}@localhost:5672/ (never printed)."""
     management_url: str | None = None
     """Management HTTP API base URL, e.g. http://user:pass@localhost:15672 (never printed)."""
+    version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+    """RabbitMQ version the spec is written for, e.g. '4.0' or '3.13.7' (quote it: YAML
+    reads 4.10 as 4.1): `rabbitry validate` refuses what that version refuses or lacks and
+    warns of what it ignores. `rabbitry plan` checks against the live broker's version."""
 
 
 Limit = Annotated[int, Field(ge=-1)]

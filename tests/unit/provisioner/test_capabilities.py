@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from rabbitry.provisioner.capabilities import (
     BrokerCapabilities,
+    CapabilityReport,
     missing,
     parse_version,
     requirements,
 )
+from rabbitry.provisioner.stack import upgrade_warnings
 from rabbitry.topology import primitives as p
 
 
@@ -91,3 +93,59 @@ def test_unlisted_plugins_fall_back_to_the_exchange_types_the_broker_offers() ->
     assert missing(hashed, starting) == []
     assert "rabbitmq_sharding" in missing(modulus, starting)[0]
     assert missing(shovel, starting) == [], "not provable either way: the broker will answer"
+
+
+def test_a_version_the_broker_refuses_is_named_with_what_to_do() -> None:
+    queue = p.Queue(name="lazy", arguments={"x-queue-mode": "lazy"})
+    needs = requirements(topology(queues=(queue,)))
+    assert missing(needs, FULL) == []
+    (problem,) = missing(needs, BrokerCapabilities(version=(4, 3, 0)))
+    assert problem.startswith("queue lazy (vhost v): RabbitMQ 4.3 and newer refuse")
+    assert "(the broker runs 4.3.0); remove x-queue-mode" in problem
+
+
+def test_target_version_lists_what_an_upgrade_would_break() -> None:
+    queues = (
+        p.Queue(name="lazy", arguments={"x-queue-mode": "lazy"}),
+        p.Queue(name="work", type=p.QueueType.QUORUM),
+    )
+    needs = requirements(topology(queues=queues))
+    report = CapabilityReport(FULL, needs, missing(needs, FULL))
+    found = upgrade_warnings(report, (4, 3))
+    assert found[0].startswith("RabbitMQ 4.3 would refuse: queue lazy (vhost v): RabbitMQ 4.3")
+    assert "(the target is 4.3)" in found[0]
+    assert any("queue work (vhost v): RabbitMQ 4.0 changed" in w for w in found[1:])
+    assert upgrade_warnings(report, None) == []
+    plain = requirements(topology(queues=(p.Queue(name="q"),)))
+    (nothing,) = upgrade_warnings(CapabilityReport(FULL, plain), (4, 3))
+    assert nothing == "RabbitMQ 4.3: nothing in this spec is refused or changed"
+
+
+def test_a_listed_modulus_hash_type_needs_no_sharding_plugin() -> None:
+    """x-modulus-hash is core from 4.3: the type being there is enough."""
+    needs = requirements(
+        topology(exchanges=(p.Exchange(name="m", type=p.ExchangeType.MODULUS_HASH),))
+    )
+    core = BrokerCapabilities(version=(4, 3, 0), exchange_types=frozenset({"x-modulus-hash"}))
+    assert missing(needs, core) == []
+
+
+def test_an_object_the_broker_already_holds_is_kept_not_refused() -> None:
+    """A queue declared with x-queue-mode before an upgrade to 4.3 keeps working there; only
+    declaring it again fails, so a plan that leaves it alone warns instead of refusing."""
+    queues = (
+        p.Queue(name="old", arguments={"x-queue-mode": "lazy"}),
+        p.Queue(name="new", arguments={"x-queue-mode": "lazy"}),
+    )
+    needs = requirements(topology(queues=queues))
+    broker = BrokerCapabilities(version=(4, 3, 0))
+    report = CapabilityReport(broker, needs, [])
+
+    def declared(key: tuple[str, ...]) -> bool:
+        return key == ("queue", "v", "new")
+
+    (refused,) = report.refusals(declared)
+    assert refused.startswith("queue new (vhost v): RabbitMQ 4.3 and newer refuse")
+    (kept,) = report.kept(declared)
+    assert kept.startswith("queue old (vhost v): RabbitMQ 4.3 and newer refuse")
+    assert kept.endswith("(it exists as it is and is kept; declaring it again would fail)")

@@ -40,6 +40,10 @@ QUEUE_ARGUMENT_CASES: list[tuple[str, Any, Any, Any, str]] = [
     ("x-initial-cluster-size", 3, 3, 0, "must be at least 1"),
     ("x-stream-filter-size-bytes", 32, 32, 8, "must be at least 16"),
     ("x-consumer-timeout", "30m", 1_800_000, "-5s", "expected a duration"),
+    ("x-delayed-retry-type", "failed", "failed", "some", "expected 'disabled'"),
+    ("x-delayed-retry-min", "2s", 2_000, 0, "must be at least 1"),
+    ("x-delayed-retry-max", "1m", 60_000, "later", "expected a duration"),
+    ("x-consumer-disconnected-timeout", "1m", 60_000, "-1s", "expected a duration"),
 ]
 
 
@@ -172,6 +176,10 @@ POLICY_CASES: list[tuple[str, Any, Any, Any]] = [
     ("ha-sync-batch-size", 100, 100, 0),
     ("ha-promote-on-shutdown", "always", "always", "x"),
     ("ha-promote-on-failure", "when-synced", "when-synced", "x"),
+    ("delayed-retry-type", "all", "all", "x"),
+    ("delayed-retry-min", "1s", 1_000, 0),
+    ("delayed-retry-max", "30s", 30_000, "x"),
+    ("consumer-disconnected-timeout", "2m", 120_000, "x"),
 ]
 
 

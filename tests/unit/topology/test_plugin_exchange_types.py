@@ -31,7 +31,8 @@ def test_a_plugin_exchange_type_loads_and_validate_warns_once_per_exchange() -> 
         ("warning", "vhosts[0].exchanges[1].type"),
     ]
     assert "'x-local-random' is not one rabbitry knows" in problems[0].message
-    assert "plugin that provides it is enabled" in problems[0].message
+    assert "RabbitMQ 4.0 and newer have it built in" in problems[0].message
+    assert "plugin that provides it is enabled" in problems[1].message
 
 
 def test_a_known_type_stays_an_enum_member_and_a_typo_is_refused_with_a_suggestion() -> None:
@@ -87,7 +88,7 @@ def test_a_broker_without_the_type_is_named_before_any_change() -> None:
     topology = expand(load(vhost_spec(PLUGIN_TYPES)))
     needs = requirements(topology)
     broker = BrokerCapabilities(
-        version=(3, 10, 8), exchange_types=frozenset({"direct", "topic", "x-local-random"})
+        version=(4, 0, 5), exchange_types=frozenset({"direct", "topic", "x-local-random"})
     )
     (problem,) = missing(needs, broker)
     assert problem.startswith("exchange recent (vhost v) is x-recent-history: the broker has no")
@@ -96,6 +97,16 @@ def test_a_broker_without_the_type_is_named_before_any_change() -> None:
         version=(4, 0, 5), exchange_types=frozenset({"x-local-random", "x-recent-history"})
     )
     assert missing(needs, everything) == []
+
+
+def test_x_local_random_on_a_broker_older_than_4_0_names_the_version() -> None:
+    needs = requirements(expand(load(vhost_spec(PLUGIN_TYPES))))
+    old = BrokerCapabilities(
+        version=(3, 13, 7), exchange_types=frozenset({"x-local-random", "x-recent-history"})
+    )
+    (problem,) = missing(needs, old)
+    assert problem.startswith("exchange random (vhost v): exchange type x-local-random needs")
+    assert "RabbitMQ 4.0 or newer (the broker runs 3.13.7)" in problem
 
 
 def test_what_export_keeps_unchecked_is_named_per_object() -> None:

@@ -137,7 +137,9 @@ def test_arguments_must_suit_the_queue_type() -> None:
     assert only(problems) == [
         (
             "vhosts[0].queues[0].arguments.x-max-priority",
-            "x-max-priority does not apply to a quorum queue; it is valid for: classic",
+            "x-max-priority does not apply to a quorum queue; remove it: quorum queues"
+            " (RabbitMQ 4.0+) deliver by the messages' priority property without"
+            " x-max-priority, and every version refuses it on a quorum queue",
         ),
         (
             "vhosts[0].queues[0].arguments.x-overflow",

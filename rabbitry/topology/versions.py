@@ -1,0 +1,485 @@
+"""Which RabbitMQ version accepts what: queue arguments, policy keys, exchange and queue types.
+
+One table, ``FACTS``, read by ``rabbitry validate`` (against the spec's ``broker.version``) and
+by ``rabbitry plan`` (against the live broker, or ``--target-version``). Each fact says from
+which version the broker has a thing (``added``), accepts it without effect (``ignored``),
+refuses it (``removed``) or changes its default (``changed``), with what to do and where the
+fact comes from. Facts that could not be confirmed from RabbitMQ's release notes or source
+are left out rather than guessed.
+
+``uses_of_queue`` / ``uses_of_exchange`` / ``uses_of_policy`` say what one object uses;
+``judge`` holds those uses against a version. Both are pure: no broker, no spec file.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from rabbitry.topology.primitives import QueueType
+
+__all__ = [
+    "FACTS",
+    "SERIES",
+    "Fact",
+    "Kind",
+    "Use",
+    "Verdict",
+    "Version",
+    "added_in",
+    "format_version",
+    "judge",
+    "parse_version",
+    "release",
+    "uses_of_exchange",
+    "uses_of_policy",
+    "uses_of_queue",
+]
+
+Version = tuple[int, ...]
+
+SERIES: tuple[Version, ...] = ((3, 10), (3, 11), (3, 12), (3, 13), (4, 0), (4, 1), (4, 2), (4, 3))
+"""The release series the table covers; older and newer versions are judged by the same facts."""
+
+
+def parse_version(text: str) -> Version:
+    """``3.10.8`` -> (3, 10, 8); a pre-release suffix (``4.1.0-beta.2``) is ignored."""
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    return tuple(int(p) for p in match.group().split(".")) if match else ()
+
+
+def release(text: str) -> Version:
+    """A version a user names (``4.3``, ``4.0.5``); ValueError for anything else."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", text.strip()):
+        raise ValueError(f"{text!r} is not a RabbitMQ version such as 4.3 or 4.0.5")
+    return parse_version(text)
+
+
+def format_version(version: Version) -> str:
+    return ".".join(str(p) for p in version)
+
+
+class Kind(enum.StrEnum):
+    """What a fact is about."""
+
+    QUEUE_ARGUMENT = "queue argument"
+    POLICY_KEY = "policy key"
+    OPERATOR_POLICY_KEY = "operator policy key"
+    APPLY_TO = "policy apply-to"
+    EXCHANGE_TYPE = "exchange type"
+    QUEUE_TYPE = "queue type"
+    FEATURE = "feature"
+
+
+ANY = object()
+"""A fact about a key whatever its value."""
+ABSENT = object()
+"""A fact about a key left out (the broker's default applies)."""
+
+
+@dataclass(frozen=True)
+class Use:
+    """One thing an object uses: a key (with its value) of some kind, on some queue type."""
+
+    kind: Kind
+    key: str
+    value: object = ANY
+    queue_type: QueueType | None = None
+
+
+@dataclass(frozen=True)
+class Fact:
+    """What RabbitMQ versions do with one key (or one value of it)."""
+
+    kind: Kind
+    key: str
+    source: str
+    """Where the fact comes from: release notes version or a file of rabbitmq-server."""
+    advice: str
+    """What to do about it, said to the user."""
+    value: object = ANY
+    queue_types: frozenset[QueueType] | None = None
+    """The queue types the fact is about (None: any object)."""
+    added: Version | None = None
+    """First version that has it; older brokers refuse it or lack it."""
+    ignored: Version | None = None
+    """First version that accepts it without effect."""
+    removed: Version | None = None
+    """First version that refuses it."""
+    changed: Version | None = None
+    """Version whose behaviour differs from the one before (a new default)."""
+
+    @property
+    def label(self) -> str:
+        if self.value is ABSENT:
+            return f"the default of {self.kind} {self.key}"
+        if self.value is ANY:
+            return f"{self.kind} {self.key}"
+        return f"{self.kind} {self.key}: {self.value}"
+
+    def matches(self, use: Use) -> bool:
+        if use.kind is not self.kind or use.key != self.key:
+            return False
+        if self.value is not ANY and use.value != self.value and use.value is not self.value:
+            return False
+        return self.queue_types is None or use.queue_type in self.queue_types
+
+
+CLASSIC = frozenset({QueueType.CLASSIC})
+QUORUM = frozenset({QueueType.QUORUM})
+STREAM = frozenset({QueueType.STREAM})
+NOTES = "https://github.com/rabbitmq/rabbitmq-server/blob/main/release-notes/"
+SRC = "rabbitmq-server "
+
+_HA_KEYS = (
+    "ha-mode",
+    "ha-params",
+    "ha-sync-mode",
+    "ha-sync-batch-size",
+    "ha-promote-on-shutdown",
+    "ha-promote-on-failure",
+)
+_HA_SOURCE = (
+    f"{NOTES}4.0.1.md (classic queue mirroring removed); {SRC}v4.0.0 rabbit_policy.erl refuses"
+    " policy keys no validator claims, and none claims ha-*"
+)
+_HA_ADVICE = (
+    "classic queue mirroring is gone: remove the ha-* keys and use quorum queues (or streams)"
+    " for replicated data, https://www.rabbitmq.com/docs/migrate-mcq-to-qq"
+)
+
+FACTS: tuple[Fact, ...] = (
+    # --- queue types and queue-level features
+    Fact(
+        Kind.QUEUE_TYPE,
+        "quorum",
+        # quorum queues are the 3.8 headline feature
+        source=f"{NOTES}3.8.0.md",
+        advice="use a classic queue, or upgrade the broker",
+        added=(3, 8),
+    ),
+    Fact(
+        Kind.QUEUE_TYPE,
+        "stream",
+        source=f"{NOTES}3.9.0.md (Streams)",
+        advice="use a quorum queue, or upgrade the broker",
+        added=(3, 9),
+    ),
+    Fact(
+        Kind.FEATURE,
+        "super streams",
+        source=f"{NOTES}3.11.0.md (partitioned streams, super streams)",
+        advice="use plain streams, or upgrade the broker",
+        added=(3, 11),
+    ),
+    Fact(
+        Kind.FEATURE,
+        "non-durable non-exclusive queues",
+        # deprecated feature transient_nonexcl_queues moved to denied_by_default
+        source=f"{NOTES}4.3.0.md (Deprecated Features are Now Disabled by Default);"
+        f" {SRC}rabbit_amqqueue.erl: transient_nonexcl_queues is permitted_by_default up to"
+        " v4.2.0, denied_by_default in v4.3.0",
+        advice="make the queue durable (add x-expires to delete it when unused), or permit it on"
+        " every node: deprecated_features.permit.transient_nonexcl_queues = true",
+        removed=(4, 3),
+    ),
+    # --- queue arguments
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-dead-letter-strategy",
+        value="at-least-once",
+        queue_types=QUORUM,
+        source=f"{NOTES}3.10.0.md (at-least-once dead lettering for quorum queues)",
+        advice="use at-most-once dead-lettering, or upgrade the broker",
+        added=(3, 10),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-queue-mode",
+        queue_types=CLASSIC,
+        # 4.3 drops the argument's validator (rabbitmq-server commit a67de22527, "trying to
+        # create a queue and setting x-queue-mode ... will error out"); the classic queue type
+        # still lists the key, so the refusal rests on the notes and that commit, not on a test
+        source=f"{NOTES}3.12.0.md (lazy and non-lazy modes no longer apply); {NOTES}4.3.0.md"
+        " (declaring with x-queue-mode set to any value fails)",
+        advice="remove x-queue-mode: classic queues keep messages on disk since 3.12",
+        ignored=(3, 12),
+        removed=(4, 3),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-queue-version",
+        value=1,
+        queue_types=CLASSIC,
+        source=f"{NOTES}4.0.1.md (CQv1 storage removed, queues run on CQv2); {NOTES}4.3.0.md"
+        f" and {SRC}v4.3.0 rabbit_amqqueue.erl check_queue_version (only 2 is accepted)",
+        advice="remove x-queue-version (2 is the only storage version left) or set it to 2",
+        ignored=(4, 0),
+        removed=(4, 3),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-queue-master-locator",
+        queue_types=CLASSIC,
+        source=f"{NOTES}4.0.1.md (deprecated for queue_leader_locator); {NOTES}4.3.0.md"
+        f" (queue_master_locator denied by default) and {SRC}v4.3.0 rabbit_classic_queue.erl"
+        " validate_arguments (rabbit_queue_location.erl: permitted_by_default up to v4.2.0)",
+        advice="use x-queue-leader-locator (client-local or balanced) instead, or permit it on"
+        " every node: deprecated_features.permit.queue_master_locator = true",
+        removed=(4, 3),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-queue-leader-locator",
+        queue_types=CLASSIC,
+        source=f"{SRC}v4.0.0 rabbit_classic_queue.erl capabilities (classic queues accept it"
+        " once feature flag rabbitmq_4.0.0 is enabled); older classic queues refuse it",
+        advice="use x-queue-master-locator on this broker, or upgrade it",
+        added=(4, 0),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-stream-filter-size-bytes",
+        queue_types=STREAM,
+        source=f"{NOTES}3.13.0.md (stream filtering); {SRC}v3.13.0 rabbit_amqqueue.erl"
+        " declare_args",
+        advice="remove x-stream-filter-size-bytes (stream filtering needs 3.13), or upgrade",
+        added=(3, 13),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-delivery-limit",
+        value=-1,
+        queue_types=QUORUM,
+        source=f"{NOTES}4.0.1.md (a delivery limit of -1 disables the default limit)",
+        advice="leave x-delivery-limit out: before 4.0 quorum queues have no limit by default",
+        added=(4, 0),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-delivery-limit",
+        value=ABSENT,
+        queue_types=QUORUM,
+        source=f"{NOTES}4.0.1.md (Quorum Queues Now Have a Default Redelivery Limit)",
+        advice="quorum queues dead-letter (or drop) a message after 20 deliveries from 4.0; set"
+        " delivery_limit (or x-delivery-limit) on the queue to choose",
+        changed=(4, 0),
+    ),
+    *(
+        Fact(
+            Kind.QUEUE_ARGUMENT,
+            key,
+            queue_types=QUORUM,
+            source=f"{NOTES}4.3.0.md (quorum queue delayed retry); {SRC}v4.3.0"
+            " rabbit_quorum_queue.erl capabilities",
+            advice=f"remove {key}: quorum queue delayed retry needs RabbitMQ 4.3 (a retry"
+            " ladder of TTL queues works on any version)",
+            added=(4, 3),
+        )
+        for key in ("x-delayed-retry-type", "x-delayed-retry-min", "x-delayed-retry-max")
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-consumer-disconnected-timeout",
+        queue_types=QUORUM,
+        source=f"{NOTES}4.3.0.md; {SRC}v4.3.0 rabbit_quorum_queue.erl capabilities",
+        advice="remove x-consumer-disconnected-timeout, or upgrade the broker to 4.3",
+        added=(4, 3),
+    ),
+    Fact(
+        Kind.QUEUE_ARGUMENT,
+        "x-consumer-timeout",
+        queue_types=CLASSIC,
+        source=f"{NOTES}4.3.0.md (Consumer Timeouts are No Longer Evaluated for Classic Queues"
+        " and Streams)",
+        advice="remove x-consumer-timeout from classic queues; use a quorum queue if"
+        " unacknowledged deliveries must time out",
+        ignored=(4, 3),
+    ),
+    # --- exchange types
+    Fact(
+        Kind.EXCHANGE_TYPE,
+        "x-local-random",
+        source=f"{NOTES}4.0.1.md (new exchange type: Local Random Exchange)",
+        advice="use another exchange type, or upgrade the broker to 4.0",
+        added=(4, 0),
+    ),
+    # --- policy keys
+    Fact(
+        Kind.APPLY_TO,
+        "classic_queues",
+        source=f"{SRC}v3.12.0 rabbit_policy.erl (apply-to per queue type); 3.10 and 3.11 know"
+        " only all, queues and exchanges",
+        advice="use apply-to queues (with a pattern that matches only those queues)",
+        added=(3, 12),
+    ),
+    Fact(
+        Kind.APPLY_TO,
+        "quorum_queues",
+        source=f"{SRC}v3.12.0 rabbit_policy.erl; {NOTES}3.12.0.md uses --apply-to quorum_queues",
+        advice="use apply-to queues (with a pattern that matches only those queues)",
+        added=(3, 12),
+    ),
+    Fact(
+        Kind.APPLY_TO,
+        "streams",
+        source=f"{SRC}v3.12.0 rabbit_policy.erl (apply-to per queue type)",
+        advice="use apply-to queues (with a pattern that matches only those queues)",
+        added=(3, 12),
+    ),
+    *(
+        Fact(kind, key, source=_HA_SOURCE, advice=_HA_ADVICE, removed=(4, 0))
+        for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
+        for key in _HA_KEYS
+    ),
+    Fact(
+        Kind.POLICY_KEY,
+        "queue-mode",
+        source=f"{NOTES}3.12.0.md (lazy and non-lazy modes no longer apply)",
+        advice="remove queue-mode: classic queues keep messages on disk since 3.12",
+        ignored=(3, 12),
+    ),
+    Fact(
+        Kind.POLICY_KEY,
+        "queue-version",
+        value=1,
+        source=f"{NOTES}4.0.1.md (CQv1 storage removed)",
+        advice="remove queue-version (2 is the only storage version left)",
+        ignored=(4, 0),
+    ),
+    Fact(
+        Kind.POLICY_KEY,
+        "consumer-timeout",
+        source=f"{SRC}v3.12.0 rabbit_policies.erl (consumer-timeout policy validator)",
+        advice="remove consumer-timeout (set consumer_timeout in rabbitmq.conf), or upgrade",
+        added=(3, 12),
+    ),
+    *(
+        Fact(
+            kind,
+            "target-group-size",
+            source=f"{SRC}v3.13.0 rabbit_quorum_queue.erl (target-group-size validator)",
+            advice="remove target-group-size (grow quorum queues with rabbitmq-queues grow)",
+            added=(3, 13),
+        )
+        for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
+    ),
+    *(
+        Fact(
+            kind,
+            key,
+            # 4.3.0 reads the keys but registers no validator, so it refuses the policy
+            source=f"{NOTES}4.3.1.md (delayed retry policy keys are now accepted); {SRC}v4.3.0"
+            " rabbit_quorum_queue.erl registers no validator for them",
+            advice=f"set x-{key} on the quorum queue instead (4.3.0), or upgrade to 4.3.1",
+            added=(4, 3, 1),
+        )
+        for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
+        for key in ("delayed-retry-type", "delayed-retry-min", "delayed-retry-max")
+    ),
+    Fact(
+        Kind.POLICY_KEY,
+        "consumer-disconnected-timeout",
+        source=f"{NOTES}4.3.0.md; {SRC}v4.3.0 rabbit_policies.erl",
+        advice="remove consumer-disconnected-timeout, or upgrade the broker to 4.3",
+        added=(4, 3),
+    ),
+)
+"""Every fact the checks know, each with its source."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one version does with one use: refuses it (an error) or ignores/changes it."""
+
+    fact: Fact
+    use: Use
+    version: Version
+    state: str
+    """``missing`` (too old), ``removed``, ``ignored`` or ``changed``."""
+
+    @property
+    def refused(self) -> bool:
+        return self.state in ("missing", "removed")
+
+    def message(self, where: str = "", runs: str = "the broker runs") -> str:
+        """One line: what, which version, what to do; ``runs`` names where the version is from."""
+        fact, shown = self.fact, format_version(self.version)
+        if self.state == "missing":
+            text = f"{fact.label} needs RabbitMQ {format_version(fact.added or ())} or newer"
+        elif self.state == "removed":
+            text = f"RabbitMQ {format_version(fact.removed or ())} and newer refuse {fact.label}"
+        elif self.state == "ignored":
+            text = (
+                f"RabbitMQ {format_version(fact.ignored or ())} and newer accept {fact.label}"
+                " without effect"
+            )
+        else:
+            text = f"RabbitMQ {format_version(fact.changed or ())} changed {fact.label}"
+        prefix = f"{where}: " if where else ""
+        return f"{prefix}{text} ({runs} {shown}); {fact.advice}"
+
+
+def verdict(
+    fact: Fact, use: Use, version: Version, upgrading_from: Version | None = None
+) -> Verdict | None:
+    """What ``version`` does with what ``fact`` is about, or None when it simply accepts it.
+    A changed default is news only to an upgrade that crosses it (``upgrading_from`` older)."""
+    if fact.added is not None and version < fact.added:
+        return Verdict(fact, use, version, "missing")
+    if fact.removed is not None and version >= fact.removed:
+        return Verdict(fact, use, version, "removed")
+    if fact.ignored is not None and version >= fact.ignored:
+        return Verdict(fact, use, version, "ignored")
+    if fact.changed is not None and upgrading_from is not None and upgrading_from < fact.changed:
+        return Verdict(fact, use, version, "changed") if fact.changed <= version else None
+    return None
+
+
+def judge(
+    uses: Iterable[Use], version: Version, upgrading_from: Version | None = None
+) -> list[Verdict]:
+    """Each fact a use meets at ``version`` (one verdict per fact); empty when all is well.
+    ``upgrading_from``: the version the broker runs now, when ``version`` is an upgrade's."""
+    found: dict[Fact, Verdict] = {}
+    for use in uses:
+        for fact in FACTS:
+            if fact not in found and fact.matches(use):
+                seen = verdict(fact, use, version, upgrading_from)
+                if seen is not None:
+                    found[fact] = seen
+    return list(found.values())
+
+
+def added_in(kind: Kind, key: str) -> Version | None:
+    """The first version that has ``key`` (of ``kind``), when the table knows it."""
+    return next((f.added for f in FACTS if f.kind is kind and f.key == key and f.added), None)
+
+
+def uses_of_queue(
+    queue_type: QueueType, durable: bool, arguments: Mapping[str, object]
+) -> Iterator[Use]:
+    """What a queue uses: its type, its arguments (with values), the defaults it relies on."""
+    yield Use(Kind.QUEUE_TYPE, str(queue_type), queue_type=queue_type)
+    if not durable:
+        yield Use(Kind.FEATURE, "non-durable non-exclusive queues", queue_type=queue_type)
+    for key, value in arguments.items():
+        yield Use(Kind.QUEUE_ARGUMENT, key, value, queue_type)
+    if "x-delivery-limit" not in arguments:
+        yield Use(Kind.QUEUE_ARGUMENT, "x-delivery-limit", ABSENT, queue_type)
+
+
+def uses_of_exchange(exchange_type: str) -> Iterator[Use]:
+    yield Use(Kind.EXCHANGE_TYPE, str(exchange_type))
+
+
+def uses_of_policy(
+    apply_to: str, definition: Mapping[str, object], operator: bool = False
+) -> Iterator[Use]:
+    """What a policy uses: its apply-to value and each key of its definition."""
+    yield Use(Kind.APPLY_TO, str(apply_to))
+    kind = Kind.OPERATOR_POLICY_KEY if operator else Kind.POLICY_KEY
+    for key, value in definition.items():
+        yield Use(kind, key, value)

@@ -1,0 +1,161 @@
+"""The version table against real brokers: what it says a version refuses, the broker refuses;
+plan refuses such a spec before any change, naming the version; --target-version tells what an
+upgrade would break. Runs on the default image (4.0) and on the 3.10 one
+(RABBITRY_TEST_IMAGE=$RABBITRY_COMPAT_IMAGE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import rabbitry
+from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.versions import (
+    Use,
+    judge,
+    parse_version,
+    uses_of_exchange,
+    uses_of_policy,
+    uses_of_queue,
+)
+
+from .conftest import Broker
+
+
+def version_of(broker: Broker) -> tuple[int, ...]:
+    return parse_version(str(broker.get("/overview")["rabbitmq_version"]))
+
+
+def refused_by_table(uses: list[Use], version: tuple[int, ...]) -> bool:
+    return any(v.refused for v in judge(uses, version))
+
+
+QUEUES: list[tuple[str, str, dict[str, Any]]] = [
+    ("lazy", "classic", {"x-queue-mode": "lazy"}),
+    ("v1", "classic", {"x-queue-version": 1}),
+    ("leader", "classic", {"x-queue-leader-locator": "balanced"}),
+    ("stream", "stream", {}),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "arguments"), QUEUES)
+def test_the_broker_refuses_a_queue_exactly_when_the_table_says_so(
+    broker: Broker, name: str, kind: str, arguments: dict[str, Any]
+) -> None:
+    version = version_of(broker)
+    wire = {**arguments, "x-queue-type": kind}
+    response = broker.http.put(
+        f"/queues/{broker.vhost}/{name}", json={"durable": True, "arguments": wire}
+    )
+    uses = list(uses_of_queue(QueueType(kind), True, arguments))
+    assert response.is_error == refused_by_table(uses, version), (version, response.text)
+
+
+@pytest.mark.parametrize(
+    ("apply_to", "definition"),
+    [("queues", {"ha-mode": "all"}), ("quorum_queues", {"max-length": 10})],
+)
+def test_the_broker_refuses_a_policy_exactly_when_the_table_says_so(
+    broker: Broker, apply_to: str, definition: dict[str, Any]
+) -> None:
+    version = version_of(broker)
+    response = broker.http.put(
+        f"/policies/{broker.vhost}/p",
+        json={"pattern": "^nothing$", "apply-to": apply_to, "definition": definition},
+    )
+    uses = list(uses_of_policy(apply_to, definition))
+    assert response.is_error == refused_by_table(uses, version), (version, response.text)
+
+
+def test_the_broker_has_x_local_random_exactly_when_the_table_says_so(broker: Broker) -> None:
+    version = version_of(broker)
+    types = {t["name"] for t in broker.get("/overview")["exchange_types"]}
+    refused = refused_by_table(list(uses_of_exchange("x-local-random")), version)
+    assert ("x-local-random" not in types) == refused
+
+
+SPEC_4X = """\
+version: 1
+name: "{{ stack }}"
+vhosts:
+  - name: "{{ vhost }}"
+    queues:
+      - {name: fresh}
+    policies:
+      - {name: mirrored, pattern: "^fresh$", definition: {ha-mode: all}}
+"""
+SPEC_3X = """\
+version: 1
+name: "{{ stack }}"
+vhosts:
+  - name: "{{ vhost }}"
+    queues:
+      - {name: fresh}
+    policies:
+      - {name: capped, pattern: "^fresh$", apply_to: classic_queues, definition: {max-length: 5}}
+"""
+
+
+def test_plan_refuses_what_the_live_broker_refuses_before_any_change(broker: Broker) -> None:
+    version = version_of(broker)
+    shown = ".".join(str(p) for p in version)
+    spec = broker.spec(SPEC_4X if version >= (4, 0) else SPEC_3X)
+    for verb in ("plan", "apply"):
+        args = (verb, str(spec)) + (("--auto-approve",) if verb == "apply" else ())
+        refused = broker.run(*args)
+        assert refused.exit_code == 1, refused.output
+        assert f"the broker (RabbitMQ {shown}) cannot hold this spec" in refused.output
+        assert f"(the broker runs {shown})" in refused.output
+        if version >= (4, 0):
+            assert "RabbitMQ 4.0 and newer refuse policy key ha-mode" in refused.output
+        else:
+            assert "policy apply-to classic_queues needs RabbitMQ 3.12 or newer" in refused.output
+        assert broker.get("/queues/{vhost}/fresh") is None  # nothing was changed
+
+
+UPGRADE = """\
+version: 1
+name: "{{ stack }}"
+vhosts:
+  - name: "{{ vhost }}"
+    queues:
+      - {name: lazy, arguments: {x-queue-mode: lazy}}
+      - {name: work, type: quorum, delivery_limit: 5}
+      - {name: open, type: quorum}
+"""
+
+
+def test_target_version_lists_what_an_upgrade_to_4_3_would_break(broker: Broker) -> None:
+    spec = broker.spec(UPGRADE)
+    planned = broker.run("plan", str(spec), "--target-version", "4.3", "--json")
+    assert planned.exit_code == 0, planned.output
+    assert (
+        "RabbitMQ 4.3 would refuse: queue lazy (vhost "
+        f"{broker.vhost}): RabbitMQ 4.3 and newer refuse queue argument x-queue-mode"
+        in planned.stdout
+    )
+    assert "(the target is 4.3)" in planned.stdout
+    # the delivery limit default of 4.0 is news only to a broker older than 4.0
+    crossed = (
+        "RabbitMQ 4.0 changed the default of queue argument x-delivery-limit" in planned.stdout
+    )
+    assert crossed == (version_of(broker) < (4, 0))
+    assert "queue work" not in planned.stdout
+    assert broker.get("/queues/{vhost}/lazy") is None  # a plan changes nothing
+    plain = broker.run("plan", str(spec))
+    assert plain.exit_code == 0, plain.output
+    assert "would refuse" not in plain.output
+
+
+def test_the_python_api_plans_with_a_target_version_too(broker: Broker) -> None:
+    spec = broker.spec(UPGRADE)
+    the_plan = rabbitry.plan(
+        spec,
+        url=broker.amqp_url,
+        management_url=broker.management_url,
+        variables={"vhost": broker.vhost, "stack": broker.stack},
+        target_version="4.3",
+    )
+    assert any(w.startswith("RabbitMQ 4.3 would refuse: queue lazy") for w in the_plan.warnings)
+    assert broker.get("/queues/{vhost}/lazy") is None

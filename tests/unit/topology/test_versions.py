@@ -1,0 +1,193 @@
+"""The table of what each RabbitMQ version accepts, and the checks that read it."""
+
+from __future__ import annotations
+
+import pytest
+
+from rabbitry.errors import SpecProblem
+from rabbitry.topology import validate
+from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.spec.loader import load_spec_text
+from rabbitry.topology.versions import (
+    FACTS,
+    SERIES,
+    Kind,
+    Use,
+    judge,
+    parse_version,
+    release,
+    uses_of_policy,
+    uses_of_queue,
+)
+
+
+def spec_problems(body: str, version: str | None) -> list[SpecProblem]:
+    broker = f'broker:\n  version: "{version}"\n' if version else ""
+    text = f"version: 1\nname: app\n{broker}vhosts:\n  - name: v\n{body}"
+    return validate(load_spec_text(text, "spec.yaml", environ={}))
+
+
+def errors(body: str, version: str | None) -> list[str]:
+    return [f"{p.path}: {p.message}" for p in spec_problems(body, version) if p.severity == "error"]
+
+
+def warnings(body: str, version: str | None) -> list[str]:
+    found = spec_problems(body, version)
+    return [f"{p.path}: {p.message}" for p in found if p.severity == "warning"]
+
+
+LAZY = "    queues:\n      - {name: lazy, arguments: {x-queue-mode: lazy}}\n"
+
+
+def test_every_fact_cites_a_source_and_says_what_to_do() -> None:
+    for fact in FACTS:
+        assert fact.source.strip() and fact.advice.strip(), fact
+        assert any(v is not None for v in (fact.added, fact.ignored, fact.removed, fact.changed))
+
+
+def test_no_fact_is_refused_before_it_is_added() -> None:
+    for fact in FACTS:
+        if fact.added and fact.removed:
+            assert fact.added < fact.removed, fact
+        if fact.ignored and fact.removed:
+            assert fact.ignored <= fact.removed, fact
+
+
+def test_the_table_covers_3_10_to_4_3() -> None:
+    assert SERIES[0] == (3, 10) and SERIES[-1] == (4, 3)
+    assert list(SERIES) == sorted(SERIES)
+
+
+def test_x_queue_mode_works_on_3_10_is_ignored_from_3_12_and_refused_on_4_3() -> None:
+    uses = list(uses_of_queue(QueueType.CLASSIC, True, {"x-queue-mode": "lazy"}))
+    assert judge(uses, (3, 10, 8)) == []
+    (ignored,) = judge(uses, (3, 12))
+    assert not ignored.refused and "3.12" in ignored.message()
+    (refused,) = judge(uses, (4, 3))
+    assert refused.refused
+    assert "RabbitMQ 4.3 and newer refuse queue argument x-queue-mode" in refused.message()
+    assert "(the broker runs 4.3)" in refused.message()
+
+
+def test_x_queue_version_1_is_refused_on_4_3_but_2_is_not() -> None:
+    one = list(uses_of_queue(QueueType.CLASSIC, True, {"x-queue-version": 1}))
+    two = list(uses_of_queue(QueueType.CLASSIC, True, {"x-queue-version": 2}))
+    assert [v.refused for v in judge(one, (4, 0))] == [False]
+    assert [v.refused for v in judge(one, (4, 3))] == [True]
+    assert judge(two, (4, 3)) == []
+
+
+def test_facts_about_one_queue_type_leave_the_others_alone() -> None:
+    uses = list(uses_of_queue(QueueType.QUORUM, True, {"x-queue-leader-locator": "balanced"}))
+    assert judge(uses, (3, 10)) == []
+    classic = list(uses_of_queue(QueueType.CLASSIC, True, {"x-queue-leader-locator": "balanced"}))
+    (needs,) = judge(classic, (3, 13))
+    assert needs.refused and "needs RabbitMQ 4.0 or newer" in needs.message()
+
+
+def test_mirroring_policy_keys_are_refused_from_4_0() -> None:
+    uses = list(uses_of_policy("queues", {"ha-mode": "all", "ha-sync-mode": "automatic"}))
+    assert judge(uses, (3, 13, 7)) == []
+    assert len([v for v in judge(uses, (4, 0)) if v.refused]) == 2
+
+
+def test_delayed_retry_policy_keys_need_4_3_1_and_the_arguments_4_3() -> None:
+    policy = list(uses_of_policy("quorum_queues", {"delayed-retry-type": "all"}))
+    assert [v.refused for v in judge(policy, (4, 3))] == [True]
+    assert judge(policy, (4, 3, 1)) == []
+    argument = [Use(Kind.QUEUE_ARGUMENT, "x-delayed-retry-min", 1000, QueueType.QUORUM)]
+    assert judge(argument, (4, 3)) == []
+    assert "needs RabbitMQ 4.3 or newer" in judge(argument, (4, 2, 1))[0].message()
+
+
+def test_the_new_delivery_limit_default_is_news_only_to_an_upgrade_across_4_0() -> None:
+    uses = list(uses_of_queue(QueueType.QUORUM, True, {}))
+    assert judge(uses, (4, 0)) == []
+    (changed,) = judge(uses, (4, 0), upgrading_from=(3, 13, 7))
+    assert not changed.refused and "20 deliveries" in changed.message()
+    assert judge(uses, (4, 3), upgrading_from=(4, 0, 5)) == []
+    limited = list(uses_of_queue(QueueType.QUORUM, True, {"x-delivery-limit": 5}))
+    assert judge(limited, (4, 0), upgrading_from=(3, 13)) == []
+
+
+def test_non_durable_queues_are_refused_by_default_on_4_3() -> None:
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    assert judge(uses, (4, 2)) == []
+    (refused,) = judge(uses, (4, 3))
+    assert "deprecated_features.permit.transient_nonexcl_queues" in refused.message()
+
+
+@pytest.mark.parametrize(
+    ("text", "version"), [("3.10.8", (3, 10, 8)), ("4.3", (4, 3)), ("4.1.0-beta.2", (4, 1, 0))]
+)
+def test_versions_parse(text: str, version: tuple[int, ...]) -> None:
+    assert parse_version(text) == version
+
+
+def test_a_spec_using_x_queue_mode_against_4_x_fails_naming_the_version() -> None:
+    (problem,) = errors(LAZY, "4.3")
+    assert problem.startswith("vhosts[0].queues[0].arguments.x-queue-mode: RabbitMQ 4.3")
+    assert "(broker.version is 4.3)" in problem and "remove x-queue-mode" in problem
+    (ignored,) = warnings(LAZY, "4.0")
+    assert "without effect" in ignored and "(broker.version is 4.0)" in ignored
+    assert errors(LAZY, "3.10") == [] and warnings(LAZY, "3.10") == []
+
+
+def test_without_broker_version_validate_makes_no_version_check() -> None:
+    assert errors(LAZY, None) == [] and warnings(LAZY, None) == []
+
+
+def test_priorities_on_quorum_queues_pass_on_4_x_and_fail_on_3_x() -> None:
+    """From 4.0 a quorum queue honours message priorities: the publisher sets them, no
+    x-max-priority (which every version refuses on a quorum queue)."""
+    quorum = "    queues:\n      - {name: jobs, type: quorum}\n"
+    assert errors(quorum, "4.0") == [] and errors(quorum, "3.13") == []
+    checked = "    queues:\n      - {name: jobs, type: quorum, arguments: {x-max-priority: 5}}\n"
+    (refused,) = errors(checked, "4.3")
+    assert "quorum queues (RabbitMQ 4.0+) deliver by the messages' priority" in refused
+
+
+def test_policy_apply_to_by_queue_type_needs_3_12() -> None:
+    body = (
+        "    policies:\n"
+        "      - {name: p, pattern: '^q', apply_to: quorum_queues, definition: {max-length: 5}}\n"
+    )
+    (problem,) = errors(body, "3.11")
+    assert problem.startswith("vhosts[0].policies[0].apply_to: policy apply-to quorum_queues")
+    assert "needs RabbitMQ 3.12 or newer (broker.version is 3.11)" in problem
+    assert errors(body, "3.12") == []
+
+
+def test_x_local_random_and_super_streams_are_checked_against_the_version() -> None:
+    body = (
+        "    exchanges:\n      - {name: pick, type: x-local-random}\n"
+        "    super_streams:\n      - {name: orders, partitions: 2}\n"
+    )
+    found = errors(body, "3.10")
+    assert any("exchange type x-local-random needs RabbitMQ 4.0" in p for p in found)
+    assert any("super streams needs RabbitMQ 3.11" in p for p in found)
+    assert errors(body, "4.0") == []
+
+
+def test_delayed_retry_arguments_must_be_complete() -> None:
+    body = (
+        "    queues:\n      - {name: q, type: quorum, arguments: {x-delayed-retry-type: all,"
+        " x-delayed-retry-max: 1s}}\n"
+    )
+    found = errors(body, None)
+    assert any("does nothing without x-delayed-retry-min" in p for p in found)
+    low = body.replace("x-delayed-retry-type: all", "x-delayed-retry-min: 5s")
+    assert any("x-delayed-retry-max is below x-delayed-retry-min" in p for p in errors(low, None))
+
+
+def test_a_release_a_user_names_is_checked() -> None:
+    assert release("4.3") == (4, 3) and release("4.0.5") == (4, 0, 5)
+    for bad in ("4", "4.x", "latest", "4.1.0-beta.2"):
+        with pytest.raises(ValueError, match=r"is not a RabbitMQ version such as 4\.3"):
+            release(bad)
+
+
+def test_a_version_newer_than_the_table_is_named_as_unchecked() -> None:
+    (warning,) = warnings(LAZY, "5.0")
+    assert warning.startswith("broker.version: rabbitry knows RabbitMQ up to 4.3")
+    assert [e for e in errors(LAZY, "5.0") if "x-queue-mode" in e]  # 4.3's facts still hold
