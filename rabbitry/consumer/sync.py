@@ -153,20 +153,21 @@ class Worker:
                 if self._stopping:
                     break
                 if retry is None:
-                    retry = Reconnect(core.settings, time.monotonic())
+                    # the loss itself is the first failure: the walk moves past the lost node
+                    retry = Reconnect(core.settings, time.monotonic(), core.walk)
                     if was_ready:
                         core.metrics.reconnects += 1
                         logger.warning(
                             "connection to %s lost (%s): reconnecting; unacked messages return"
                             " to their queues",
-                            core.settings.display,
+                            core.walk.current.display,
                             mask_text(str(exc)),
                         )
                 time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
 
     def _connect(self) -> ConsumerSession:
-        self._wire = wire = SocketWire(self.core.settings)
+        self._wire = wire = SocketWire(self.core.walk.current)
         session = self.core.new_session()
         wire.handshake(session)
         return session
