@@ -145,7 +145,7 @@ class Worker:
                 if max_idle is not None and not self._stopping:
                     self._stopping = True
             except (OSError, Disconnected) as exc:
-                was_ready = core.session is not None and core.session.ready
+                was_ready = core.session is not None and core.session.was_ready
                 self._drop()
                 core.connection_lost()
                 for gate in self._gates.values():
