@@ -313,16 +313,15 @@ def broker_options(func: F, *, spec: bool = True) -> F:
         metavar="URL",
         envvar="RABBITRY_MANAGEMENT_URL",
         show_envvar=True,
-        help=f"Management API URL; several (comma-separated) for a cluster's nodes, tried in"
-        f" turn when one does not answer (default: derived from --url{from_spec}).",
+        help=f"Management API URL(s), comma-separated (default: derived from --url{from_spec}).",
     )(func)
     func = click.option(
         "--url",
         metavar="URL",
         envvar="RABBITRY_URL",
         show_envvar=True,
-        help=f"AMQP URL; several (comma-separated) for a cluster's nodes (default: derived"
-        f" from --management-url{from_spec}, or amqp://guest:guest@localhost:5672/).",
+        help=f"AMQP URL(s) (default: derived from --management-url{from_spec},"
+        " or amqp://guest:guest@localhost:5672/).",
     )(func)
     return func
 
