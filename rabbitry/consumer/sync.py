@@ -153,16 +153,20 @@ class Worker:
                 if self._stopping:
                     break
                 if retry is None:
-                    # the loss itself is the first failure: the walk moves past the lost node
-                    retry = Reconnect(core.settings, time.monotonic(), core.walk)
+                    lost = core.walk.current.display
+                    retry = Reconnect(
+                        core.settings, time.monotonic(), core.walk, after_loss=was_ready
+                    )
                     if was_ready:
                         core.metrics.reconnects += 1
                         logger.warning(
                             "connection to %s lost (%s): reconnecting; unacked messages return"
                             " to their queues",
-                            core.walk.current.display,
+                            lost,
                             mask_text(str(exc)),
                         )
+                        if len(core.walk) > 1:
+                            continue  # another node at once; with one, the back-off as ever
                 time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
 
