@@ -63,7 +63,7 @@ if TYPE_CHECKING:
         ExchangeNotFound,
     )
     from rabbitry.amqp.message import Message
-    from rabbitry.amqp.settings import Backoff, ConnectionSettings
+    from rabbitry.amqp.settings import Backoff, ConnectionSettings, NodeOrder
     from rabbitry.consumer import (
         App,
         AsyncWorker,
@@ -107,6 +107,7 @@ _LAZY = {
     "Delivery": "rabbitry.amqp.confirms",
     "Backoff": "rabbitry.amqp.settings",
     "ConnectionSettings": "rabbitry.amqp.settings",
+    "NodeOrder": "rabbitry.amqp.settings",
     "ConnectionLost": "rabbitry.amqp.errors",
     "ChannelClosed": "rabbitry.amqp.errors",
     "ExchangeNotFound": "rabbitry.amqp.errors",
@@ -145,6 +146,7 @@ __all__ = [
     "Message",
     "Middleware",
     "Nacked",
+    "NodeOrder",
     "NonRetryable",
     "Plan",
     "PlanError",

@@ -26,11 +26,31 @@ def with_password(uris: str | list[str], password: str | None) -> list[str]:
     return out
 
 
+_NEXT_URI = re.compile(r"\s*,\s*(?=[a-zA-Z][a-zA-Z0-9+.-]*://)")
+
+
+def split_uris(text: str) -> list[str]:
+    """The URIs of a comma-separated list, e.g. one node of a cluster each:
+    ``amqp://u:p@a,amqp://u:p@b`` -> two URIs.
+
+    A comma splits only where a new URI (``scheme://``) follows it, so a single URI with commas
+    in its password or query stays whole; a trailing comma is ignored."""
+    return [part for part in _NEXT_URI.split(text.strip().rstrip(",").strip()) if part]
+
+
 def mask_uri(uri: str) -> str:
     """``amqp://user:secret@host`` -> ``amqp://user:***@host``; other text is left alone.
+    A comma-separated list (``split_uris``) has every URI's password masked.
 
     Never raises: a URI too broken to parse still gets its password masked.
     """
+    listed = split_uris(uri)
+    if len(listed) > 1:
+        return ",".join(_mask_one(item) for item in listed)
+    return _mask_one(uri)
+
+
+def _mask_one(uri: str) -> str:
     try:
         parts = urlsplit(uri)
     except ValueError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rabbitry.amqp.reconnect import refusal_error
+from rabbitry.amqp.reconnect import NodeWalk, refusal_error
 from rabbitry.amqp.session import ConnectionRefused
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError
@@ -57,7 +57,8 @@ def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConne
 
     The URL is read as rabbitry's own client reads it (``ConnectionSettings.from_url``): the
     same query options (``cacertfile``, ``certfile``, ``keyfile``, ``verify``, ``heartbeat``,
-    ``connection_name``, ``auth_mechanism``) work on every connection rabbitry makes."""
+    ``connection_name``, ``auth_mechanism``) work on every connection rabbitry makes. Several
+    URLs (a cluster's nodes) are tried one after the other, in the walk's order."""
     import pika
     import pika.credentials
 
@@ -67,22 +68,27 @@ def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConne
         credentials = pika.credentials.ExternalCredentials()
     else:
         credentials = pika.PlainCredentials(settings.username, settings.password)
-    params = pika.ConnectionParameters(
-        host=settings.host,
-        port=settings.port,
-        virtual_host=settings.vhost,
-        credentials=credentials,
-        ssl_options=(
-            pika.SSLOptions(settings.tls, settings.server_hostname) if settings.tls else None
-        ),
-        heartbeat=settings.heartbeat,
-        client_properties=(
-            {"connection_name": settings.connection_name} if settings.connection_name else None
-        ),
-        connection_attempts=1,
-        socket_timeout=timeout,
-        stack_timeout=timeout,
-    )
+    walk = NodeWalk(settings)
+    params = []
+    for _ in range(len(walk)):
+        node = walk.current
+        walk.advance()
+        params.append(
+            pika.ConnectionParameters(
+                host=node.host,
+                port=node.port,
+                virtual_host=node.vhost,
+                credentials=credentials,
+                ssl_options=(pika.SSLOptions(node.tls, node.server_hostname) if node.tls else None),
+                heartbeat=node.heartbeat,
+                client_properties=(
+                    {"connection_name": node.connection_name} if node.connection_name else None
+                ),
+                connection_attempts=1,
+                socket_timeout=timeout,
+                stack_timeout=timeout,
+            )
+        )
     try:
         return pika.BlockingConnection(params)
     except Exception as exc:  # pika's connection workflow raises more than AMQPError

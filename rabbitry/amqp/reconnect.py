@@ -10,17 +10,23 @@ Stops at once:
 - a refused login or a vhost the user may not open (``BrokerError`` naming the user, the
   broker's reason and what to check);
 - ``give_up_after`` seconds without a connection (``ConnectionLost``).
-Anything else (refused, reset or timed-out sockets, a broker restarting) is retried after
-``Backoff.delay(attempt)``.
+Anything else (refused, reset or timed-out sockets, a broker restarting) is retried.
+
+With several nodes (a cluster's URLs), ``NodeWalk`` says which node a try goes to: a failed try
+moves on to the next node at once, and only when every node failed in a row does the back-off
+pause (``Backoff.delay(round)``). After a lost connection the walk starts at the node after the
+lost one: the node that just went away is tried last. With one node this is the plain rule:
+``Backoff.delay(attempt)`` after each failure.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.session import ConnectionRefused
-from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.amqp.settings import ConnectionSettings, NodeOrder
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
@@ -41,17 +47,68 @@ def refusal_error(settings: ConnectionSettings, refusal: ConnectionRefused) -> B
     )
 
 
-class Reconnect:
-    """The attempts of one outage: from the first failure until a connection is ready again."""
+class NodeWalk:
+    """The order in which one client tries its nodes, for as long as it lives.
 
-    def __init__(self, settings: ConnectionSettings, now: float) -> None:
+    Shuffled once (``NodeOrder.SHUFFLE``, the default) or as given (``IN_ORDER``); ``current``
+    is the node the next try goes to, ``advance`` moves on (wrapping around). The only
+    randomness is the shuffle, and its source can be passed in."""
+
+    def __init__(self, settings: ConnectionSettings, rng: random.Random | None = None) -> None:
+        nodes = list(settings.addresses)
+        if settings.node_order is NodeOrder.SHUFFLE and len(nodes) > 1:
+            (rng or random.Random()).shuffle(nodes)
         self.settings = settings
+        self.order = tuple(nodes)
+        self.position = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @property
+    def current(self) -> ConnectionSettings:
+        """The settings of a connection to the node the next try goes to."""
+        return self.settings.at(self.order[self.position])
+
+    def advance(self) -> ConnectionSettings:
+        """Move on to the next node; its settings."""
+        self.position = (self.position + 1) % len(self.order)
+        return self.current
+
+
+class Reconnect:
+    """The attempts of one outage: from the first failure until a connection is ready again.
+
+    ``target`` is where the next try connects. ``after_loss`` (a connection that was up went
+    away) starts the walk at the node after the lost one."""
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        now: float,
+        walk: NodeWalk | None = None,
+        *,
+        after_loss: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.walk = walk if walk is not None else NodeWalk(settings)
         self.started = now
         self.attempt = 0
+        """Back-off pauses taken: full rounds over the nodes that all failed."""
+        self.failures = 0
+        self._tried = 0  # nodes tried since the last pause
+        if after_loss:
+            self.walk.advance()
+
+    @property
+    def target(self) -> ConnectionSettings:
+        """The settings of the next try's connection (its node's host and port)."""
+        return self.walk.current
 
     def failed(self, exc: BaseException, now: float) -> float:
         """Seconds to wait before the next try; raises when trying again cannot help."""
-        settings = self.settings
+        settings = self.walk.current
+        self.failures += 1
         if isinstance(exc, BrokerError):
             raise exc
         refusal = settings.tls_failure(exc)
@@ -64,11 +121,31 @@ class Reconnect:
         reason = mask_text(str(exc)) or type(exc).__name__
         if give_up is not None and elapsed >= give_up:
             raise ConnectionLost(
-                f"could not connect to {settings.display} for {elapsed:.0f} s: {reason}"
+                f"could not connect to {self.settings.display} for {elapsed:.0f} s: {reason}"
             ) from None
+        following = self.walk.advance()
+        self._tried += 1
+        if self._tried < len(self.walk):
+            logger.warning(
+                "connecting to %s failed (%s); trying %s",
+                settings.display,
+                reason,
+                following.display,
+            )
+            return 0.0
+        self._tried = 0
         pause = settings.backoff.delay(self.attempt)
         self.attempt += 1
-        logger.warning(
-            "connecting to %s failed (%s); retrying in %.1f s", settings.display, reason, pause
-        )
+        if len(self.walk) > 1:
+            logger.warning(
+                "connecting to %s failed (%s), as did every node; trying %s in %.1f s",
+                settings.display,
+                reason,
+                following.display,
+                pause,
+            )
+        else:
+            logger.warning(
+                "connecting to %s failed (%s); retrying in %.1f s", settings.display, reason, pause
+            )
         return pause

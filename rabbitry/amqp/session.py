@@ -111,6 +111,13 @@ class Session:
     def ready(self) -> bool:
         return self.state is State.READY
 
+    @property
+    def was_ready(self) -> bool:
+        """True once the connection was ready, even after the broker closed it: a connection
+        lost, not a connect that failed."""
+        refusal = self.closed_by_broker
+        return self.ready or (refusal is not None and not refusal.during_handshake)
+
     # -- writing --------------------------------------------------------------------------------
 
     def publish(self, delivery: Delivery) -> None:

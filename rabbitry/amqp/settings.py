@@ -1,15 +1,17 @@
-"""Connection settings of a publisher: URL, TLS, heartbeat, name, reconnect back-off."""
+"""Connection settings of a client: URL (or a cluster's URLs), TLS, heartbeat, name, back-off."""
 
 from __future__ import annotations
 
 import random
 import ssl
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import TypedDict, Unpack
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from rabbitry.errors import BrokerError, TLSHandshakeError
-from rabbitry.uri import mask_text, mask_uri
+from rabbitry.uri import mask_text, mask_uri, split_uris
 
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
 
@@ -32,6 +34,27 @@ _CLIENT_CERT_ALERTS = {
 }
 
 
+class NodeOrder(StrEnum):
+    """The order in which a client given several nodes tries them."""
+
+    SHUFFLE = "shuffle"
+    """A random order, drawn once per client: clients of one cluster spread over its nodes."""
+    IN_ORDER = "in-order"
+    """The order given: the first node is preferred, the others are fallbacks."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a cluster: where a socket connects."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6, as in a URL
+        return f"{host}:{self.port}"
+
+
 class ConnectionOptions(TypedDict, total=False):
     """What a client may set beside (or instead of) its URL's query options."""
 
@@ -44,6 +67,7 @@ class ConnectionOptions(TypedDict, total=False):
     verify: bool
     connect_timeout: float | None
     backoff: Backoff | None
+    node_order: NodeOrder | str | None
 
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
@@ -123,11 +147,54 @@ class ConnectionSettings:
     connect_timeout: float = 10.0
     backoff: Backoff = field(default_factory=Backoff)
     external_auth: bool = False
+    nodes: tuple[Node, ...] = ()
+    """Every node of a cluster, when several URLs were given (``host``/``port`` are the
+    first's); empty for one node. ``NodeWalk`` decides which one a connect tries."""
+    node_order: NodeOrder = NodeOrder.SHUFFLE
 
     @classmethod
-    def from_url(cls, url: str, **options: Unpack[ConnectionOptions]) -> ConnectionSettings:
+    def from_url(
+        cls, url: str | Sequence[str], **options: Unpack[ConnectionOptions]
+    ) -> ConnectionSettings:
         """``amqp[s]://user:pass@host:port/vhost?heartbeat=30&connection_name=x``; ``options``
-        win over the URL's query."""
+        win over the URL's query.
+
+        Several URLs (a sequence, or one string of comma-separated URLs) are the nodes of one
+        cluster: they must agree on everything but host and port (the query options are read
+        from the first), and connects walk them in ``node_order`` (shuffled by default)."""
+        urls = split_uris(url) if isinstance(url, str) else [u.strip() for u in url]
+        order = options.get("node_order") or NodeOrder.SHUFFLE
+        try:
+            node_order = NodeOrder(order)
+        except ValueError:
+            raise BrokerError(
+                f"node_order={order!r} is not an order of nodes: use"
+                f" {' or '.join(repr(o.value) for o in NodeOrder)}"
+            ) from None
+        if len(urls) <= 1:
+            return cls._from_one(urls[0] if urls else "", options)
+        each = [cls._from_one(u, options) for u in urls]
+        first = each[0]
+        for u, other in zip(urls[1:], each[1:], strict=True):
+            differs = [
+                name
+                for name in ("username", "password", "vhost", "external_auth")
+                if getattr(other, name) != getattr(first, name)
+            ]
+            if (other.tls is None) != (first.tls is None):
+                differs.insert(0, "scheme")
+            if differs:
+                raise BrokerError(
+                    f"AMQP URL {mask_uri(u)!r} differs from the first of the list"
+                    f" ({mask_uri(urls[0])!r}) in its {', '.join(differs)}: the URLs of a list are"
+                    " the nodes of one cluster and may differ only in host and port"
+                )
+        return replace(
+            first, nodes=tuple(Node(s.host, s.port) for s in each), node_order=node_order
+        )
+
+    @classmethod
+    def _from_one(cls, url: str, options: ConnectionOptions) -> ConnectionSettings:
         heartbeat, ca_file = options.get("heartbeat"), options.get("ca_file")
         cert_file, key_file = options.get("cert_file"), options.get("key_file")
         connect_timeout, backoff = options.get("connect_timeout"), options.get("backoff")
@@ -174,6 +241,17 @@ class ConnectionSettings:
             external_auth=query.get("auth_mechanism", "").upper() == "EXTERNAL",
         )
 
+    @property
+    def addresses(self) -> tuple[Node, ...]:
+        """The nodes to connect to, one or more, in the order given."""
+        return self.nodes or (Node(self.host, self.port),)
+
+    def at(self, node: Node) -> ConnectionSettings:
+        """The settings of one connection to ``node`` (itself when there is one node)."""
+        if not self.nodes:
+            return self
+        return replace(self, host=node.host, port=node.port, server_hostname=node.host, nodes=())
+
     def tls_failure(self, exc: BaseException) -> TLSHandshakeError | None:
         """The error to raise at once for a TLS failure that retrying cannot heal: a broker
         certificate that does not verify, a client certificate the broker refuses. None for any
@@ -209,5 +287,5 @@ class ConnectionSettings:
         written as in a URL (``/`` is ``%2F``)."""
         scheme = "amqps" if self.tls else "amqp"
         vhost = quote(self.vhost, safe="")
-        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6, as in a URL
-        return f"{scheme}://{self.username}@{host}:{self.port}/{vhost}"
+        where = ",".join(str(node) for node in self.addresses)
+        return f"{scheme}://{self.username}@{where}/{vhost}"

@@ -313,14 +313,14 @@ def broker_options(func: F, *, spec: bool = True) -> F:
         metavar="URL",
         envvar="RABBITRY_MANAGEMENT_URL",
         show_envvar=True,
-        help=f"Management API URL (default: derived from --url{from_spec}).",
+        help=f"Management API URL(s), comma-separated (default: derived from --url{from_spec}).",
     )(func)
     func = click.option(
         "--url",
         metavar="URL",
         envvar="RABBITRY_URL",
         show_envvar=True,
-        help=f"AMQP URL (default: derived from --management-url{from_spec},"
+        help=f"AMQP URL(s) (default: derived from --management-url{from_spec},"
         " or amqp://guest:guest@localhost:5672/).",
     )(func)
     return func

@@ -84,7 +84,16 @@ def worker() -> None:
     metavar="URL",
     envvar="RABBITRY_URL",
     show_envvar=True,
-    help="AMQP URL (default: the app's spec, then localhost).",
+    help="AMQP URL, or a cluster's nodes as comma-separated URLs (default: the app's spec,"
+    " then localhost).",
+)
+@click.option(
+    "--node-order",
+    type=click.Choice(["shuffle", "in-order"]),
+    envvar="RABBITRY_NODE_ORDER",
+    show_envvar=True,
+    help="How several URLs are walked on connect and reconnect (default: the spec's"
+    " broker.node_order, then shuffle).",
 )
 @click.option("--prefetch", default=300, show_default=True, help="Unacked deliveries at most.")
 @click.option(
@@ -119,6 +128,7 @@ def worker() -> None:
 def run(
     target: str,
     url: str | None,
+    node_order: str | None,
     prefetch: int,
     concurrency: int,
     blocking: bool,
@@ -143,7 +153,13 @@ def run(
     if blocking:
         from rabbitry.consumer.sync import Worker
 
-        sync_worker = Worker(app, address, prefetch=prefetch, shutdown_timeout=shutdown_timeout)
+        sync_worker = Worker(
+            app,
+            address,
+            prefetch=prefetch,
+            shutdown_timeout=shutdown_timeout,
+            node_order=node_order,
+        )
         if metrics_port is not None:
             serve_metrics(metrics_port)
         log.info("consuming %s (blocking worker)", ", ".join(app.queues))
@@ -157,6 +173,7 @@ def run(
             prefetch=prefetch,
             concurrency=concurrency,
             shutdown_timeout=shutdown_timeout,
+            node_order=node_order,
         )
         if metrics_port is not None:
             serve_metrics(metrics_port)

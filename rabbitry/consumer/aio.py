@@ -133,8 +133,10 @@ class AsyncWorker:
                 loop.add_signal_handler(sig, self.stop)
         self._ticker = loop.call_later(_TICK, self._tick)
         try:
+            after_loss = False
             while not self._stopping:
-                await self._connect()
+                await self._connect(after_loss=after_loss)
+                after_loss = True
                 if ready is not None:
                     ready.set()
                 assert self._lost is not None
@@ -155,10 +157,11 @@ class AsyncWorker:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
 
-    async def _connect(self) -> None:
-        s = self.core.settings
-        retry = Reconnect(s, time.monotonic())
+    async def _connect(self, *, after_loss: bool) -> None:
+        core = self.core
+        retry = Reconnect(core.settings, time.monotonic(), core.walk, after_loss=after_loss)
         while not self._stopping:
+            s = retry.target
             session = self.core.new_session()
             self._ready = asyncio.get_running_loop().create_future()
             self._lost = asyncio.Event()
@@ -308,7 +311,7 @@ class AsyncWorker:
             self.core.metrics.reconnects += 1
             logger.warning(
                 "connection to %s lost (%s): reconnecting; unacked messages return to their queues",
-                self.core.settings.display,
+                self.core.walk.current.display,
                 mask_text(str(exc or "closed by the broker")),
             )
         if self._lost is not None:
@@ -339,7 +342,7 @@ class AsyncWorker:
         session, wire = self.core.session, self._wire
         if session is not None and wire is not None and wire.transport is not None:
             if not session.tick(time.monotonic()):
-                logger.warning("no heartbeat from %s: reconnecting", self.core.settings.display)
+                logger.warning("no heartbeat from %s: reconnecting", self.core.walk.current.display)
                 wire.transport.abort()
             else:
                 self._write(flush=True)

@@ -31,6 +31,7 @@ from rabbitry.consumer.stores import (
 from rabbitry.errors import RabbitryError, SpecError
 from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
 from rabbitry.topology.spec.model import Spec, VhostSpec
+from rabbitry.uri import split_uris
 
 H = TypeVar("H", bound=Callable[..., Any])
 
@@ -90,7 +91,10 @@ class App:
             spec = load_spec(Path(spec), variables)
         self.spec = spec
         self.vhost = _pick_vhost(spec, vhost) if spec is not None else None
-        self.url = url or (spec.broker.url if spec is not None and spec.broker else None)
+        broker = spec.broker if spec is not None else None
+        self.url = url or (broker.urls if broker is not None else None)
+        self.node_order = broker.node_order if broker is not None else None
+        """The spec's ``broker.node_order``: how workers of this app walk several URLs."""
         self.idempotency: IdempotencyStore = idempotency or MemoryIdempotencyStore()
         if cancellation is True:
             self.cancellation: CancelStore | None = MemoryCancelStore()
@@ -240,10 +244,12 @@ def url_for_app(url: str, app: App) -> str:
 
     As for plan and apply, RABBITRY_URL says where the broker is and the spec says which vhost:
     a URL naming the default vhost (``/%2F``, as ``rabbitry dev-broker env`` writes it) must not
-    send the workers of a spec's vhost to ``/``.
+    send the workers of a spec's vhost to ``/``. Every URL of a cluster's list is pointed so.
     """
-    parts = urlsplit(url)
     if app.vhost is None:
         return url
     path = "/" + quote(app.vhost.name, safe="")
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+    return ",".join(
+        urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+        for parts in map(urlsplit, split_uris(url))
+    )

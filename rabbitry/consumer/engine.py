@@ -19,7 +19,8 @@ from typing import Any, TypedDict
 from rabbitry.amqp import tracing
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.amqp.message import MessageBuilder
-from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings
+from rabbitry.amqp.reconnect import NodeWalk
+from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings, NodeOrder
 from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import (
@@ -56,8 +57,10 @@ def worker_settings(
     heartbeat: int | None,
     connection_name: str | None,
     backoff: Backoff | None,
+    node_order: NodeOrder | str | None = None,
 ) -> ConnectionSettings:
-    """Connection settings of a worker: given ones, or from the URL, the app's, or localhost.
+    """Connection settings of a worker: given ones, or from the URL (or a cluster's URLs), the
+    app's, or localhost; several URLs are walked in ``node_order``, else the spec's.
 
     Workers reconnect for as long as they run, so their back-off never gives up by default.
     """
@@ -68,6 +71,7 @@ def worker_settings(
         heartbeat=heartbeat,
         connection_name=connection_name or "rabbitry worker",
         backoff=backoff or Backoff(give_up_after=None),
+        node_order=node_order or app.node_order,
     )
 
 
@@ -84,6 +88,8 @@ class WorkerKeywords(TypedDict, total=False):
     connection_name: str | None
     backoff: Backoff | None
     """Reconnect timing; workers never give up by default."""
+    node_order: NodeOrder | str | None
+    """How several URLs (a cluster's nodes) are walked: shuffled (default) or in order."""
 
 
 class AsyncWorkerKeywords(WorkerKeywords, total=False):
@@ -101,6 +107,7 @@ def worker_core(
         keywords.get("heartbeat"),
         keywords.get("connection_name"),
         keywords.get("backoff"),
+        keywords.get("node_order"),
     )
     options = WorkerOptions(
         prefetch=keywords.get("prefetch", DEFAULT_PREFETCH),
@@ -154,6 +161,8 @@ class WorkerCore:
             raise ValueError("the app has no handlers: add one with @app.handler(queue)")
         self.app = app
         self.settings = settings
+        self.walk = NodeWalk(settings)
+        """Which of the cluster's nodes (one or more) the next connect goes to."""
         self.options = options
         self.routes: list[Route] = list(app.routes.values())
         self.subscriptions = [Subscription(r.queue, dict(r.consume_arguments)) for r in self.routes]
@@ -173,7 +182,7 @@ class WorkerCore:
     def new_session(self, *, stopping: bool = False) -> ConsumerSession:
         resend = self.tracker.take_unsettled()
         session = ConsumerSession(
-            self.settings,
+            self.walk.current,
             self.tracker,
             self.builder,
             subscriptions=self.subscriptions,

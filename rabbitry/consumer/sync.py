@@ -145,7 +145,7 @@ class Worker:
                 if max_idle is not None and not self._stopping:
                     self._stopping = True
             except (OSError, Disconnected) as exc:
-                was_ready = core.session is not None and core.session.ready
+                was_ready = core.session is not None and core.session.was_ready
                 self._drop()
                 core.connection_lost()
                 for gate in self._gates.values():
@@ -153,20 +153,25 @@ class Worker:
                 if self._stopping:
                     break
                 if retry is None:
-                    retry = Reconnect(core.settings, time.monotonic())
+                    lost = core.walk.current.display
+                    retry = Reconnect(
+                        core.settings, time.monotonic(), core.walk, after_loss=was_ready
+                    )
                     if was_ready:
                         core.metrics.reconnects += 1
                         logger.warning(
                             "connection to %s lost (%s): reconnecting; unacked messages return"
                             " to their queues",
-                            core.settings.display,
+                            lost,
                             mask_text(str(exc)),
                         )
+                        if len(core.walk) > 1:
+                            continue  # another node at once; with one, the back-off as ever
                 time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
 
     def _connect(self) -> ConsumerSession:
-        self._wire = wire = SocketWire(self.core.settings)
+        self._wire = wire = SocketWire(self.core.walk.current)
         session = self.core.new_session()
         wire.handshake(session)
         return session

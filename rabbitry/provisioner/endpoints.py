@@ -2,6 +2,11 @@
 
 One URL is enough: the other is derived from its host and credentials (AMQP 5672 <-> management
 15672; amqps/https use 5671/15671).
+
+A cluster without a load balancer is given as several URLs, comma-separated in one value
+(``RABBITRY_URL=amqp://u:p@node1,amqp://u:p@node2``) or listed in the spec's ``broker.url``:
+clients walk them (``rabbitry.amqp.reconnect``) and management calls move on to the next node's
+API when one does not answer. Derived URLs keep the list, one per node.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_uri
+from rabbitry.uri import mask_uri, split_uris
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.management import ManagementClient
@@ -45,11 +50,17 @@ class Endpoints:
         return ManagementClient(self.management_url, verify=self.verify, **options)
 
     def amqp_url_for(self, vhost: str) -> str:
-        """The AMQP URL with its path set to ``vhost`` (``/`` is encoded as ``%2F``)."""
-        parts = urlsplit(self.amqp_url)
-        return urlunsplit(
-            (parts.scheme, parts.netloc, "/" + quote(vhost, safe=""), parts.query, "")
+        """The AMQP URL (every URL of a list) with its path set to ``vhost`` (``/`` is encoded
+        as ``%2F``)."""
+        path = "/" + quote(vhost, safe="")
+        return ",".join(
+            urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+            for parts in map(urlsplit, split_uris(self.amqp_url))
         )
+
+
+def _swap_each(url: str, scheme_map: Mapping[str, tuple[str, int]]) -> str:
+    return ",".join(_swap(one, scheme_map) for one in split_uris(url))
 
 
 def _swap(url: str, scheme_map: Mapping[str, tuple[str, int]]) -> str:
@@ -68,19 +79,19 @@ def _swap(url: str, scheme_map: Mapping[str, tuple[str, int]]) -> str:
 
 
 def management_from_amqp(url: str) -> str:
-    return _swap(url, {"amqp": ("http", 15672), "amqps": ("https", 15671)})
+    return _swap_each(url, {"amqp": ("http", 15672), "amqps": ("https", 15671)})
 
 
 def amqp_from_management(url: str) -> str:
-    return _swap(url, {"http": ("amqp", 5672), "https": ("amqps", 5671)})
+    return _swap_each(url, {"http": ("amqp", 5672), "https": ("amqps", 5671)})
 
 
 def resolve_endpoints(
     url: str | None = None,
     management_url: str | None = None,
     *,
-    spec_url: str | None = None,
-    spec_management_url: str | None = None,
+    spec_url: str | list[str] | None = None,
+    spec_management_url: str | list[str] | None = None,
     environ: Mapping[str, str] | None = None,
     ca_file: str | None = None,
     insecure: bool | None = None,
@@ -92,7 +103,7 @@ def resolve_endpoints(
     amqp = url or env.get("RABBITRY_URL") or None
     mgmt = management_url or env.get("RABBITRY_MANAGEMENT_URL") or None
     if amqp is None and mgmt is None:
-        amqp, mgmt = spec_url, spec_management_url
+        amqp, mgmt = _joined(spec_url), _joined(spec_management_url)
     if amqp is not None:
         check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
     if mgmt is not None:
@@ -111,9 +122,21 @@ def resolve_endpoints(
     return Endpoints(amqp, mgmt, verify)
 
 
+def _joined(urls: str | list[str] | None) -> str | None:
+    """A spec's URL or list of URLs as one comma-separated value (None when there is none)."""
+    if isinstance(urls, list):
+        return ",".join(u.strip() for u in urls if u.strip()) or None
+    return urls
+
+
 def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
-    """Raise a ``BrokerError`` naming ``what`` when ``url`` cannot be parsed or has another
-    scheme; the password never appears in the message."""
+    """Raise a ``BrokerError`` naming ``what`` when ``url`` (every URL of a comma-separated
+    list) cannot be parsed or has another scheme; the password never appears in the message."""
+    listed = split_uris(url)
+    if len(listed) > 1:
+        for one in listed:
+            check_url(one, schemes, what)
+        return
     example = f"{schemes[0]}://user:password@host:{15672 if schemes[0] == 'http' else 5672}"
     try:
         parts = urlsplit(url)

@@ -2,6 +2,11 @@
 
 Every error becomes a ``BrokerError`` whose text names the request and the broker's reason, with
 credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
+
+Given several URLs (a cluster's nodes, comma-separated), a request that cannot reach a node
+(connection refused, no connection within the timeout, or no first answer at all to a read)
+goes to the next node, and the client stays there. An HTTP error answer is the broker's word:
+it is never retried on another node.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
-from rabbitry.uri import mask_text, mask_uri
+from rabbitry.uri import mask_text, mask_uri, split_uris
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -99,8 +104,11 @@ class ManagementClient:
         timeout: float = 30.0,
         verify: bool | str = True,
     ) -> None:
-        base, url_user, url_password = split_credentials(url)
+        nodes = [split_credentials(one) for one in split_uris(url)] or [split_credentials(url)]
+        base, url_user, url_password = nodes[0]
         self.base_url = base
+        self.base_urls = tuple(node[0] for node in nodes)
+        """Every node's API, credentials left out; ``base_url`` is the one in use."""
         self._answered = False
         self._ahead: dict[str, Future[Any]] = {}
         self.username = username or url_user or "guest"
@@ -120,8 +128,9 @@ class ManagementClient:
     def clone(self) -> ManagementClient:
         """A client with the same settings and its own connection (for another thread)."""
         username, password, timeout, verify = self._settings
+        at = self.base_urls.index(self.base_url)
         clone = ManagementClient(
-            self.base_url,
+            ",".join(self.base_urls[at:] + self.base_urls[:at]),
             username=username or self.username,
             password=password,
             timeout=timeout,
@@ -168,23 +177,12 @@ class ManagementClient:
         call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         started = time.perf_counter()
         try:
-            try:
-                response = self._client.request(
-                    method, path, json=json, params=params, timeout=call_timeout
-                )
-            except httpx.RemoteProtocolError:
-                # the broker closes keep-alive connections left idle (a long apply, a wait for
-                # a lock): an idempotent request goes again once on a fresh connection
-                if method not in ("GET", "PUT", "DELETE"):
-                    raise
-                response = self._client.request(
-                    method, path, json=json, params=params, timeout=call_timeout
-                )
+            response = self._send_to_a_node(method, path, json, params, call_timeout, first)
         except httpx.TimeoutException:
             waited = timeout if timeout is not None else self._client.timeout.read
             if first:
                 raise BrokerError(
-                    f"{self.base_url} accepted the connection but sent no answer within"
+                    f"{self._tried} accepted the connection but sent no answer within"
                     f" {waited:g} s: is it the management API of a running RabbitMQ (port 15672"
                     " by default)? check --management-url or RABBITRY_MANAGEMENT_URL"
                 ) from None
@@ -202,7 +200,7 @@ class ManagementClient:
                     " that signed it, or --insecure to skip the check"
                 ) from None
             raise BrokerError(
-                f"cannot reach the management API at {self.base_url}: {text}"
+                f"cannot reach the management API at {self._tried}: {text}"
                 " (is the broker running with the rabbitmq_management plugin? "
                 "set --management-url or RABBITRY_MANAGEMENT_URL)"
             ) from None
@@ -215,6 +213,59 @@ class ManagementClient:
             (time.perf_counter() - started) * 1000,
         )
         return self._checked(method, path, response, allow)
+
+    @property
+    def _tried(self) -> str:
+        """Where a request that reached no node went, for its error."""
+        if len(self.base_urls) == 1:
+            return self.base_url
+        return f"{self.base_url} (tried every node: {', '.join(self.base_urls)})"
+
+    def _send_to_a_node(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: Mapping[str, str] | None,
+        timeout: Any,
+        first: bool,
+    ) -> httpx.Response:
+        """Send to the node in use; one that cannot be reached hands over to the next node
+        (each tried once), and the last one's failure is raised."""
+        for left in range(len(self.base_urls) - 1, -1, -1):
+            try:
+                try:
+                    return self._client.request(
+                        method, path, json=json, params=params, timeout=timeout
+                    )
+                except httpx.RemoteProtocolError:
+                    # the broker closes keep-alive connections left idle (a long apply, a wait
+                    # for a lock): an idempotent request goes again once on a fresh connection
+                    if method not in ("GET", "PUT", "DELETE"):
+                        raise
+                    return self._client.request(
+                        method, path, json=json, params=params, timeout=timeout
+                    )
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout) as exc:
+                # nothing reached a node that refused or timed out connecting; a read timeout
+                # moves on only for a first read (a node that never answered, not a slow apply)
+                unanswered = not isinstance(exc, httpx.ReadTimeout) or first
+                if not left or not unanswered:
+                    raise
+                self._next_node(exc)
+        raise AssertionError("unreachable: the last node's failure is raised")
+
+    def _next_node(self, exc: httpx.HTTPError) -> None:
+        failed = self.base_url
+        at = self.base_urls.index(failed)
+        self.base_url = self.base_urls[(at + 1) % len(self.base_urls)]
+        self._client.base_url = httpx.URL(self.base_url + "/api")
+        log.warning(
+            "management API at %s does not answer (%s): trying %s",
+            failed,
+            mask_text(str(exc)) or type(exc).__name__,
+            self.base_url,
+        )
 
     def _checked(
         self, method: str, path: str, response: httpx.Response, allow: tuple[int, ...]

@@ -23,6 +23,7 @@ from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, ConfirmTimeout
 from rabbitry.publisher.base import (
     BatchOptions,
@@ -289,7 +290,7 @@ class AsyncPublisher(PublisherBase):
         ready = self._ready
         if ready is not None and not ready.done():
             # during the handshake: a refused client certificate ends it as a TLS alert
-            refusal = self.settings.tls_failure(exc) if exc is not None else None
+            refusal = self.walk.current.tls_failure(exc) if exc is not None else None
             if refusal is not None:
                 self._failure = refusal
             ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
@@ -298,22 +299,26 @@ class AsyncPublisher(PublisherBase):
         if self.closed:
             return
         logger.warning(
-            "connection to %s lost: %s", self.settings.display, mask_text(str(exc or "closed"))
+            "connection to %s lost: %s",
+            self.walk.current.display,
+            mask_text(str(exc or "closed")),
         )
         if self._reconnecting is None or self._reconnecting.done():
             assert self._loop is not None
             self._reconnecting = self._loop.create_task(self._connect_loop(first=False))
 
     async def _connect_loop(self, *, first: bool) -> None:
-        retry = Reconnect(self.settings, time.monotonic())
+        retry = Reconnect(self.settings, time.monotonic(), self.walk, after_loss=not first)
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
         try:
             while not self.closed:
                 try:
-                    await self._connect_once(resend)
+                    await self._connect_once(retry.target, resend)
                     self._failure = None
+                    if not first:
+                        logger.info("connected to %s", retry.target.display)
                     if resend:
                         self._announce_republish(resend)
                     self._wake()
@@ -333,8 +338,7 @@ class AsyncPublisher(PublisherBase):
         finally:
             self._reconnecting = None
 
-    async def _connect_once(self, resend: list[Delivery]) -> None:
-        s = self.settings
+    async def _connect_once(self, s: ConnectionSettings, resend: list[Delivery]) -> None:
         session = Session(s, self.tracker, self.builder, confirms=self.confirms, resend=resend)
         session.last_received = time.monotonic()
         assert self._loop is not None
@@ -375,7 +379,7 @@ class AsyncPublisher(PublisherBase):
         session, wire = self._session, self._wire
         if session is not None and wire is not None and wire.transport is not None:
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.settings.display)
+                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
                 wire.transport.abort()
             elif session.out:
                 self._flush()

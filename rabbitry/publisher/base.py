@@ -15,6 +15,7 @@ from rabbitry.amqp import tracing
 from rabbitry.amqp.codecs import Codec
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
+from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import DEFAULT_URL, ConnectionOptions, ConnectionSettings
 from rabbitry.errors import PublishError
@@ -132,6 +133,8 @@ class PublisherBase:
         else:
             settings = ConnectionSettings.from_url(url or DEFAULT_URL, **connection)
         self.settings = settings
+        self.walk = NodeWalk(settings)
+        """Which of the cluster's nodes (one or more) the next connect goes to."""
         self.confirms = confirms
         self.window = window
         self.confirm_timeout = confirm_timeout
@@ -373,7 +376,7 @@ class PublisherBase:
         logger.warning(
             "republishing %d unconfirmed message(s) on a new connection to %s",
             len(deliveries),
-            self.settings.display,
+            self.walk.current.display,
         )
         if self.on_republish is not None:
             self.on_republish(deliveries)

@@ -21,6 +21,7 @@ from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session, State
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
 from rabbitry.publisher.base import (
     Batch,
@@ -223,7 +224,7 @@ class Publisher(PublisherBase):
                 raise Disconnected("not connected")
             wire.exchange(session, timeout, want_read=want_read)
         except Disconnected as exc:
-            logger.warning("connection to %s lost: %s", self.settings.display, exc)
+            logger.warning("connection to %s lost: %s", self.walk.current.display, exc)
             self._open(first=False)
         session = self._session
         if session is not None:
@@ -231,7 +232,7 @@ class Publisher(PublisherBase):
             if self.tracker.unsettled:
                 self.tracker.expire(now)
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.settings.display)
+                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
                 self._drop_socket()
                 self._open(first=False)
 
@@ -243,14 +244,16 @@ class Publisher(PublisherBase):
     def _open(self, *, first: bool) -> None:
         """Connect (again), with back-off; unconfirmed messages are republished once ready."""
         self._drop_socket()
-        retry = Reconnect(self.settings, time.monotonic())
+        retry = Reconnect(self.settings, time.monotonic(), self.walk, after_loss=not first)
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
         while True:
             try:
-                self._connect_once(resend)
+                self._connect_once(retry.target, resend)
                 self._broken = None
+                if not first:
+                    logger.info("connected to %s", retry.target.display)
                 if resend:
                     self._announce_republish(resend)
                 return
@@ -268,10 +271,10 @@ class Publisher(PublisherBase):
                     raise
                 time.sleep(pause)
 
-    def _connect_once(self, resend: list[Delivery]) -> None:
-        self._wire = wire = SocketWire(self.settings)
+    def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
+        self._wire = wire = SocketWire(target)
         self._session = Session(
-            self.settings, self.tracker, self.builder, confirms=self.confirms, resend=resend
+            target, self.tracker, self.builder, confirms=self.confirms, resend=resend
         )
         wire.handshake(self._session)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
-from rabbitry.amqp.pika_errors import connect_error
-from rabbitry.errors import RabbitryError
+from rabbitry.amqp.pika_errors import blocking_connection
+from rabbitry.errors import BrokerError, RabbitryError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.routing import Router
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
@@ -80,14 +80,11 @@ def resolve_spec(options: SinkOptions) -> DelayScheme | None:
 def check_broker(options: SinkOptions, delays: DelayScheme | None) -> None:
     """Connect once and passively declare the exchange the rows go to."""
     exchange = delays.delivery_exchange if delays is not None else options.exchange
-    params = pika.URLParameters(options.url)
-    params.socket_timeout = CONNECT_TIMEOUT
-    params.blocked_connection_timeout = CONNECT_TIMEOUT
-    params.connection_attempts = 1
     try:
-        connection = pika.BlockingConnection(params)
-    except (pika.exceptions.AMQPError, OSError) as exc:
-        raise SparkSinkError(str(connect_error(options.url, exc))) from None
+        # every node of a cluster's list is tried, in the order the tasks will walk them
+        connection = blocking_connection(options.url, timeout=CONNECT_TIMEOUT)
+    except BrokerError as exc:
+        raise SparkSinkError(str(exc)) from None
     try:
         if not exchange or exchange.startswith("amq."):
             return

@@ -12,10 +12,10 @@ import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from rabbitry.errors import RabbitryError
-from rabbitry.uri import mask_uri
+from rabbitry.uri import mask_uri, split_uris, with_password
 
 DEFAULT_URL_ENV = "RABBITRY_URL"
 DEFAULT_WINDOW = 512
@@ -32,7 +32,8 @@ class SinkOptionError(SparkSinkError):
 
 # Option name -> one-line description (also what the unknown-option message lists).
 OPTIONS: dict[str, str] = {
-    "url": "broker URL amqp[s]://user:pass@host:port/vhost (prefer url_env: options may be shown)",
+    "url": "broker URL amqp[s]://user:pass@host:port/vhost (prefer url_env: options may be"
+    " shown); a cluster's nodes as comma-separated URLs",
     "url_env": f"environment variable holding the broker URL (default {DEFAULT_URL_ENV})",
     "password_env": "environment variable holding the password to put into the URL",
     "exchange": "exchange to publish to (default: the default exchange '')",
@@ -55,6 +56,7 @@ OPTIONS: dict[str, str] = {
     "mandatory": "true/false: an unroutable row fails its task (default false)",
     "confirm_timeout": "seconds to wait for a confirm before the task fails (default 30)",
     "check_exchange": "true/false: check on the broker that the exchange exists (default true)",
+    "node_order": "shuffle or in-order: how tasks walk several URLs (default shuffle)",
     "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
     "traces": "true/false: W3C trace context in every row and a span per partition, when"
     " OpenTelemetry is configured on the executors (default false)",
@@ -95,6 +97,7 @@ class SinkOptions:
     check_exchange: bool = True
     connection_name: str = "rabbitry-spark"
     traces: bool = False
+    node_order: str = "shuffle"
 
     @property
     def display_url(self) -> str:
@@ -102,7 +105,7 @@ class SinkOptions:
 
     @property
     def url_vhost(self) -> str:
-        path = urlsplit(self.url).path
+        path = urlsplit(split_uris(self.url)[0]).path
         return unquote(path[1:]) if len(path) > 1 else "/"
 
     @property
@@ -178,6 +181,7 @@ class SinkOptions:
             confirm_timeout=_float(given, "confirm_timeout", 30.0),
             check_exchange=_bool(given, "check_exchange", True),
             connection_name=given.get("connection_name") or "rabbitry-spark",
+            node_order=_choice(given, "node_order", ("shuffle", "in-order"), "shuffle"),
             traces=_bool(given, "traces", False),
         )
         if parsed.id_prefix is not None and parsed.message_id_column is not None:
@@ -201,15 +205,17 @@ def _resolve_url(given: Mapping[str, str], env: Mapping[str, str]) -> str:
             )
     elif "url_env" in given:
         raise SinkOptionError("give url or url_env, not both")
-    try:
-        parts = urlsplit(url)
-        _ = parts.port
-    except ValueError as exc:
-        raise SinkOptionError(f"{source}: invalid URL {mask_uri(url)!r}: {exc}") from None
-    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-        raise SinkOptionError(
-            f"{source}: {mask_uri(url)!r} is not an amqp:// or amqps:// URL with a host"
-        )
+    urls = split_uris(url)
+    for one in urls:
+        try:
+            parts = urlsplit(one)
+            _ = parts.port
+        except ValueError as exc:
+            raise SinkOptionError(f"{source}: invalid URL {mask_uri(one)!r}: {exc}") from None
+        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+            raise SinkOptionError(
+                f"{source}: {mask_uri(one)!r} is not an amqp:// or amqps:// URL with a host"
+            )
     password_env = given.get("password_env")
     if password_env:
         password = env.get(password_env)
@@ -217,11 +223,15 @@ def _resolve_url(given: Mapping[str, str], env: Mapping[str, str]) -> str:
             raise SinkOptionError(
                 f"password_env names the environment variable {password_env}, which is not set"
             )
-        user = quote(parts.username or "guest", safe="")
-        host = parts.netloc.rpartition("@")[2]
-        netloc = f"{user}:{quote(password, safe='')}@{host}"
-        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
+        urls = with_password(urls, password)
+    return ",".join(urls)
+
+
+def _choice(given: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    value = given.get(name, default).strip().lower()
+    if value not in choices:
+        raise SinkOptionError(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def _column(given: Mapping[str, str], name: str) -> str | None:

@@ -125,6 +125,7 @@ def publish_rows(
         app_id="rabbitry-spark",
         connection_name=f"{opts.connection_name} {plan.id_prefix}:{batch}:{partition}",
         backoff=Backoff(give_up_after=GIVE_UP_AFTER),
+        node_order=opts.node_order,
     )
     publisher.traced = opts.traces
     confirmed = 0

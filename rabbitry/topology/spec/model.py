@@ -140,17 +140,58 @@ class SpecModel(BaseModel):
             yield name, "***" if secret else mask_value(value)
 
 
+def _urls(value: object) -> str | list[str]:
+    """One URL, or a non-empty list of them; the value itself is never echoed (passwords)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return value
+    if isinstance(value, list) and not value:
+        raise ValueError("an empty list of URLs: give one URL or more, or leave the key out")
+    kind = "a list holding other things than strings" if isinstance(value, list) else "a mapping"
+    if not isinstance(value, list | dict):
+        kind = type(value).__name__
+    raise ValueError(f"expected a URL or a list of URLs (one per node), got {kind}")
+
+
+BrokerUrls = Annotated[
+    str | list[str],
+    PlainValidator(_urls),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            ]
+        }
+    ),
+]
+
+
 class BrokerSpec(SpecModel):
     """Where the broker is; flags and RABBITRY_URL / RABBITRY_MANAGEMENT_URL take precedence."""
 
-    url: str | None = None
-    """AMQP URI, e.g. amqp://user:{{ env.RABBIT_PASSWORD }}@localhost:5672/ (never printed)."""
-    management_url: str | None = None
-    """Management HTTP API base URL, e.g. http://user:pass@localhost:15672 (never printed)."""
+    url: BrokerUrls | None = None
+    """AMQP URI, e.g. amqp://user:{{ env.RABBIT_PASSWORD }}@localhost:5672/ (never printed); a
+    list of URIs (or one comma-separated string) names the nodes of a cluster, which clients
+    fail over between. The URIs of a list differ only in host and port."""
+    management_url: BrokerUrls | None = None
+    """Management HTTP API base URL, e.g. http://user:pass@localhost:15672 (never printed); a
+    list names every node's API, and a call that cannot reach one node goes to the next.
+    Derived from `url` (per node) when left out."""
     version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
     """RabbitMQ version the spec is written for, e.g. '4.0' or '3.13.7' (quote it: YAML
     reads 4.10 as 4.1): `rabbitry validate` refuses what that version refuses or lacks and
     warns of what it ignores. `rabbitry plan` checks against the live broker's version."""
+    node_order: Literal["shuffle", "in-order"] | None = None
+    """The order in which clients try the nodes of `url`: shuffle (the default: each client
+    draws its own order, so clients spread over the cluster) or in-order (the first is
+    preferred, the others are fallbacks)."""
+
+    @property
+    def urls(self) -> str | None:
+        """`url` as one value, the URLs of a list comma-separated (how clients take it)."""
+        return ",".join(self.url) if isinstance(self.url, list) else self.url
 
 
 Limit = Annotated[int, Field(ge=-1)]

@@ -129,3 +129,24 @@ def test_workers_go_to_the_spec_vhost_whatever_vhost_the_url_names(tmp_path: Pat
     # `rabbitry dev-broker env` writes the default vhost explicitly, as %2F
     assert url_for_app("amqp://u:p@h:5672/%2F", app) == expected
     assert url_for_app("amqp://u:p@h:5672", app) == expected
+
+
+def test_a_broker_shutting_down_ends_a_connection_that_was_ready() -> None:
+    from rabbitry.amqp.session import ConnectionRefused
+
+    session = ready_session()
+    close = commands.Connection.Close(320, "CONNECTION_FORCED - shutdown", 0, 0)
+    with pytest.raises(ConnectionRefused):
+        session.receive(pamqp_frame.marshal(close, 0))
+    assert not session.ready and session.was_ready  # a loss to count, not a failed connect
+
+
+def test_every_url_of_a_clusters_list_goes_to_the_spec_vhost(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    app = App(path)
+    assert app.vhost is not None
+    name = app.vhost.name
+    assert url_for_app("amqp://u:p@a/%2F,amqp://u:p@b:5673", app) == (
+        f"amqp://u:p@a/{name},amqp://u:p@b:5673/{name}"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -107,3 +108,37 @@ def test_async_publisher_window_outcomes_and_reconnect(broker: FakeBroker) -> No
             assert all(d.ok for d in out) and pub.stats.reconnects == 1
 
     asyncio.run(main())
+
+
+def test_a_lost_node_hands_the_unconfirmed_messages_to_the_next_node() -> None:
+    first, second = FakeBroker(ack_every=10_000), FakeBroker()
+    first.drop_after = 300
+    try:
+        with Publisher(f"{first.url},{second.url}", node_order="in-order", window=100) as pub:
+            out = pub.publish_many([b"x"] * 1000, routing_key="q")
+            assert all(d.ok for d in out)
+            assert pub.stats.reconnects == 1 and pub.stats.republished > 0
+            assert pub.walk.current.port == second.port
+        assert (first.connections, second.connections) == (1, 1)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_node_that_refuses_is_skipped_without_a_pause() -> None:
+    alive = FakeBroker()
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"amqp://u:secret-pw@127.0.0.1:{sock.getsockname()[1]}/%2F"
+
+    async def main() -> None:
+        async with AsyncPublisher(
+            f"{dead},{alive.url}", node_order="in-order", backoff=Backoff(initial=5.0)
+        ) as pub:
+            assert (await pub.publish(b"x", routing_key="q")).ok
+            assert pub.walk.current.port == alive.port
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 4.0))  # a back-off pause would take 5 s
+    finally:
+        alive.close()

@@ -102,3 +102,18 @@ def test_missing_url_says_where_to_put_it() -> None:
 def test_bad_values_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(SinkOptionError, match=message):
         parse(url=URL, **options)
+
+
+def test_a_clusters_urls_each_get_the_password_and_keep_the_first_vhost() -> None:
+    env = {"RABBITRY_URL": "amqp://app@r1:5672/shop,amqp://app@r2:5672/shop", "PW": "s3cr,et"}
+    o = parse(env, password_env="PW", node_order="in-order")
+    assert o.url == "amqp://app:s3cr%2Cet@r1:5672/shop,amqp://app:s3cr%2Cet@r2:5672/shop"
+    assert o.url_vhost == "shop" and o.node_order == "in-order"
+    assert o.display_url == "amqp://app:***@r1:5672/shop,amqp://app:***@r2:5672/shop"
+
+
+def test_a_bad_url_in_a_list_is_named_and_an_unknown_node_order_refused() -> None:
+    with pytest.raises(SinkOptionError, match=r"'http://u:\*\*\*@r2' is not an amqp"):
+        parse(url="amqp://u:pw@r1,http://u:pw@r2")
+    with pytest.raises(SinkOptionError, match="node_order='random'"):
+        parse(url="amqp://u:pw@r1", node_order="random")

@@ -86,3 +86,18 @@ def test_spec_resolves_delays_and_rejects_unknown_exchanges(tmp_path: Path) -> N
         resolve_spec(opts(delay_column="d", delays="later"))
     with pytest.raises(SinkOptionError, match="no such file"):
         resolve_spec(SinkOptions.parse({"url": url, "spec": str(tmp_path / "x.yaml")}, {}))
+
+
+def test_a_task_given_a_clusters_urls_fails_over_when_its_node_goes_away(
+    fake: FakeBroker,
+) -> None:
+    first = FakeBroker(ack_every=10_000)
+    first.drop_after = 300  # the node goes away with 300 rows unconfirmed
+    try:
+        urls = f"{first.url},{fake.url}"
+        report = publish_rows(plan(urls, node_order="in-order"), [("k", b"x")] * 1000, partition=1)
+        assert report.confirms == 1000
+        assert (first.connections, fake.connections) == (1, 1)
+        assert fake.published >= 1000  # the unconfirmed ones again, with the same ids
+    finally:
+        first.close()

@@ -289,8 +289,24 @@ def test_numbers_are_accepted_as_names() -> None:
 
 
 def test_secret_values_are_not_echoed() -> None:
-    problem = one_problem("version: 1\nbroker: {url: [amqp://u:pw@h]}\n")
+    problem = one_problem("version: 1\nbroker: {url: {node: amqp://u:pw@h}}\n")
     assert "pw" not in problem.message
+
+
+def test_broker_url_may_list_the_nodes_of_a_cluster() -> None:
+    spec = load_spec_text(
+        "version: 1\nbroker:\n  url: [amqp://u:pw@a, amqp://u:pw@b]\n  node_order: in-order\n",
+        environ={},
+    )
+    assert spec.broker is not None
+    assert spec.broker.urls == "amqp://u:pw@a,amqp://u:pw@b"
+    assert spec.broker.node_order == "in-order"
+    assert "pw" not in repr(spec.broker)
+
+
+def test_an_empty_list_of_broker_urls_is_a_problem() -> None:
+    problem = one_problem("version: 1\nbroker: {url: []}\n")
+    assert "empty list of URLs" in problem.message
 
 
 def test_load_spec_text_without_template_variables() -> None:
