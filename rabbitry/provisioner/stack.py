@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
@@ -34,7 +35,7 @@ from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.state import Counter, read_records, read_state
+from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.topology.primitives import ResourceKey, Topology
 from rabbitry.topology.spec.model import Spec
@@ -55,30 +56,14 @@ def plan_topology(
     when it reaches them, from the management statistics otherwise. With ``target_version``,
     the plan's warnings also say what the broker at that version would refuse or change."""
     report = check_capabilities(client, topology)
-    if report.problems:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
-            " nothing was changed:\n  " + "\n  ".join(report.problems)
-        )
-    state = read_state(
-        client,
-        stack=topology.name,
-        vhosts=[v.name for v in topology.vhosts],
-        users=[u.name for u in topology.users],
-        global_parameters=[p.name for p in topology.global_parameters],
-        counter=counter,
-    )
+    _refuse(report, report.problems, "spec", "changed")
+    state = _state_for(client, topology, topology.name, counter=counter)
     # what was read ahead and not taken (a vhost that does not exist yet) is of before any
     # change: a read after the apply must reach the broker
     client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
     declared = declared_by(the_plan)
-    refused = report.refusals(declared)
-    if refused:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this spec;"
-            " nothing was changed:\n  " + "\n  ".join(refused)
-        )
+    _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
     version_warnings = (
         *report.kept(declared),
@@ -95,6 +80,28 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
+    if problems:
+        raise CapabilityError(
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what};"
+            f" nothing was {done}:\n  " + "\n  ".join(problems)
+        )
+
+
+def _state_for(
+    client: ManagementClient, topology: Topology, stack: str, **options: Any
+) -> BrokerState:
+    """What the broker holds of everything ``topology`` declares (``read_state`` options)."""
+    return read_state(
+        client,
+        stack=stack,
+        vhosts=[v.name for v in topology.vhosts],
+        users=[u.name for u in topology.users],
+        global_parameters=[p.name for p in topology.global_parameters],
+        **options,
+    )
 
 
 DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
@@ -130,20 +137,8 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
     report = check_capabilities(client, desired)
-    problems = report.problems + report.refusals(declared_by(saved.plan))
-    if problems:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this plan;"
-            " nothing was applied:\n  " + "\n  ".join(problems)
-        )
-    state = read_state(
-        client,
-        stack=saved.plan.stack,
-        vhosts=[v.name for v in desired.vhosts],
-        users=[u.name for u in desired.users],
-        global_parameters=[p.name for p in desired.global_parameters],
-        with_stats=False,
-    )
+    _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
+    state = _state_for(client, desired, saved.plan.stack, with_stats=False)
     problems = saved.stale(state, cluster_name(client))
     if problems:
         raise PlanError(
