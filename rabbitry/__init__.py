@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         InvalidBody,
         Middleware,
         NonRetryable,
+        Occurrence,
         Worker,
         cancel_job,
     )
@@ -119,6 +120,7 @@ _LAZY = {
     "Middleware": "rabbitry.consumer",
     "NonRetryable": "rabbitry.consumer",
     "InvalidBody": "rabbitry.consumer",
+    "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
     "cancel_job": "rabbitry.consumer",
 }
@@ -146,6 +148,7 @@ __all__ = [
     "Middleware",
     "Nacked",
     "NonRetryable",
+    "Occurrence",
     "Plan",
     "PlanError",
     "PublishError",
