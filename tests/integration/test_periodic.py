@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 
 pytestmark = pytest.mark.broker
 
@@ -62,32 +59,10 @@ def applied(broker: Broker) -> Broker:
 
 
 def start_worker(broker: Broker, record: Path, log: str) -> subprocess.Popen[bytes]:
-    (broker.tmp / "periodic_app.py").write_text(textwrap.dedent(WORKER_MODULE))
-    env = {
-        **os.environ,
-        "T_SPEC": str(broker.tmp / "spec.yaml"),
-        "T_VHOST": broker.vhost,
-        "T_RECORD": str(record),
-        "PYTHONPATH": f"{broker.tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
     with (broker.tmp / log).open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from rabbitry.cli import main; main()",
-                "worker",
-                "run",
-                "periodic_app:app",
-                "--url",
-                broker.amqp_url,
-                "--log-level",
-                "info",
-            ],
-            env=env,
-            cwd=broker.tmp,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+        env = {"T_RECORD": str(record)}
+        return worker_process(
+            broker, "periodic_app", WORKER_MODULE, env, "--log-level", "info", stdout=out
         )
 
 
