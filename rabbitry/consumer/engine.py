@@ -150,14 +150,14 @@ class _Pending:
 
 
 class _Scheduled:
-    """An occurrence the worker publishes: the next one of a run (``message`` is held until
-    it is confirmed), a re-delayed or replacing one, or a seed (no message)."""
+    """An occurrence the worker publishes in place of ``message``: the next one of a run, or
+    one that re-delays or replaces it; ``message`` is held until it is confirmed."""
 
     __slots__ = ("carrier", "message", "occurrence", "ran", "tries")
 
     def __init__(
         self,
-        message: IncomingMessage | None,
+        message: IncomingMessage,
         occurrence: Occurrence,
         carrier: PeriodicQueue,
         ran: bool,
@@ -363,10 +363,10 @@ class WorkerCore:
         now_ms = int(self.clock() * 1000)
         for carrier in self.periodic:
             for job in carrier.jobs.values():
+                # untracked: a seed that is lost is made again at the next connection, by
+                # this worker or another, and an existing chain carries the job meanwhile
                 occurrence = job.first_after(now_ms)
-                delivery = self._occurrence_delivery(occurrence, carrier, now_ms)
-                self._scheduling[delivery] = _Scheduled(None, occurrence, carrier, ran=False)
-                seeds.append(delivery)
+                seeds.append(self._occurrence_delivery(occurrence, carrier, now_ms))
         return seeds
 
     def _occurrence_delivery(
@@ -385,7 +385,7 @@ class WorkerCore:
 
     def _schedule(
         self,
-        message: IncomingMessage | None,
+        message: IncomingMessage,
         occurrence: Occurrence,
         carrier: PeriodicQueue,
         now_ms: int,
@@ -400,14 +400,13 @@ class WorkerCore:
     def _scheduled(self, delivery: Delivery, scheduled: _Scheduled) -> None:
         """An occurrence publish settled: release its message, or try again."""
         message = scheduled.message
-        if message is not None and message not in self._holds:
-            message = None  # settled already: rejected, requeued, or its channel is gone
+        if message not in self._holds:
+            return  # settled already: rejected, requeued, or its channel is gone
         if delivery.status is Status.CONFIRMED:
-            if message is not None:
-                self._ack(message)
+            self._ack(message)
             return
         occurrence = scheduled.occurrence
-        if message is not None and scheduled.tries < _SCHEDULE_TRIES:
+        if scheduled.tries < _SCHEDULE_TRIES:
             logger.warning(
                 "could not store occurrence %s (try %d): %s; publishing it again",
                 occurrence.id,
@@ -420,18 +419,17 @@ class WorkerCore:
             )
             again.tries = scheduled.tries + 1
             return
-        if message is not None and not scheduled.ran:
+        if not scheduled.ran:
             self.requeue(message)  # not run: the occurrence comes back as it was
             return
         logger.error(
-            "could not store occurrence %s of periodic job %s: %s; the job runs again from"
-            " the next worker start",
+            "could not store occurrence %s of periodic job %s: %s; the job is seeded again"
+            " when a worker connects",
             occurrence.id,
             occurrence.job,
             delivery.error,
         )
-        if message is not None:
-            self._ack(message)
+        self._ack(message)
 
     def enter(self, message: IncomingMessage) -> object | None:
         """Make the delivery's span current while its handler runs (None: no tracing)."""

@@ -3,6 +3,8 @@ queue, and the worker core holding an occurrence's ack until its next one is con
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
@@ -10,7 +12,7 @@ from pamqp import frame as pamqp_frame
 from rabbitry.amqp.confirms import Status
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.consumer import App, AppError
+from rabbitry.consumer import App, AppError, IncomingMessage
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions
 from rabbitry.consumer.periodic import (
     EARLY_MS,
@@ -242,7 +244,9 @@ def test_jobs_register_on_the_spec_periodic_queue() -> None:
         (lambda app: app.periodic("5m", name="x", queue="work")(lambda: None), "not a periodic"),
     ],
 )
-def test_a_job_that_cannot_be_registered_says_why(register, says: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_that_cannot_be_registered_says_why(
+    register: Callable[[App], object], says: str
+) -> None:
     with pytest.raises(AppError, match=says):
         register(App(spec=spec()))
 
@@ -328,3 +332,44 @@ def test_a_second_copy_is_acked_without_running_and_without_publishing() -> None
     assert not core.admit(second)
     assert len(core.tracker.pending()) == 1  # only the first copy's next occurrence
     assert core.metrics["jobs"].duplicates == 1
+
+
+def running_occurrence(at: int, now_ms: int) -> tuple[WorkerCore, IncomingMessage]:
+    """A core that admitted one occurrence due at ``at``, received at ``now_ms``."""
+    app = App(spec=spec())
+    app.periodic("5m", name="cleanup")(lambda: None)
+    core = ready_core(app, now_s=now_ms / 1000)
+    session = core.session
+    assert session is not None
+    for seed in core.tracker.pending():
+        core.tracker.ack(seed.tag, multiple=False)
+    session.take_output()
+    session.receive(occurrence_delivery(1, at))
+    [message] = session.inbox
+    return core, message
+
+
+def test_a_refused_next_occurrence_is_published_again_then_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    core, message = running_occurrence(FIVE_MINUTES, FIVE_MINUTES)
+    assert core.admit(message)
+    core.conclude(message, None, 0.01)
+    for _ in range(3):
+        [following] = core.tracker.pending()
+        assert following.message_id == occurrence_id("cleanup", "every 5m", 2 * FIVE_MINUTES)
+        assert client_acks(core.take_output(flush=True)) == []
+        core.tracker.nack(following.tag, multiple=False)
+    assert core.tracker.pending() == []
+    assert client_acks(core.take_output(flush=True)) == [(80, 1, False)]
+    assert "the job is seeded again when a worker connects" in caplog.text
+
+
+def test_an_early_occurrence_whose_replacement_is_refused_goes_back_to_its_queue() -> None:
+    core, message = running_occurrence(10 * FIVE_MINUTES, FIVE_MINUTES)
+    assert not core.admit(message)
+    for _ in range(3):
+        [again] = core.tracker.pending()
+        core.tracker.nack(again.tag, multiple=False)
+    assert client_acks(core.take_output(flush=True)) == [(120, 1, False)]  # nack, requeue
+    assert core.metrics["jobs"].requeued == 1
