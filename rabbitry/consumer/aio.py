@@ -359,6 +359,8 @@ class AsyncWorker:
         core = self.core
         if not core.admit(message):
             return
+        if core.periodic and core.routes[message.consumer].periodic is not None:
+            self._write()  # the next occurrence goes out before the run, however long it takes
         gate = self._gates.get(message.consumer) if self._gates else None
         if gate is not None:
             gate.add(message)

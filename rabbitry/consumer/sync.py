@@ -214,6 +214,8 @@ class Worker:
                 core.acks.received(message.tag)
                 core.requeue(message)
             elif core.admit(message):
+                if core.periodic and core.routes[message.consumer].periodic is not None:
+                    self._send(core.take_output())  # the next occurrence goes out before the run
                 gate = self._gates.get(message.consumer) if self._gates else None
                 if gate is None:
                     handle_blocking(core, message, self._event_loop)

@@ -58,11 +58,11 @@ def applied(broker: Broker) -> Broker:
     return broker.apply(SPEC)
 
 
-def start_worker(broker: Broker, record: Path, log: str) -> subprocess.Popen[bytes]:
+def start_worker(broker: Broker, record: Path, log: str, *extra: str) -> subprocess.Popen[bytes]:
     with (broker.tmp / log).open("ab") as out:
         env = {"T_RECORD": str(record)}
         return worker_process(
-            broker, "periodic_app", WORKER_MODULE, env, "--log-level", "info", stdout=out
+            broker, "periodic_app", WORKER_MODULE, env, "--log-level", "info", *extra, stdout=out
         )
 
 
@@ -124,15 +124,18 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         assert process.wait(30) == 0
 
 
-def test_a_worker_killed_mid_run_loses_no_occurrence_and_doubles_none(applied: Broker) -> None:
+@pytest.mark.parametrize("kind", [(), ("--sync",)], ids=["async", "sync"])
+def test_a_worker_killed_mid_run_loses_no_occurrence_and_doubles_none(
+    applied: Broker, kind: tuple[str, ...]
+) -> None:
     record = applied.tmp / "runs.txt"
-    first = start_worker(applied, record, "first.log")
+    first = start_worker(applied, record, "first.log", *kind)
     second: subprocess.Popen[bytes] | None = None
     try:
         assert wait_for(lambda: len(records(record, "done")) >= 3, 30, step=0.05)
         killed, _ = kill_in_the_middle_of_a_run(record, {first.pid: first})
         time.sleep(1.5)  # occurrences fall due while no worker runs
-        second = start_worker(applied, record, "second.log")
+        second = start_worker(applied, record, "second.log", *kind)
         assert wait_for(
             lambda: (
                 [s for s, pid in records(record, "done") if pid == second.pid][-3:]
