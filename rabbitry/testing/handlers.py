@@ -14,6 +14,10 @@ construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integr
     assert outcome.acked
     assert harness.deliver("orders.work", {"id": "x"}).parked
 
+``occurrence(job, scheduled)`` delivers an occurrence of a periodic job as a worker publishes
+it; its outcome's ``scheduled`` is the occurrence the run published before its ack
+(``schedule(job, count)`` follows the chain).
+
 ``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
 plain test. From an async test, ``await harness.deliver_async(...)`` goes through
 ``AsyncWorker``'s own dispatch on the test's loop instead.
