@@ -151,6 +151,7 @@ def test_a_worker_killed_mid_run_loses_no_occurrence_and_doubles_none(
             stop(second)
     ran = assert_each_occurrence_ran_once(record, killed)
     assert len(ran) >= 9
+    assert "periodic jobs: tick (every 1s)" in (applied.tmp / "second.log").read_text()
 
 
 def test_two_workers_at_once_run_each_occurrence_once_across_a_kill(applied: Broker) -> None:
