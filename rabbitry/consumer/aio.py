@@ -342,6 +342,7 @@ class AsyncWorker:
                 logger.warning("no heartbeat from %s: reconnecting", self.core.settings.display)
                 wire.transport.abort()
             else:
+                self.core.reseed(time.monotonic())
                 self._write(flush=True)
         self._ticker = loop.call_later(_TICK, self._tick)
 

@@ -171,6 +171,10 @@ class _Scheduled:
 
 
 _SCHEDULE_TRIES = 3
+RESEED_EVERY_S = 600.0
+"""How often a running worker seeds its periodic jobs again (besides when it connects): a
+chain that ended (its occurrence dropped by a worker that lacked the job during a deploy, a
+purged queue) starts again within this time."""
 """Publishes of a next occurrence the broker refuses before the worker gives up on it."""
 _SKIPPED = {
     Step.DUPLICATE: Action.DUPLICATE,
@@ -205,6 +209,7 @@ class WorkerCore:
         """Messages whose ack waits for more than their handler (an occurrence's next one)."""
         self.clock = time.time
         """Wall-clock seconds: when occurrences are due (tests replace it)."""
+        self._next_seed = 0.0
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -212,6 +217,7 @@ class WorkerCore:
         resend = self.tracker.take_unsettled()
         if not stopping:
             resend.extend(self._seeds())
+            self._next_seed = time.monotonic() + RESEED_EVERY_S
         session = ConsumerSession(
             self.settings,
             self.tracker,
@@ -340,7 +346,7 @@ class WorkerCore:
         counters = self.metrics.queues[route.queue]
         if step is Step.DUPLICATE:
             counters.duplicates += 1
-        log = logger.warning if step is Step.UNKNOWN else logger.info
+        log = {Step.UNKNOWN: logger.warning, Step.DUPLICATE: logger.debug}.get(step, logger.info)
         log(
             "occurrence %s on %s not run: %s",
             message_id,
@@ -368,6 +374,17 @@ class WorkerCore:
                 occurrence = job.first_after(now_ms)
                 seeds.append(self._occurrence_delivery(occurrence, carrier, now_ms))
         return seeds
+
+    def reseed(self, now: float) -> None:
+        """Publish the seeds again when ``RESEED_EVERY_S`` passed (``now``: monotonic); the
+        shells call it on their tick."""
+        if not self.periodic or now < self._next_seed:
+            return
+        self._next_seed = now + RESEED_EVERY_S
+        session = self.session
+        if session is not None and session.ready:
+            for delivery in self._seeds():
+                session.publish(delivery)
 
     def _occurrence_delivery(
         self, occurrence: Occurrence, carrier: PeriodicQueue, now_ms: int

@@ -190,6 +190,7 @@ class Worker:
                 return
             if not session.tick(now):
                 raise Disconnected("no heartbeat from the broker")
+            core.reseed(now)
             self._send(core.take_output(flush=not got))
 
     def _io(self, timeout: float) -> int:

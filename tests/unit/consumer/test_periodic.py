@@ -3,6 +3,7 @@ queue, and the worker core holding an occurrence's ack until its next one is con
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ from rabbitry.amqp.confirms import Status
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import App, AppError, IncomingMessage
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions
+from rabbitry.consumer.engine import RESEED_EVERY_S, WorkerCore, WorkerOptions
 from rabbitry.consumer.periodic import (
     EARLY_MS,
     JOB_HEADER,
@@ -373,3 +374,20 @@ def test_an_early_occurrence_whose_replacement_is_refused_goes_back_to_its_queue
         core.tracker.nack(again.tag, multiple=False)
     assert client_acks(core.take_output(flush=True)) == [(120, 1, False)]  # nack, requeue
     assert core.metrics["jobs"].requeued == 1
+
+
+def test_a_running_worker_seeds_its_jobs_again_now_and_then() -> None:
+    app = App(spec=spec())
+    app.periodic("5m", name="cleanup")(lambda: None)
+    core = ready_core(app, now_s=1000.5)
+    for seed in core.tracker.pending():
+        core.tracker.ack(seed.tag, multiple=False)
+    soon = time.monotonic() + 1
+    core.reseed(soon)
+    assert core.tracker.pending() == []
+    core.clock = lambda: 1400.0
+    core.reseed(soon + RESEED_EVERY_S)
+    [seed] = core.tracker.pending()
+    assert seed.message_id == occurrence_id("cleanup", "every 5m", 1_500_000)
+    core.reseed(soon + RESEED_EVERY_S + 1)
+    assert len(core.tracker.pending()) == 1  # not again before the next period
