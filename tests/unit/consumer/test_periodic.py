@@ -297,18 +297,23 @@ def test_a_worker_seeds_the_first_occurrence_of_every_job_when_it_connects() -> 
     assert seeds[0].exchange.startswith("timers.")  # through the delay levels
 
 
-def test_a_run_is_acked_only_once_its_next_occurrence_is_confirmed() -> None:
+def delivered(at: int, now_ms: int, copies: int = 1) -> tuple[WorkerCore, list[IncomingMessage]]:
+    """A core with the job ``cleanup`` (every 5m), its seeds confirmed, that received
+    ``copies`` copies of the occurrence due at ``at`` at ``now_ms`` (not admitted yet)."""
     app = App(spec=spec())
-    runs: list[int] = []
-    app.periodic("5m", name="cleanup")(lambda: runs.append(1))
-    core = ready_core(app, now_s=FIVE_MINUTES / 1000)
+    app.periodic("5m", name="cleanup")(lambda: None)
+    core = ready_core(app, now_s=now_ms / 1000)
     session = core.session
     assert session is not None
     for seed in core.tracker.pending():
         core.tracker.ack(seed.tag, multiple=False)
     session.take_output()
-    session.receive(occurrence_delivery(1, FIVE_MINUTES))
-    [message] = session.inbox
+    session.receive(b"".join(occurrence_delivery(tag, at) for tag in range(1, copies + 1)))
+    return core, session.inbox
+
+
+def test_a_run_is_acked_only_once_its_next_occurrence_is_confirmed() -> None:
+    core, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
     assert core.admit(message)
     [following] = core.tracker.pending()
     assert following.message_id == occurrence_id("cleanup", "every 5m", 2 * FIVE_MINUTES)
@@ -320,40 +325,17 @@ def test_a_run_is_acked_only_once_its_next_occurrence_is_confirmed() -> None:
 
 
 def test_a_second_copy_is_acked_without_running_and_without_publishing() -> None:
-    app = App(spec=spec())
-    app.periodic("5m", name="cleanup")(lambda: None)
-    core = ready_core(app, now_s=FIVE_MINUTES / 1000)
-    session = core.session
-    assert session is not None
-    for seed in core.tracker.pending():
-        core.tracker.ack(seed.tag, multiple=False)
-    session.receive(occurrence_delivery(1, FIVE_MINUTES) + occurrence_delivery(2, FIVE_MINUTES))
-    first, second = session.inbox
+    core, [first, second] = delivered(FIVE_MINUTES, FIVE_MINUTES, copies=2)
     assert core.admit(first)
     assert not core.admit(second)
     assert len(core.tracker.pending()) == 1  # only the first copy's next occurrence
     assert core.metrics["jobs"].duplicates == 1
 
 
-def running_occurrence(at: int, now_ms: int) -> tuple[WorkerCore, IncomingMessage]:
-    """A core that admitted one occurrence due at ``at``, received at ``now_ms``."""
-    app = App(spec=spec())
-    app.periodic("5m", name="cleanup")(lambda: None)
-    core = ready_core(app, now_s=now_ms / 1000)
-    session = core.session
-    assert session is not None
-    for seed in core.tracker.pending():
-        core.tracker.ack(seed.tag, multiple=False)
-    session.take_output()
-    session.receive(occurrence_delivery(1, at))
-    [message] = session.inbox
-    return core, message
-
-
 def test_a_refused_next_occurrence_is_published_again_then_given_up(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    core, message = running_occurrence(FIVE_MINUTES, FIVE_MINUTES)
+    core, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
     assert core.admit(message)
     core.conclude(message, None, 0.01)
     for _ in range(3):
@@ -367,7 +349,7 @@ def test_a_refused_next_occurrence_is_published_again_then_given_up(
 
 
 def test_an_early_occurrence_whose_replacement_is_refused_goes_back_to_its_queue() -> None:
-    core, message = running_occurrence(10 * FIVE_MINUTES, FIVE_MINUTES)
+    core, [message] = delivered(10 * FIVE_MINUTES, FIVE_MINUTES)
     assert not core.admit(message)
     for _ in range(3):
         [again] = core.tracker.pending()
