@@ -42,10 +42,10 @@ record = Path(os.environ["T_RECORD"])
 
 def note(word, occurrence):
     with record.open("a") as f:
-        f.write(f"{word} {occurrence.scheduled_ms} {os.getpid()}\\n")
+        f.write(f"{word} {occurrence.scheduled_ms} {os.getpid()} {occurrence.schedule}\\n")
 
 
-@app.periodic("1s", name="tick")
+@app.periodic(os.environ.get("T_EVERY", "1s"), name="tick")
 async def tick(occurrence):
     note("start", occurrence)
     await asyncio.sleep(0.4)
@@ -58,9 +58,11 @@ def applied(broker: Broker) -> Broker:
     return broker.apply(SPEC)
 
 
-def start_worker(broker: Broker, record: Path, log: str, *extra: str) -> subprocess.Popen[bytes]:
+def start_worker(
+    broker: Broker, record: Path, log: str, *extra: str, every: str = "1s"
+) -> subprocess.Popen[bytes]:
     with (broker.tmp / log).open("ab") as out:
-        env = {"T_RECORD": str(record)}
+        env = {"T_RECORD": str(record), "T_EVERY": every}
         return worker_process(
             broker, "periodic_app", WORKER_MODULE, env, "--log-level", "info", *extra, stdout=out
         )
@@ -73,7 +75,7 @@ def records(path: Path, word: str) -> list[tuple[int, int]]:
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == word:
+        if len(parts) >= 3 and parts[0] == word:
             out.append((int(parts[1]), int(parts[2])))
     return out
 
@@ -174,3 +176,31 @@ def test_two_workers_at_once_run_each_occurrence_once_across_a_kill(applied: Bro
                 process.kill()
     ran = assert_each_occurrence_ran_once(record, killed)
     assert len(ran) >= 8
+
+
+def test_a_changed_schedule_takes_effect_on_the_next_occurrence(applied: Broker) -> None:
+    record = applied.tmp / "runs.txt"
+    old = start_worker(applied, record, "old.log", every="3s")
+    try:
+        assert wait_for(lambda: len(records(record, "done")) >= 2, 30, step=0.05)
+    finally:
+        stop(old)  # the next occurrence under "every 3s" waits in the delay levels
+    stopped_ms = int(time.time() * 1000)
+    new = start_worker(applied, record, "new.log", every="1s")
+    try:
+        assert wait_for(
+            lambda: len([s for s, pid in records(record, "done") if pid == new.pid]) >= 6,
+            30,
+            step=0.05,
+        ), (applied.tmp / "new.log").read_text()
+    finally:
+        stop(new)
+    lines = [line.split(maxsplit=3) for line in record.read_text().splitlines()]
+    runs = [(int(scheduled), schedule) for word, scheduled, _, schedule in lines if word == "done"]
+    assert all(schedule == "every 3s" for scheduled, schedule in runs if scheduled < stopped_ms)
+    after = sorted(scheduled for scheduled, schedule in runs if scheduled >= stopped_ms)
+    assert {schedule for scheduled, schedule in runs if scheduled >= stopped_ms} == {"every 1s"}
+    assert [b - a for a, b in itertools.pairwise(after)] == [INTERVAL_MS] * (len(after) - 1)
+    assert (
+        "made under 'every 3s'; the job is now 'every 1s'" in (applied.tmp / "new.log").read_text()
+    )
