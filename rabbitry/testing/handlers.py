@@ -91,11 +91,6 @@ class Outcome:
         return self.verdict.action in _SKIPPED
 
     @property
-    def ran(self) -> bool:
-        """The handler ran (whatever it then did)."""
-        return not self.skipped
-
-    @property
     def attempt(self) -> int:
         """The delivery's attempt number (1 for a first delivery)."""
         return self.message.attempt
