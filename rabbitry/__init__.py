@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         InvalidBody,
         Middleware,
         NonRetryable,
+        Occurrence,
         Worker,
         cancel_job,
     )
@@ -120,6 +121,7 @@ _LAZY = {
     "Middleware": "rabbitry.consumer",
     "NonRetryable": "rabbitry.consumer",
     "InvalidBody": "rabbitry.consumer",
+    "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
     "cancel_job": "rabbitry.consumer",
 }
@@ -148,6 +150,7 @@ __all__ = [
     "Nacked",
     "NodeOrder",
     "NonRetryable",
+    "Occurrence",
     "Plan",
     "PlanError",
     "PublishError",

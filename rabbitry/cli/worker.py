@@ -150,6 +150,9 @@ def run(
     log = logging.getLogger("rabbitry.worker")
     if metrics_port is not None:
         from rabbitry.metrics import serve as serve_metrics
+    if app.periodic_jobs:
+        jobs = ", ".join(f"{j.name} ({j.schedule.text})" for j in app.periodic_jobs.values())
+        log.info("periodic jobs: %s", jobs)
     if blocking:
         from rabbitry.consumer.sync import Worker
 

@@ -2,10 +2,11 @@
 
 ``App`` binds handlers to the queues of a spec (a handler takes the ``IncomingMessage``, or a
 typed body decoded by a ``Codec`` and validated: ``bodies``), with ``Middleware`` hooks around
-them. ``AsyncWorker`` (asyncio) and ``Worker`` (blocking) run them over one pure core:
-``decision`` says what happens to each delivery (ack, retry at a tier, park, reject, drop a
-duplicate or a cancelled job), ``engine`` turns that into confirmed publishes and batched
-acks. ``dlq`` lists, shows, replays and purges parking lots.
+them, and periodic jobs to the spec's periodic queue (``@app.periodic``: ``schedule`` says when,
+``periodic`` how each occurrence schedules the next). ``AsyncWorker`` (asyncio) and ``Worker``
+(blocking) run them over one pure core: ``decision`` says what happens to each delivery (ack,
+retry at a tier, park, reject, drop a duplicate or a cancelled job), ``engine`` turns that into
+confirmed publishes and batched acks. ``dlq`` lists, shows, replays and purges parking lots.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rabbitry.consumer.decision import (
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
+from rabbitry.consumer.periodic import Occurrence, PeriodicJob
 from rabbitry.consumer.stores import (
     CancelStore,
     IdempotencyStore,
@@ -51,6 +53,8 @@ __all__ = [
     "MemoryIdempotencyStore",
     "Middleware",
     "NonRetryable",
+    "Occurrence",
+    "PeriodicJob",
     "Route",
     "Verdict",
     "Worker",

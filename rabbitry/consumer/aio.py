@@ -345,6 +345,7 @@ class AsyncWorker:
                 logger.warning("no heartbeat from %s: reconnecting", self.core.walk.current.display)
                 wire.transport.abort()
             else:
+                self.core.reseed(time.monotonic())
                 self._write(flush=True)
         self._ticker = loop.call_later(_TICK, self._tick)
 
@@ -362,6 +363,8 @@ class AsyncWorker:
         core = self.core
         if not core.admit(message):
             return
+        if core.periodic and core.routes[message.consumer].periodic is not None:
+            self._write()  # the next occurrence goes out before the run, however long it takes
         gate = self._gates.get(message.consumer) if self._gates else None
         if gate is not None:
             gate.add(message)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -21,7 +22,16 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from rabbitry.amqp.codecs import JSON, Codec
 from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
 from rabbitry.consumer.limits import Limits
+from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.middleware import Middleware
+from rabbitry.consumer.periodic import (
+    PeriodicError,
+    PeriodicJob,
+    PeriodicQueue,
+    periodic_job,
+    run_occurrence,
+)
+from rabbitry.consumer.schedule import ScheduleError, schedule_of
 from rabbitry.consumer.stores import (
     CancelStore,
     IdempotencyStore,
@@ -29,6 +39,7 @@ from rabbitry.consumer.stores import (
     MemoryIdempotencyStore,
 )
 from rabbitry.errors import RabbitryError, SpecError
+from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
 from rabbitry.topology.spec.model import Spec, VhostSpec
 from rabbitry.uri import split_uris
@@ -62,6 +73,9 @@ class Route:
     """How the body of a typed handler is decoded."""
     limits: Limits | None = None
     """At most N in flight and R started per second, for this handler alone."""
+    periodic: PeriodicQueue | None = None
+    """The queue carries occurrences of periodic jobs (``periodic``): the worker schedules
+    the next one and skips copies."""
 
 
 class App:
@@ -107,6 +121,7 @@ class App:
         self.middleware: list[Middleware] = []
         for item in middleware:
             self.use(item)
+        self.periodic_jobs: dict[str, PeriodicJob] = {}
 
     def use(self, middleware: Middleware) -> Middleware:
         """Add a middleware inside those added before (so the first one added is outermost)."""
@@ -216,6 +231,98 @@ class App:
             limits=limits if limits.limited else None,
         )
         self.routes[queue] = route
+        return route
+
+    def periodic(
+        self,
+        every: str | float | timedelta | None = None,
+        *,
+        cron: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> Callable[[H], H]:
+        """Decorator: run the function every ``every`` (``"5m"``, seconds, a ``timedelta``;
+        aligned to the epoch, UTC) or at the times of a 5-field ``cron`` expression (UTC).
+
+        Occurrences travel on the spec's periodic queue (``queues[].periodic``; ``queue=``
+        picks one when the vhost has several) through its delay levels; ``name`` (default:
+        the function's name) is the job's identity across workers and deploys.
+        The function takes nothing, or the ``Occurrence``."""
+
+        def register(func: H) -> H:
+            self.add_periodic(func, every, cron=cron, name=name, queue=queue)
+            return func
+
+        return register
+
+    def add_periodic(
+        self,
+        func: Callable[..., Any],
+        every: str | float | timedelta | None = None,
+        *,
+        cron: str | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> PeriodicJob:
+        """Register ``func`` as a periodic job (what ``@app.periodic`` does)."""
+        try:
+            job = periodic_job(func, schedule_of(every, cron=cron), name)
+        except (ScheduleError, PeriodicError) as exc:
+            raise AppError(str(exc)) from None
+        route = self._periodic_route(queue)
+        assert route.periodic is not None
+        jobs = route.periodic.jobs
+        if job.name in jobs:
+            raise AppError(
+                f"periodic job {job.name!r} is registered twice (pass name= to tell them apart)"
+            )
+        jobs[job.name] = job
+        self.periodic_jobs[job.name] = job
+        return job
+
+    def _periodic_route(self, queue: str | None) -> Route:
+        """The route of the periodic queue (made with the first job registered on it)."""
+        if self.vhost is None:
+            raise AppError(
+                "periodic jobs need a spec: declare a queue with `periodic: <delay>` and give"
+                " the App the spec"
+            )
+        periodic = [q for q in self.vhost.queues if q.periodic is not None]
+        if queue is not None:
+            periodic = [q for q in periodic if q.name == queue]
+        if len(periodic) != 1:
+            names = ", ".join(q.name for q in self.vhost.queues if q.periodic) or "none"
+            raise AppError(
+                (
+                    f"queue {queue!r} of vhost {self.vhost.name!r} is not a periodic queue"
+                    if queue is not None
+                    else f"vhost {self.vhost.name!r} has {'several' if periodic else 'no'}"
+                    " periodic queues"
+                )
+                + f" (periodic queues: {names}); declare one with `periodic: <delay>`"
+                + (" or pass queue=" if queue is None and periodic else "")
+            )
+        spec = periodic[0]
+        existing = self.routes.get(spec.name)
+        if existing is not None:
+            if existing.periodic is None:
+                raise AppError(f"queue {spec.name!r} already has a handler ({existing.handler})")
+            return existing
+        delay = next((d for d in self.vhost.delays if d.name == spec.periodic), None)
+        if delay is None:
+            raise AppError(
+                f"periodic queue {spec.name!r} names delay {spec.periodic!r}, which vhost"
+                f" {self.vhost.name!r} does not declare"
+            )
+        carrier = PeriodicQueue(spec.name, delay_scheme(delay))
+        jobs = carrier.jobs
+
+        async def periodic_jobs(message: IncomingMessage) -> None:
+            await run_occurrence(jobs, message)
+
+        route = self.add(spec.name, periodic_jobs, ordered=False)
+        route = replace(route, periodic=carrier)
+        self.routes[spec.name] = route
         return route
 
     @property

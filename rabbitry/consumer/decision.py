@@ -53,6 +53,11 @@ class Action(enum.StrEnum):
     """Withdrawn by a cancel message: ack without running the handler."""
     CANCEL_NOTED = "cancel-noted"
     """A cancel message itself: remember the id, ack."""
+    RESCHEDULED = "rescheduled"
+    """An occurrence of a periodic job not due yet, or made under an old schedule: another
+    occurrence is published in its place, then it is acked without running."""
+    DROPPED = "dropped"
+    """An occurrence of a periodic job the app does not have: ack without running."""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
+from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.uri import mask_text
 
@@ -155,6 +156,41 @@ class _Pending:
         self.verdict = verdict
 
 
+class _Scheduled:
+    """An occurrence the worker publishes in place of ``message``: the next one of a run, or
+    one that re-delays or replaces it; ``message`` is held until it is confirmed."""
+
+    __slots__ = ("carrier", "message", "occurrence", "ran", "tries")
+
+    def __init__(
+        self,
+        message: IncomingMessage,
+        occurrence: Occurrence,
+        carrier: PeriodicQueue,
+        ran: bool,
+    ) -> None:
+        self.message = message
+        self.occurrence = occurrence
+        self.carrier = carrier
+        self.ran = ran
+        """The message's job runs (its id is claimed): giving up acks it, else requeues it."""
+        self.tries = 1
+
+
+_SCHEDULE_TRIES = 3
+RESEED_EVERY_S = 600.0
+"""How often a running worker seeds its periodic jobs again (besides when it connects): a
+chain that ended (its occurrence dropped by a worker that lacked the job during a deploy, a
+purged queue) starts again within this time."""
+"""Publishes of a next occurrence the broker refuses before the worker gives up on it."""
+_SKIPPED = {
+    Step.DUPLICATE: Action.DUPLICATE,
+    Step.EARLY: Action.RESCHEDULED,
+    Step.RESCHEDULED: Action.RESCHEDULED,
+    Step.UNKNOWN: Action.DROPPED,
+}
+
+
 class WorkerCore:
     def __init__(self, app: App, settings: ConnectionSettings, options: WorkerOptions) -> None:
         if not app.routes:
@@ -176,11 +212,21 @@ class WorkerCore:
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
+        self.periodic = [r.periodic for r in self.routes if r.periodic is not None]
+        self._scheduling: dict[Delivery, _Scheduled] = {}
+        self._holds: dict[IncomingMessage, int] = {}
+        """Messages whose ack waits for more than their handler (an occurrence's next one)."""
+        self.clock = time.time
+        """Wall-clock seconds: when occurrences are due (tests replace it)."""
+        self._next_seed = 0.0
 
     # -- the connection ---------------------------------------------------------------------------
 
     def new_session(self, *, stopping: bool = False) -> ConsumerSession:
         resend = self.tracker.take_unsettled()
+        if not stopping:
+            resend.extend(self._seeds())
+            self._next_seed = time.monotonic() + RESEED_EVERY_S
         session = ConsumerSession(
             self.walk.current,
             self.tracker,
@@ -203,6 +249,7 @@ class WorkerCore:
 
     def connection_lost(self) -> None:
         self.acks.forget()
+        self._holds.clear()  # their messages go back to the queue with the channel
         self.generation += 1
         self.session = None
 
@@ -237,6 +284,8 @@ class WorkerCore:
                 attempt=message.attempt,
                 redelivered=message.redelivered,
             )
+        if route.periodic is not None:
+            return self._admit_occurrence(message, route, route.periodic)
         if not self._needs_headers and not (route.idempotent and self._needs_idempotency):
             return True
         headers = message.headers if self._needs_headers else None
@@ -265,12 +314,148 @@ class WorkerCore:
                 route.queue,
                 extra=self._log_fields(message, route.queue),
             )
+        self._skip(message, verdict)
+        return False
+
+    def _skip(self, message: IncomingMessage, verdict: Verdict) -> None:
+        """Settle a delivery whose handler does not run (its ack may wait for a publish)."""
         if message.span is not None:
             tracing.finish(message.span, verdict.action.value)
         if self.middleware:
             run_decided(self.middleware, message, verdict)
         self._ack(message)
+
+    # -- periodic jobs ----------------------------------------------------------------------------
+
+    def _admit_occurrence(
+        self, message: IncomingMessage, route: Route, carrier: PeriodicQueue
+    ) -> bool:
+        """Plan a delivered occurrence (``periodic.plan_occurrence``): claim its id and
+        publish the next one before it runs, or settle it without running."""
+        message_id = message.message_id
+        store = self.app.idempotency
+        now_ms = int(self.clock() * 1000)
+        tick = plan_occurrence(
+            carrier.jobs,
+            message.headers,
+            attempt=message.attempt,
+            now_ms=now_ms,
+            duplicate=message_id is not None and store.seen(message_id),
+        )
+        step = tick.step
+        if step is Step.RETRY:
+            return True
+        if step is Step.RUN:
+            if message_id is not None:
+                store.remember(message_id)
+            assert tick.publish is not None
+            self._holds[message] = 2  # the handler's end and the next occurrence's confirm
+            self._schedule(message, tick.publish, carrier, now_ms, ran=True)
+            return True
+        counters = self.metrics.queues[route.queue]
+        if step is Step.DUPLICATE:
+            counters.duplicates += 1
+        log = {Step.UNKNOWN: logger.warning, Step.DUPLICATE: logger.debug}.get(step, logger.info)
+        log(
+            "occurrence %s on %s not run: %s",
+            message_id,
+            route.queue,
+            tick.reason,
+            extra=self._log_fields(message, route.queue),
+        )
+        if tick.publish is not None:
+            self._holds[message] = 2  # acked once the occurrence that replaces it is confirmed
+            self._schedule(message, tick.publish, carrier, now_ms, ran=False)
+        self._skip(message, Verdict(_SKIPPED[step], reason=tick.reason))
         return False
+
+    def _seeds(self) -> list[Delivery]:
+        """The first occurrence of every periodic job after now, with its deterministic id:
+        each worker publishes them when it connects; copies from several are skipped."""
+        seeds: list[Delivery] = []
+        if not self.periodic:
+            return seeds
+        now_ms = int(self.clock() * 1000)
+        for carrier in self.periodic:
+            for job in carrier.jobs.values():
+                # untracked: a seed that is lost is made again at the next connection, by
+                # this worker or another, and an existing chain carries the job meanwhile
+                occurrence = job.first_after(now_ms)
+                seeds.append(self._occurrence_delivery(occurrence, carrier, now_ms))
+        return seeds
+
+    def reseed(self, now: float) -> None:
+        """Publish the seeds again when ``RESEED_EVERY_S`` passed (``now``: monotonic); the
+        shells call it on their tick."""
+        if not self.periodic or now < self._next_seed:
+            return
+        self._next_seed = now + RESEED_EVERY_S
+        session = self.session
+        if session is not None and session.ready:
+            for delivery in self._seeds():
+                session.publish(delivery)
+
+    def _occurrence_delivery(
+        self, occurrence: Occurrence, carrier: PeriodicQueue, now_ms: int
+    ) -> Delivery:
+        route = carrier.route(occurrence, now_ms)
+        return self.builder.build(
+            occurrence.body(),
+            exchange=route.exchange,
+            routing_key=route.routing_key,
+            mandatory=True,
+            headers=occurrence.headers,
+            message_id=occurrence.id,
+            content_type="application/json",
+        )
+
+    def _schedule(
+        self,
+        message: IncomingMessage,
+        occurrence: Occurrence,
+        carrier: PeriodicQueue,
+        now_ms: int,
+        *,
+        ran: bool,
+    ) -> _Scheduled:
+        delivery = self._occurrence_delivery(occurrence, carrier, now_ms)
+        scheduled = self._scheduling[delivery] = _Scheduled(message, occurrence, carrier, ran)
+        self._send(delivery)
+        return scheduled
+
+    def _scheduled(self, delivery: Delivery, scheduled: _Scheduled) -> None:
+        """An occurrence publish settled: release its message, or try again."""
+        message = scheduled.message
+        if message not in self._holds:
+            return  # settled already: rejected, requeued, or its channel is gone
+        if delivery.status is Status.CONFIRMED:
+            self._ack(message)
+            return
+        occurrence = scheduled.occurrence
+        if scheduled.tries < _SCHEDULE_TRIES:
+            logger.warning(
+                "could not store occurrence %s (try %d): %s; publishing it again",
+                occurrence.id,
+                scheduled.tries,
+                delivery.error,
+            )
+            now_ms = int(self.clock() * 1000)
+            again = self._schedule(
+                message, occurrence, scheduled.carrier, now_ms, ran=scheduled.ran
+            )
+            again.tries = scheduled.tries + 1
+            return
+        if not scheduled.ran:
+            self.requeue(message)  # not run: the occurrence comes back as it was
+            return
+        logger.error(
+            "could not store occurrence %s of periodic job %s: %s; the job is seeded again"
+            " when a worker connects",
+            occurrence.id,
+            occurrence.job,
+            delivery.error,
+        )
+        self._ack(message)
 
     def enter(self, message: IncomingMessage) -> object | None:
         """Make the delivery's span current while its handler runs (None: no tracing)."""
@@ -363,6 +548,8 @@ class WorkerCore:
             run_decided(chain, message, verdict)
         if verdict.action is Action.REJECT:
             counters.rejected += 1
+            if self._holds:
+                self._holds.pop(message, None)
             if message.generation == self.generation:
                 self.acks.reject(message.tag, requeue=False)
             return verdict
@@ -372,12 +559,20 @@ class WorkerCore:
     def requeue(self, message: IncomingMessage) -> None:
         """Give a message back to the queue (shutdown, or its replacement could not be stored)."""
         self.metrics.queues[message.queue].requeued += 1
+        if self._holds:
+            self._holds.pop(message, None)
         if message.span is not None and message.span.is_recording():
             tracing.finish(message.span, "requeued")
         if message.generation == self.generation and self.session is not None:
             self.acks.reject(message.tag, requeue=True)
 
     def _ack(self, message: IncomingMessage) -> None:
+        holds = self._holds
+        if holds and message in holds:
+            left = holds.pop(message) - 1
+            if left:
+                holds[message] = left
+                return
         if message.generation == self.generation:
             self.acks.done(message.tag)
             self.metrics.queues[message.queue].acked += 1
@@ -404,6 +599,9 @@ class WorkerCore:
             **props,
         )
         self._pending[delivery] = _Pending(message, verdict)
+        self._send(delivery)
+
+    def _send(self, delivery: Delivery) -> None:
         session = self.session
         if session is not None and session.ready:
             session.publish(delivery)
@@ -414,6 +612,9 @@ class WorkerCore:
     def _settled(self, delivery: Delivery) -> None:
         pending = self._pending.pop(delivery, None)
         if pending is None:
+            scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
+            if scheduled is not None:
+                self._scheduled(delivery, scheduled)
             return
         message, verdict = pending.message, pending.verdict
         counters = self.metrics.queues[message.queue]
@@ -483,7 +684,7 @@ class WorkerCore:
 
     @property
     def publishing(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._scheduling)
 
     def take_output(self, flush: bool = False) -> bytes:
         """Ack/nack frames due now, then whatever the session queued."""

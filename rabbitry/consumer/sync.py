@@ -195,6 +195,7 @@ class Worker:
                 return
             if not session.tick(now):
                 raise Disconnected("no heartbeat from the broker")
+            core.reseed(now)
             self._send(core.take_output(flush=not got))
 
     def _io(self, timeout: float) -> int:
@@ -219,6 +220,8 @@ class Worker:
                 core.acks.received(message.tag)
                 core.requeue(message)
             elif core.admit(message):
+                if core.periodic and core.routes[message.consumer].periodic is not None:
+                    self._send(core.take_output())  # the next occurrence goes out before the run
                 gate = self._gates.get(message.consumer) if self._gates else None
                 if gate is None:
                     handle_blocking(core, message, self._event_loop)

@@ -14,6 +14,10 @@ construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integr
     assert outcome.acked
     assert harness.deliver("orders.work", {"id": "x"}).parked
 
+``occurrence(job, scheduled)`` delivers an occurrence of a periodic job as a worker publishes
+it; its outcome's ``scheduled`` is the occurrence the run published before its ack
+(``schedule(job, count)`` follows the chain).
+
 ``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
 plain test. From an async test, ``await harness.deliver_async(...)`` goes through
 ``AsyncWorker``'s own dispatch on the test's loop instead.
@@ -23,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rabbitry.amqp.confirms import Delivery
@@ -35,6 +41,7 @@ from rabbitry.consumer.decision import Action, Verdict
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
+from rabbitry.consumer.periodic import Occurrence
 from rabbitry.consumer.sync import handle_blocking
 
 FOLLOW_LIMIT = 100
@@ -51,6 +58,9 @@ class Outcome:
     message: IncomingMessage
     error: BaseException | None = None
     copy: Delivery | None = None
+    scheduled: Occurrence | None = None
+    """The occurrence of a periodic job published before the ack: the next one after a run,
+    the same one delayed again, or the one that replaces it under a changed schedule."""
 
     @property
     def action(self) -> Action:
@@ -76,8 +86,9 @@ class Outcome:
 
     @property
     def skipped(self) -> bool:
-        """Acked without running the handler (a duplicate, a cancelled job, a cancel order)."""
-        return self.verdict.action in (Action.DUPLICATE, Action.CANCELLED, Action.CANCEL_NOTED)
+        """Acked without running the handler (a duplicate, a cancelled job, a cancel order,
+        an occurrence that was rescheduled or whose job is gone)."""
+        return self.verdict.action in _SKIPPED
 
     @property
     def attempt(self) -> int:
@@ -111,6 +122,17 @@ class Outcome:
     def __repr__(self) -> str:
         where = f" -> {self.routing_key}" if self.verdict.publishes else ""
         return f"<Outcome {self.action.value} attempt={self.attempt}{where}>"
+
+
+_SKIPPED = frozenset(
+    {
+        Action.DUPLICATE,
+        Action.CANCELLED,
+        Action.CANCEL_NOTED,
+        Action.RESCHEDULED,
+        Action.DROPPED,
+    }
+)
 
 
 class _Recorder(Middleware):
@@ -231,6 +253,67 @@ class HandlerHarness:
             outcomes.append(await self.deliver_async(queue, outcomes[-1].message.body, **again))
         return outcomes
 
+    def occurrence(
+        self,
+        job: str,
+        scheduled: datetime | int | None = None,
+        *,
+        received: datetime | int | None = None,
+        schedule: str | None = None,
+        redelivered: bool = False,
+        headers: Mapping[str, Any] | None = None,
+    ) -> Outcome:
+        """Deliver an occurrence of the periodic job ``job`` as the worker publishes it, due
+        at ``scheduled`` (an aware ``datetime`` or ms since the epoch; default: the job's
+        first occurrence from now on), received at ``received`` (default: when due). The
+        outcome's ``scheduled`` is the occurrence published before the ack. ``schedule``
+        makes it as an older schedule (its text, ``every 5m``) would have; ``headers`` are
+        added (pass a retry's headers to deliver that retry)."""
+        found = self.app.periodic_jobs.get(job)
+        if found is None:
+            known = ", ".join(self.app.periodic_jobs) or "none"
+            raise AppError(f"the app has no periodic job {job!r} (periodic jobs: {known})")
+        now_ms = _ms(received)
+        if scheduled is None:
+            at = found.first_after(int(time.time() * 1000))
+        else:
+            at = Occurrence(job, _ms(scheduled) or 0, found.schedule.text)
+        if schedule is not None:
+            at = Occurrence(job, at.scheduled_ms, schedule)
+        carrier = next(r.periodic for r in self.core.routes if r.periodic is not None)
+        clock = self.core.clock
+        when_ms = at.scheduled_ms if now_ms is None else now_ms
+        self.core.clock = lambda: when_ms / 1000
+        try:
+            return self.deliver(
+                carrier.queue,
+                at.body(),
+                headers={**at.headers, **(headers or {})},
+                message_id=at.id,
+                content_type="application/json",
+                redelivered=redelivered,
+            )
+        finally:
+            self.core.clock = clock
+
+    def schedule(
+        self, job: str, count: int, *, start: datetime | int | None = None
+    ) -> list[Outcome]:
+        """Deliver ``count`` occurrences of ``job`` one after the other, each the one the
+        previous run published, from the first after ``start`` (default: now); every outcome."""
+        found = self.app.periodic_jobs.get(job)
+        base = _ms(start)
+        first = None
+        if found is not None:
+            first = found.first_after(base if base is not None else int(time.time() * 1000))
+        outcomes = [self.occurrence(job, first.scheduled_ms if first else None)]
+        while len(outcomes) < count:
+            following = outcomes[-1].scheduled
+            if following is None:
+                break
+            outcomes.append(self.occurrence(job, following.scheduled_ms))
+        return outcomes
+
     # -- internals ----------------------------------------------------------------------------
 
     def _message(
@@ -268,6 +351,12 @@ class HandlerHarness:
         verdict = recorder.verdicts.pop(id(message))
         error = recorder.errors.pop(id(message), None)
         copy = None
+        scheduled = None
+        core = self.core
+        for delivery, entry in list(core._scheduling.items()):
+            if entry.message is message:
+                scheduled = entry.occurrence
+                core.tracker.ack(delivery.tag, multiple=False)
         if verdict.publishes:
             tracker = self.core.tracker
             copy = next(
@@ -276,12 +365,20 @@ class HandlerHarness:
                 if d.message_id == message.message_id and d.routing_key == verdict.routing_key
             )
             tracker.ack(copy.tag, multiple=False)
-        return Outcome(verdict=verdict, message=message, error=error, copy=copy)
+        return Outcome(
+            verdict=verdict, message=message, error=error, copy=copy, scheduled=scheduled
+        )
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+
+def _ms(at: datetime | int | None) -> int | None:
+    if at is None or isinstance(at, int):
+        return at
+    return int(at.timestamp() * 1000)
 
 
 def _retry_of(

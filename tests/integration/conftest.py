@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -42,6 +46,35 @@ def one_vhost_spec(vhost_keys: str) -> str:
       - name: "{{ vars.vhost }}"
 """
         + vhost_keys
+    )
+
+
+def worker_process(
+    broker: Broker,
+    module: str,
+    source: str,
+    env: Mapping[str, str],
+    *args: str,
+    stdout: IO[bytes] | int = subprocess.PIPE,
+) -> subprocess.Popen[bytes]:
+    """``rabbitry worker run <module>:app`` in a process of its own: ``source`` is written to
+    ``<module>.py`` in the test's folder, and reads the spec's path and vhost from ``T_SPEC``
+    and ``T_VHOST`` (with ``env`` added); ``args`` go to the command."""
+    (broker.tmp / f"{module}.py").write_text(textwrap.dedent(source))
+    environment = {
+        **os.environ,
+        "T_SPEC": str(broker.tmp / "spec.yaml"),
+        "T_VHOST": broker.vhost,
+        **env,
+        "PYTHONPATH": f"{broker.tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    command = ["worker", "run", f"{module}:app", "--url", broker.amqp_url, *args]
+    return subprocess.Popen(
+        [sys.executable, "-c", "from rabbitry.cli import main; main()", *command],
+        env=environment,
+        cwd=broker.tmp,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
     )
 
 

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +27,7 @@ from rabbitry.policies.retry import (
 from rabbitry.publisher import Backoff, Publisher
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
-from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 
 pytestmark = pytest.mark.broker
 
@@ -242,34 +239,9 @@ WORKER_MODULE = """
 
 
 def start_worker(broker: Broker, record: Path, *extra: str, pause: float = 0.0) -> Any:
-    module = broker.tmp / "worker_app.py"
-    module.write_text(textwrap.dedent(WORKER_MODULE))
-    env = {
-        **os.environ,
-        "T_SPEC": str(broker.tmp / "spec.yaml"),
-        "T_VHOST": broker.vhost,
-        "T_RECORD": str(record),
-        "T_PAUSE": str(pause),
-        "PYTHONPATH": f"{broker.tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from rabbitry.cli import main; main()",
-            "worker",
-            "run",
-            "worker_app:app",
-            "--url",
-            broker.amqp_url,
-            "--log-level",
-            "warning",
-            *extra,
-        ],
-        env=env,
-        cwd=broker.tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    env = {"T_RECORD": str(record), "T_PAUSE": str(pause)}
+    return worker_process(
+        broker, "worker_app", WORKER_MODULE, env, "--log-level", "warning", *extra
     )
 
 

@@ -22,6 +22,7 @@ from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.model import (
     DelaySpec,
     ExponentialBackoffSpec,
+    QueueSpec,
     RetrySpec,
     Spec,
     VhostSpec,
@@ -93,6 +94,8 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                     " target (parking lot or dead-letter queue): keep one; set"
                     " `dead_letter: false` to keep your own dead-letter exchange",
                 )
+            if queue.periodic is not None:
+                check_periodic(queue, qtype, delays, loc, findings)
             retry = queue.retry
             if retry is None:
                 continue
@@ -136,6 +139,34 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                         f"delay {retry.via!r} has fixed levels: jittered delays are rounded up"
                         " to the next level",
                     )
+
+
+def check_periodic(
+    queue: QueueSpec,
+    qtype: QueueType,
+    delays: dict[str, DelaySpec],
+    loc: Loc,
+    findings: Findings,
+) -> None:
+    """A periodic queue: its delay exists, it is consumed with acks, by one worker at a time."""
+    if queue.periodic not in delays:
+        known = ", ".join(sorted(delays)) or "none declared"
+        findings.error(
+            (*loc, "periodic"),
+            f"periodic: {queue.periodic!r} is not a delay of this vhost (delays: {known});"
+            " name the `delays` entry that carries the occurrences",
+        )
+    if qtype is QueueType.STREAM:
+        findings.error(
+            (*loc, "periodic"),
+            f"queue {queue.name!r} is a stream: periodic jobs need a queue consumed with acks",
+        )
+    if queue.arguments.single_active_consumer is False:
+        findings.error(
+            (*loc, "arguments", "x-single-active-consumer"),
+            f"periodic queue {queue.name!r} is consumed by one worker at a time (that worker"
+            " tells copies of an occurrence apart): remove `x-single-active-consumer: false`",
+        )
 
 
 def retry_delay_problem(retry: RetrySpec, delay: DelaySpec) -> str | None:

@@ -53,12 +53,15 @@ def delay_scheme(spec: DelaySpec) -> DelayScheme:
 
 
 def _targets(vhost: VhostSpec, delay: DelaySpec) -> list[tuple[str, str | None, str]]:
-    """(address, exchange or None for a queue, routing key) of every target, retries included."""
+    """(address, exchange or None for a queue, routing key) of every target, the queues
+    retrying or carrying periodic jobs through it included."""
     out: dict[str, tuple[str, str | None, str]] = {}
     for target in delay.targets:
         out[target.address] = (target.address, target.exchange, target.routing_key)
     for queue in vhost.queues:
-        if queue.retry is not None and queue.retry.via == delay.name:
+        if (queue.retry is not None and queue.retry.via == delay.name) or (
+            queue.periodic == delay.name
+        ):
             out.setdefault(queue.name, (queue.name, None, ""))
     return list(out.values())
 

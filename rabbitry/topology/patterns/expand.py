@@ -18,7 +18,7 @@ from rabbitry.topology.patterns.retries import declare_retries
 from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
 from rabbitry.topology.patterns.shovels import declare_shovels
 from rabbitry.topology.patterns.super_streams import declare_super_streams
-from rabbitry.topology.spec.model import Spec, UserSpec
+from rabbitry.topology.spec.model import QueueSpec, Spec, UserSpec
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
 
@@ -55,9 +55,21 @@ def declare_queues(draft: VhostDraft) -> None:
                 type=spec.type or draft.default_queue_type,
                 durable=spec.durable,
                 auto_delete=spec.auto_delete,
-                arguments={**spec.arguments.as_broker_dict(), **spec.unchecked_arguments},
+                arguments=queue_arguments(spec),
             )
         )
+
+
+def queue_arguments(spec: QueueSpec) -> dict[str, primitives.JSON]:
+    """A queue's declared arguments; a periodic queue is consumed by one worker at a time, so
+    that one process sees every copy of an occurrence (``rabbitry.consumer.periodic``)."""
+    arguments: dict[str, primitives.JSON] = {
+        **spec.arguments.as_broker_dict(),
+        **spec.unchecked_arguments,
+    }
+    if spec.periodic is not None:
+        arguments.setdefault("x-single-active-consumer", True)
+    return arguments
 
 
 def declare_bindings(draft: VhostDraft) -> None:

@@ -335,6 +335,10 @@ class QueueSpec(SpecModel):
     """Quorum queues: deliveries before the broker dead-letters a message (guards against
     poison messages that crash consumers before they ack). Set it explicitly: the broker's
     default changed to 20 in 4.0."""
+    periodic: Name | None = None
+    """Carry the occurrences of periodic jobs (`@app.periodic`), scheduled through the named
+    `delays` entry of this vhost: the queue becomes a target of that delay and is consumed by
+    one worker at a time (x-single-active-consumer)."""
 
 
 class BindingSpec(SpecModel):

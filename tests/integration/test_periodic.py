@@ -1,0 +1,206 @@
+"""Periodic jobs on a real broker: a job every second goes on across a worker killed in the
+middle of a run and with two workers at once, and no occurrence is lost or run twice (counted
+by scheduled time)."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Broker, one_vhost_spec, worker_process
+
+pytestmark = pytest.mark.broker
+
+SPEC = one_vhost_spec("""
+        queues:
+          - {name: jobs, type: quorum, periodic: timers}
+        delays:
+          - {name: timers, unit: 100ms, count: 8}
+""")
+INTERVAL_MS = 1000
+
+WORKER_MODULE = """
+import asyncio
+import os
+from pathlib import Path
+
+from rabbitry.consumer import App
+from rabbitry.topology import load_spec
+
+spec = load_spec(Path(os.environ["T_SPEC"]), {"vhost": os.environ["T_VHOST"], "stack": "s"})
+app = App(spec)
+record = Path(os.environ["T_RECORD"])
+
+
+def note(word, occurrence):
+    with record.open("a") as f:
+        f.write(f"{word} {occurrence.scheduled_ms} {os.getpid()} {occurrence.schedule}\\n")
+
+
+@app.periodic(os.environ.get("T_EVERY", "1s"), name="tick")
+async def tick(occurrence):
+    note("start", occurrence)
+    await asyncio.sleep(0.4)
+    note("done", occurrence)
+"""
+
+
+@pytest.fixture
+def applied(broker: Broker) -> Broker:
+    return broker.apply(SPEC)
+
+
+def start_worker(
+    broker: Broker, record: Path, log: str, *extra: str, every: str = "1s"
+) -> subprocess.Popen[bytes]:
+    with (broker.tmp / log).open("ab") as out:
+        env = {"T_RECORD": str(record), "T_EVERY": every}
+        return worker_process(
+            broker, "periodic_app", WORKER_MODULE, env, "--log-level", "info", *extra, stdout=out
+        )
+
+
+def records(path: Path, word: str) -> list[tuple[int, int]]:
+    """(scheduled ms, pid) of every ``word`` line, in the order they were written."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == word:
+            out.append((int(parts[1]), int(parts[2])))
+    return out
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, step: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(step)
+    return condition()
+
+
+def kill_in_the_middle_of_a_run(
+    record: Path, workers: dict[int, subprocess.Popen[bytes]]
+) -> tuple[int, int]:
+    """SIGKILL the worker that just started a run (10 ms into a 400 ms run): (scheduled, pid)."""
+    seen = len(records(record, "start"))
+
+    def new_start() -> tuple[int, int] | None:
+        starts = records(record, "start")
+        return starts[-1] if len(starts) > seen else None
+
+    started = wait_for(new_start, 10.0, step=0.005)
+    assert started, "an occurrence started"
+    scheduled, pid = started
+    workers[pid].send_signal(signal.SIGKILL)
+    workers[pid].wait(10)
+    assert scheduled not in {s for s, _ in records(record, "done")}, "killed mid-run"
+    return scheduled, pid
+
+
+def assert_each_occurrence_ran_once(record: Path, killed: int) -> list[int]:
+    done = [scheduled for scheduled, _ in records(record, "done")]
+    doubled = sorted(s for s, n in collections.Counter(done).items() if n > 1)
+    assert doubled == [], f"occurrences run twice: {doubled}"
+    ordered = sorted(done)
+    gaps = [(a, b) for a, b in itertools.pairwise(ordered) if b - a != INTERVAL_MS]
+    assert gaps == [], f"occurrences lost between: {gaps}"
+    assert killed in done, "the occurrence whose run was killed ran again to its end"
+    return ordered
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+
+
+@pytest.mark.parametrize("kind", [(), ("--sync",)], ids=["async", "sync"])
+def test_a_worker_killed_mid_run_loses_no_occurrence_and_doubles_none(
+    applied: Broker, kind: tuple[str, ...]
+) -> None:
+    record = applied.tmp / "runs.txt"
+    first = start_worker(applied, record, "first.log", *kind)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        assert wait_for(lambda: len(records(record, "done")) >= 3, 30, step=0.05)
+        killed, _ = kill_in_the_middle_of_a_run(record, {first.pid: first})
+        time.sleep(1.5)  # occurrences fall due while no worker runs
+        second = start_worker(applied, record, "second.log", *kind)
+        assert wait_for(
+            lambda: (
+                [s for s, pid in records(record, "done") if pid == second.pid][-3:]
+                and max(s for s, _ in records(record, "done")) >= killed + 5 * INTERVAL_MS
+            ),
+            30,
+            step=0.05,
+        ), (applied.tmp / "second.log").read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        if second is not None:
+            stop(second)
+    ran = assert_each_occurrence_ran_once(record, killed)
+    assert len(ran) >= 9
+    assert "periodic jobs: tick (every 1s)" in (applied.tmp / "second.log").read_text()
+
+
+def test_two_workers_at_once_run_each_occurrence_once_across_a_kill(applied: Broker) -> None:
+    record = applied.tmp / "runs.txt"
+    workers = {p.pid: p for p in (start_worker(applied, record, f"w{i}.log") for i in range(2))}
+    try:
+        assert wait_for(lambda: len(records(record, "done")) >= 4, 30, step=0.05)
+        killed, active = kill_in_the_middle_of_a_run(record, workers)
+        (survivor,) = [p for pid, p in workers.items() if pid != active]
+        assert wait_for(
+            lambda: len([s for s, pid in records(record, "done") if pid == survivor.pid]) >= 4,
+            30,
+            step=0.05,
+        ), (applied.tmp / "w0.log").read_text() + (applied.tmp / "w1.log").read_text()
+    finally:
+        for process in workers.values():
+            if process.pid != active and process.poll() is None:
+                stop(process)
+            elif process.poll() is None:
+                process.kill()
+    ran = assert_each_occurrence_ran_once(record, killed)
+    assert len(ran) >= 8
+
+
+def test_a_changed_schedule_takes_effect_on_the_next_occurrence(applied: Broker) -> None:
+    record = applied.tmp / "runs.txt"
+    old = start_worker(applied, record, "old.log", every="3s")
+    try:
+        assert wait_for(lambda: len(records(record, "done")) >= 2, 30, step=0.05)
+    finally:
+        stop(old)  # the next occurrence under "every 3s" waits in the delay levels
+    stopped_ms = int(time.time() * 1000)
+    new = start_worker(applied, record, "new.log", every="1s")
+    try:
+        assert wait_for(
+            lambda: len([s for s, pid in records(record, "done") if pid == new.pid]) >= 6,
+            30,
+            step=0.05,
+        ), (applied.tmp / "new.log").read_text()
+    finally:
+        stop(new)
+    lines = [line.split(maxsplit=3) for line in record.read_text().splitlines()]
+    runs = [(int(scheduled), schedule) for word, scheduled, _, schedule in lines if word == "done"]
+    assert all(schedule == "every 3s" for scheduled, schedule in runs if scheduled < stopped_ms)
+    after = sorted(scheduled for scheduled, schedule in runs if scheduled >= stopped_ms)
+    assert {schedule for scheduled, schedule in runs if scheduled >= stopped_ms} == {"every 1s"}
+    assert [b - a for a, b in itertools.pairwise(after)] == [INTERVAL_MS] * (len(after) - 1)
+    assert (
+        "made under 'every 3s'; the job is now 'every 1s'" in (applied.tmp / "new.log").read_text()
+    )
