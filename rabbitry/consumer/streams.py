@@ -43,7 +43,7 @@ from rabbitry.consumer.session import CONSUMER_TAG_PREFIX, ConsumerSession, Subs
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
-__all__ = ["OFFSET_HEADER", "StreamError", "StreamReader", "StreamSession"]
+__all__ = ["OFFSET_HEADER", "StreamError", "StreamNotFound", "StreamReader", "StreamSession"]
 
 OFFSET_HEADER = "x-stream-offset"
 
@@ -58,6 +58,10 @@ SETTLE_LIMIT = 5.0
 
 class StreamError(BrokerError):
     """A stream cannot be read: it does not exist, is not a stream, or the broker refused."""
+
+
+class StreamNotFound(StreamError):
+    """No queue of that name in the vhost (404 NOT_FOUND)."""
 
 
 class StreamSession(ConsumerSession):
@@ -215,7 +219,7 @@ class StreamReader:
         code, text, queue = refused
         where = f"in vhost {self.settings.vhost!r} at {self.settings.display}"
         if code == 404:
-            raise StreamError(
+            raise StreamNotFound(
                 f"stream {queue!r} does not exist {where}: declare it (a queue of type stream,"
                 " or a super_streams: entry, then rabbitry apply) or fix the stream name"
             )

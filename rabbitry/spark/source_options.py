@@ -94,7 +94,7 @@ class SourceOptions:
         cls,
         options: Mapping[str, str],
         *,
-        streaming: bool,
+        streaming: bool | None,
         environ: Mapping[str, str] | None = None,
     ) -> SourceOptions:
         env = os.environ if environ is None else environ
@@ -130,11 +130,11 @@ class SourceOptions:
                 keys = tuple(k.strip() for k in text.split(",") if k.strip())
                 if not keys:
                     raise SourceOptionError("partitions is empty: give keys or a number")
-        if streaming and "endingoffsets" in given:
+        if streaming is True and "endingoffsets" in given:
             raise SourceOptionError(
                 "endingOffsets is for batch reads (spark.read); a streaming query reads on"
             )
-        if not streaming and "maxrecordspertrigger" in given:
+        if streaming is False and "maxrecordspertrigger" in given:
             raise SourceOptionError(
                 "maxRecordsPerTrigger is for streaming reads; a batch read takes"
                 " startingOffsets to endingOffsets"
@@ -142,7 +142,7 @@ class SourceOptions:
         max_trigger = _int(given, "maxrecordspertrigger", None, 1, 2**62, SourceOptionError)
         parsed = cls(
             url=url,
-            streaming=streaming,
+            streaming=bool(streaming),
             starting_offsets=given.get("startingoffsets"),
             ending_offsets=given.get("endingoffsets"),
             streams=streams,

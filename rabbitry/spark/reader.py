@@ -1,0 +1,137 @@
+"""The ``rabbitmq`` source's Spark side: batch and streaming readers over stream queues.
+
+Offsets are per stream: the offset of the next message to read. A batch read fixes
+``[startingOffsets, endingOffsets)`` on the driver when Spark plans it; a streaming query asks
+``latestOffset`` at each trigger and Spark writes the answer to its checkpoint before any task
+reads, so a micro-batch run again (a failed task, a restart) reads the same ranges. Each range
+is one task, cut at ``maxRecordsPerPartition`` messages; ``read`` runs in the task and opens its
+own connection (``rabbitry.spark.source_plan.read_partition``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from rabbitry.consumer.streams import StreamReader
+from rabbitry.spark.offsets import cap, checked_offsets, offsets_json
+from rabbitry.spark.report import logger
+from rabbitry.spark.source_plan import (
+    SourcePlan,
+    StreamPartition,
+    batch_range,
+    read_partition,
+)
+
+try:  # Spark 4.2+: the engine passes a read limit to latestOffset
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+    _LIMITS = True
+except ImportError:  # pragma: no cover - Spark 4.0 and 4.1
+    _LIMITS = False
+
+
+def _spark_partitions(partitions: list[StreamPartition]) -> list[InputPartition]:
+    return [InputPartition(p) for p in partitions]
+
+
+def _read(partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    value = partition.value
+    if not isinstance(value, StreamPartition):  # pragma: no cover - Spark hands ours back
+        raise TypeError(f"not a partition of the rabbitmq source: {value!r}")
+    return read_partition(value)
+
+
+class RabbitMQBatchReader(DataSourceReader):
+    """``spark.read.format("rabbitmq")``: the offsets are fixed when Spark plans the read."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self.start, self.end = batch_range(plan)
+        logger.info(
+            "rabbitmq source, batch read of %s: %s to %s",
+            ", ".join(plan.streams),
+            self.start,
+            self.end,
+        )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _spark_partitions(self.plan.partitions(self.start, self.end))
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return _read(partition)
+
+
+class RabbitMQStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("rabbitmq")``: offsets per stream in Spark's checkpoint."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self._reader: StreamReader | None = None
+        self._previous: dict[str, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the reader is shipped to the tasks for read(): not its driver-side connection
+        state = dict(self.__dict__)
+        state["_reader"] = None
+        return state
+
+    def _connection(self) -> StreamReader:
+        if self._reader is None:
+            self._reader = self.plan.reader()
+        return self._reader
+
+    def _bounds(self) -> dict[str, Any]:
+        try:
+            return self.plan.bounds(self._connection())
+        except BaseException:
+            self.stop()  # a fresh connection at the next trigger
+            raise
+
+    def initialOffset(self) -> dict[str, int]:
+        reader = self._connection()
+        bounds = self._bounds()
+        start = self.plan.offsets(reader, self.plan.options.starting(self.plan.streams), bounds)
+        self._previous = start
+        return offsets_json(start)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        streams = self.plan.streams
+        begin = checked_offsets(start, streams) if start is not None else self._previous
+        latest = {s: b.next for s, b in self._bounds().items()}
+        if begin is None:
+            begin = latest
+        max_rows = self.plan.options.max_records_per_trigger
+        if _LIMITS and isinstance(limit, ReadAllAvailable):
+            max_rows = None
+        elif _LIMITS and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        end = cap({s: max(o, 0) for s, o in begin.items()}, latest, max_rows)
+        self._previous = end
+        return offsets_json(end)
+
+    if _LIMITS:
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            rows = self.plan.options.max_records_per_trigger
+            return ReadMaxRows(rows) if rows is not None else ReadAllAvailable()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        streams = self.plan.streams
+        begin = {s: max(o, 0) for s, o in checked_offsets(start, streams).items()}
+        return _spark_partitions(self.plan.partitions(begin, checked_offsets(end, streams)))
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return _read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the stream keeps its messages and Spark keeps the offsets."""
+
+    def stop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()

@@ -1,0 +1,81 @@
+"""The source's rows: one per stream message, in the schema ``SOURCE_SCHEMA`` names.
+
+``body`` is the message body as it was published (binary: ``CAST(body AS STRING)`` or
+``from_json(CAST(body AS STRING), ...)`` to decode it); ``headers`` holds the application
+headers as text (the broker's ``x-stream-offset`` is the ``offset`` column instead);
+``properties`` the AMQP basic properties; ``timestamp`` the message's timestamp property (set
+by publishers such as rabbitry's, null when absent). Pure: no Spark import, no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.streams import OFFSET_HEADER
+
+__all__ = ["PROPERTY_FIELDS", "SOURCE_SCHEMA", "header_text", "row_of"]
+
+# (name, Spark type) of the properties struct, in order.
+PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("message_id", "string"),
+    ("correlation_id", "string"),
+    ("content_type", "string"),
+    ("content_encoding", "string"),
+    ("type", "string"),
+    ("app_id", "string"),
+    ("user_id", "string"),
+    ("reply_to", "string"),
+    ("expiration", "string"),
+    ("delivery_mode", "int"),
+    ("priority", "int"),
+    ("timestamp", "timestamp"),
+)
+
+SOURCE_SCHEMA = (
+    "body binary, routing_key string, headers map<string,string>, properties struct<"
+    + ", ".join(f"{name}: {kind}" for name, kind in PROPERTY_FIELDS)
+    + ">, stream string, offset bigint, timestamp timestamp"
+)
+
+
+def header_text(value: Any) -> str | None:
+    """A header value as text: strings as they are, bytes as UTF-8, tables and arrays as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, default=header_text, separators=(",", ":"))
+    return str(value)
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, int):
+        return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+    return None
+
+
+def row_of(message: IncomingMessage, stream: str, offset: int) -> tuple[Any, ...]:
+    """The row of one delivery from ``stream`` at ``offset``."""
+    props = message.properties
+    raw_headers = props.get("headers") or {}
+    headers = {
+        str(name): header_text(value)
+        for name, value in raw_headers.items()
+        if name != OFFSET_HEADER
+    }
+    stamp = _moment(props.get("timestamp"))
+    properties = tuple(
+        stamp if name == "timestamp" else props.get(name) for name, _ in PROPERTY_FIELDS
+    )
+    return (message.body, message.routing_key, headers, properties, stream, offset, stamp)
