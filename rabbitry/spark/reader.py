@@ -37,8 +37,10 @@ def _spark_partitions(partitions: list[StreamPartition]) -> list[InputPartition]
     return [InputPartition(p) for p in partitions]
 
 
-def _read(partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-    value = partition.value
+def _read(partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+    value = getattr(partition, "value", None)
+    if value is None:  # Spark reads one empty partition when partitions() lists none
+        return iter(())
     if not isinstance(value, StreamPartition):  # pragma: no cover - Spark hands ours back
         raise TypeError(f"not a partition of the rabbitmq source: {value!r}")
     return read_partition(value)
@@ -60,7 +62,7 @@ class RabbitMQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return _spark_partitions(self.plan.partitions(self.start, self.end))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
         return _read(partition)
 
 
@@ -125,7 +127,7 @@ class RabbitMQStreamReader(DataSourceStreamReader):
         begin = {s: max(o, 0) for s, o in checked_offsets(start, streams).items()}
         return _spark_partitions(self.plan.partitions(begin, checked_offsets(end, streams)))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
         return _read(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
