@@ -137,21 +137,21 @@ def resolve(
 def cap(
     start: Mapping[str, int], latest: Mapping[str, int], max_records: int | None
 ) -> dict[str, int]:
-    """End offsets of a micro-batch from ``start``: ``latest``, or at most ``max_records`` in
-    all, shared out in proportion to each stream's backlog (every stream with a backlog moves
-    by at least one, so none starves)."""
+    """End offsets of a micro-batch from ``start``: ``latest``, or ``max_records`` in all,
+    shared out in proportion to each stream's backlog (largest remainders first, so the shares
+    add up to the limit exactly)."""
     ends = {s: max(latest.get(s, start.get(s, 0)), start.get(s, 0)) for s in latest}
-    backlog = {s: ends[s] - start.get(s, ends[s]) for s in ends}
+    begin = {s: start.get(s, ends[s]) for s in ends}
+    backlog = {s: ends[s] - begin[s] for s in ends}
     total = sum(backlog.values())
     if max_records is None or total <= max_records:
         return ends
-    out: dict[str, int] = {}
-    for stream in sorted(ends):
-        waiting = backlog[stream]
-        begin = start.get(stream, ends[stream])
-        share = max(1, waiting * max_records // total) if waiting else 0
-        out[stream] = begin + min(waiting, share)
-    return out
+    shares = {s: backlog[s] * max_records // total for s in ends}
+    left = max_records - sum(shares.values())
+    by_remainder = sorted(ends, key=lambda s: (-(backlog[s] * max_records % total), s))
+    for stream in by_remainder[:left]:
+        shares[stream] += 1
+    return {s: begin[s] + min(backlog[s], shares[s]) for s in sorted(ends)}
 
 
 def ranges(
