@@ -13,6 +13,7 @@ credit (the stream keeps its messages), and every delivery carries its offset in
   arrives right after ``consume-ok``) for the other, and takes the highest offset delivered
   until deliveries pause. Messages published meanwhile can only raise it: the answer is always
   an offset the stream holds, so a range that ends there can be read to its end.
+- ``check(streams)``: each exists and is a stream (a consumer at ``next``, at once cancelled).
 - ``offset_at(stream, when)``: the first offset at or after a point in time.
 - ``read(stream, start, end)``: the messages of ``[start, end)``, in offset order, the same ones
   on every call while retention keeps them.
@@ -25,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pamqp import commands
@@ -46,6 +48,7 @@ from rabbitry.uri import mask_text
 __all__ = ["OFFSET_HEADER", "StreamError", "StreamNotFound", "StreamReader", "StreamSession"]
 
 OFFSET_HEADER = "x-stream-offset"
+_QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
 
 FIRST_WAIT = 1.0
 """Seconds to wait for the first delivery of ``first``/``last`` before calling a stream empty:
@@ -100,7 +103,10 @@ class StreamSession(ConsumerSession):
         )
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        queue = self.subscriptions[-1].queue if self.subscriptions else ""
+        named = _QUEUE_IN_TEXT.search(frame.reply_text or "")
+        queue = named["name"] if named else ""
+        if not queue and self.subscriptions:
+            queue = self.subscriptions[-1].queue
         self.refused = (frame.reply_code or 0, mask_text(frame.reply_text), queue)
         self.stopping = True  # the reopened channel starts no consumer
         super()._channel_closed(frame)
@@ -230,65 +236,88 @@ class StreamReader:
             )
         raise StreamError(f"reading stream {queue!r} {where}: {code} {text}")
 
-    def _started(self, wire: SocketWire, session: StreamSession, index: int) -> list[Any]:
-        """Wait for ``consume-ok`` (or the refusal); deliveries that came with it."""
+    def _started(self, wire: SocketWire, session: StreamSession, indexes: list[int]) -> list[Any]:
+        """Wait for every ``consume-ok`` (or a refusal); deliveries that came meanwhile."""
         deadline = time.monotonic() + self.settings.connect_timeout
         got: list[Any] = []
-        while index not in session.consuming:
+        while not session.consuming.issuperset(indexes):
             if time.monotonic() > deadline:
                 raise StreamError(f"{self.settings.display} did not answer basic.consume")
             got += self._poll(wire, session, 0.05)
         return got
 
     def _collect(
-        self, stream: str, offset: int | str | dt.datetime, *, first_only: bool
-    ) -> tuple[int, int] | None:
-        """(lowest, highest) offset delivered from ``offset`` until deliveries pause (or the
-        first delivery with ``first_only``); None when nothing came."""
+        self, streams: Sequence[str], offset: int | str | dt.datetime, *, first_only: bool
+    ) -> dict[str, tuple[int, int] | None]:
+        """Per stream, (lowest, highest) offset delivered from ``offset`` until its deliveries
+        pause (or its first delivery with ``first_only``); None when nothing came. All the
+        streams at once, on one channel."""
         wire, session = self._connect()
-        index = session.consume(stream, offset)
-        low: int | None = None
-        high = -1
+        index = {session.consume(stream, offset): stream for stream in streams}
+        found: dict[str, list[int]] = {}
+        quiet_from: dict[str, float] = {}
         try:
-            pending = self._started(wire, session, index)
-            now = time.monotonic()
-            wait_until = now + FIRST_WAIT
-            stop_at = now + SETTLE_LIMIT
+            pending = self._started(wire, session, list(index))
+            started = time.monotonic()
             while True:
+                now = time.monotonic()
                 for message in pending:
-                    if message.consumer != index:
+                    stream = index.get(message.consumer)
+                    if stream is None:
                         continue
                     at = offset_of(message)
-                    low = at if low is None else min(low, at)
-                    high = max(high, at)
-                if low is not None:
-                    if first_only:
-                        break
-                    wait_until = min(time.monotonic() + QUIET, stop_at) if pending else wait_until
-                now = time.monotonic()
-                if now >= wait_until:
+                    seen = found.setdefault(stream, [at, at])
+                    seen[0], seen[1] = min(seen[0], at), max(seen[1], at)
+                    quiet_from[stream] = now
+                done = all(
+                    (s in found and (first_only or now - quiet_from[s] >= QUIET))
+                    or (s not in found and now - started >= FIRST_WAIT)
+                    for s in streams
+                )
+                if done or now - started >= SETTLE_LIMIT:
                     break
-                pending = self._poll(wire, session, min(0.05, wait_until - now))
+                pending = self._poll(wire, session, 0.02)
         finally:
             if session.refused is None and self._session is session:
-                session.cancel(index)
+                for i in index:
+                    session.cancel(i)
                 self._ack(session)
-        return None if low is None else (low, high)
+        return {s: (found[s][0], found[s][1]) if s in found else None for s in streams}
 
     # -- what callers use ---------------------------------------------------------------------
 
+    def check(self, streams: Sequence[str]) -> None:
+        """Raise ``StreamError`` unless every one of ``streams`` exists and is a stream: a
+        consumer at ``next`` on each (nothing is delivered), cancelled once the broker took it."""
+        wire, session = self._connect()
+        indexes = [session.consume(stream, "next") for stream in streams]
+        self._started(wire, session, indexes)
+        for index in indexes:
+            session.cancel(index)
+
     def bounds(self, stream: str) -> tuple[int, int]:
         """(first offset, offset after the last message); (0, 0) for a stream never written."""
-        first = self._collect(stream, "first", first_only=True)
-        if first is None:
-            return (0, 0)
-        last = self._collect(stream, "last", first_only=False)
-        high = last[1] if last is not None else first[0]
-        return (first[0], max(high, first[0]) + 1)
+        return self.bounds_of([stream])[stream]
+
+    def bounds_of(self, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """``bounds`` of each stream, asked of all of them at once."""
+        firsts = self._collect(streams, "first", first_only=True)
+        written = [s for s in streams if firsts[s] is not None]
+        lasts = self._collect(written, "last", first_only=False) if written else {}
+        out: dict[str, tuple[int, int]] = {}
+        for stream in streams:
+            first = firsts[stream]
+            if first is None:
+                out[stream] = (0, 0)
+                continue
+            last = lasts.get(stream)
+            high = last[1] if last is not None else first[0]
+            out[stream] = (first[0], max(high, first[0]) + 1)
+        return out
 
     def offset_at(self, stream: str, when: dt.datetime) -> int | None:
         """The first offset of the first chunk written at or after ``when``; None if none."""
-        found = self._collect(stream, when, first_only=True)
+        found = self._collect([stream], when, first_only=True)[stream]
         return None if found is None else found[0]
 
     def read(
@@ -302,7 +331,7 @@ class StreamReader:
         wire, session = self._connect()
         index = session.consume(stream, start)
         last_seen = time.monotonic()
-        pending = self._started(wire, session, index)
+        pending = self._started(wire, session, [index])
         try:
             while True:
                 for message in pending:

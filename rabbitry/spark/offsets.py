@@ -155,18 +155,28 @@ def cap(
 
 
 def ranges(
-    start: Mapping[str, int], end: Mapping[str, int], max_per_partition: int | None
+    start: Mapping[str, int],
+    end: Mapping[str, int],
+    max_per_partition: int | None,
+    min_partitions: int = 1,
 ) -> list[OffsetRange]:
     """Spark partitions for ``[start, end)`` per stream: one per stream, cut into pieces of at
-    most ``max_per_partition`` messages; empty ranges are left out. Ordered by stream, then
+    most ``max_per_partition`` messages, and smaller when that gives fewer than
+    ``min_partitions`` pieces in all; empty ranges are left out. Ordered by stream, then
     offset, so the same offsets always give the same partitions."""
+    sizes = {s: end[s] - start.get(s, end[s]) for s in end}
+    total = sum(n for n in sizes.values() if n > 0)
+    limit = max_per_partition
+    if min_partitions > 1 and total:
+        even = -(-total // min_partitions)  # ceiling
+        limit = even if limit is None else min(limit, even)
     out: list[OffsetRange] = []
     for stream in sorted(end):
         first = start.get(stream, end[stream])
         last = end[stream]
         if last <= first:
             continue
-        step = max_per_partition or (last - first)
+        step = limit or (last - first)
         out.extend(OffsetRange(stream, at, min(at + step, last)) for at in range(first, last, step))
     return out
 

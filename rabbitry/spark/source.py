@@ -156,10 +156,10 @@ class RabbitMQDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def reader(self, schema: T.StructType) -> RabbitMQBatchReader:
-        return RabbitMQBatchReader(plan_read(self.options, streaming=False))
+        return RabbitMQBatchReader(plan_read(self.options, streaming=False, check=False))
 
     def streamReader(self, schema: T.StructType) -> RabbitMQStreamReader:
-        return RabbitMQStreamReader(plan_read(self.options, streaming=True))
+        return RabbitMQStreamReader(plan_read(self.options, streaming=True, check=False))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> RabbitMQBatchWriter:
         _append_only(overwrite)

@@ -42,6 +42,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxrecordspertrigger": "streaming: at most this many messages per micro-batch, all streams",
     "maxrecordsperpartition": "cut a stream's range into Spark partitions of at most this many"
     f" messages (default {DEFAULT_PARTITION_SIZE:,})",
+    "minpartitions": "cut the ranges further so that a read has at least this many Spark"
+    " partitions (default 1: one per stream unless maxRecordsPerPartition cuts it)",
     "prefetch": f"unacknowledged messages in flight per task (default {DEFAULT_PREFETCH})",
     "read_timeout": "seconds a task waits for the next message of its range before it fails"
     " (default 60)",
@@ -63,6 +65,7 @@ class SourceOptions:
     ending_offsets: str | None = None
     max_records_per_trigger: int | None = None
     max_records_per_partition: int = DEFAULT_PARTITION_SIZE
+    min_partitions: int = 1
     prefetch: int = DEFAULT_PREFETCH
     read_timeout: float = 60.0
     connection_name: str = "rabbitry-spark"
@@ -159,6 +162,7 @@ class SourceOptions:
                 SourceOptionError,
             )
             or DEFAULT_PARTITION_SIZE,
+            min_partitions=_int(given, "minpartitions", 1, 1, 100_000, SourceOptionError) or 1,
             prefetch=_int(given, "prefetch", DEFAULT_PREFETCH, 1, 65535, SourceOptionError)
             or DEFAULT_PREFETCH,
             read_timeout=_float(given, "read_timeout", 60.0, SourceOptionError),

@@ -41,7 +41,8 @@ class SourcePlan:
         return open_reader(self.options)
 
     def bounds(self, reader: StreamReader) -> dict[str, Bounds]:
-        return {stream: Bounds(*_checked(reader.bounds, stream)) for stream in self.streams}
+        found = _checked(reader.bounds_of, self.streams)
+        return {stream: Bounds(*found[stream]) for stream in self.streams}
 
     def offsets(
         self, reader: StreamReader, spec: OffsetSpec, bounds: Mapping[str, Bounds]
@@ -59,7 +60,7 @@ class SourcePlan:
         o = self.options
         return [
             StreamPartition(r, o.url, o.prefetch, o.read_timeout, o.connection_name)
-            for r in ranges(start, end, o.max_records_per_partition)
+            for r in ranges(start, end, o.max_records_per_partition, o.min_partitions)
         ]
 
 
@@ -91,7 +92,7 @@ def find_streams(reader: StreamReader, options: SourceOptions) -> tuple[str, ...
     while len(found) < MAX_PARTITIONS:
         stream = f"{name}-{len(found)}"
         try:
-            reader.bounds(stream)
+            reader.check([stream])
         except StreamNotFound:
             break
         except StreamError as exc:
@@ -110,17 +111,20 @@ def plan_read(
     raw_options: Mapping[str, str],
     *,
     streaming: bool | None,
+    check: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> SourcePlan:
-    """Parse the options and find the streams, checking each on the broker (``streaming``
-    None: options of either kind of read are accepted)."""
+    """Parse the options and find the streams, checking that each is a stream on the broker
+    (``streaming`` None: options of either kind of read are accepted). Without ``check`` the
+    streams are checked by the caller's next question to the broker (their bounds)."""
     options = SourceOptions.parse(raw_options, streaming=streaming, environ=environ)
     with open_reader(options) as reader:
         streams = find_streams(reader, options)
         plan = SourcePlan(options, streams)
         options.starting(streams)  # JSON offsets must name these streams
         options.ending(streams)
-        plan.bounds(reader)  # every stream exists and is a stream
+        if check:
+            _checked(reader.check, streams)
     return plan
 
 
