@@ -1,7 +1,7 @@
 """Spark source speed: the rabbitmq source vs a plain Python stream consumer vs a parquet copy.
 
 Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
-        [--url URL] [--write-docs]
+        [--min-partitions 1] [--stream-port PORT] [--url URL] [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
 fresh and filled once), same broker, same run:
@@ -12,6 +12,9 @@ fresh and filled once), same broker, same run:
   included; a small read first starts the Python workers).
 - parquet copy: the same two actions reading a parquet copy of the same rows (what the
   pipeline costs without the source).
+- with ``--stream-port`` and ``rstream`` importable (not a dependency of rabbitry): an rstream
+  consumer reading the stream from ``first`` over the stream protocol (the broker needs the
+  rabbitmq_stream plugin), into a list in memory.
 Reported: rows/s of each and the ratios (target: source count >= 0.8x the plain consumer).
 The issue's size is 1,000,000 messages; the default is smaller so that a run takes minutes.
 """
@@ -109,6 +112,49 @@ def plain_consumer(url: str, streams: list[str], n: int) -> Result:
     return Result("plain Python stream consumer (pika) into memory", target, len(bodies), seconds)
 
 
+def rstream_consumer(url: str, port: int, n: int) -> Result | None:
+    """rstream over the stream protocol, the stream from its first message, bodies into a list."""
+    try:
+        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+    except ImportError:
+        print("rstream is not installed: its contender is left out", flush=True)
+        return None
+    import asyncio
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+
+    async def run() -> Result:
+        bodies: list[Any] = []
+        done = asyncio.Event()
+
+        async def on_message(message: Any, context: Any) -> None:
+            bodies.append(message)
+            if len(bodies) >= n:
+                done.set()
+
+        async with Consumer(
+            host=parts.hostname or "localhost",
+            port=port,
+            username=unquote(parts.username or "guest"),
+            password=unquote(parts.password or "guest"),
+            vhost=vhost,
+        ) as consumer:
+            started = time.perf_counter()
+            await consumer.start()
+            await consumer.subscribe(
+                stream=STREAM,
+                callback=on_message,
+                offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+            )
+            await asyncio.wait_for(done.wait(), 600)
+            seconds = time.perf_counter() - started
+        return Result("rstream consumer (stream protocol) into memory", "stream", n, seconds)
+
+    return asyncio.run(run())
+
+
 def spark_session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -129,8 +175,10 @@ def spark_session() -> Any:
     return spark
 
 
-def source(spark: Any, url: str, super_stream: bool) -> Any:
-    reader = spark.read.format("rabbitmq").option("url", url)
+def source(spark: Any, url: str, super_stream: bool, min_partitions: int = 1) -> Any:
+    reader = (
+        spark.read.format("rabbitmq").option("url", url).option("minPartitions", min_partitions)
+    )
     if super_stream:
         return reader.option("super_stream", SUPER).load()
     return reader.option("stream", STREAM).load()
@@ -145,11 +193,13 @@ def timed(name: str, target: str, n: int, action: Any) -> Result:
     return Result(name, target, n, seconds)
 
 
-def spark_runs(spark: Any, url: str, n: int, partitions: int, scratch: Path) -> list[Result]:
+def spark_runs(
+    spark: Any, url: str, n: int, partitions: int, min_partitions: int, scratch: Path
+) -> list[Result]:
     results = []
     for super_stream in (False, True):
         target = f"super stream ({partitions})" if super_stream else "stream"
-        df = source(spark, url, super_stream)
+        df = source(spark, url, super_stream, min_partitions)
         results.append(timed("Spark source: count()", target, n, df.count))
         out = scratch / f"out-{super_stream}"
         results.append(
@@ -184,7 +234,10 @@ def render(
         "",
         "```bash",
         f".venv/bin/python bench/spark_source.py --messages {args.messages}"
-        f" --partitions {args.partitions} --rounds {args.rounds} --write-docs",
+        f" --partitions {args.partitions} --min-partitions {args.min_partitions}"
+        f" --rounds {args.rounds}"
+        + (f" --stream-port {args.stream_port}" if args.stream_port else "")
+        + " --write-docs",
         "```",
         "",
         "1 KB messages in one stream and in a super stream, same broker, same run. The plain"
@@ -218,6 +271,14 @@ def render(
             f"| source parquet write / parquet copy write | {target}"
             f" | {write.rate / copy_write.rate:.2f}x | - |"
         )
+    rstream = by.get(("rstream consumer (stream protocol) into memory", "stream"))
+    if rstream is not None:
+        plain = by[("plain Python stream consumer (pika) into memory", "stream")]
+        count = by[("Spark source: count()", "stream")]
+        lines.append(
+            f"| rstream / plain consumer | stream | {rstream.rate / plain.rate:.2f}x | - |"
+        )
+        lines.append(f"| source count / rstream | stream | {count.rate / rstream.rate:.2f}x | - |")
     lines.append("")
     return "\n".join(lines)
 
@@ -226,6 +287,8 @@ def main() -> None:
     parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/")
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--min-partitions", type=int, default=1, help="the minPartitions option")
+    parser.add_argument("--stream-port", type=int, help="stream protocol port: runs rstream too")
     args = parser.parse_args()
     url, n = args.url, args.messages
     print(f"broker {mask_uri(url)}, {n:,} messages of 1 KB; load {load_average()}", flush=True)
@@ -243,8 +306,11 @@ def main() -> None:
             round_results = [
                 plain_consumer(url, [STREAM], n),
                 plain_consumer(url, names, n),
-                *spark_runs(spark, url, n, args.partitions, scratch),
+                *spark_runs(spark, url, n, args.partitions, args.min_partitions, scratch),
             ]
+            if args.stream_port:
+                other = rstream_consumer(url, args.stream_port, n)
+                round_results += [other] if other is not None else []
             for r in round_results:
                 runs.setdefault((r.name, r.target), []).append(r)
                 print(
