@@ -10,10 +10,15 @@ own connection (``rabbitry.spark.source_plan.read_partition``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
+from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from rabbitry.consumer.streams import StreamReader
 from rabbitry.spark.offsets import cap, checked_offsets, offsets_json
@@ -24,6 +29,7 @@ from rabbitry.spark.source_plan import (
     batch_range,
     read_partition,
 )
+from rabbitry.spark.source_rows import PROPERTY_FIELDS
 
 try:  # Spark 4.2+: the engine passes a read limit to latestOffset
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -33,17 +39,62 @@ except ImportError:  # pragma: no cover - Spark 4.0 and 4.1
     _LIMITS = False
 
 
+BATCH_ROWS = 4096
+"""Rows per Arrow record batch a task hands to Spark."""
+
+_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "timestamp": T.TimestampType(),
+}
+
+SOURCE_TYPE = T.StructType(
+    [
+        T.StructField("body", T.BinaryType()),
+        T.StructField("routing_key", T.StringType()),
+        T.StructField("headers", T.MapType(T.StringType(), T.StringType())),
+        T.StructField(
+            "properties",
+            T.StructType([T.StructField(name, _TYPES[kind]) for name, kind in PROPERTY_FIELDS]),
+        ),
+        T.StructField("stream", T.StringType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+    ]
+)
+"""The rows' schema (``rabbitry.spark.source_rows.SOURCE_SCHEMA``) as Spark's type."""
+
+
+@functools.cache
+def _arrow_schema() -> pa.Schema:
+    return to_arrow_schema(SOURCE_TYPE, timezone="UTC")
+
+
+def arrow_batches(rows: Iterable[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+    """Rows as Arrow record batches, built a column at a time: Spark would otherwise convert
+    every value of the map and struct columns through a Python function of its own."""
+    schema = _arrow_schema()
+    it = iter(rows)
+    while chunk := list(itertools.islice(it, BATCH_ROWS)):
+        columns = zip(*chunk, strict=True)
+        arrays = [
+            pa.array(list(values), type=field.type)
+            for values, field in zip(columns, schema, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def _spark_partitions(partitions: list[StreamPartition]) -> list[InputPartition]:
     return [InputPartition(p) for p in partitions]
 
 
-def _read(partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
     value = getattr(partition, "value", None)
     if value is None:  # Spark reads one empty partition when partitions() lists none
         return iter(())
     if not isinstance(value, StreamPartition):  # pragma: no cover - Spark hands ours back
         raise TypeError(f"not a partition of the rabbitmq source: {value!r}")
-    return read_partition(value)
+    return arrow_batches(read_partition(value))
 
 
 class RabbitMQBatchReader(DataSourceReader):
@@ -62,7 +113,7 @@ class RabbitMQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return _spark_partitions(self.plan.partitions(self.start, self.end))
 
-    def read(self, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         return _read(partition)
 
 
@@ -127,7 +178,7 @@ class RabbitMQStreamReader(DataSourceStreamReader):
         begin = {s: max(o, 0) for s, o in checked_offsets(start, streams).items()}
         return _spark_partitions(self.plan.partitions(begin, checked_offsets(end, streams)))
 
-    def read(self, partition: InputPartition | None) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         return _read(partition)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -28,11 +28,10 @@ from pyspark.sql.datasource import (
 from rabbitry.spark.checks import plan_write
 from rabbitry.spark.options import SinkOptionError
 from rabbitry.spark.partition import SinkPlan, publish_rows
-from rabbitry.spark.reader import RabbitMQBatchReader, RabbitMQStreamReader
+from rabbitry.spark.reader import SOURCE_TYPE, RabbitMQBatchReader, RabbitMQStreamReader
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger
 from rabbitry.spark.schema import columns_of
 from rabbitry.spark.source_plan import plan_read
-from rabbitry.spark.source_rows import SOURCE_SCHEMA
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
@@ -149,11 +148,11 @@ class RabbitMQDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
+    def schema(self) -> T.StructType:
         # load() asks for the schema on the driver: the source's options and streams are
         # checked here, before a query or a job starts
         plan_read(self.options, streaming=None)
-        return SOURCE_SCHEMA
+        return SOURCE_TYPE
 
     def reader(self, schema: T.StructType) -> RabbitMQBatchReader:
         return RabbitMQBatchReader(plan_read(self.options, streaming=False, check=False))
