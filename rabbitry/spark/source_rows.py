@@ -65,17 +65,19 @@ def _moment(value: Any) -> dt.datetime | None:
     return None
 
 
+_NAMES = tuple(name for name, _ in PROPERTY_FIELDS)
+_STAMP = _NAMES.index("timestamp")
+
+
 def row_of(message: IncomingMessage, stream: str, offset: int) -> tuple[Any, ...]:
     """The row of one delivery from ``stream`` at ``offset``."""
     props = message.properties
-    raw_headers = props.get("headers") or {}
-    headers = {
-        str(name): header_text(value)
-        for name, value in raw_headers.items()
-        if name != OFFSET_HEADER
-    }
-    stamp = _moment(props.get("timestamp"))
-    properties = tuple(
-        stamp if name == "timestamp" else props.get(name) for name, _ in PROPERTY_FIELDS
+    raw_headers = props.get("headers")
+    headers = (
+        {str(k): header_text(v) for k, v in raw_headers.items() if k != OFFSET_HEADER}
+        if raw_headers
+        else {}
     )
-    return (message.body, message.routing_key, headers, properties, stream, offset, stamp)
+    properties = list(map(props.get, _NAMES))
+    stamp = properties[_STAMP] = _moment(properties[_STAMP])
+    return (message.body, message.routing_key, headers, tuple(properties), stream, offset, stamp)
