@@ -245,7 +245,14 @@ def render(
         " (prefetch 2000, a multiple ack every 1000). The source runs on `local[2]`, timed from"
         " the action to its return with Spark's job overhead included; the parquet copy is the"
         " same pipeline over a parquet copy of the rows. The issue's size is 1,000,000 messages;"
-        " this table's size is in the command above.",
+        " this table's size is in the command above."
+        + (
+            " The rstream consumer (installed beside rabbitry for the run, not a dependency)"
+            " reads the same stream over the stream protocol, the broker's rabbitmq_stream"
+            " plugin enabled."
+            if any(r.name.startswith("rstream") for r in results)
+            else ""
+        ),
         "",
         f"{version}, pyspark {pyspark.__version__}, {args.rounds} round(s)"
         f" ({dt.date.today().isoformat()}); load average (1, 5, 15 min) before {load[0]},"
