@@ -194,17 +194,32 @@ def test_bad_options_fail_on_the_driver_with_clear_errors(
         ).start().awaitTermination(60)
 
 
+FAIL_AT = 250
+"""The offset whose task fails on its first attempt (local[2,2] tries it again)."""
+
+
 def run_until_all_read(
     spark: SparkSession, broker: Broker, checkpoint: Path, out: Path, expect: int
 ) -> int:
-    """Run the query until ``expect`` ids were seen in all; the micro-batches it ran."""
+    """Run the query until ``expect`` ids were seen in all; the micro-batches it ran. The task
+    reading offset ``FAIL_AT`` fails on its first attempt, mid-batch."""
     out.mkdir(exist_ok=True)
+    failed = out.parent / "failed-once"
+
+    @F.udf("string", useArrow=False)
+    def failing_once(message_id: str, offset: int) -> str:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if offset == FAIL_AT and context is not None and context.attemptNumber() == 0:
+            failed.write_text(f"stage {context.stageId()}")
+            raise RuntimeError("injected failure of the first attempt, mid-batch")
+        return message_id
 
     def record(batch: DataFrame, batch_id: int) -> None:
-        ids = sorted(
-            r.id for r in batch.select(F.col("properties.message_id").alias("id")).collect()
-        )
-        (out / f"{batch_id}-{uuid.uuid4().hex}.json").write_text(json.dumps(ids))
+        ids = failing_once(F.col("properties.message_id"), F.col("offset")).alias("id")
+        found = sorted(r.id for r in batch.select(ids).collect())
+        (out / f"{batch_id}-{uuid.uuid4().hex}.json").write_text(json.dumps(found))
 
     stream = (
         spark.readStream.format("rabbitmq")
@@ -253,6 +268,8 @@ def batch_files(folder: Path) -> list[int]:
 def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
+    """Also: the task that failed mid-batch (offset ``FAIL_AT``) changed nothing, its retry
+    read the same range."""
     declare_stream(broker, "ticks")
     publish(broker, 400, queue="ticks")
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
@@ -267,6 +284,7 @@ def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     publish(broker, 300, queue="ticks", first=400)
     run_until_all_read(spark, broker, checkpoint, out, 700)
 
+    assert (tmp_path / "failed-once").exists(), "no task failed: the injected failure never ran"
     runs = batches(out)
     assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
     assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
