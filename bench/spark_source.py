@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from typing import Any
 
 import pika
 from results import arguments, broker_version, load_average, write_section
+from spark_sink import spark_session
 
 from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_uri
@@ -153,26 +152,6 @@ def rstream_consumer(url: str, port: int, n: int) -> Result | None:
         return Result("rstream consumer (stream protocol) into memory", "stream", n, seconds)
 
     return asyncio.run(run())
-
-
-def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import rabbitry.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rabbitry-bench-source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    rabbitry.spark.register(spark)
-    return spark
 
 
 def source(spark: Any, url: str, super_stream: bool, min_partitions: int = 1) -> Any:
@@ -305,7 +284,10 @@ def main() -> None:
     fill(url, n, args.partitions)
     print(f"filled in {time.perf_counter() - started:.1f} s", flush=True)
     spark = spark_session()
-    source(spark, url, False).limit(10).collect()  # starts the Python workers
+    # a read of ten messages starts the Python workers
+    spark.read.format("rabbitmq").option("url", url).option("stream", STREAM).option(
+        "endingOffsets", f'{{"{STREAM}": 10}}'
+    ).load().count()
     scratch = Path(tempfile.mkdtemp(prefix="rabbitry-bench-source-"))
     runs: dict[tuple[str, str], list[Result]] = {}
     try:

@@ -134,17 +134,7 @@ class SinkOptions:
     ) -> SinkOptions:
         """Typed options from Spark's strings; raises ``SinkOptionError`` naming the option."""
         env = os.environ if environ is None else environ
-        given = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(given) - set(OPTIONS) - SPARK_OPTIONS)
-        if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, OPTIONS, n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise SinkOptionError(
-                f"unknown option(s) of the rabbitmq sink: {', '.join(hints)}; "
-                f"known: {', '.join(sorted(OPTIONS))}"
-            )
+        given = known_options(options, OPTIONS, "sink", SinkOptionError)
         url = _resolve_url(given, env)
         if "routing_key" in given and "routing_key_column" in given:
             raise SinkOptionError("give routing_key or routing_key_column, not both")
@@ -196,6 +186,25 @@ class SinkOptions:
         if parsed.id_prefix is not None and not parsed.id_prefix.isprintable():
             raise SinkOptionError("id_prefix must be printable text")
         return parsed
+
+
+def known_options(
+    options: Mapping[str, str], known: Mapping[str, str], side: str, error: OptionError
+) -> dict[str, str]:
+    """The options by lower-case name; unknown ones raise ``error``, with a suggestion when
+    one is close (Spark passes some of its own, which are let through)."""
+    given = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(set(given) - set(known) - SPARK_OPTIONS)
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise error(
+            f"unknown option(s) of the rabbitmq {side}: {', '.join(hints)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    return given
 
 
 def _resolve_url(

@@ -6,7 +6,6 @@ Pure, like the sink's: Spark's case-insensitive strings in, typed ``SourceOption
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,11 +14,11 @@ from urllib.parse import unquote, urlsplit
 from rabbitry.spark.offsets import OffsetKind, OffsetSpec, parse_offset_spec
 from rabbitry.spark.options import (
     DEFAULT_URL_ENV,
-    SPARK_OPTIONS,
     SourceOptionError,
     _float,
     _int,
     _resolve_url,
+    known_options,
 )
 from rabbitry.uri import mask_uri
 
@@ -101,17 +100,7 @@ class SourceOptions:
         environ: Mapping[str, str] | None = None,
     ) -> SourceOptions:
         env = os.environ if environ is None else environ
-        given = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(given) - set(SOURCE_OPTIONS) - SPARK_OPTIONS)
-        if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, SOURCE_OPTIONS, n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise SourceOptionError(
-                f"unknown option(s) of the rabbitmq source: {', '.join(hints)}; "
-                f"known: {', '.join(sorted(SOURCE_OPTIONS))}"
-            )
+        given = known_options(options, SOURCE_OPTIONS, "source", SourceOptionError)
         url = _resolve_url(given, env, SourceOptionError)
         streams = tuple(s.strip() for s in given.get("stream", "").split(",") if s.strip())
         super_stream = (given.get("super_stream") or "").strip() or None
