@@ -175,31 +175,23 @@ def timed(name: str, target: str, n: int, action: Any) -> Result:
 def spark_runs(
     spark: Any, url: str, n: int, partitions: int, min_partitions: int, scratch: Path
 ) -> list[Result]:
+    """count() and a parquet write, of the source and then of a parquet copy of its rows."""
     results = []
     for super_stream in (False, True):
         target = f"super stream ({partitions})" if super_stream else "stream"
         df = source(spark, url, super_stream, min_partitions)
-        results.append(timed("Spark source: count()", target, n, df.count))
-        out = scratch / f"out-{super_stream}"
-        results.append(
-            timed(
-                "Spark source: parquet write",
-                target,
-                n,
-                lambda d=df, o=out: d.write.mode("overwrite").parquet(str(o)),
+        for label in ("Spark source", "parquet copy"):
+            out = scratch / f"{label.split()[0]}-{super_stream}"
+            results.append(timed(f"{label}: count()", target, n, df.count))
+            results.append(
+                timed(
+                    f"{label}: parquet write",
+                    target,
+                    n,
+                    lambda d=df, o=out: d.write.mode("overwrite").parquet(str(o)),
+                )
             )
-        )
-        copy = spark.read.parquet(str(out))
-        results.append(timed("parquet copy: count()", target, n, copy.count))
-        again = scratch / f"again-{super_stream}"
-        results.append(
-            timed(
-                "parquet copy: parquet write",
-                target,
-                n,
-                lambda c=copy, o=again: c.write.mode("overwrite").parquet(str(o)),
-            )
-        )
+            df = spark.read.parquet(str(out))  # the copy the second pass reads
     return results
 
 

@@ -7,9 +7,7 @@ One local session (``local[2,2]``: two cores, a failed task is tried twice) serv
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -21,29 +19,17 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import rabbitry.spark
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_spark import Sessions
 
 pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("rabbitry-tests-source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    rabbitry.spark.register(session)
-    yield session
-    session.stop()
+    sessions = Sessions()
+    yield sessions.local()
+    sessions.stop()
 
 
 def declare_stream(broker: Broker, name: str) -> None:
