@@ -22,6 +22,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from rabbitry.consumer.streams import StreamReader
 from rabbitry.spark.offsets import cap, checked_offsets, offsets_json
+from rabbitry.spark.options import SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.spark.source_plan import (
     SourcePlan,
@@ -139,8 +140,14 @@ class RabbitMQStreamReader(DataSourceStreamReader):
     def _bounds(self) -> dict[str, Any]:
         try:
             return self.plan.bounds(self._connection())
+        except SparkSourceError:
+            # The driver's connection idles between triggers (no heartbeats are answered
+            # meanwhile), so the broker may have dropped it: once more on a fresh one.
+            self.stop()
+        try:
+            return self.plan.bounds(self._connection())
         except BaseException:
-            self.stop()  # a fresh connection at the next trigger
+            self.stop()
             raise
 
     def initialOffset(self) -> dict[str, int]:
