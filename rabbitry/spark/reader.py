@@ -63,7 +63,7 @@ SOURCE_TYPE = T.StructType(
         T.StructField("timestamp", T.TimestampType()),
     ]
 )
-"""The rows' schema (``rabbitry.spark.source_rows.SOURCE_SCHEMA``) as Spark's type."""
+"""The rows' schema: ``rabbitry.spark.source_rows.COLUMNS`` with their Spark types."""
 
 
 @functools.cache

@@ -1,4 +1,5 @@
-"""The source's rows: one per stream message, in the schema ``SOURCE_SCHEMA`` names.
+"""The source's rows: one per stream message, columns as ``COLUMNS`` names them (their Spark
+types: ``rabbitry.spark.reader.SOURCE_TYPE``).
 
 ``body`` is the message body as it was published (binary: ``CAST(body AS STRING)`` or
 ``from_json(CAST(body AS STRING), ...)`` to decode it); ``headers`` holds the application
@@ -17,7 +18,7 @@ from typing import Any
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.streams import OFFSET_HEADER
 
-__all__ = ["PROPERTY_FIELDS", "SOURCE_SCHEMA", "header_text", "row_of"]
+__all__ = ["COLUMNS", "PROPERTY_FIELDS", "header_text", "row_of"]
 
 # (name, Spark type) of the properties struct, in order.
 PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
@@ -35,11 +36,7 @@ PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
     ("timestamp", "timestamp"),
 )
 
-SOURCE_SCHEMA = (
-    "body binary, routing_key string, headers map<string,string>, properties struct<"
-    + ", ".join(f"{name}: {kind}" for name, kind in PROPERTY_FIELDS)
-    + ">, stream string, offset bigint, timestamp timestamp"
-)
+COLUMNS = ("body", "routing_key", "headers", "properties", "stream", "offset", "timestamp")
 
 
 def header_text(value: Any) -> str | None:

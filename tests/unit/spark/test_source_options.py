@@ -10,8 +10,9 @@ import pytest
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.spark.offsets import OffsetKind
 from rabbitry.spark.options import SourceOptionError
+from rabbitry.spark.reader import SOURCE_TYPE, arrow_batches
 from rabbitry.spark.source_options import DEFAULT_PARTITION_SIZE, SourceOptions
-from rabbitry.spark.source_rows import SOURCE_SCHEMA, header_text, row_of
+from rabbitry.spark.source_rows import COLUMNS, PROPERTY_FIELDS, header_text, row_of
 
 URL = "amqp://app:s3cret@rabbit:5672/events"
 
@@ -87,8 +88,24 @@ def test_a_delivery_becomes_a_row_in_schema_order() -> None:
     assert (body, key, stream, offset) == (b'{"n": 1}', "0", "orders-0", 7)
     assert headers == {"kind": "raw", "n": "3", "ok": "true", "t": '{"a":[1]}'}
     assert stamp == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
-    fields = [f.split(": ")[0] for f in SOURCE_SCHEMA.split("struct<")[1].split(">")[0].split(", ")]
-    named = dict(zip(fields, props, strict=True))
+    named = dict(zip((name for name, _ in PROPERTY_FIELDS), props, strict=True))
     assert named["message_id"] == "m1" and named["delivery_mode"] == 2
     assert named["timestamp"] == stamp and named["priority"] is None
     assert header_text(None) is None
+
+
+def test_rows_become_arrow_batches_of_the_schema_spark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert tuple(SOURCE_TYPE.names) == COLUMNS
+    message = IncomingMessage.build(b"x", queue="s", message_id="m", headers={"k": "v"})
+    rows = [row_of(message, "s", i) for i in range(5000)]
+    batches = list(arrow_batches(rows))
+    assert [b.num_rows for b in batches] == [4096, 904]
+    assert all(b.schema.equals(to_arrow_schema(SOURCE_TYPE, timezone="UTC")) for b in batches)
+    first = batches[0].slice(0, 1).to_pylist()[0]
+    assert (first["offset"], first["headers"], first["properties"]["message_id"]) == (
+        0,
+        [("k", "v")],
+        "m",
+    )
