@@ -111,6 +111,7 @@ COMPAT_TESTS=(
     tests/integration/test_saved_plans.py
     tests/integration/test_kinds.py
     tests/integration/test_import_definitions.py
+    tests/integration/test_spark_source.py
 )
 if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers && -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
     echo "compatibility run: $RABBITRY_COMPAT_IMAGE"

@@ -1,14 +1,17 @@
-"""Publish Spark DataFrames to RabbitMQ through confirms: the ``rabbitmq`` data source.
+"""Publish Spark DataFrames to RabbitMQ through confirms, and read its streams: the
+``rabbitmq`` data source.
 
 ```python
 import rabbitry.spark
 rabbitry.spark.register(spark)
 df.write.format("rabbitmq").mode("append").option("exchange", "events").save()
+orders = spark.read.format("rabbitmq").option("stream", "orders").load()
 ```
 
 Each partition's task publishes over one connection with a window of unconfirmed messages and
 succeeds only when every row was confirmed; ids are deterministic, so a retried task or a
-replayed micro-batch republishes rows under the ids they had. See docs/spark.md.
+replayed micro-batch republishes rows under the ids they had. Reading, each task reads an
+exact range of stream offsets, kept in Spark's checkpoint. See docs/spark.md.
 Needs the ``spark`` extra (pyspark, pyarrow).
 """
 
@@ -17,16 +20,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rabbitry.spark.ids import MessageIdScheme, parse_message_id
-from rabbitry.spark.options import OPTIONS, SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.options import (
+    OPTIONS,
+    SinkOptionError,
+    SinkOptions,
+    SourceOptionError,
+    SparkSinkError,
+    SparkSourceError,
+)
 from rabbitry.spark.partition import SinkPlan, publish_rows
 from rabbitry.spark.report import PartitionReport, SinkTotals
 from rabbitry.spark.rows import Column, ColumnKind, RowEncoder
+from rabbitry.spark.source_options import SOURCE_OPTIONS, SourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "OPTIONS",
+    "SOURCE_OPTIONS",
     "Column",
     "ColumnKind",
     "MessageIdScheme",
@@ -36,7 +48,10 @@ __all__ = [
     "SinkOptions",
     "SinkPlan",
     "SinkTotals",
+    "SourceOptionError",
+    "SourceOptions",
     "SparkSinkError",
+    "SparkSourceError",
     "parse_message_id",
     "publish_partitions",
     "publish_rows",
@@ -45,7 +60,8 @@ __all__ = [
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("rabbitmq")`` available in this session (batch and streaming writes)."""
+    """Make ``format("rabbitmq")`` available in this session (batch and streaming writes and
+    reads)."""
     from rabbitry.spark.source import RabbitMQDataSource
 
     spark.dataSource.register(RabbitMQDataSource)

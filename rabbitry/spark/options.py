@@ -30,6 +30,17 @@ class SinkOptionError(SparkSinkError):
     """An option of the ``rabbitmq`` data source is unknown, malformed or contradicts another."""
 
 
+class SparkSourceError(RabbitryError):
+    """The Spark source cannot start (bad option, missing stream, broker) or a read failed."""
+
+
+class SourceOptionError(SparkSourceError):
+    """An option of the ``rabbitmq`` source is unknown, malformed or contradicts another."""
+
+
+OptionError = type[SinkOptionError] | type[SourceOptionError]
+
+
 # Option name -> one-line description (also what the unknown-option message lists).
 OPTIONS: dict[str, str] = {
     "url": "broker URL amqp[s]://user:pass@host:port/vhost (prefer url_env: options may be"
@@ -126,17 +137,7 @@ class SinkOptions:
     ) -> SinkOptions:
         """Typed options from Spark's strings; raises ``SinkOptionError`` naming the option."""
         env = os.environ if environ is None else environ
-        given = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(given) - set(OPTIONS) - SPARK_OPTIONS)
-        if unknown:
-            hints = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, OPTIONS, n=1)
-                hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise SinkOptionError(
-                f"unknown option(s) of the rabbitmq sink: {', '.join(hints)}; "
-                f"known: {', '.join(sorted(OPTIONS))}"
-            )
+        given = known_options(options, OPTIONS, "sink", SinkOptionError)
         url = _resolve_url(given, env)
         if "routing_key" in given and "routing_key_column" in given:
             raise SinkOptionError("give routing_key or routing_key_column, not both")
@@ -191,7 +192,28 @@ class SinkOptions:
         return parsed
 
 
-def _resolve_url(given: Mapping[str, str], env: Mapping[str, str]) -> str:
+def known_options(
+    options: Mapping[str, str], known: Mapping[str, str], side: str, error: OptionError
+) -> dict[str, str]:
+    """The options by lower-case name; unknown ones raise ``error``, with a suggestion when
+    one is close (Spark passes some of its own, which are let through)."""
+    given = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(set(given) - set(known) - SPARK_OPTIONS)
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise error(
+            f"unknown option(s) of the rabbitmq {side}: {', '.join(hints)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    return given
+
+
+def _resolve_url(
+    given: Mapping[str, str], env: Mapping[str, str], error: OptionError = SinkOptionError
+) -> str:
     url = given.get("url")
     source = "option url"
     if not url:
@@ -199,28 +221,28 @@ def _resolve_url(given: Mapping[str, str], env: Mapping[str, str]) -> str:
         url = env.get(name)
         source = f"environment variable {name}"
         if not url:
-            raise SinkOptionError(
+            raise error(
                 f"no broker URL: set the environment variable {name} (on the driver) or give"
                 " url_env=<variable> (url= works too, but Spark may show options in plans)"
             )
     elif "url_env" in given:
-        raise SinkOptionError("give url or url_env, not both")
+        raise error("give url or url_env, not both")
     urls = split_uris(url)
     for one in urls:
         try:
             parts = urlsplit(one)
             _ = parts.port
         except ValueError as exc:
-            raise SinkOptionError(f"{source}: invalid URL {mask_uri(one)!r}: {exc}") from None
+            raise error(f"{source}: invalid URL {mask_uri(one)!r}: {exc}") from None
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-            raise SinkOptionError(
+            raise error(
                 f"{source}: {mask_uri(one)!r} is not an amqp:// or amqps:// URL with a host"
             )
     password_env = given.get("password_env")
     if password_env:
         password = env.get(password_env)
         if password is None:
-            raise SinkOptionError(
+            raise error(
                 f"password_env names the environment variable {password_env}, which is not set"
             )
         urls = with_password(urls, password)
@@ -234,31 +256,35 @@ def _choice(given: Mapping[str, str], name: str, choices: tuple[str, ...], defau
     return value
 
 
-def _column(given: Mapping[str, str], name: str) -> str | None:
+def _column(
+    given: Mapping[str, str], name: str, error: OptionError = SinkOptionError
+) -> str | None:
     value = given.get(name)
     if value is None:
         return None
     value = value.strip()
     if not value:
-        raise SinkOptionError(f"{name} is empty: give a column name or leave the option out")
+        raise error(f"{name} is empty: give a column name or leave the option out")
     return value
 
 
-def _pairs(given: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+def _pairs(
+    given: Mapping[str, str], name: str, error: OptionError = SinkOptionError
+) -> tuple[tuple[str, str], ...]:
     pairs = []
     for item in given.get(name, "").split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise SinkOptionError(
-                f"{name} takes name=value pairs separated by commas, not {item!r}"
-            )
+            raise error(f"{name} takes name=value pairs separated by commas, not {item!r}")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
 
 
-def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
+def _bool(
+    given: Mapping[str, str], name: str, default: bool, error: OptionError = SinkOptionError
+) -> bool:
     value = given.get(name)
     if value is None:
         return default
@@ -267,11 +293,16 @@ def _bool(given: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise SinkOptionError(f"{name} must be true or false, not {value!r}")
+    raise error(f"{name} must be true or false, not {value!r}")
 
 
 def _int(
-    given: Mapping[str, str], name: str, default: int | None, low: int, high: int
+    given: Mapping[str, str],
+    name: str,
+    default: int | None,
+    low: int,
+    high: int,
+    error: OptionError = SinkOptionError,
 ) -> int | None:
     value = given.get(name)
     if value is None:
@@ -279,20 +310,22 @@ def _int(
     try:
         number = int(value.strip())
     except ValueError:
-        raise SinkOptionError(f"{name} must be a whole number, not {value!r}") from None
+        raise error(f"{name} must be a whole number, not {value!r}") from None
     if not low <= number <= high:
-        raise SinkOptionError(f"{name} must be between {low} and {high}, not {number}")
+        raise error(f"{name} must be between {low} and {high}, not {number}")
     return number
 
 
-def _float(given: Mapping[str, str], name: str, default: float) -> float:
+def _float(
+    given: Mapping[str, str], name: str, default: float, error: OptionError = SinkOptionError
+) -> float:
     value = given.get(name)
     if value is None:
         return default
     try:
         number = float(value.strip())
     except ValueError:
-        raise SinkOptionError(f"{name} must be a number of seconds, not {value!r}") from None
+        raise error(f"{name} must be a number of seconds, not {value!r}") from None
     if not number > 0:
-        raise SinkOptionError(f"{name} must be positive, not {value!r}")
+        raise error(f"{name} must be positive, not {value!r}")
     return number

@@ -1,4 +1,6 @@
-"""The Python Data Source ``rabbitmq`` (Spark 4): batch and streaming writers.
+"""The Python Data Source ``rabbitmq`` (Spark 4): batch and streaming writers and readers.
+
+Reading (stream queues and super streams) lives in ``rabbitry.spark.reader``; see there.
 
 ``writer``/``streamWriter`` run on the driver: they parse the options, check them against the
 DataFrame's schema, the spec and the broker, and fail the write there, before any task
@@ -26,8 +28,10 @@ from pyspark.sql.datasource import (
 from rabbitry.spark.checks import plan_write
 from rabbitry.spark.options import SinkOptionError
 from rabbitry.spark.partition import SinkPlan, publish_rows
+from rabbitry.spark.reader import SOURCE_TYPE, RabbitMQBatchReader, RabbitMQStreamReader
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger
 from rabbitry.spark.schema import columns_of
+from rabbitry.spark.source_plan import plan_read
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
@@ -137,11 +141,24 @@ def _append_only(overwrite: bool) -> None:
 
 
 class RabbitMQDataSource(DataSource):
-    """``df.write.format("rabbitmq")``, ``df.writeStream.format("rabbitmq")``: docs/spark.md."""
+    """``df.write.format("rabbitmq")``, ``df.writeStream.format("rabbitmq")``,
+    ``spark.read.format("rabbitmq")``, ``spark.readStream.format("rabbitmq")``: docs/spark.md."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
+
+    def schema(self) -> T.StructType:
+        # load() asks for the schema on the driver: the source's options and streams are
+        # checked here, before a query or a job starts
+        plan_read(self.options, streaming=None)
+        return SOURCE_TYPE
+
+    def reader(self, schema: T.StructType) -> RabbitMQBatchReader:
+        return RabbitMQBatchReader(plan_read(self.options, streaming=False, check=False))
+
+    def streamReader(self, schema: T.StructType) -> RabbitMQStreamReader:
+        return RabbitMQStreamReader(plan_read(self.options, streaming=True, check=False))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> RabbitMQBatchWriter:
         _append_only(overwrite)

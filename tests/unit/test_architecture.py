@@ -53,7 +53,8 @@ FORBIDDEN = {
         "rabbitry.spark",
         "rabbitry.cli",
     ),
-    "rabbitry.spark": ("rabbitry.provisioner", "rabbitry.consumer", "rabbitry.cli"),
+    # the source reads streams through consumer.streams (its deliveries are a worker's)
+    "rabbitry.spark": ("rabbitry.provisioner", "rabbitry.cli"),
     "rabbitry.testing": ("rabbitry.cli",),
 }
 # consumer/ may use the publisher only through its public front

@@ -1,0 +1,316 @@
+"""Spark source speed: the rabbitmq source vs a plain Python stream consumer vs a parquet copy.
+
+Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
+        [--min-partitions 1] [--stream-port PORT] [--url URL] [--write-docs]
+Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
+1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
+fresh and filled once), same broker, same run:
+- plain consumer: one pika BlockingConnection consuming the stream from ``first`` (prefetch
+  2000, a multiple ack every 1000) into a list in memory, until every message arrived.
+- Spark source: ``spark.read.format("rabbitmq")`` on ``local[2]``, into a ``count()`` and
+  into a parquet write, each timed from the action to its return (Spark's job overhead
+  included; a small read first starts the Python workers).
+- parquet copy: the same two actions reading a parquet copy of the same rows (what the
+  pipeline costs without the source).
+- with ``--stream-port`` and ``rstream`` importable (not a dependency of rabbitry): an rstream
+  consumer reading the stream from ``first`` over the stream protocol (the broker needs the
+  rabbitmq_stream plugin), into a list in memory.
+Reported: rows/s of each and the ratios (target: source count >= 0.8x the plain consumer).
+The issue's size is 1,000,000 messages; the default is smaller so that a run takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pika
+from results import arguments, broker_version, load_average, write_section
+from spark_sink import spark_session
+
+from rabbitry.publisher import Publisher
+from rabbitry.uri import mask_uri
+
+SIZE = 1024
+BODY = b"x" * SIZE
+STREAM = "bench.source"
+SUPER = "bench.source.super"
+HEADING = "## Spark source (bench/spark_source.py)"
+
+
+@dataclass
+class Result:
+    name: str
+    target: str
+    rows: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def fresh_streams(url: str, partitions: int) -> list[str]:
+    """The stream and the super stream's partitions, empty; the partitions' names."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    names = [f"{SUPER}-{i}" for i in range(partitions)]
+    for name in [STREAM, *names]:
+        channel.queue_delete(name)
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    channel.exchange_delete(SUPER)
+    channel.exchange_declare(SUPER, "direct", durable=True, arguments={"x-super-stream": True})
+    for i, name in enumerate(names):
+        channel.queue_bind(name, SUPER, str(i), arguments={"x-stream-partition-order": i})
+    connection.close()
+    return names
+
+
+def fill(url: str, n: int, partitions: int) -> None:
+    with Publisher(url, window=1024) as publisher:
+        out = publisher.publish_many((BODY for _ in range(n)), routing_key=STREAM)
+        assert all(d.ok for d in out)
+        for i in range(partitions):
+            share = n // partitions + (1 if i < n % partitions else 0)
+            out = publisher.publish_many(
+                (BODY for _ in range(share)), exchange=SUPER, routing_key=str(i)
+            )
+            assert all(d.ok for d in out)
+
+
+def plain_consumer(url: str, streams: list[str], n: int) -> Result:
+    """pika, one connection, every stream from its first message, bodies into a list."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=2000)
+    bodies: list[bytes] = []
+    unacked = 0
+
+    def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+        nonlocal unacked
+        bodies.append(body)
+        unacked += 1
+        if unacked >= 1000:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+            unacked = 0
+
+    started = time.perf_counter()
+    for stream in streams:
+        channel.basic_consume(stream, on_message, arguments={"x-stream-offset": "first"})
+    while len(bodies) < n:
+        connection.process_data_events(time_limit=0.1)
+    seconds = time.perf_counter() - started
+    connection.close()
+    target = "stream" if len(streams) == 1 else f"super stream ({len(streams)})"
+    return Result("plain Python stream consumer (pika) into memory", target, len(bodies), seconds)
+
+
+def rstream_consumer(url: str, port: int, n: int) -> Result | None:
+    """rstream over the stream protocol, the stream from its first message, bodies into a list."""
+    try:
+        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+    except ImportError:
+        print("rstream is not installed: its contender is left out", flush=True)
+        return None
+    import asyncio
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+
+    async def run() -> Result:
+        bodies: list[Any] = []
+        done = asyncio.Event()
+
+        async def on_message(message: Any, context: Any) -> None:
+            bodies.append(message)
+            if len(bodies) >= n:
+                done.set()
+
+        async with Consumer(
+            host=parts.hostname or "localhost",
+            port=port,
+            username=unquote(parts.username or "guest"),
+            password=unquote(parts.password or "guest"),
+            vhost=vhost,
+        ) as consumer:
+            started = time.perf_counter()
+            await consumer.start()
+            await consumer.subscribe(
+                stream=STREAM,
+                callback=on_message,
+                offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+            )
+            await asyncio.wait_for(done.wait(), 600)
+            seconds = time.perf_counter() - started
+        return Result("rstream consumer (stream protocol) into memory", "stream", n, seconds)
+
+    return asyncio.run(run())
+
+
+def source(spark: Any, url: str, super_stream: bool, min_partitions: int = 1) -> Any:
+    reader = (
+        spark.read.format("rabbitmq").option("url", url).option("minPartitions", min_partitions)
+    )
+    if super_stream:
+        return reader.option("super_stream", SUPER).load()
+    return reader.option("stream", STREAM).load()
+
+
+def timed(name: str, target: str, n: int, action: Any) -> Result:
+    started = time.perf_counter()
+    rows = action()
+    seconds = time.perf_counter() - started
+    if rows is not None:
+        assert rows == n, (name, rows, n)
+    return Result(name, target, n, seconds)
+
+
+def spark_runs(
+    spark: Any, url: str, n: int, partitions: int, min_partitions: int, scratch: Path
+) -> list[Result]:
+    """count() and a parquet write, of the source and then of a parquet copy of its rows."""
+    results = []
+    for super_stream in (False, True):
+        target = f"super stream ({partitions})" if super_stream else "stream"
+        df = source(spark, url, super_stream, min_partitions)
+        for label in ("Spark source", "parquet copy"):
+            out = scratch / f"{label.split()[0]}-{super_stream}"
+            results.append(timed(f"{label}: count()", target, n, df.count))
+            results.append(
+                timed(
+                    f"{label}: parquet write",
+                    target,
+                    n,
+                    lambda d=df, o=out: d.write.mode("overwrite").parquet(str(o)),
+                )
+            )
+            df = spark.read.parquet(str(out))  # the copy the second pass reads
+    return results
+
+
+def render(
+    results: list[Result], args: argparse.Namespace, load: tuple[str, str], version: str
+) -> str:
+    import pyspark
+
+    lines = [
+        HEADING,
+        "",
+        "```bash",
+        f".venv/bin/python bench/spark_source.py --messages {args.messages}"
+        f" --partitions {args.partitions} --min-partitions {args.min_partitions}"
+        f" --rounds {args.rounds}"
+        + (f" --stream-port {args.stream_port}" if args.stream_port else "")
+        + " --write-docs",
+        "```",
+        "",
+        "1 KB messages in one stream and in a super stream, same broker, same run. The plain"
+        " consumer is one pika connection reading every message from `first` into a list"
+        " (prefetch 2000, a multiple ack every 1000). The source runs on `local[2]`, timed from"
+        " the action to its return with Spark's job overhead included; the parquet copy is the"
+        " same pipeline over a parquet copy of the rows. The issue's size is 1,000,000 messages;"
+        " this table's size is in the command above."
+        + (
+            " The rstream consumer (installed beside rabbitry for the run, not a dependency)"
+            " reads the same stream over the stream protocol, the broker's rabbitmq_stream"
+            " plugin enabled."
+            if any(r.name.startswith("rstream") for r in results)
+            else ""
+        ),
+        "",
+        f"{version}, pyspark {pyspark.__version__}, {args.rounds} round(s)"
+        f" ({dt.date.today().isoformat()}); load average (1, 5, 15 min) before {load[0]},"
+        f" after {load[1]}, on 2 cores shared with the broker and other work:",
+        "",
+        "| contender | reads | rows | seconds | rows/s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r.name} | {r.target} | {r.rows:,} | {r.seconds:.2f} | {r.rate:,.0f} |")
+    by = {(r.name, r.target): r for r in results}
+    lines += ["", "| ratio | reads | value | target |", "|---|---|---|---|"]
+    for target in dict.fromkeys(r.target for r in results):
+        plain = by[("plain Python stream consumer (pika) into memory", target)]
+        count = by[("Spark source: count()", target)]
+        write = by[("Spark source: parquet write", target)]
+        copy_write = by[("parquet copy: parquet write", target)]
+        lines.append(
+            f"| source count / plain consumer | {target} | {count.rate / plain.rate:.2f}x"
+            " | >= 0.8x |"
+        )
+        lines.append(
+            f"| source parquet write / parquet copy write | {target}"
+            f" | {write.rate / copy_write.rate:.2f}x | - |"
+        )
+    rstream = by.get(("rstream consumer (stream protocol) into memory", "stream"))
+    if rstream is not None:
+        plain = by[("plain Python stream consumer (pika) into memory", "stream")]
+        count = by[("Spark source: count()", "stream")]
+        lines.append(
+            f"| rstream / plain consumer | stream | {rstream.rate / plain.rate:.2f}x | - |"
+        )
+        lines.append(f"| source count / rstream | stream | {count.rate / rstream.rate:.2f}x | - |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/")
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--min-partitions", type=int, default=1, help="the minPartitions option")
+    parser.add_argument("--stream-port", type=int, help="stream protocol port: runs rstream too")
+    args = parser.parse_args()
+    url, n = args.url, args.messages
+    print(f"broker {mask_uri(url)}, {n:,} messages of 1 KB; load {load_average()}", flush=True)
+    load_before = load_average()
+    names = fresh_streams(url, args.partitions)
+    started = time.perf_counter()
+    fill(url, n, args.partitions)
+    print(f"filled in {time.perf_counter() - started:.1f} s", flush=True)
+    spark = spark_session()
+    # a read of ten messages starts the Python workers
+    spark.read.format("rabbitmq").option("url", url).option("stream", STREAM).option(
+        "endingOffsets", f'{{"{STREAM}": 10}}'
+    ).load().count()
+    scratch = Path(tempfile.mkdtemp(prefix="rabbitry-bench-source-"))
+    runs: dict[tuple[str, str], list[Result]] = {}
+    try:
+        for _ in range(args.rounds):
+            round_results = [
+                plain_consumer(url, [STREAM], n),
+                plain_consumer(url, names, n),
+                *spark_runs(spark, url, n, args.partitions, args.min_partitions, scratch),
+            ]
+            if args.stream_port:
+                other = rstream_consumer(url, args.stream_port, n)
+                round_results += [other] if other is not None else []
+            for r in round_results:
+                runs.setdefault((r.name, r.target), []).append(r)
+                print(
+                    f"{r.name} ({r.target}): {r.rate:,.0f} rows/s ({r.seconds:.2f} s)", flush=True
+                )
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    medians = [sorted(rs, key=lambda r: r.rate)[len(rs) // 2] for rs in runs.values()]
+    order = {"stream": 0}
+    medians.sort(key=lambda r: order.get(r.target, 1))
+    text = render(medians, args, (load_before, load_average()), broker_version(url))
+    print()
+    print(text)
+    fresh_streams(url, args.partitions)  # leave the streams empty
+    if args.write_docs:
+        write_section(HEADING, text)
+        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()

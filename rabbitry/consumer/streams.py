@@ -1,0 +1,361 @@
+"""Reading stream queues by offset over AMQP 0-9-1: what a stream holds, and exact ranges.
+
+A stream consumer is a ``basic.consume`` with an ``x-stream-offset`` argument (``first``,
+``last``, ``next``, an offset or a timestamp) on a channel with a prefetch; acks only return
+credit (the stream keeps its messages), and every delivery carries its offset in the
+``x-stream-offset`` header. ``StreamReader`` speaks it over rabbitry's own connection
+(``SocketWire`` and ``ConsumerSession``), blocking, one connection per reader:
+
+- ``bounds(stream)``: the first offset the stream holds and the one after its last message.
+  AMQP 0-9-1 has no method that answers this (``queue.declare-ok`` counts 0 messages for a
+  stream; the management API's count lags and says nothing of offsets), so the reader consumes
+  from ``first`` for the one and from ``last`` (which starts at the stream's last chunk, and
+  arrives right after ``consume-ok``) for the other, and takes the highest offset delivered
+  until deliveries pause. Messages published meanwhile can only raise it: the answer is always
+  an offset the stream holds, so a range that ends there can be read to its end.
+- ``check(streams)``: each exists and is a stream (a consumer at ``next``, at once cancelled).
+- ``offset_at(stream, when)``: the first offset at or after a point in time.
+- ``read(stream, start, end)``: the messages of ``[start, end)``, in offset order, the same ones
+  on every call while retention keeps them.
+
+A missing stream, a queue that is not a stream and a refused login raise ``StreamError``
+naming the stream, the vhost and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pamqp import commands
+
+from rabbitry.amqp import frames
+from rabbitry.amqp.blocking import Disconnected, SocketWire
+from rabbitry.amqp.confirms import ConfirmTracker
+from rabbitry.amqp.message import CHANNEL, MessageBuilder
+from rabbitry.amqp.session import State
+from rabbitry.amqp.settings import Backoff, ConnectionSettings
+from rabbitry.consumer.acks import ack_frame
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.session import CONSUMER_TAG_PREFIX, ConsumerSession, Subscription
+from rabbitry.errors import BrokerError
+from rabbitry.uri import mask_text
+
+__all__ = ["OFFSET_HEADER", "StreamError", "StreamNotFound", "StreamReader", "StreamSession"]
+
+OFFSET_HEADER = "x-stream-offset"
+_QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
+
+FIRST_WAIT = 1.0
+"""Seconds to wait for the first delivery of ``first``/``last`` before calling a stream empty:
+a stream that holds messages delivers its first chunk within milliseconds of ``consume-ok``."""
+QUIET = 0.2
+"""Deliveries from ``last`` that pause this long have delivered the last chunk."""
+SETTLE_LIMIT = 5.0
+"""``bounds`` stops following a stream that keeps growing after this long."""
+
+
+class StreamError(BrokerError):
+    """A stream cannot be read: it does not exist, is not a stream, or the broker refused."""
+
+
+class StreamNotFound(StreamError):
+    """No queue of that name in the vhost (404 NOT_FOUND)."""
+
+
+class StreamSession(ConsumerSession):
+    """A ``ConsumerSession`` whose consumers are started one by one (``consume``) with a
+    stream offset; a channel the broker closes is not reopened: ``refused`` says why."""
+
+    def __init__(self, settings: ConnectionSettings, *, prefetch: int) -> None:
+        super().__init__(
+            settings,
+            ConfirmTracker(),
+            MessageBuilder(timestamps=False),
+            subscriptions=(),
+            prefetch=prefetch,
+        )
+        self.refused: tuple[int, str, str] | None = None
+        """(reply code, reply text, queue) of the consume the broker refused."""
+
+    def consume(self, queue: str, offset: int | str | dt.datetime) -> int:
+        """Start a consumer at ``offset``; its index (``IncomingMessage.consumer``)."""
+        index = len(self.subscriptions)
+        subscription = Subscription(queue, {OFFSET_HEADER: offset})
+        self.subscriptions.append(subscription)
+        self.out += frames.method_frame(
+            CHANNEL,
+            commands.Basic.Consume(
+                queue=queue,
+                consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
+                arguments=dict(subscription.arguments),
+            ),
+        )
+        return index
+
+    def cancel(self, index: int) -> None:
+        self.out += frames.method_frame(
+            CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
+        )
+
+    def _channel_closed(self, frame: commands.Channel.Close) -> None:
+        named = _QUEUE_IN_TEXT.search(frame.reply_text or "")
+        queue = named["name"] if named else ""
+        if not queue and self.subscriptions:
+            queue = self.subscriptions[-1].queue
+        self.refused = (frame.reply_code or 0, mask_text(frame.reply_text), queue)
+        self.stopping = True  # the reopened channel starts no consumer
+        super()._channel_closed(frame)
+
+
+def offset_of(message: IncomingMessage) -> int:
+    value = message.headers.get(OFFSET_HEADER)
+    if not isinstance(value, int):
+        raise StreamError(
+            f"a delivery from {message.queue!r} has no {OFFSET_HEADER} header: is it a stream?"
+        )
+    return value
+
+
+class StreamReader:
+    """One connection that reads streams by offset. Not thread-safe; close it when done."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefetch: int = 2000,
+        connection_name: str = "rabbitry-stream-reader",
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.settings = ConnectionSettings.from_url(
+            url,
+            connection_name=connection_name,
+            connect_timeout=connect_timeout,
+            backoff=Backoff(give_up_after=0.0),
+        )
+        self.prefetch = prefetch
+        self._wire: SocketWire | None = None
+        self._session: StreamSession | None = None
+        self._unacked = 0
+        self._last_tag = 0
+        self._acked_tag = 0
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> tuple[SocketWire, StreamSession]:
+        if self._wire is not None and self._session is not None:
+            if self._session.refused is None:
+                return self._wire, self._session
+            self.close()  # the channel is gone: a fresh connection for what comes next
+        shown = self.settings.display
+        try:
+            wire = SocketWire(self.settings)
+        except OSError as exc:
+            raise StreamError(
+                f"cannot reach the broker at {shown}: {mask_text(str(exc)) or type(exc).__name__};"
+                " check the URL (host, port) and that the broker runs"
+            ) from None
+        session = StreamSession(self.settings, prefetch=self.prefetch)
+        try:
+            wire.handshake(session)
+        except Disconnected as exc:
+            wire.close()
+            raise StreamError(f"no AMQP connection to {shown}: {exc}") from None
+        except BrokerError as exc:
+            wire.close()
+            raise StreamError(str(exc)) from None
+        self._wire, self._session = wire, session
+        self._unacked = self._last_tag = self._acked_tag = 0
+        return wire, session
+
+    def close(self) -> None:
+        wire, session = self._wire, self._session
+        self._wire = self._session = None
+        if wire is None or session is None:
+            return
+        with contextlib.suppress(OSError, Disconnected, BrokerError):
+            session.close()
+            deadline = time.monotonic() + 2.0
+            wire.send_all(session, b"")
+            while session.state is not State.CLOSED and time.monotonic() < deadline:
+                wire.exchange(session, 0.1)
+        wire.close()
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- one round of I/O ---------------------------------------------------------------------
+
+    def _poll(self, wire: SocketWire, session: StreamSession, timeout: float) -> list[Any]:
+        """Deliveries that arrived within ``timeout``; credit goes back as they are taken."""
+        try:
+            wire.exchange(session, timeout)
+        except Disconnected as exc:
+            self._wire = self._session = None
+            wire.close()
+            raise StreamError(f"connection to {self.settings.display} lost: {exc}") from None
+        if session.refused is not None:
+            self._refusal(session.refused)
+        if not session.tick(time.monotonic()):
+            raise StreamError(f"no heartbeat from {self.settings.display}")
+        inbox = session.inbox
+        if inbox:
+            session.inbox = []
+            self._last_tag = inbox[-1].tag
+            self._unacked += len(inbox)
+            if self._unacked >= max(1, self.prefetch // 2):
+                self._ack(session)
+        return inbox
+
+    def _ack(self, session: StreamSession) -> None:
+        if self._last_tag > self._acked_tag:
+            session.out += ack_frame(CHANNEL, self._last_tag, True)
+            self._acked_tag = self._last_tag
+        self._unacked = 0
+
+    def _refusal(self, refused: tuple[int, str, str]) -> None:
+        code, text, queue = refused
+        where = f"in vhost {self.settings.vhost!r} at {self.settings.display}"
+        if code == 404:
+            raise StreamNotFound(
+                f"stream {queue!r} does not exist {where}: declare it (a queue of type stream,"
+                " or a super_streams: entry, then rabbitry apply) or fix the stream name"
+            )
+        if code == 406 and OFFSET_HEADER in text:
+            raise StreamError(
+                f"queue {queue!r} {where} is not a stream ({text}): the source reads stream"
+                " queues (x-queue-type: stream) and super streams"
+            )
+        raise StreamError(f"reading stream {queue!r} {where}: {code} {text}")
+
+    def _started(self, wire: SocketWire, session: StreamSession, indexes: list[int]) -> list[Any]:
+        """Wait for every ``consume-ok`` (or a refusal); deliveries that came meanwhile."""
+        deadline = time.monotonic() + self.settings.connect_timeout
+        got: list[Any] = []
+        while not session.consuming.issuperset(indexes):
+            if time.monotonic() > deadline:
+                raise StreamError(f"{self.settings.display} did not answer basic.consume")
+            got += self._poll(wire, session, 0.05)
+        return got
+
+    def _collect(
+        self, streams: Sequence[str], offset: int | str | dt.datetime, *, first_only: bool
+    ) -> dict[str, tuple[int, int] | None]:
+        """Per stream, (lowest, highest) offset delivered from ``offset`` until its deliveries
+        pause (or its first delivery with ``first_only``); None when nothing came. All the
+        streams at once, on one channel."""
+        wire, session = self._connect()
+        index = {session.consume(stream, offset): stream for stream in streams}
+        found: dict[str, list[int]] = {}
+        quiet_from: dict[str, float] = {}
+        try:
+            pending = self._started(wire, session, list(index))
+            started = time.monotonic()
+            while True:
+                now = time.monotonic()
+                for message in pending:
+                    stream = index.get(message.consumer)
+                    if stream is None:
+                        continue
+                    at = offset_of(message)
+                    seen = found.setdefault(stream, [at, at])
+                    seen[0], seen[1] = min(seen[0], at), max(seen[1], at)
+                    quiet_from[stream] = now
+                done = all(
+                    (s in found and (first_only or now - quiet_from[s] >= QUIET))
+                    or (s not in found and now - started >= FIRST_WAIT)
+                    for s in streams
+                )
+                if done or now - started >= SETTLE_LIMIT:
+                    break
+                pending = self._poll(wire, session, 0.02)
+        finally:
+            if session.refused is None and self._session is session:
+                for i in index:
+                    session.cancel(i)
+                self._ack(session)
+        return {s: (found[s][0], found[s][1]) if s in found else None for s in streams}
+
+    # -- what callers use ---------------------------------------------------------------------
+
+    def check(self, streams: Sequence[str]) -> None:
+        """Raise ``StreamError`` unless every one of ``streams`` exists and is a stream: a
+        consumer at ``next`` on each (nothing is delivered), cancelled once the broker took it."""
+        wire, session = self._connect()
+        indexes = [session.consume(stream, "next") for stream in streams]
+        self._started(wire, session, indexes)
+        for index in indexes:
+            session.cancel(index)
+
+    def bounds(self, stream: str) -> tuple[int, int]:
+        """(first offset, offset after the last message); (0, 0) for a stream never written."""
+        return self.bounds_of([stream])[stream]
+
+    def bounds_of(self, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """``bounds`` of each stream, asked of all of them at once."""
+        firsts = self._collect(streams, "first", first_only=True)
+        written = [s for s in streams if firsts[s] is not None]
+        lasts = self._collect(written, "last", first_only=False) if written else {}
+        out: dict[str, tuple[int, int]] = {}
+        for stream in streams:
+            first = firsts[stream]
+            if first is None:
+                out[stream] = (0, 0)
+                continue
+            last = lasts.get(stream)
+            high = last[1] if last is not None else first[0]
+            out[stream] = (first[0], max(high, first[0]) + 1)
+        return out
+
+    def offset_at(self, stream: str, when: dt.datetime) -> int | None:
+        """The first offset of the first chunk written at or after ``when``; None if none."""
+        found = self._collect([stream], when, first_only=True)[stream]
+        return None if found is None else found[0]
+
+    def read(
+        self, stream: str, start: int, end: int, *, idle_timeout: float = 60.0
+    ) -> Iterator[IncomingMessage]:
+        """The messages with offsets ``start`` up to ``end - 1``, in order. Fails with
+        ``StreamError`` when no message of the range comes for ``idle_timeout`` seconds
+        (retention removed it, or the range goes past the stream's end)."""
+        if end <= start:
+            return
+        wire, session = self._connect()
+        index = session.consume(stream, start)
+        last_seen = time.monotonic()
+        pending = self._started(wire, session, [index])
+        try:
+            while True:
+                for message in pending:
+                    if message.consumer != index:
+                        continue
+                    at = offset_of(message)
+                    if at < start:
+                        continue
+                    if at >= end:
+                        return
+                    yield message
+                    if at >= end - 1:
+                        return
+                now = time.monotonic()
+                if pending:
+                    last_seen = now
+                elif now - last_seen > idle_timeout:
+                    raise StreamError(
+                        f"stream {stream!r}: no message of offsets {start}-{end - 1} came for"
+                        f" {idle_timeout:g} s (at {self.settings.display}); has retention"
+                        " removed them?"
+                    )
+                pending = self._poll(wire, session, 0.5)
+        finally:
+            if self._session is session and session.refused is None:
+                session.cancel(index)
+                self._ack(session)

@@ -1,0 +1,197 @@
+"""The ``rabbitmq`` source's Spark side: batch and streaming readers over stream queues.
+
+Offsets are per stream: the offset of the next message to read. A batch read fixes
+``[startingOffsets, endingOffsets)`` on the driver when Spark plans it; a streaming query asks
+``latestOffset`` at each trigger and Spark writes the answer to its checkpoint before any task
+reads, so a micro-batch run again (a failed task, a restart) reads the same ranges. Each range
+is one task, cut at ``maxRecordsPerPartition`` messages; ``read`` runs in the task and opens its
+own connection (``rabbitry.spark.source_plan.read_partition``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from rabbitry.consumer.streams import StreamReader
+from rabbitry.spark.offsets import cap, checked_offsets, offsets_json
+from rabbitry.spark.options import SparkSourceError
+from rabbitry.spark.report import logger
+from rabbitry.spark.source_plan import (
+    SourcePlan,
+    StreamPartition,
+    batch_range,
+    read_partition,
+)
+from rabbitry.spark.source_rows import PROPERTY_FIELDS
+
+try:  # Spark 4.2+: the engine passes a read limit to latestOffset
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+    _LIMITS = True
+except ImportError:  # pragma: no cover - Spark 4.0 and 4.1
+    _LIMITS = False
+
+
+BATCH_ROWS = 4096
+"""Rows per Arrow record batch a task hands to Spark."""
+
+_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "timestamp": T.TimestampType(),
+}
+
+SOURCE_TYPE = T.StructType(
+    [
+        T.StructField("body", T.BinaryType()),
+        T.StructField("routing_key", T.StringType()),
+        T.StructField("headers", T.MapType(T.StringType(), T.StringType())),
+        T.StructField(
+            "properties",
+            T.StructType([T.StructField(name, _TYPES[kind]) for name, kind in PROPERTY_FIELDS]),
+        ),
+        T.StructField("stream", T.StringType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+    ]
+)
+"""The rows' schema: ``rabbitry.spark.source_rows.COLUMNS`` with their Spark types."""
+
+
+@functools.cache
+def _arrow_schema() -> pa.Schema:
+    return to_arrow_schema(SOURCE_TYPE, timezone="UTC")
+
+
+def arrow_batches(rows: Iterable[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+    """Rows as Arrow record batches, built a column at a time: Spark would otherwise convert
+    every value of the map and struct columns through a Python function of its own."""
+    schema = _arrow_schema()
+    it = iter(rows)
+    while chunk := list(itertools.islice(it, BATCH_ROWS)):
+        columns = zip(*chunk, strict=True)
+        arrays = [
+            pa.array(list(values), type=field.type)
+            for values, field in zip(columns, schema, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _spark_partitions(partitions: list[StreamPartition]) -> list[InputPartition]:
+    return [InputPartition(p) for p in partitions]
+
+
+def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    value = getattr(partition, "value", None)
+    if value is None:  # Spark reads one empty partition when partitions() lists none
+        return iter(())
+    if not isinstance(value, StreamPartition):  # pragma: no cover - Spark hands ours back
+        raise TypeError(f"not a partition of the rabbitmq source: {value!r}")
+    return arrow_batches(read_partition(value))
+
+
+class RabbitMQBatchReader(DataSourceReader):
+    """``spark.read.format("rabbitmq")``: the offsets are fixed when Spark plans the read."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self.start, self.end = batch_range(plan)
+        logger.info(
+            "rabbitmq source, batch read of %s: %s to %s",
+            ", ".join(plan.streams),
+            self.start,
+            self.end,
+        )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _spark_partitions(self.plan.partitions(self.start, self.end))
+
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+
+class RabbitMQStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("rabbitmq")``: offsets per stream in Spark's checkpoint."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self._reader: StreamReader | None = None
+        self._previous: dict[str, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the reader is shipped to the tasks for read(): not its driver-side connection
+        state = dict(self.__dict__)
+        state["_reader"] = None
+        return state
+
+    def _connection(self) -> StreamReader:
+        if self._reader is None:
+            self._reader = self.plan.reader()
+        return self._reader
+
+    def _bounds(self) -> dict[str, Any]:
+        try:
+            return self.plan.bounds(self._connection())
+        except SparkSourceError:
+            # The driver's connection idles between triggers (no heartbeats are answered
+            # meanwhile), so the broker may have dropped it: once more on a fresh one.
+            self.stop()
+        try:
+            return self.plan.bounds(self._connection())
+        except BaseException:
+            self.stop()
+            raise
+
+    def initialOffset(self) -> dict[str, int]:
+        reader = self._connection()
+        bounds = self._bounds()
+        start = self.plan.offsets(reader, self.plan.options.starting(self.plan.streams), bounds)
+        self._previous = start
+        return offsets_json(start)
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        streams = self.plan.streams
+        begin = checked_offsets(start, streams) if start is not None else self._previous
+        latest = {s: b.next for s, b in self._bounds().items()}
+        if begin is None:
+            begin = latest
+        max_rows = self.plan.options.max_records_per_trigger
+        if _LIMITS and isinstance(limit, ReadAllAvailable):
+            max_rows = None
+        elif _LIMITS and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        end = cap({s: max(o, 0) for s, o in begin.items()}, latest, max_rows)
+        self._previous = end
+        return offsets_json(end)
+
+    if _LIMITS:
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            rows = self.plan.options.max_records_per_trigger
+            return ReadMaxRows(rows) if rows is not None else ReadAllAvailable()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        streams = self.plan.streams
+        begin = {s: max(o, 0) for s, o in checked_offsets(start, streams).items()}
+        return _spark_partitions(self.plan.partitions(begin, checked_offsets(end, streams)))
+
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the stream keeps its messages and Spark keeps the offsets."""
+
+    def stop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()

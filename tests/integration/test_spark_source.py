@@ -1,0 +1,279 @@
+"""The ``rabbitmq`` source with real Spark and a real broker: batch offsets, super streams,
+a task failing mid-read, a streaming query restarted from its checkpoint, bad options.
+
+One local session (``local[2,2]``: two cores, a failed task is tried twice) serves the module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_spark import Sessions
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    sessions = Sessions()
+    yield sessions.local()
+    sessions.stop()
+
+
+def declare_stream(broker: Broker, name: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    connection.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    connection.close()
+
+
+def publish(
+    broker: Broker,
+    count: int,
+    *,
+    queue: str = "",
+    exchange: str = "",
+    first: int = 0,
+    keys: int = 0,
+) -> None:
+    """``count`` JSON messages with ids ``m<first>``...; routing keys ``str(i % keys)`` into
+    ``exchange`` when ``keys``, else ``queue`` through the default exchange. Confirmed."""
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for i in range(first, first + count):
+        channel.basic_publish(
+            exchange,
+            str(i % keys) if keys else queue,
+            json.dumps({"n": i}).encode(),
+            pika.BasicProperties(
+                message_id=f"m{i}",
+                content_type="application/json",
+                timestamp=1_700_000_000 + i,
+                headers={"kind": "test", "n": i},
+            ),
+        )
+    connection.close()
+
+
+def source(spark: SparkSession, broker: Broker, **options: str) -> DataFrame:
+    return (
+        spark.read.format("rabbitmq").option("url", broker.vhost_amqp_url).options(**options).load()
+    )
+
+
+def test_a_batch_read_honours_its_offsets(spark: SparkSession, broker: Broker) -> None:
+    declare_stream(broker, "events")
+    publish(broker, 1000, queue="events")
+
+    everything = source(spark, broker, stream="events", maxRecordsPerPartition="300")
+    assert everything.rdd.getNumPartitions() == 4  # 1000 messages in pieces of 300
+    rows = everything.collect()
+    assert [r.offset for r in rows] == list(range(1000))
+    assert [r.properties.message_id for r in rows] == [f"m{i}" for i in range(1000)]
+    first = rows[0]
+    assert (first.stream, first.routing_key, first.properties.content_type) == (
+        "events",
+        "events",
+        "application/json",
+    )
+    assert first.headers == {"kind": "test", "n": "0"}
+    assert first.timestamp.timestamp() == 1_700_000_000  # type: ignore[union-attr]
+    decoded = everything.select(
+        F.from_json(F.col("body").cast("string"), "n bigint").alias("v")
+    ).agg(F.sum("v.n"))
+    assert decoded.first()[0] == sum(range(1000))  # type: ignore[index]
+
+    part = source(
+        spark,
+        broker,
+        stream="events",
+        startingOffsets='{"events": 100}',
+        endingOffsets='{"events": 250}',
+    )
+    assert sorted(r.offset for r in part.collect()) == list(range(100, 250))
+    assert source(spark, broker, stream="events", startingOffsets="latest").count() == 0
+    publish(broker, 5, queue="events", first=1000)
+    assert source(spark, broker, stream="events", startingOffsets='{"events": 990}').count() == 15
+
+
+def test_a_task_failing_mid_read_is_retried_and_changes_nothing(
+    spark: SparkSession, broker: Broker
+) -> None:
+    declare_stream(broker, "retried")
+    publish(broker, 3000, queue="retried")
+
+    @F.udf("bigint", useArrow=False)
+    def checked(offset: int) -> int:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if offset == 1500 and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("injected failure of the first attempt")
+        return offset
+
+    df = source(spark, broker, stream="retried", maxRecordsPerPartition="1000")
+    offsets = [r[0] for r in df.select(checked("offset")).collect()]
+    assert sorted(offsets) == list(range(3000))
+
+
+def test_a_super_stream_reads_every_partition(spark: SparkSession, broker: Broker) -> None:
+    broker.apply(
+        one_vhost_spec("""
+        super_streams:
+          - {name: orders, partitions: 3}
+""")
+    )
+    publish(broker, 300, exchange="orders", keys=3)
+    df = source(spark, broker, super_stream="orders")
+    rows = df.collect()
+    assert len(rows) == 300
+    by_stream = Counter(r.stream for r in rows)
+    assert by_stream == {"orders-0": 100, "orders-1": 100, "orders-2": 100}
+    assert sorted(int(r.properties.message_id[1:]) for r in rows) == list(range(300))
+    assert all(int(r.properties.message_id[1:]) % 3 == int(r.stream[-1]) for r in rows)
+    keyed = source(spark, broker, super_stream="orders", partitions="0,2")
+    assert {r.stream for r in keyed.collect()} == {"orders-0", "orders-2"}
+
+
+def test_bad_options_fail_on_the_driver_with_clear_errors(
+    spark: SparkSession, broker: Broker
+) -> None:
+    declare_stream(broker, "events")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    connection.channel().queue_declare("classic", durable=True)
+    connection.close()
+    password = pika.URLParameters(broker.vhost_amqp_url).credentials.password
+    unreachable = re.sub(r":\d+/", ":1/", broker.vhost_amqp_url)
+    cases: list[tuple[dict[str, str], str]] = [
+        ({"stream": "nope"}, "stream 'nope' does not exist in vhost"),
+        ({"stream": "classic"}, "queue 'classic' in vhost"),
+        ({"stream": "classic"}, "is not a stream"),
+        ({"super_stream": "nope"}, "super stream 'nope' has no partition stream nope-0"),
+        ({"stream": "events", "prefetc": "10"}, "did you mean 'prefetch'"),
+        ({"stream": "events", "startingOffsets": "soon"}, "startingOffsets must be earliest"),
+        ({"stream": "events", "startingOffsets": '{"other": 1}'}, "'other' not among the streams"),
+        ({}, "give stream=<stream[,stream...]> or super_stream=<name>"),
+        ({"stream": "events", "url": unreachable}, "cannot reach the broker at"),
+    ]
+    for options, message in cases:
+        url = options.pop("url", broker.vhost_amqp_url)
+        with pytest.raises(Exception, match=re.escape(message)) as err:
+            spark.read.format("rabbitmq").option("url", url).options(**options).load()
+        assert f":{password}@" not in str(err.value)
+    with pytest.raises(Exception, match="endingOffsets is for batch reads"):
+        spark.readStream.format("rabbitmq").option("url", broker.vhost_amqp_url).option(
+            "stream", "events"
+        ).option("endingOffsets", "latest").load().writeStream.format(
+            "noop"
+        ).start().awaitTermination(60)
+
+
+FAIL_AT = 250
+"""The offset whose task fails on its first attempt (local[2,2] tries it again)."""
+
+
+def run_until_all_read(
+    spark: SparkSession, broker: Broker, checkpoint: Path, out: Path, expect: int
+) -> int:
+    """Run the query until ``expect`` ids were seen in all; the micro-batches it ran. The task
+    reading offset ``FAIL_AT`` fails on its first attempt, mid-batch."""
+    out.mkdir(exist_ok=True)
+    failed = out.parent / "failed-once"
+
+    @F.udf("string", useArrow=False)
+    def failing_once(message_id: str, offset: int) -> str:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if offset == FAIL_AT and context is not None and context.attemptNumber() == 0:
+            failed.write_text(f"stage {context.stageId()}")
+            raise RuntimeError("injected failure of the first attempt, mid-batch")
+        return message_id
+
+    def record(batch: DataFrame, batch_id: int) -> None:
+        ids = failing_once(F.col("properties.message_id"), F.col("offset")).alias("id")
+        found = sorted(r.id for r in batch.select(ids).collect())
+        (out / f"{batch_id}-{uuid.uuid4().hex}.json").write_text(json.dumps(found))
+
+    stream = (
+        spark.readStream.format("rabbitmq")
+        .option("url", broker.vhost_amqp_url)
+        .option("stream", "ticks")
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", "150")
+        .load()
+    )
+    query = (
+        stream.writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(seen(out)) < expect:
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, f"only {len(seen(out))} of {expect} ids read"
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    return len(list(out.iterdir()))
+
+
+def batches(out: Path) -> dict[int, list[list[str]]]:
+    found: dict[int, list[list[str]]] = defaultdict(list)
+    for path in out.iterdir():
+        found[int(path.name.split("-")[0])].append(json.loads(path.read_text()))
+    return found
+
+
+def seen(out: Path) -> Counter[str]:
+    """Each id counted once per micro-batch id (a replayed batch is the same batch)."""
+    counts: Counter[str] = Counter()
+    for attempts in batches(out).values():
+        counts.update(attempts[0])
+    return counts
+
+
+def batch_files(folder: Path) -> list[int]:
+    return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+
+
+def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    """Also: the task that failed mid-batch (offset ``FAIL_AT``) changed nothing, its retry
+    read the same range."""
+    declare_stream(broker, "ticks")
+    publish(broker, 400, queue="ticks")
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    run_until_all_read(spark, broker, checkpoint, out, 400)
+    assert all(len(ids) <= 150 for attempts in batches(out).values() for ids in attempts)
+
+    # As if the driver had died after planning the last batch but before committing it: the
+    # restarted query runs that batch again, from the offsets in its checkpoint.
+    replayed = max(batch_files(checkpoint / "commits"))
+    (checkpoint / "commits" / str(replayed)).unlink()
+    (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
+    publish(broker, 300, queue="ticks", first=400)
+    run_until_all_read(spark, broker, checkpoint, out, 700)
+
+    assert (tmp_path / "failed-once").exists(), "no task failed: the injected failure never ran"
+    runs = batches(out)
+    assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
+    assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
+    counts = seen(out)
+    assert set(counts) == {f"m{i}" for i in range(700)}
+    assert set(counts.values()) == {1}

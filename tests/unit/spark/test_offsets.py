@@ -1,0 +1,138 @@
+"""The source's offset arithmetic: what a read starts and ends at, micro-batch caps, splits."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rabbitry.spark.offsets import (
+    Bounds,
+    OffsetKind,
+    OffsetRange,
+    cap,
+    checked_offsets,
+    offsets_json,
+    parse_offset_spec,
+    ranges,
+    resolve,
+)
+from rabbitry.spark.options import SourceOptionError
+
+STREAMS = ("a", "b")
+
+
+def spec(text: str | None, *, start: bool = True) -> object:
+    return parse_offset_spec("startingOffsets", text, OffsetKind.EARLIEST, STREAMS, start=start)
+
+
+def test_words_timestamps_and_json_are_understood() -> None:
+    assert spec(None) == spec("earliest")
+    assert parse_offset_spec("x", " LATEST ", OffsetKind.EARLIEST, STREAMS, start=True).kind == (
+        OffsetKind.LATEST
+    )
+    stamp = parse_offset_spec("x", "1700000000000", OffsetKind.EARLIEST, STREAMS, start=True)
+    assert stamp.timestamp == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    iso = parse_offset_spec("x", "2024-05-01T10:00:00", OffsetKind.EARLIEST, STREAMS, start=True)
+    assert iso.timestamp == dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC)
+    given_ = parse_offset_spec("x", '{"a": 5, "b": -1}', OffsetKind.EARLIEST, STREAMS, start=True)
+    assert (given_.kind, dict(given_.offsets)) == (OffsetKind.OFFSETS, {"a": 5, "b": -1})
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "message"),
+    [
+        ("soon", True, "must be earliest, latest, a timestamp or JSON"),
+        ("1700000000000", False, "endingOffsets must be earliest, latest or JSON"),
+        ('{"c": 1}', True, "'c' not among the streams read (a, b)"),
+        ('{"a": "1"}', True, "offset of 'a' must be a whole number"),
+        ('{"a": -3}', True, "offset of 'a' must be a whole number"),
+        ("[1]", True, "must be earliest"),
+        ("{nope", True, "not valid JSON"),
+    ],
+)
+def test_bad_offsets_name_the_option_and_what_to_write(
+    text: str, start: bool, message: str
+) -> None:
+    option = "startingOffsets" if start else "endingOffsets"
+    with pytest.raises(SourceOptionError, match=re.escape(message)):
+        parse_offset_spec(option, text, OffsetKind.LATEST, STREAMS, start=start)
+
+
+def test_offsets_resolve_against_what_each_stream_holds() -> None:
+    bounds = {"a": Bounds(10, 100), "b": Bounds(0, 0)}
+    earliest = parse_offset_spec("x", "earliest", OffsetKind.LATEST, STREAMS, start=True)
+    latest = parse_offset_spec("x", "latest", OffsetKind.LATEST, STREAMS, start=True)
+    assert resolve(earliest, bounds) == {"a": 10, "b": 0}
+    assert resolve(latest, bounds) == {"a": 100, "b": 0}
+    # below the first retained offset and past the end are clamped; -2/-1 are earliest/latest
+    given_ = parse_offset_spec("x", '{"a": 3}', OffsetKind.LATEST, STREAMS, start=True)
+    assert resolve(given_, bounds) == {"a": 10, "b": 0}
+    past = parse_offset_spec("x", '{"a": 500, "b": -1}', OffsetKind.LATEST, STREAMS, start=True)
+    assert resolve(past, bounds) == {"a": 100, "b": 0}
+    stamp = parse_offset_spec("x", "1700000000000", OffsetKind.LATEST, STREAMS, start=True)
+    assert resolve(stamp, bounds, {"a": 42}) == {"a": 42, "b": 0}
+
+
+def test_a_micro_batch_is_capped_in_proportion_to_each_backlog() -> None:
+    start = {"a": 0, "b": 100}
+    latest = {"a": 900, "b": 200}
+    assert cap(start, latest, None) == latest
+    assert cap(start, latest, 5000) == latest
+    assert cap(start, latest, 100) == {"a": 90, "b": 110}
+    # the shares add up to the limit: the largest remainders get the odd ones
+    assert cap({"a": 0, "b": 0}, {"a": 10_000, "b": 1}, 10) == {"a": 10, "b": 0}
+    assert cap({"a": 0, "b": 0}, {"a": 5, "b": 5}, 3) == {"a": 2, "b": 1}
+    # offsets never go back, even if a stream looks shorter than where the query stands
+    assert cap({"a": 50}, {"a": 40}, None) == {"a": 50}
+
+
+@given(
+    backlog=st.dictionaries(
+        st.sampled_from("abcd"), st.integers(0, 10_000), min_size=1, max_size=4
+    ),
+    limit=st.integers(1, 5_000),
+)
+def test_a_capped_batch_reads_its_limit_exactly_when_the_backlog_is_larger(
+    backlog: dict[str, int], limit: int
+) -> None:
+    start = dict.fromkeys(backlog, 7)
+    latest = {s: 7 + n for s, n in backlog.items()}
+    end = cap(start, latest, limit)
+    read = sum(end[s] - start[s] for s in backlog)
+    assert all(start[s] <= end[s] <= latest[s] for s in backlog)
+    if sum(backlog.values()) <= limit:
+        assert end == latest
+    else:
+        assert read == limit
+
+
+def test_ranges_are_one_per_stream_cut_at_the_partition_size() -> None:
+    assert ranges({"a": 0, "b": 5}, {"a": 250, "b": 5}, 100) == [
+        OffsetRange("a", 0, 100),
+        OffsetRange("a", 100, 200),
+        OffsetRange("a", 200, 250),
+    ]
+    assert ranges({"b": 3, "a": 1}, {"a": 2, "b": 9}, None) == [
+        OffsetRange("a", 1, 2),
+        OffsetRange("b", 3, 9),
+    ]
+
+
+@given(start=st.integers(0, 10_000), size=st.integers(0, 10_000), piece=st.integers(1, 3_000))
+def test_ranges_cover_each_offset_exactly_once(start: int, size: int, piece: int) -> None:
+    got = ranges({"s": start}, {"s": start + size}, piece)
+    covered = [o for r in got for o in range(r.start, r.end)]
+    assert covered == list(range(start, start + size))
+    assert all(0 < r.size <= piece for r in got)
+
+
+def test_checkpoint_offsets_round_trip_and_new_streams_start_at_the_beginning() -> None:
+    saved = offsets_json({"b": 4, "a": 2})
+    assert list(saved) == ["a", "b"]
+    assert checked_offsets(saved, ("a", "b", "c")) == {"a": 2, "b": 4, "c": -2}
+    with pytest.raises(SourceOptionError, match="did not write"):
+        checked_offsets({"a": "x"}, ("a",))
