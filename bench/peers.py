@@ -21,6 +21,7 @@ write, and the counts are read from the ledger by job id.
   lateness (run - due) p50/p99/max, early, lost.
 - crash: the retry scenario with the worker SIGKILLed (its whole process group) at a third and
   at two thirds of the successes and restarted at once; lost and duplicated jobs.
+
 A job is lost when it has not succeeded 30 s after the ledger stopped growing (delay: 30 s
 after the last due time).
 """
@@ -106,7 +107,7 @@ def contenders(celery_pool: str, threads: int) -> list[Contender]:
                 "-c",
                 str(threads),
                 "--prefetch-multiplier",
-                "32",
+                "64",
                 "-Q",
                 "jobs",
                 "--without-gossip",
@@ -115,7 +116,7 @@ def contenders(celery_pool: str, threads: int) -> list[Contender]:
                 "-l",
                 "WARNING",
             ),
-            f"`-P {celery_pool} -c {threads}`, `worker_prefetch_multiplier=32`, `task_acks_late`,"
+            f"`-P {celery_pool} -c {threads}`, `worker_prefetch_multiplier=64`, `task_acks_late`,"
             " `task_reject_on_worker_lost`, `confirm_publish`; quorum: `task_default_queue_type="
             "quorum` on a topic exchange (native delayed delivery); retry `self.retry(countdown=1)`,"
             " delay `countdown=`",
@@ -316,6 +317,7 @@ class Outcome:
     peak_mib: float = 0.0
     lateness_ms: list[float] = field(default_factory=list)
     early: int = 0
+    kills: int = 0
     skipped: str = ""
 
     @property
@@ -398,6 +400,7 @@ class Bench:
                 raise RuntimeError(f"{contender.name}: publishing failed")
             worker = WorkerProcess(contender.worker, env, log)
             kills = [n // 3, 2 * n // 3] if scenario == "crash" else []
+            killed = 0
             try:
                 while True:
                     time.sleep(0.02)
@@ -405,6 +408,7 @@ class Bench:
                     done = len(ledger.ok)
                     if kills and done >= kills[0]:
                         kills.pop(0)
+                        killed += 1
                         worker.kill()
                         worker.start()
                     if done >= n or time.monotonic() - ledger.last_line > QUIET:
@@ -419,7 +423,9 @@ class Bench:
                     ledger.read()
             finally:
                 worker.stop()
-            return self.counted(ledger, ids, worker.peak_kib)
+            outcome = self.counted(ledger, ids, worker.peak_kib)
+            outcome.kills = killed
+            return outcome
         finally:
             self.drop_vhost(vhost)
 
@@ -481,71 +487,63 @@ def percentile(values: list[float], pct: float) -> float:
 Results = dict[tuple[str, str, str], Outcome]
 
 
+TITLES = {
+    "drain": "Drain (no-op jobs published beforehand)",
+    "retry": "Retry (every job fails its first attempt, retried after 1 s)",
+    "crash": "Crash (the retry scenario, the worker SIGKILLed twice and restarted)",
+    "delay": "Delay (jobs scheduled {max_delay} s ahead at most, whole seconds)",
+}
+COLUMNS = {
+    "drain": ("jobs/s", "peak RSS MiB"),
+    "retry": ("seconds", "exactly once", "lost", "duplicated", "note"),
+    "crash": ("exactly once", "lost", "duplicated", "kills", "note"),
+    "delay": ("lateness p50 ms", "p99 ms", "max ms", "early", "lost"),
+}
+
+
+def cells(o: Outcome, scenario: str, note: str) -> list[str]:
+    """One row's figures for ``scenario`` (``o`` ran)."""
+    if scenario == "drain":
+        return [f"{o.rate:,.0f}", f"{o.peak_mib:.0f}"]
+    if scenario == "retry":
+        return [f"{o.seconds:.1f}", f"{o.exactly_once:,}", f"{o.lost:,}", f"{o.duplicated:,}", note]
+    if scenario == "crash":
+        return [f"{o.exactly_once:,}", f"{o.lost:,}", f"{o.duplicated:,}", str(o.kills), note]
+    late = o.lateness_ms or [float("nan")]
+    return [
+        f"{statistics.median(late):.1f}",
+        f"{percentile(late, 99):.1f}",
+        f"{max(late):.1f}",
+        f"{o.early:,}",
+        f"{o.lost:,}",
+    ]
+
+
 def render(
     results: Results, everyone: list[Contender], args: argparse.Namespace, header: str
 ) -> str:
-    qts = args.queue_types
-    lines = [
-        header,
-        "",
-        "Drain:",
-        "",
-        "| worker | queue | jobs/s | peak RSS MiB |",
-        "|---|---|---|---|",
-    ]
-
-    def cell(o: Outcome, text: str) -> str:
-        return f"n/a: {o.skipped}" if o.skipped else text
-
-    for qt in qts:
-        for c in everyone:
-            o = results.get((c.key, qt, "drain"))
-            if o:
-                lines.append(
-                    f"| {c.name} | {qt} | {cell(o, f'{o.rate:,.0f}')} | {'' if o.skipped else f'{o.peak_mib:.0f}'} |"
-                )
-    for scenario, title in (
-        ("retry", "Retry (first attempt fails, retried after 1 s)"),
-        ("crash", "Crash (retry scenario, worker SIGKILLed twice and restarted)"),
-    ):
-        lines += [
-            "",
-            f"{title}:",
-            "",
-            "| worker | queue | seconds | exactly once | lost | duplicated | note |",
-            "|---|---|---|---|---|---|---|",
+    lines = [header]
+    for scenario, title in TITLES.items():
+        rows = [
+            (c, qt, o)
+            for qt in args.queue_types
+            for c in everyone
+            if (o := results.get((c.key, qt, scenario))) is not None
         ]
-        for qt in qts:
-            for c in everyone:
-                o = results.get((c.key, qt, scenario))
-                if o is None:
-                    continue
-                if o.skipped:
-                    lines.append(f"| {c.name} | {qt} | n/a: {o.skipped} | | | | |")
-                else:
-                    lines.append(
-                        f"| {c.name} | {qt} | {o.seconds:.1f} | {o.exactly_once:,} | {o.lost:,} | {o.duplicated:,} | {c.notes.get(scenario, '')} |"
-                    )
-    lines += [
-        "",
-        f"Delay (1..{args.max_delay} s ahead):",
-        "",
-        "| worker | queue | lateness p50 ms | p99 ms | max ms | early | lost |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for qt in qts:
-        for c in everyone:
-            o = results.get((c.key, qt, "delay"))
-            if o is None:
-                continue
-            if o.skipped or not o.lateness_ms:
-                lines.append(f"| {c.name} | {qt} | n/a: {o.skipped or 'nothing arrived'} | | | | |")
-            else:
-                late = o.lateness_ms
-                lines.append(
-                    f"| {c.name} | {qt} | {statistics.median(late):.1f} | {percentile(late, 99):.1f} | {max(late):.1f} | {o.early} | {o.lost} |"
-                )
-    lines += ["", targets(results, everyone, qts), ""]
+        if not rows:
+            continue
+        columns = COLUMNS[scenario]
+        lines += ["", title.format(max_delay=args.max_delay) + ":", ""]
+        lines.append("| worker | queue | " + " | ".join(columns) + " |")
+        lines.append("|---|---|" + "---|" * len(columns))
+        for c, qt, o in rows:
+            figures = (
+                [f"n/a: {o.skipped}"] + [""] * (len(columns) - 1)
+                if o.skipped
+                else cells(o, scenario, c.notes.get(scenario, ""))
+            )
+            lines.append(f"| {c.name} | {qt} | " + " | ".join(figures) + " |")
+    lines += ["", targets(results, everyone, args.queue_types), ""]
     return "\n".join(lines)
 
 
@@ -614,13 +612,14 @@ def main() -> int:
         keys = args.only.split(",")
         everyone = [c for c in everyone if c.key in keys]
     sizes = {"drain": args.drain, "retry": args.retry, "crash": args.retry, "delay": args.delay}
+    scenarios = [s for s in args.scenarios.split(",") if s]
     results: Results = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         bench = Bench(args, Path(tmp))
         versions = peer_versions(Path(bench.peers_python))
         print(f"broker {mask_uri(bench.endpoints.amqp_url)}; {versions}", flush=True)
-        for scenario in args.scenarios.split(","):
+        for scenario in scenarios:
             for qt in args.queue_types:
                 for c in everyone:
                     o = bench.run(c, qt, scenario, sizes[scenario])
@@ -632,8 +631,9 @@ def main() -> int:
         rabbitmq = bench.client.overview().get("rabbitmq_version")
     load_after = os.getloadavg()
     header = (
-        f"RabbitMQ {rabbitmq}; {versions}; {args.drain:,} drain, {args.retry:,} retry and crash,"
-        f" {args.delay:,} delayed jobs; {time.strftime('%Y-%m-%d')}; load average"
+        f"RabbitMQ {rabbitmq}; {versions}; "
+        + ", ".join(f"{scenario} {sizes[scenario]:,} jobs" for scenario in scenarios)
+        + f"; {time.strftime('%Y-%m-%d')}; load average"
         f" {load_before[0]:.2f} before, {load_after[0]:.2f} after."
     )
     text = render(results, everyone, args, header)
@@ -644,7 +644,12 @@ def main() -> int:
 
 
 def section(args: argparse.Namespace, everyone: list[Contender], table: str) -> str:
-    settings = "\n".join(f"- {c.name}: {c.settings}." for c in everyone)
+    settings = "\n".join(
+        f"- {c.name}: {c.settings}."
+        + "".join(f" Not run: {what} ({why})." for what, why in c.cannot.items())
+        + "".join(f" Retry: {how}." for what, how in c.notes.items() if what == "retry")
+        for c in everyone
+    )
     return "\n".join(
         [
             HEADING,
@@ -653,7 +658,12 @@ def section(args: argparse.Namespace, everyone: list[Contender], table: str) -> 
             f".venv/bin/python bench/peers.py --drain {args.drain} --retry {args.retry} --delay {args.delay} --max-delay {args.max_delay} --write-docs",
             "```",
             "",
-            (__doc__ or "").split("\n\n", 1)[1].split("Usage:")[-1].split("\n", 3)[-1].strip(),
+            "The peers come from `bench/peers-requirements.txt` (pinned), installed by the script"
+            " into a virtualenv of their own, `bench/.peers-venv`, never into the project's; by"
+            " hand: `python -m venv bench/.peers-venv && bench/.peers-venv/bin/pip install -r"
+            " bench/peers-requirements.txt`. rabbitry runs from the project's `.venv`.",
+            "",
+            "Every framework " + (__doc__ or "").split("Every framework", 1)[1].strip(),
             "",
             "Settings, each from its framework's documentation (bench/peer_jobs/ says where):",
             "",

@@ -1,14 +1,15 @@
 """The benchmark job as a Celery task (kombu over RabbitMQ), with the settings Celery's
 documentation gives for safety and throughput.
 
-Worker:   celery -A celery_jobs worker -P threads -c 8 --prefetch-multiplier 32 -Q jobs ...
+Worker:   celery -A celery_jobs worker -P threads -c 8 --prefetch-multiplier 64 -Q jobs ...
 Publish:  python celery_jobs.py publish FIRST COUNT MAX_DELAY
 
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a job is acked after it ran, and one
   whose worker died goes back to the queue ("Should I use retry or acks_late?", User Guide >
   Tasks).
 - ``worker_prefetch_multiplier``: raised from 4 for many short tasks (User Guide >
-  Optimizing > Prefetch Limits); prefetch = multiplier x concurrency.
+  Optimizing > Prefetch Limits: for many short tasks "say 64, or 128"); prefetch = multiplier x
+  concurrency.
 - ``broker_transport_options={"confirm_publish": True}``: publishes wait for the broker's
   confirm (kombu's py-amqp transport), so neither a job nor its retry is lost on the way in.
 - Quorum queues: ``task_default_queue_type="quorum"`` with a topic exchange, as "Using Quorum
@@ -30,7 +31,7 @@ app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     task_ignore_result=True,
-    worker_prefetch_multiplier=32,
+    worker_prefetch_multiplier=64,
     broker_transport_options={"confirm_publish": True},
     broker_connection_retry_on_startup=True,
     task_default_queue=ledger.QUEUE,
