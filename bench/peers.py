@@ -19,8 +19,9 @@ write, and the counts are read from the ledger by job id.
   seconds from the first run to the last success; jobs done exactly once, lost, duplicated.
 - delay: K jobs scheduled 1..D whole seconds ahead, published while the worker runs;
   lateness (run - due) p50/p99/max, early, lost.
-- crash: the retry scenario with the worker SIGKILLed (its whole process group) at a third and
-  at two thirds of the successes and restarted at once; lost and duplicated jobs.
+- crash: the retry scenario with the worker SIGKILLed (its whole process group) and restarted
+  at once, twice: when two thirds of the first attempts ran, and when a third of the retries
+  ran; lost and duplicated jobs.
 
 A job is lost when it has not succeeded 30 s after the ledger stopped growing (delay: 30 s
 after the last due time).
@@ -88,39 +89,36 @@ class Contender:
     """scenario -> what differs in how it ran."""
 
 
-def contenders(celery_pool: str, threads: int) -> list[Contender]:
+def celery(pool: str, threads: int, first: bool) -> Contender:
+    """Celery's worker on one pool; pools after the first run the drain only."""
+    py = str(PEERS_VENV / "bin" / "python")
+    concurrency = str(threads)  # solo runs one at a time but its prefetch still counts these
+    only_drain = "the first Celery row runs retries and countdowns"
+    return Contender(
+        f"celery-{pool}",
+        f"Celery ({pool} pool)",
+        "celery_jobs",
+        (
+            *(py, "-m", "celery", "-A", "celery_jobs", "worker", "-P", pool, "-c", concurrency),
+            *("--prefetch-multiplier", "64", "-Q", "jobs", "--without-gossip", "--without-mingle"),
+            *("--without-heartbeat", "-l", "WARNING"),
+        ),
+        (
+            f"`-P {pool} -c {concurrency}`, `worker_prefetch_multiplier=64`, `task_acks_late`,"
+            " `task_reject_on_worker_lost`, `confirm_publish`; quorum: `task_default_queue_type="
+            "quorum` on a topic exchange (native delayed delivery); retry"
+            " `self.retry(countdown=1)`, delay `countdown=`"
+            if first
+            else f"`-P {pool}`, otherwise as above"
+        ),
+        cannot={} if first else dict.fromkeys(("retry", "crash", "delay"), only_drain),
+    )
+
+
+def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
     py = str(PEERS_VENV / "bin" / "python")
     return [
-        Contender(
-            "celery",
-            f"Celery ({celery_pool} pool)",
-            "celery_jobs",
-            (
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "celery_jobs",
-                "worker",
-                "-P",
-                celery_pool,
-                "-c",
-                str(threads),
-                "--prefetch-multiplier",
-                "64",
-                "-Q",
-                "jobs",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-l",
-                "WARNING",
-            ),
-            f"`-P {celery_pool} -c {threads}`, `worker_prefetch_multiplier=64`, `task_acks_late`,"
-            " `task_reject_on_worker_lost`, `confirm_publish`; quorum: `task_default_queue_type="
-            "quorum` on a topic exchange (native delayed delivery); retry `self.retry(countdown=1)`,"
-            " delay `countdown=`",
-        ),
+        *(celery(pool, threads, i == 0) for i, pool in enumerate(celery_pools)),
         Contender(
             "dramatiq",
             "dramatiq",
@@ -221,6 +219,7 @@ class Ledger:
         self.ok_times: dict[int, float] = {}
         self.due: dict[int, float] = {}
         self.first = 0.0
+        self.lines = 0
         self.last_line = time.monotonic()
 
     def read(self) -> None:
@@ -234,6 +233,7 @@ class Ledger:
         if end:
             self.last_line = time.monotonic()
         for line in data[:end].splitlines():
+            self.lines += 1
             job, outcome, at, due = line.split()
             if not self.first:
                 self.first = float(at)
@@ -399,17 +399,20 @@ class Bench:
             if self.publish(contender, env, 0, n, 0).wait() != 0:
                 raise RuntimeError(f"{contender.name}: publishing failed")
             worker = WorkerProcess(contender.worker, env, log)
-            kills = [n // 3, 2 * n // 3] if scenario == "crash" else []
-            killed = 0
+            # kill once two thirds of the first attempts ran (their retries in flight), then
+            # once a third of the retries ran, each time after the worker wrote a line
+            kills = [2 * n // 3, 4 * n // 3] if scenario == "crash" else []
+            killed, lines_at_start = 0, 0
             try:
                 while True:
                     time.sleep(0.02)
                     ledger.read()
                     done = len(ledger.ok)
-                    if kills and done >= kills[0]:
+                    if kills and ledger.lines >= kills[0] and ledger.lines > lines_at_start:
                         kills.pop(0)
                         killed += 1
                         worker.kill()
+                        lines_at_start = ledger.lines
                         worker.start()
                     if done >= n or time.monotonic() - ledger.last_line > QUIET:
                         break
@@ -599,7 +602,11 @@ def main() -> int:
     parser.add_argument("--scenarios", default="drain,retry,delay,crash")
     parser.add_argument("--only", default="", help="contender keys, comma-separated")
     parser.add_argument(
-        "--celery-pool", default="threads", choices=["threads", "gevent", "prefork", "solo"]
+        "--celery-pools",
+        default="threads,solo",
+        help="Celery pools (threads, gevent, solo, prefork): the first runs every scenario,"
+        " the others the drain (solo, inline in the main process, drained fastest here;"
+        " gevent was slower than threads)",
     )
     parser.add_argument("--threads", type=int, default=8, help="Celery and dramatiq threads")
     parser.add_argument(
@@ -607,7 +614,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     args.queue_types = args.queue_types.split(",")
-    everyone = contenders(args.celery_pool, args.threads)
+    everyone = contenders(args.celery_pools.split(","), args.threads)
     if args.only:
         keys = args.only.split(",")
         everyone = [c for c in everyone if c.key in keys]
@@ -625,7 +632,7 @@ def main() -> int:
                     o = bench.run(c, qt, scenario, sizes[scenario])
                     results[(c.key, qt, scenario)] = o
                     print(
-                        f"  {scenario:6} {qt:8} {c.name:28} {o.skipped or f'{o.rate:,.0f} jobs/s, {o.seconds:.1f} s, once {o.exactly_once}, lost {o.lost}, dup {o.duplicated}, {o.peak_mib:.0f} MiB'}",
+                        f"  {scenario:6} {qt:8} {c.name:28} {o.skipped or f'{o.rate:,.0f} jobs/s, {o.seconds:.1f} s, once {o.exactly_once}, lost {o.lost}, dup {o.duplicated}, kills {o.kills}, {o.peak_mib:.0f} MiB'}",
                         flush=True,
                     )
         rabbitmq = bench.client.overview().get("rabbitmq_version")
@@ -646,7 +653,10 @@ def main() -> int:
 def section(args: argparse.Namespace, everyone: list[Contender], table: str) -> str:
     settings = "\n".join(
         f"- {c.name}: {c.settings}."
-        + "".join(f" Not run: {what} ({why})." for what, why in c.cannot.items())
+        + "".join(
+            f" Not run: {', '.join(w for w, y in c.cannot.items() if y == why)} ({why})."
+            for why in dict.fromkeys(c.cannot.values())
+        )
         + "".join(f" Retry: {how}." for what, how in c.notes.items() if what == "retry")
         for c in everyone
     )

@@ -2,6 +2,8 @@
 documentation gives for safety and throughput.
 
 Worker:   celery -A celery_jobs worker -P threads -c 8 --prefetch-multiplier 64 -Q jobs ...
+          (and -P solo for the drain: tasks inline in the main process, the fastest pool here
+          for no-op tasks; gevent was slower than threads, prefork is more than one process)
 Publish:  python celery_jobs.py publish FIRST COUNT MAX_DELAY
 
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a job is acked after it ran, and one
