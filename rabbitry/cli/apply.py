@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -64,31 +64,11 @@ if TYPE_CHECKING:
     help="Wait this long for another apply of the same stack to finish (0: refuse at once).",
 )
 @target_option
-def apply_command(
-    target: Target | SavedTarget,
-    auto_approve: bool,
-    allow_replace: bool,
-    prune: bool,
-    force: bool,
-    take_over: tuple[str, ...],
-    as_json: bool,
-    lock_timeout: float,
-    targets: tuple[str, ...],
-) -> int:
+def apply_command(target: Target | SavedTarget, **options: Any) -> int:
     """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
     from `rabbitry plan -o`); one apply per stack at a time."""
     try:
-        return _apply(
-            target,
-            auto_approve,
-            allow_replace,
-            prune,
-            force,
-            take_over,
-            as_json,
-            lock_timeout,
-            targets,
-        )
+        return _apply(target, **options)
     finally:
         lock = getattr(target, "lock", None)  # a Target's, not a saved plan's
         if lock is not None:
@@ -97,6 +77,7 @@ def apply_command(
 
 def _apply(
     target: Target | SavedTarget,
+    *,
     auto_approve: bool,
     allow_replace: bool,
     prune: bool,
