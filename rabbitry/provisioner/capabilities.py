@@ -13,10 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.topology.patterns.super_streams import MARK as SUPER_STREAM_MARK
 from rabbitry.topology.primitives import ExchangeType, Primitive, QueueType, ResourceKey, Topology
 from rabbitry.topology.versions import (
-    Kind,
     Use,
     Version,
     format_version,
@@ -104,8 +102,6 @@ def requirements(topology: Topology) -> list[Need]:
         for exchange in vhost.exchanges:
             label = f"exchange {exchange.name} ({where})"
             uses = list(uses_of_exchange(exchange.type))
-            if exchange.arguments.get(SUPER_STREAM_MARK) is True:
-                uses.append(Use(Kind.FEATURE, "super streams"))
             version(label, uses, exchange, vhost.name)
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:

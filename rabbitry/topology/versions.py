@@ -167,13 +167,10 @@ FACTS: tuple[Fact, ...] = (
         advice="use a quorum queue, or upgrade the broker",
         added=(3, 9),
     ),
-    Fact(
-        Kind.FEATURE,
-        "super streams",
-        source=f"{NOTES}3.11.0.md (partitioned streams, super streams)",
-        advice="use plain streams, or upgrade the broker",
-        added=(3, 11),
-    ),
+    # No row for super streams: what a super stream is made of (a direct exchange, stream
+    # queues, bindings with arguments) every broker with streams makes; 3.11 added the stream
+    # protocol's lookup of its partitions (3.11.0 release notes), which AMQP 0-9-1 publishing by
+    # routing key and rabbitry's Spark source do not need.
     Fact(
         Kind.FEATURE,
         "non-durable non-exclusive queues",

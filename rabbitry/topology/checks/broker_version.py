@@ -63,9 +63,6 @@ def check_broker_version(spec: Spec, findings: Findings) -> None:
                 definition = {**policy.unchecked_definition, **checked}
                 uses = uses_of_policy(policy.apply_to, definition, operator)
                 _report(uses, version, (*loc, key, i), keys, findings)
-        for i, _ in enumerate(vhost.super_streams):
-            streams = [Use(Kind.FEATURE, "super streams")]
-            _report(streams, version, (*loc, "super_streams", i), {}, findings)
 
 
 def _report(

@@ -775,7 +775,7 @@ class VhostSpec(SpecModel):
     shovels: list[ShovelSpec] = Field(default_factory=list)
     """Dynamic shovels (need the rabbitmq_shovel plugin)."""
     super_streams: list[SuperStreamSpec] = Field(default_factory=list)
-    """Partitioned streams (RabbitMQ 3.11+)."""
+    """Partitioned streams (stream-protocol clients find their partitions from RabbitMQ 3.11)."""
 
 
 class Spec(SpecModel):
