@@ -1,14 +1,16 @@
 """Provisioning speed: rabbitry apply vs the broker's own definitions import vs one call per object.
 
-Usage:  python bench/provision.py [--rounds 3] [--scale 300] [--management-url URL]
+Usage:  python bench/provision.py [--rounds 3] [--scale 300] [--definitions-scales 300,2000]
+        [--management-url URL]
 Broker: --management-url, else $RABBITRY_MANAGEMENT_URL, else a dev broker must be running
 (`rabbitry dev-broker up`). Every contender creates the same generated topology into its own
 empty vhost of the same broker, in the same run; rounds alternate the contenders so that none
 always runs on a warmer broker. Reported: median wall time per contender, ratios, and the time of
 an unchanged re-plan (spec load + broker read + diff).
 
-Then a definitions file (the broker's own export of that topology, with a user and its
-permissions) is brought onto the broker two ways, again alternating: `rabbitry
+Then definitions files (the broker's own export of such a topology at each of
+--definitions-scales, with a user and its permissions) are brought onto the broker two ways,
+again alternating: `rabbitry
 import-definitions FILE -o SPEC` then `rabbitry apply SPEC --auto-approve` (two CLI processes,
 start-up included), and `POST /api/definitions` of the file.
 """
@@ -105,6 +107,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=int, default=300)
+    parser.add_argument(
+        "--definitions-scales",
+        default="300,2000",
+        help="sizes (--scale units) of the definitions files, comma-separated",
+    )
     parser.add_argument("--management-url", default=os.environ.get("RABBITRY_MANAGEMENT_URL"))
     args = parser.parse_args()
     if not args.management_url:
@@ -166,7 +173,9 @@ def main() -> int:
     ok = med["rabbitry"] <= 1.2 * med["import"] and med["replan"] <= 0.5
     print(f"\ntargets: apply <= 1.2x import, re-plan <= 0.5 s: {'met' if ok else 'NOT met'}")
     print()
-    return definitions_files(client, args, version)
+    for scale in (int(x) for x in args.definitions_scales.split(",")):
+        definitions_files(client, args, version, scale)
+    return 0
 
 
 def definitions_file(client: ManagementClient, scale: int, tmp: Path, template: str) -> str:
@@ -193,14 +202,16 @@ def definitions_file(client: ManagementClient, scale: int, tmp: Path, template: 
         client.delete(f"/users/{q(user)}")
 
 
-def definitions_files(client: ManagementClient, args: argparse.Namespace, version: str) -> int:
+def definitions_files(
+    client: ManagementClient, args: argparse.Namespace, version: str, scale: int
+) -> None:
     rabbitry = str(Path(sys.executable).parent / "rabbitry")
     env = {**os.environ, "RABBITRY_MANAGEMENT_URL": args.management_url}
     results: dict[str, list[float]] = {"rabbitry": [], "import": []}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         template = f"bench-template-{uuid.uuid4().hex[:6]}"
-        text = definitions_file(client, args.scale, tmp, template)
+        text = definitions_file(client, scale, tmp, template)
         objects = sum(len(v) for k, v in json.loads(text).items() if isinstance(v, list))
         for round_no in range(args.rounds):
             tag = uuid.uuid4().hex[:6]
@@ -248,8 +259,7 @@ def definitions_files(client: ManagementClient, args: argparse.Namespace, versio
     )
     print(f"| POST /api/definitions of the file | {med['import']:.2f} | 1.00x |")
     ok = med["rabbitry"] <= 1.1 * med["import"]
-    print(f"\ntarget: import-definitions + apply <= 1.1x import: {'met' if ok else 'NOT met'}")
-    return 0
+    print(f"\ntarget: import-definitions + apply <= 1.1x import: {'met' if ok else 'NOT met'}\n")
 
 
 def load_topology_named(spec: Path, vhost: str) -> Topology:
