@@ -13,7 +13,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.topology.primitives import ExchangeType, Primitive, QueueType, ResourceKey, Topology
+from rabbitry.topology.primitives import (
+    ExchangeType,
+    Primitive,
+    Queue,
+    QueueType,
+    ResourceKey,
+    Topology,
+)
 from rabbitry.topology.versions import (
     Use,
     Version,
@@ -97,6 +104,7 @@ def requirements(topology: Topology) -> list[Need]:
         item = Need(label, "version", label, tuple(uses), of.key(vhost))
         needs.setdefault(("version", label), item)
 
+    seen: dict[object, tuple[Use, ...]] = {}
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
         for exchange in vhost.exchanges:
@@ -112,9 +120,7 @@ def requirements(topology: Topology) -> list[Need]:
                 need(exchange.type, "exchange_type", because)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
-            version(
-                label, uses_of_queue(queue.type, queue.durable, queue.arguments), queue, vhost.name
-            )
+            version(label, _queue_uses(queue, seen), queue, vhost.name)
             if queue.type is QueueType.QUORUM:
                 need("quorum_queue", "feature_flag", f"{label} is a quorum queue")
             if queue.type is QueueType.STREAM:
@@ -142,6 +148,19 @@ def requirements(topology: Topology) -> list[Need]:
             if plugin:
                 need(plugin, "plugin", f"{parameter.component} {parameter.name} ({where})")
     return list(needs.values())
+
+
+def _queue_uses(queue: Queue, seen: dict[object, tuple[Use, ...]]) -> tuple[Use, ...]:
+    """What a queue uses, shared by the queues that use the same (most of a large spec's
+    queues do): one tuple, judged once."""
+    try:
+        shape = (queue.type, queue.durable, tuple(queue.arguments.items()))
+        known = seen.get(shape)
+    except TypeError:  # an argument whose value cannot be hashed
+        return tuple(uses_of_queue(queue.type, queue.durable, queue.arguments))
+    if known is None:
+        known = seen[shape] = tuple(uses_of_queue(queue.type, queue.durable, queue.arguments))
+    return known
 
 
 def migration_requirements(queues: Iterable[str]) -> list[Need]:

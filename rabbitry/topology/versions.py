@@ -439,7 +439,29 @@ def judge(
     uses: Iterable[Use], version: Version, upgrading_from: Version | None = None
 ) -> list[Verdict]:
     """Each fact a use meets at ``version`` (one verdict per fact); empty when all is well.
-    ``upgrading_from``: the version the broker runs now, when ``version`` is an upgrade's."""
+    ``upgrading_from``: the version the broker runs now, when ``version`` is an upgrade's.
+
+    Most objects of a large spec use the same things (a thousand durable classic queues with
+    the same arguments): their judgement is remembered, by uses and the types of their values
+    (``True == 1``, but a fact may tell them apart)."""
+    uses = tuple(uses)
+    try:
+        memo = (tuple((use, type(use.value)) for use in uses), version, upgrading_from)
+        known = _JUDGED.get(memo)
+    except TypeError:  # a value that cannot be hashed (a list in a policy): judged each time
+        return _judge(uses, version, upgrading_from)
+    if known is None:
+        if len(_JUDGED) >= _JUDGED_MAX:
+            _JUDGED.clear()
+        known = _JUDGED[memo] = tuple(_judge(uses, version, upgrading_from))
+    return list(known)
+
+
+_JUDGED: dict[object, tuple[Verdict, ...]] = {}
+_JUDGED_MAX = 4096
+
+
+def _judge(uses: Iterable[Use], version: Version, upgrading_from: Version | None) -> list[Verdict]:
     found: dict[int, Verdict] = {}  # by the fact's place in FACTS
     for use in uses:
         for index, fact in _BY_KEY.get((use.kind, use.key), ()):

@@ -11,7 +11,7 @@ import pytest
 import rabbitry
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.ownership import record_name
+from rabbitry.provisioner.ownership import OwnershipRecord, record_name
 from rabbitry.provisioner.plan_schema import PlanDocument
 from tests.integration.conftest import Broker, one_vhost_spec
 
@@ -32,7 +32,8 @@ STACK_B = one_vhost_spec("""
 
 def managed_names(broker: Broker, stack: str) -> set[str]:
     found = broker.get(f"/global-parameters/{quote(record_name(stack), safe='')}")
-    return {entry[-1] for entry in found["value"]["managed"] if entry[1] == "queue"}
+    record = OwnershipRecord.from_value(stack, found["value"])
+    return {key[-1] for key in record.managed if key[0] == "queue"}
 
 
 def stacks_json(broker: Broker) -> dict[str, dict[str, object]]:
@@ -110,12 +111,19 @@ def test_a_stack_cannot_take_anothers_queue_unless_it_takes_it_over(broker: Brok
 
         # A record written before rabbitry refused: both stacks list qshared. B's spec drops
         # it, and B's prune would delete it from under A: marked, and refused.
-        a_record = broker.get(f"/global-parameters/{quote(record_name(a), safe='')}")["value"]
-        b_record = broker.get(f"/global-parameters/{quote(record_name(b), safe='')}")["value"]
-        a_record["managed"] += [e for e in b_record["managed"] if e[-1] == "qshared"]
+        a_record = OwnershipRecord.from_value(
+            a, broker.get(f"/global-parameters/{quote(record_name(a), safe='')}")["value"]
+        )
+        b_record = OwnershipRecord.from_value(
+            b, broker.get(f"/global-parameters/{quote(record_name(b), safe='')}")["value"]
+        )
+        both = {
+            **a_record.managed,
+            **{k: d for k, d in b_record.managed.items() if k[-1] == "qshared"},
+        }
         broker.http.put(
             f"/global-parameters/{quote(record_name(a), safe='')}",
-            json={"name": record_name(a), "value": a_record},
+            json={"name": record_name(a), "value": a_record.replace_managed(both).to_value()},
         ).raise_for_status()
         contested = json.loads(
             broker.run(

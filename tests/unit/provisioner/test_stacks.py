@@ -11,6 +11,7 @@ from rabbitry.errors import BrokerError
 from rabbitry.provisioner.applier import ApplyOptions, refusals, taken_over
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.ownership import (
+    PENDING,
     RECORD_PREFIX,
     OwnershipRecord,
     digest,
@@ -170,5 +171,38 @@ def test_a_record_no_rabbitry_can_read_stops_the_plan_naming_it() -> None:
     with pytest.raises(BrokerError) as info:
         records_from([{"name": RECORD_PREFIX + "other", "value": {"format_version": 9}}])
     message = str(info.value)
-    assert "'rabbitry.stack.other' is not a rabbitry record of format 1" in message
+    assert "'rabbitry.stack.other' is not a rabbitry record of a format" in message
+    assert "reads (1, 2)" in message
     assert "upgrade rabbitry" in message and "remove that parameter" in message
+
+
+def test_a_record_written_in_format_1_is_still_read() -> None:
+    old = {
+        "format_version": 1,
+        "stack": "A",
+        "managed": [["abc", *SHARED_Q], ["", "vhost", "", "v"]],
+        "operations": [{"vhost": "v", "queue": "q"}],
+    }
+    got = OwnershipRecord.from_value("A", old)
+    assert got.managed == {SHARED_Q: "abc", ("vhost", "", "v"): ""}
+    assert got.operations == ({"vhost": "v", "queue": "q"},)
+    assert OwnershipRecord.from_value("A", got.to_value()) == got  # written again in format 2
+
+
+def test_a_large_record_is_stored_compact_and_reads_back_the_same() -> None:
+    managed = {("queue", "v", f"orders.{i}\t\n\u00e9"): f"{i:016x}" for i in range(20_000)}
+    managed[("exchange", "v", "tab\tname")] = PENDING
+    record = OwnershipRecord("big", managed)
+    value = record.to_value()
+    plain = json.dumps(sorted([d, *k] for k, d in managed.items()))
+    assert isinstance(value["managed"], str)
+    assert len(json.dumps(value)) < len(plain) / 2  # what the broker stores and serves
+    assert OwnershipRecord.from_value("big", json.loads(json.dumps(value))) == record
+
+
+def test_a_record_whose_list_was_damaged_stops_the_plan_naming_it() -> None:
+    value = OwnershipRecord("A", {SHARED_Q: "abc"}).to_value()
+    value["managed"] = value["managed"][:-8] + "!!!!!!!!"
+    with pytest.raises(BrokerError) as info:
+        records_from([{"name": RECORD_PREFIX + "A", "value": value}])
+    assert "'rabbitry.stack.A' lists its objects in a form rabbitry cannot read" in str(info.value)
