@@ -5,10 +5,11 @@
 #   - A Docker engine answers: nothing container-related is done; tests use the official
 #     rabbitmq:4.0-management image (testcontainers pulls it).
 #   - No Docker engine (Debian, root): installs podman + runc, writes a containers.conf for them,
-#     keeps `podman system service` running on a Docker-compatible socket, and builds two RabbitMQ
-#     test images from Debian packages (no container registry needed): RabbitMQ 4.0 from Debian
-#     trixie, the one the tests use, and RabbitMQ 3.10 from bookworm, the oldest release rabbitry
-#     supports, for the compatibility run of scripts/test.sh.
+#     keeps `podman system service` running on a Docker-compatible socket, and builds three
+#     RabbitMQ test images from Debian packages (no container registry needed): RabbitMQ 4.0 from
+#     Debian trixie, the one the tests use, RabbitMQ 3.10 from bookworm, the oldest release
+#     rabbitry supports, and RabbitMQ 4.3 from forky (Debian testing), the newest, for the
+#     compatibility runs of scripts/test.sh.
 #   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark]'`, a Java runtime for
 #     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
 #     (scripts/test.sh sources it; so can you).
@@ -26,9 +27,10 @@ SERVICE_LOG=$RUN_DIR/podman-service.log
 SERVICE_PID=$RUN_DIR/podman-service.pid
 IMAGE_DIR=$ROOT/rabbitry/testing/image
 # Debian suite:RabbitMQ version of each local image; the first is the default test image.
-LOCAL_IMAGES=(trixie:4.0 bookworm:3.10)
+LOCAL_IMAGES=(trixie:4.0 bookworm:3.10 forky:4.3)
 DOCKER_IMAGE=rabbitmq:4.0-management
 DOCKER_COMPAT_IMAGE=rabbitmq:3.10-management
+DOCKER_NEWEST_IMAGE=rabbitmq:4.3-management
 VENV=$ROOT/.venv
 STATE_DIR=$ROOT/.rabbitry
 ENV_FILE=$STATE_DIR/env.sh
@@ -170,8 +172,11 @@ build_base_image() {
     trap "remove_rootfs '$rootfs'" EXIT
     log "building $base: debootstrap $suite from $mirror (about a minute)"
     local started=$SECONDS
+    # A debootstrap older than the suite has no script for it: testing is bootstrapped like sid.
+    local script=()
+    [[ -e /usr/share/debootstrap/scripts/$suite ]] || script=(/usr/share/debootstrap/scripts/sid)
     as_root debootstrap --variant=minbase --include=rabbitmq-server "$suite" "$rootfs" "$mirror" \
-        >"$RUN_DIR/debootstrap-$suite.log" 2>&1 ||
+        "${script[@]}" >"$RUN_DIR/debootstrap-$suite.log" 2>&1 ||
         die "debootstrap failed; see $RUN_DIR/debootstrap-$suite.log"
     as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     as_root tar -C "$rootfs" -c . | podman import --quiet - "$base" >/dev/null
@@ -279,9 +284,11 @@ write_env_file() {
             echo "export TESTCONTAINERS_CONNECTION_MODE=\${TESTCONTAINERS_CONNECTION_MODE:-docker_host}"
             echo "export RABBITRY_TEST_IMAGE=\${RABBITRY_TEST_IMAGE:-$(local_image "${LOCAL_IMAGES[0]}")}"
             echo "export RABBITRY_COMPAT_IMAGE=\${RABBITRY_COMPAT_IMAGE:-$(local_image "${LOCAL_IMAGES[1]}")}"
+            echo "export RABBITRY_NEWEST_IMAGE=\${RABBITRY_NEWEST_IMAGE:-$(local_image "${LOCAL_IMAGES[2]}")}"
         else
             echo "export RABBITRY_TEST_IMAGE=\${RABBITRY_TEST_IMAGE:-$DOCKER_IMAGE}"
             echo "export RABBITRY_COMPAT_IMAGE=\${RABBITRY_COMPAT_IMAGE:-$DOCKER_COMPAT_IMAGE}"
+            echo "export RABBITRY_NEWEST_IMAGE=\${RABBITRY_NEWEST_IMAGE:-$DOCKER_NEWEST_IMAGE}"
         fi
     } >"$tmp"
     mv "$tmp" "$ENV_FILE"

@@ -95,10 +95,12 @@ if [[ $# -eq 0 ]]; then
 fi
 
 # The whole suite runs on the current RabbitMQ (RABBITRY_TEST_IMAGE). The oldest release rabbitry
-# supports behaves differently where the provisioner, the patterns and the clients must adapt
-# (policy apply-to values, quorum-queue arguments and delivery limits, x-death, the definitions
-# import): those modules run again on it. Only on containers, and only for a full run.
+# supports and the newest behave differently where the provisioner, the patterns and the clients
+# must adapt (policy apply-to values, quorum-queue arguments and delivery limits, x-death, the
+# definitions import, the version table): those modules run again on each. Only on containers,
+# and only for a full run.
 COMPAT_TESTS=(
+    tests/integration/test_broker_versions.py
     tests/integration/test_provision.py
     tests/integration/test_examples.py
     tests/integration/test_patterns.py
@@ -113,11 +115,13 @@ COMPAT_TESTS=(
     tests/integration/test_import_definitions.py
     tests/integration/test_spark_source.py
 )
-if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers && -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
-    echo "compatibility run: $RABBITRY_COMPAT_IMAGE"
-    compat_pytest() { RABBITRY_TEST_IMAGE=$RABBITRY_COMPAT_IMAGE run_pytest -q "${COMPAT_TESTS[@]}"; }
-    step "pytest on $RABBITRY_COMPAT_IMAGE" compat_pytest
-    step "no skipped tests on $RABBITRY_COMPAT_IMAGE" check_skips
+compat_pytest() { RABBITRY_TEST_IMAGE=$1 run_pytest -q "${COMPAT_TESTS[@]}"; }
+if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers ]]; then
+    for image in ${RABBITRY_COMPAT_IMAGE:-} ${RABBITRY_NEWEST_IMAGE:-}; do
+        echo "compatibility run: $image"
+        step "pytest on $image" compat_pytest "$image"
+        step "no skipped tests on $image" check_skips
+    done
 fi
 
 if ((${#failed[@]})); then

@@ -104,6 +104,9 @@ class Fact:
     """The queue types the fact is about (None: any object)."""
     added: Version | None = None
     """First version that has it; older brokers refuse it or lack it."""
+    unchecked_before: bool = False
+    """Older brokers than ``added`` accept it without effect rather than refuse it (a queue
+    argument they do not know and do not check): a warning there, not a refusal."""
     ignored: Version | None = None
     """First version that accepts it without effect."""
     removed: Version | None = None
@@ -196,14 +199,13 @@ FACTS: tuple[Fact, ...] = (
         Kind.QUEUE_ARGUMENT,
         "x-queue-mode",
         queue_types=CLASSIC,
-        # 4.3 drops the argument's validator (rabbitmq-server commit a67de22527, "trying to
-        # create a queue and setting x-queue-mode ... will error out"); the classic queue type
-        # still lists the key, so the refusal rests on the notes and that commit, not on a test
-        source=f"{NOTES}3.12.0.md (lazy and non-lazy modes no longer apply); {NOTES}4.3.0.md"
-        " (declaring with x-queue-mode set to any value fails)",
+        # The 4.3.0 notes say declaring with x-queue-mode fails, but RabbitMQ 4.3.6 declares
+        # such a queue (tests/integration/test_broker_versions.py on the 4.3 image): the key is
+        # still listed by the classic queue type, so it is accepted and ignored
+        source=f"{NOTES}3.12.0.md (lazy and non-lazy modes no longer apply); declared by"
+        " RabbitMQ 4.3.6 (tested)",
         advice="remove x-queue-mode: classic queues keep messages on disk since 3.12",
         ignored=(3, 12),
-        removed=(4, 3),
     ),
     Fact(
         Kind.QUEUE_ARGUMENT,
@@ -274,6 +276,7 @@ FACTS: tuple[Fact, ...] = (
             advice=f"remove {key}: quorum queue delayed retry needs RabbitMQ 4.3 (a retry"
             " ladder of TTL queues works on any version)",
             added=(4, 3),
+            unchecked_before=True,  # 3.10 and 4.0.5 declare it (tested)
         )
         for key in ("x-delayed-retry-type", "x-delayed-retry-min", "x-delayed-retry-max")
     ),
@@ -284,6 +287,7 @@ FACTS: tuple[Fact, ...] = (
         source=f"{NOTES}4.3.0.md; {SRC}v4.3.0 rabbit_quorum_queue.erl capabilities",
         advice="remove x-consumer-disconnected-timeout, or upgrade the broker to 4.3",
         added=(4, 3),
+        unchecked_before=True,  # 3.10 and 4.0.5 declare it (tested)
     ),
     Fact(
         Kind.QUEUE_ARGUMENT,
@@ -395,7 +399,8 @@ class Verdict:
     use: Use
     version: Version
     state: str
-    """``missing`` (too old), ``removed``, ``ignored`` or ``changed``."""
+    """``missing`` (too old), ``unknown`` (too old, accepted without effect), ``removed``,
+    ``ignored`` or ``changed``."""
 
     @property
     def refused(self) -> bool:
@@ -406,6 +411,11 @@ class Verdict:
         fact, shown = self.fact, format_version(self.version)
         if self.state == "missing":
             text = f"{fact.label} needs RabbitMQ {format_version(fact.added or ())} or newer"
+        elif self.state == "unknown":
+            text = (
+                f"{fact.label} takes effect from RabbitMQ {format_version(fact.added or ())};"
+                " older brokers accept it without effect"
+            )
         elif self.state == "removed":
             text = f"RabbitMQ {format_version(fact.removed or ())} and newer refuse {fact.label}"
         elif self.state == "ignored":
@@ -425,7 +435,7 @@ def verdict(
     """What ``version`` does with what ``fact`` is about, or None when it simply accepts it.
     A changed default is news only to an upgrade that crosses it (``upgrading_from`` older)."""
     if fact.added is not None and version < fact.added:
-        return Verdict(fact, use, version, "missing")
+        return Verdict(fact, use, version, "unknown" if fact.unchecked_before else "missing")
     if fact.removed is not None and version >= fact.removed:
         return Verdict(fact, use, version, "removed")
     if fact.ignored is not None and version >= fact.ignored:

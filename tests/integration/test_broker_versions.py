@@ -1,7 +1,7 @@
 """The version table against real brokers: what it says a version refuses, the broker refuses;
 plan refuses such a spec before any change, naming the version; --target-version tells what an
-upgrade would break. Runs on the default image (4.0) and on the 3.10 one
-(RABBITRY_TEST_IMAGE=$RABBITRY_COMPAT_IMAGE)."""
+upgrade would break. Runs on the default image (4.0), on the 3.10 one
+(RABBITRY_TEST_IMAGE=$RABBITRY_COMPAT_IMAGE) and on the newest (RABBITRY_NEWEST_IMAGE, 4.3)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import rabbitry
+from rabbitry.errors import RabbitryError
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.versions import (
     Use,
@@ -36,6 +37,8 @@ QUEUES: list[tuple[str, str, dict[str, Any]]] = [
     ("v1", "classic", {"x-queue-version": 1}),
     ("leader", "classic", {"x-queue-leader-locator": "balanced"}),
     ("stream", "stream", {}),
+    ("retried", "quorum", {"x-delayed-retry-type": "failed", "x-delayed-retry-min": 1000}),
+    ("patient", "quorum", {"x-consumer-disconnected-timeout": 60000}),
 ]
 
 
@@ -120,7 +123,7 @@ name: "{{ stack }}"
 vhosts:
   - name: "{{ vhost }}"
     queues:
-      - {name: lazy, arguments: {x-queue-mode: lazy}}
+      - {name: lazy, arguments: {x-queue-mode: lazy, x-queue-version: 1}}
       - {name: work, type: quorum, delivery_limit: 5}
       - {name: open, type: quorum}
 """
@@ -128,19 +131,29 @@ vhosts:
 
 def test_target_version_lists_what_an_upgrade_to_4_3_would_break(broker: Broker) -> None:
     spec = broker.spec(UPGRADE)
+    runs = version_of(broker)
     planned = broker.run("plan", str(spec), "--target-version", "4.3", "--json")
+    if runs >= (4, 3):
+        # no upgrade: the broker itself refuses the spec, before any change
+        assert planned.exit_code == 1, planned.output
+        assert "RabbitMQ 4.3 and newer refuse queue argument x-queue-version" in planned.output
+        assert broker.get("/queues/{vhost}/lazy") is None
+        return
     assert planned.exit_code == 0, planned.output
     assert (
         "RabbitMQ 4.3 would refuse: queue lazy (vhost "
-        f"{broker.vhost}): RabbitMQ 4.3 and newer refuse queue argument x-queue-mode"
+        f"{broker.vhost}): RabbitMQ 4.3 and newer refuse queue argument x-queue-version"
         in planned.stdout
     )
+    # ignored since 3.12 but still declared by 4.3: noted, never refused
+    assert "refuse queue argument x-queue-mode" not in planned.stdout
+    assert "accept queue argument x-queue-mode without effect" in planned.stdout
     assert "(the target is 4.3)" in planned.stdout
     # the delivery limit default of 4.0 is news only to a broker older than 4.0
     crossed = (
         "RabbitMQ 4.0 changed the default of queue argument x-delivery-limit" in planned.stdout
     )
-    assert crossed == (version_of(broker) < (4, 0))
+    assert crossed == (runs < (4, 0))
     assert "queue work" not in planned.stdout
     assert broker.get("/queues/{vhost}/lazy") is None  # a plan changes nothing
     plain = broker.run("plan", str(spec))
@@ -150,12 +163,37 @@ def test_target_version_lists_what_an_upgrade_to_4_3_would_break(broker: Broker)
 
 def test_the_python_api_plans_with_a_target_version_too(broker: Broker) -> None:
     spec = broker.spec(UPGRADE)
-    the_plan = rabbitry.plan(
-        spec,
-        url=broker.amqp_url,
-        management_url=broker.management_url,
-        variables={"vhost": broker.vhost, "stack": broker.stack},
-        target_version="4.3",
-    )
-    assert any(w.startswith("RabbitMQ 4.3 would refuse: queue lazy") for w in the_plan.warnings)
+
+    def plan() -> rabbitry.Plan:
+        return rabbitry.plan(
+            spec,
+            url=broker.amqp_url,
+            management_url=broker.management_url,
+            variables={"vhost": broker.vhost, "stack": broker.stack},
+            target_version="4.3",
+        )
+
+    if version_of(broker) >= (4, 3):  # the broker itself refuses it
+        with pytest.raises(RabbitryError, match="refuse queue argument x-queue-version"):
+            plan()
+    else:
+        the_plan = plan()
+        assert any(w.startswith("RabbitMQ 4.3 would refuse: queue lazy") for w in the_plan.warnings)
     assert broker.get("/queues/{vhost}/lazy") is None
+
+
+def test_quorum_queues_refuse_x_max_priority_and_so_does_rabbitry(broker: Broker) -> None:
+    """Every version from 3.10 to 4.3 refuses the argument on a quorum queue (4.0 and newer order
+    a quorum queue by message priority without it): rabbitry says so before the broker does."""
+    response = broker.http.put(
+        f"/queues/{broker.vhost}/priority",
+        json={"durable": True, "arguments": {"x-queue-type": "quorum", "x-max-priority": 5}},
+    )
+    assert response.is_error, (version_of(broker), response.text)
+    spec = broker.spec(
+        'version: 1\nname: "{{ stack }}"\nvhosts:\n  - name: "{{ vhost }}"\n    queues:\n'
+        "      - {name: priority, type: quorum, arguments: {x-max-priority: 5}}\n"
+    )
+    refused = broker.run("validate", str(spec))
+    assert refused.exit_code != 0
+    assert "x-max-priority" in refused.output

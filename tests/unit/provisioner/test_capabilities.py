@@ -96,17 +96,17 @@ def test_unlisted_plugins_fall_back_to_the_exchange_types_the_broker_offers() ->
 
 
 def test_a_version_the_broker_refuses_is_named_with_what_to_do() -> None:
-    queue = p.Queue(name="lazy", arguments={"x-queue-mode": "lazy"})
+    queue = p.Queue(name="lazy", arguments={"x-queue-version": 1})
     needs = requirements(topology(queues=(queue,)))
     assert missing(needs, FULL) == []
     (problem,) = missing(needs, BrokerCapabilities(version=(4, 3, 0)))
     assert problem.startswith("queue lazy (vhost v): RabbitMQ 4.3 and newer refuse")
-    assert "(the broker runs 4.3.0); remove x-queue-mode" in problem
+    assert "(the broker runs 4.3.0); remove x-queue-version" in problem
 
 
 def test_target_version_lists_what_an_upgrade_would_break() -> None:
     queues = (
-        p.Queue(name="lazy", arguments={"x-queue-mode": "lazy"}),
+        p.Queue(name="lazy", arguments={"x-queue-version": 1}),
         p.Queue(name="work", type=p.QueueType.QUORUM),
     )
     needs = requirements(topology(queues=queues))
@@ -131,11 +131,11 @@ def test_a_listed_modulus_hash_type_needs_no_sharding_plugin() -> None:
 
 
 def test_an_object_the_broker_already_holds_is_kept_not_refused() -> None:
-    """A queue declared with x-queue-mode before an upgrade to 4.3 keeps working there; only
-    declaring it again fails, so a plan that leaves it alone warns instead of refusing."""
+    """A queue declared with x-queue-version 1 before an upgrade to 4.3 keeps working there;
+    only declaring it again fails, so a plan that leaves it alone warns instead of refusing."""
     queues = (
-        p.Queue(name="old", arguments={"x-queue-mode": "lazy"}),
-        p.Queue(name="new", arguments={"x-queue-mode": "lazy"}),
+        p.Queue(name="old", arguments={"x-queue-version": 1}),
+        p.Queue(name="new", arguments={"x-queue-version": 1}),
     )
     needs = requirements(topology(queues=queues))
     broker = BrokerCapabilities(version=(4, 3, 0))
