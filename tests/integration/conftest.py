@@ -121,6 +121,12 @@ class Broker:
         response.raise_for_status()
         return response.json()
 
+    @property
+    def version(self) -> tuple[int, ...]:
+        """The broker's RabbitMQ version, (4, 3, 6)."""
+        shown = str(self.get("/overview")["rabbitmq_version"])
+        return tuple(int(p) for p in shown.split("-")[0].split(".") if p.isdigit())
+
     def queue_names(self) -> set[str]:
         return {q["name"] for q in self.get("/queues/{vhost}")}
 

@@ -627,25 +627,27 @@ def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
     """Plan and apply read a vhost through the per-kind endpoints (ten times faster at 50,000
     objects than the definitions export): both reads must give the same objects, including
     what the export leaves out (built-in exchanges, exclusive queues and their bindings)."""
+    # 4.3 refuses non-durable, non-exclusive queues by default
+    temp = "durable: false, " if broker.version < (4, 3) else ""
     broker.apply(
-        one_vhost_spec("""
+        one_vhost_spec(f"""
         exchanges:
-          - {name: hub, type: topic, alternate_exchange: spill}
-          - {name: spill, type: fanout, internal: true}
-          - {name: heads, type: headers, durable: false, auto_delete: true}
+          - {{name: hub, type: topic, alternate_exchange: spill}}
+          - {{name: spill, type: fanout, internal: true}}
+          - {{name: heads, type: headers, durable: false, auto_delete: true}}
         queues:
-          - {name: work, type: quorum, arguments: {x-delivery-limit: 5}}
-          - {name: temp, durable: false, auto_delete: true}
-          - {name: log, type: stream}
-          - {name: plain, arguments: {x-message-ttl: 1000, x-max-priority: 5}}
+          - {{name: work, type: quorum, arguments: {{x-delivery-limit: 5}}}}
+          - {{name: temp, {temp}auto_delete: true}}
+          - {{name: log, type: stream}}
+          - {{name: plain, arguments: {{x-message-ttl: 1000, x-max-priority: 5}}}}
         bindings:
-          - {source: hub, destination: work, routing_key: "a.#"}
-          - {source: hub, destination: heads, destination_type: exchange}
-          - {source: heads, destination: plain, arguments: {x-match: any, kind: a}}
+          - {{source: hub, destination: work, routing_key: "a.#"}}
+          - {{source: hub, destination: heads, destination_type: exchange}}
+          - {{source: heads, destination: plain, arguments: {{x-match: any, kind: a}}}}
         policies:
-          - {name: cap, pattern: "^plain$", apply_to: queues, definition: {max-length: 10}}
+          - {{name: cap, pattern: "^plain$", apply_to: queues, definition: {{max-length: 10}}}}
         operator_policies:
-          - {name: guard, pattern: ".*", definition: {max-length: 100000}}
+          - {{name: guard, pattern: ".*", definition: {{max-length: 100000}}}}
 """)
     )
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
@@ -659,6 +661,20 @@ def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
             per_kind = observed_vhost(broker.vhost, meta, client.vhost_objects(broker.vhost))
     finally:
         connection.close()
+    exchanges = per_kind.exchanges
+    if broker.version >= (4, 3):
+        # RabbitMQ 4.3.6's definitions export leaves internal exchanges out (and the `internal`
+        # field) and lists bindings to exclusive queues: the per-kind read still sees the one
+        # and leaves out the other, as on older brokers
+        assert [e.name for e in exchanges if e.internal] == ["spill"]
+        assert "spill" not in {e.name for e in exported.exchanges}
+        assert mine in {b.destination for b in exported.bindings}
+        exported = exported.model_copy(
+            update={"bindings": [b for b in exported.bindings if b.destination != mine]}
+        )
+        per_kind = per_kind.model_copy(
+            update={"exchanges": [e for e in exchanges if not e.internal]}
+        )
     for kind in ("exchanges", "queues", "bindings", "policies", "operator_policies", "parameters"):
         assert sorted(map(repr, getattr(per_kind, kind))) == sorted(
             map(repr, getattr(exported, kind))
