@@ -204,7 +204,8 @@ def export_command(
     Users are left out unless --users: applying an export puts what it holds under the stack,
     and the broker's own operators rarely belong there. What rabbitry does not know (exchange
     types of plugins, arguments no check covers) is kept unchecked; what the broker made for its
-    own plugins (federation links' queues and exchanges) is left out. Both are named on stderr.
+    own plugins (federation links' queues and exchanges, the queues of MQTT and STOMP clients'
+    subscriptions) is left out, with its bindings. Both are named on stderr.
     """
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")

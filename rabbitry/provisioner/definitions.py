@@ -5,9 +5,10 @@
 environment references, as ``rabbitry export`` does); applying it to an empty broker makes the
 same definitions. Exchanges of types rabbitry does not know (a plugin's, such as
 ``x-local-random``) are kept, passed through unchecked. What a spec cannot hold is left out by
-name, never silently: the federation plugin's internal queues and exchanges, the sharding
-plugin's shard queues, runtime parameters of other components, bindings to or from
-what was left out, and the broker's own global parameters (``internal_cluster_id``).
+name, never silently: what the broker made for its plugins (``topology.plugin_objects``:
+federation links, shard queues, MQTT and STOMP subscriptions), runtime parameters of other
+components, bindings to or from what was left out, and the broker's own global parameters
+(``internal_cluster_id``).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
 metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as

@@ -37,6 +37,13 @@ def q(name: str) -> str:
     return quote(name, safe="")
 
 
+def _api_url(node: str, path: str) -> httpx.URL:
+    """``path`` under the API of ``node``, joined as the client joins it to its base URL
+    (percent-encoded segments such as ``%2F`` kept as they are)."""
+    base = httpx.URL(node + "/api/")
+    return base.copy_with(raw_path=base.raw_path + httpx.URL(path).raw_path.lstrip(b"/"))
+
+
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """``http://u:p@h:15672/`` -> (``http://h:15672``, u, p)."""
     try:
@@ -110,6 +117,7 @@ class ManagementClient:
         self.base_urls = tuple(node[0] for node in nodes)
         """Every node's API, credentials left out; ``base_url`` is the one in use."""
         self._answered = False
+        self._switching = threading.Lock()
         self._ahead: dict[str, Future[Any]] = {}
         self.username = username or url_user or "guest"
         password = password if password is not None else url_password
@@ -231,12 +239,16 @@ class ManagementClient:
         first: bool,
     ) -> httpx.Response:
         """Send to the node in use; one that cannot be reached hands over to the next node
-        (each tried once), and the last one's failure is raised."""
+        (each tried once), and the last one's failure is raised. Requests may be made from
+        several threads at once (``vhost_objects``): each is sent to the node it read, so
+        that a failure moves on from that node, not from one another request moved to."""
         for left in range(len(self.base_urls) - 1, -1, -1):
+            node = self.base_url
+            url = _api_url(node, path)
             try:
                 try:
                     return self._client.request(
-                        method, path, json=json, params=params, timeout=timeout
+                        method, url, json=json, params=params, timeout=timeout
                     )
                 except httpx.RemoteProtocolError:
                     # the broker closes keep-alive connections left idle (a long apply, a wait
@@ -244,7 +256,7 @@ class ManagementClient:
                     if method not in ("GET", "PUT", "DELETE"):
                         raise
                     return self._client.request(
-                        method, path, json=json, params=params, timeout=timeout
+                        method, url, json=json, params=params, timeout=timeout
                     )
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout) as exc:
                 # nothing reached a node that refused or timed out connecting; a read timeout
@@ -252,14 +264,17 @@ class ManagementClient:
                 unanswered = not isinstance(exc, httpx.ReadTimeout) or first
                 if not left or not unanswered:
                     raise
-                self._next_node(exc)
+                self._next_node(node, exc)
         raise AssertionError("unreachable: the last node's failure is raised")
 
-    def _next_node(self, exc: httpx.HTTPError) -> None:
-        failed = self.base_url
-        at = self.base_urls.index(failed)
-        self.base_url = self.base_urls[(at + 1) % len(self.base_urls)]
-        self._client.base_url = httpx.URL(self.base_url + "/api")
+    def _next_node(self, failed: str, exc: httpx.HTTPError) -> None:
+        """Move on from ``failed``, unless a request made at the same time already did."""
+        with self._switching:
+            if self.base_url != failed:
+                return
+            at = self.base_urls.index(failed)
+            self.base_url = self.base_urls[(at + 1) % len(self.base_urls)]
+            self._client.base_url = httpx.URL(self.base_url + "/api")
         log.warning(
             "management API at %s does not answer (%s): trying %s",
             failed,

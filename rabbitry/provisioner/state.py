@@ -14,7 +14,7 @@ from typing import Any
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
-from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
+from rabbitry.topology.plugin_objects import plugin_exchange, plugin_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
     ApplyTo,
@@ -136,10 +136,6 @@ def _enum_or_none(enum_type: Any, value: Any) -> Any:
         return None
 
 
-INTERNAL = "x-internal-purpose"
-"""The argument the federation plugin marks its link queues and exchanges with."""
-
-
 def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
     """The answers of one kind, in order, each let go as soon as it is converted: the answers
     about a vhost of 50,000 objects and their primitives are never all held at once."""
@@ -161,17 +157,19 @@ def observed_vhost(
 ) -> Vhost:
     """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
     out of ``definitions`` as they are read. What the broker made for its plugins (their
-    internal queues and exchanges, and the bindings to or from them) is left out, one line
-    each in ``left_out``; exchanges of types rabbitry does not know are kept as they are."""
+    internal queues and exchanges, told by ``plugin_objects``, and the bindings to or from
+    them) is left out, one line each in ``left_out``; exchanges of types rabbitry does not know
+    are kept as they are."""
     left = left_out if left_out is not None else []
     exchanges, gone_exchanges = [], set()
     for item in _taken(definitions, "exchanges"):
         # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
         exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
         arguments = item.get("arguments") or {}
-        if INTERNAL in arguments:
+        why = plugin_exchange(arguments)
+        if why:
             gone_exchanges.add(item["name"])
-            left.append(f"exchange {name}/{item['name']}: internal to the federation plugin")
+            left.append(f"exchange {name}/{item['name']}: {why}")
             continue
         exchanges.append(
             Exchange(
@@ -186,15 +184,10 @@ def observed_vhost(
     queues, gone_queues = [], set()
     for item in _taken(definitions, "queues"):
         arguments = dict(item.get("arguments") or {})
-        if INTERNAL in arguments or is_plugin_shard_queue(item["name"]):
-            # the federation plugin's link queues, and the sharding plugin's shard queues
-            # (declared on each node): never rabbitry's to manage
+        why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
+        if why:
+            # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
             gone_queues.add(item["name"])
-            why = (
-                "internal to the federation plugin"
-                if INTERNAL in arguments
-                else "made by the sharding plugin on each node"
-            )
             left.append(f"queue {name}/{item['name']}: {why}")
             continue
         queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"

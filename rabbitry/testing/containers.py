@@ -148,6 +148,14 @@ class BrokerContainer:
         wrapped = self._container.get_wrapped_container()
         return str(wrapped.attrs.get("Config", {}).get("Hostname", ""))
 
+    @property
+    def running(self) -> bool:
+        """Whether the container runs now, as its engine says: false after ``stop`` or ``kill``
+        (the broker's cluster peers may take a minute to notice a kill)."""
+        wrapped = self._container.get_wrapped_container()
+        wrapped.reload()
+        return bool(wrapped.status == "running")
+
     def host_port(self, container_port: int) -> int:
         """The host port a container port is published on (as of now: see ``broker``).
 

@@ -1,6 +1,9 @@
 """Failover on a three-node cluster: the node the clients are connected to stops while they
 publish with confirms and consume. No confirmed message is lost, the clients are back within
-seconds (the figures are printed), and the CLI's management calls skip the stopped node."""
+seconds (the figures are printed), and the CLI's management calls skip the stopped node.
+
+Each test takes the first node away itself and gets the whole cluster back afterwards
+(the ``ready`` fixture), so the tests pass alone and in any order."""
 
 from __future__ import annotations
 
@@ -77,20 +80,44 @@ def management_urls(nodes: list[Broker]) -> str:
 
 
 @pytest.fixture(scope="module")
-def ready(cluster: list[BrokerContainer]) -> Iterator[list[BrokerContainer]]:
-    first = cluster[0].broker
-    wait(
-        lambda: sum(n.get("running", False) for n in api(first, "/nodes")) == 3,
-        what="three running nodes",
-    )
-    connection = pika.BlockingConnection(pika.URLParameters(first.amqp_url()))
+def declared(cluster: list[BrokerContainer]) -> list[BrokerContainer]:
+    """The cluster with the clients' quorum queue, a member on each node."""
+    restore(cluster)
+    connection = pika.BlockingConnection(pika.URLParameters(cluster[0].broker.amqp_url()))
     connection.channel().queue_declare(
         QUEUE,
         durable=True,
         arguments={"x-queue-type": "quorum", "x-quorum-initial-group-size": 3},
     )
     connection.close()
-    yield cluster
+    return cluster
+
+
+@pytest.fixture
+def ready(declared: list[BrokerContainer]) -> Iterator[list[BrokerContainer]]:
+    """The whole cluster, before the test and again after it (each test takes a node away)."""
+    restore(declared, queue=QUEUE)
+    yield declared
+    restore(declared, queue=QUEUE)
+
+
+def restore(nodes: list[BrokerContainer], queue: str = "") -> None:
+    """Start the nodes that are not running, then wait until all three run, seen from the
+    first, and, with a ``queue``, until each of its members is online again: a quorum queue
+    needs two of three nodes, and a test is about to take one away."""
+    for node in nodes:
+        if not node.running:
+            node.start()
+    first = nodes[0].broker
+    wait(
+        lambda: sum(n.get("running", False) for n in api(first, "/nodes")) == 3,
+        what="three running nodes",
+    )
+    if queue:
+        wait(
+            lambda: len(api(first, f"/queues/%2F/{queue}").get("online", [])) == 3,
+            what=f"every member of the queue {queue} online",
+        )
 
 
 def node_of(broker: Broker, connection_name: str) -> str:
@@ -239,8 +266,9 @@ def test_stopping_the_clients_node_loses_no_confirmed_message(
 def test_cli_management_calls_skip_a_stopped_node(
     ready: list[BrokerContainer], tmp_path: Path
 ) -> None:
-    # runs after the first node was stopped: its management and AMQP URLs come first
     brokers = [node.broker for node in ready]
+    # the first node's management and AMQP URLs come first, and nothing answers there
+    ready[0].stop()
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         textwrap.dedent(
@@ -273,18 +301,6 @@ def test_cli_management_calls_skip_a_stopped_node(
 def test_killing_the_clients_node_loses_no_confirmed_message(
     ready: list[BrokerContainer], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # the stopped node comes back first: a quorum queue needs two of three nodes, and the
-    # node about to be killed is one of them
-    ready[0].start()
-    first = ready[0].broker
-    wait(
-        lambda: sum(n.get("running", False) for n in api(first, "/nodes")) == 3,
-        what="three running nodes again",
-    )
-    wait(
-        lambda: len(api(first, f"/queues/%2F/{QUEUE}").get("online", [])) == 3,
-        what="every member of the queue online",
-    )
     # a killed node says goodbye to no one: where its host does not reset the connections
     # either, missed heartbeats are how a client learns that it is gone
     fail_over(ready, "kill", capsys, heartbeat=2)

@@ -10,7 +10,6 @@ from rabbitry.topology.checks.findings import Findings, check_pattern, vhosts_of
 from rabbitry.topology.patterns.federation import ALL_UPSTREAMS, policy_name
 from rabbitry.topology.patterns.retries import VIA_QUEUES
 from rabbitry.topology.patterns.sharding import (
-    is_plugin_shard_queue,
     modulus_policy_name,
     shard_queue_name,
     shard_queue_specs,
@@ -77,12 +76,6 @@ def check_sharding(spec: Spec, findings: Findings) -> None:
                 findings.error(
                     (*loc, "policy"),
                     f"policy {modulus_policy_name(modulus)!r} is also declared in `policies`",
-                )
-        for index, queue in enumerate(vhost.queues):
-            if is_plugin_shard_queue(queue.name):
-                findings.error(
-                    (*vloc, "queues", index, "name"),
-                    "names starting with 'sharding: ' belong to the sharding plugin's queues",
                 )
 
 

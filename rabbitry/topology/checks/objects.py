@@ -21,6 +21,7 @@ from rabbitry.topology.checks.findings import (
 )
 from rabbitry.topology.checks.policies import effective_policy
 from rabbitry.topology.patterns.sharding import shard_queue_specs
+from rabbitry.topology.plugin_objects import RESERVED_QUEUE_PREFIXES, reserved_queue_prefix
 from rabbitry.topology.primitives import (
     DestinationType,
     ExchangeType,
@@ -148,7 +149,8 @@ def check_unique_names(spec: Spec, findings: Findings) -> None:
 
 
 def check_reserved_names(spec: Spec, findings: Findings) -> None:
-    """amq.* names belong to the broker: declaring one is refused."""
+    """amq.* names belong to the broker, and the prefixes of its plugins' queues to them
+    (``plugin_objects``): declaring one is refused."""
     for loc, vhost in vhosts_of(spec):
         for i, exchange in enumerate(vhost.exchanges):
             if exchange.name.startswith("amq."):
@@ -163,6 +165,14 @@ def check_reserved_names(spec: Spec, findings: Findings) -> None:
                     (*loc, "queues", i, "name"),
                     f"queue names starting with 'amq.' are reserved for the broker; "
                     f"rename {queue.name!r}",
+                )
+            prefix = reserved_queue_prefix(queue.name)
+            if prefix is not None:
+                findings.error(
+                    (*loc, "queues", i, "name"),
+                    f"queue names starting with {prefix!r} are the broker's plugins' own"
+                    f" ({RESERVED_QUEUE_PREFIXES[prefix]}): rabbitry would never see"
+                    f" {queue.name!r} as declared; rename it",
                 )
 
 

@@ -10,7 +10,7 @@ expand per shard exactly as for ``queues`` entries.
 Modulus (``vhosts[].modulus_sharding``): an ``x-modulus-hash`` exchange plus the sharding
 plugin's policy; the plugin declares the shard queues itself, on every node, named
 ``sharding: <exchange> - <node> - <n>``. Those queues belong to the plugin: the provisioner
-reads past them (``is_plugin_shard_queue``) and never plans, records or prunes them.
+reads past them (``plugin_objects``) and never plans, records or prunes them.
 
 The broker's choice of shard is ``erlang:phash2`` over jump consistent hashing, which Python
 does not reproduce bit for bit; ``rabbitry shards check`` measures the spread on the broker.

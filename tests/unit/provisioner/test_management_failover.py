@@ -7,7 +7,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -77,6 +79,27 @@ def test_an_http_error_answer_is_never_retried_on_another_node(
     with ManagementClient(f"{first},{second}") as client, pytest.raises(BrokerError, match="500"):
         client.get("/broken")
     assert seen_first == ["/api/broken"] and seen_second == []
+
+
+def test_reads_made_at_once_all_hand_over_from_a_refused_node_and_none_goes_back(
+    up: tuple[str, list[str]], down: str
+) -> None:
+    """The vhost reads go out together: each that a refused node turns away moves on from the
+    node it was sent to, not from whichever node another read has already moved to."""
+    url, seen = up
+    for _ in range(10):  # refusals come back in microseconds: give the race many chances
+        with ManagementClient(f"{down},{url}") as client:
+            start = threading.Barrier(8)
+
+            def read(client: ManagementClient = client, start: threading.Barrier = start) -> Any:
+                start.wait()
+                return client.get("/overview")
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                answers = list(pool.map(lambda _: read(), range(8)))
+            assert answers == [{"node": "up"}] * 8
+            assert client.base_url == url.replace("guest:s3cret@", "")
+    assert len(seen) == 10 * 8
 
 
 def test_when_no_node_answers_the_error_names_every_node_without_passwords(down: str) -> None:

@@ -216,7 +216,7 @@ def test_the_plugins_shard_queues_are_never_read_planned_or_pruned() -> None:
             "sharded_exchanges: [{name: s, shards: 2, queue: {type: stream, retry: {}}}]",
             "cannot retry",
         ),
-        ("queues: [{name: 'sharding: x - n - 0'}]", "sharding plugin's queues"),
+        ("queues: [{name: 'sharding: x - n - 0'}]", "made by the sharding plugin"),
         (
             "policies: [{name: m.sharding, pattern: m}]\nmodulus_sharding: [{name: m}]",
             "also declared in `policies`",
