@@ -28,7 +28,7 @@ import contextlib
 import datetime as dt
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pamqp import commands
@@ -321,17 +321,26 @@ class StreamReader:
         return None if found is None else found[0]
 
     def read(
-        self, stream: str, start: int, end: int, *, idle_timeout: float = 60.0
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        *,
+        idle_timeout: float = 60.0,
+        missing: Callable[[int], None] | None = None,
     ) -> Iterator[IncomingMessage]:
         """The messages with offsets ``start`` up to ``end - 1``, in order. Fails with
         ``StreamError`` when no message of the range comes for ``idle_timeout`` seconds
-        (retention removed it, or the range goes past the stream's end)."""
+        (the range goes past the stream's end). When retention has removed ``start``, the
+        broker begins at the first offset it holds: ``missing`` is called with that offset
+        (it may raise) before the rest of the range is read."""
         if end <= start:
             return
         wire, session = self._connect()
         index = session.consume(stream, start)
         last_seen = time.monotonic()
         pending = self._started(wire, session, [index])
+        checked = False
         try:
             while True:
                 for message in pending:
@@ -340,6 +349,10 @@ class StreamReader:
                     at = offset_of(message)
                     if at < start:
                         continue
+                    if not checked:
+                        checked = True
+                        if at > start and missing is not None:
+                            missing(at)
                     if at >= end:
                         return
                     yield message

@@ -195,3 +195,35 @@ def checked_offsets(value: object, streams: Sequence[str]) -> dict[str, int]:
             f"the checkpoint holds offsets this source did not write: {value!r}"
         )
     return {stream: int(value.get(stream, -2)) for stream in streams}
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Offsets ``asked`` up to ``first - 1`` of ``stream`` were to be read, but retention
+    removed them: the stream now starts at ``first``."""
+
+    stream: str
+    asked: int
+    first: int
+
+    @property
+    def skipped(self) -> int:
+        return self.first - self.asked
+
+    def describe(self) -> str:
+        return (
+            f"stream {self.stream!r} no longer holds offset {self.asked}: the first offset it"
+            f" holds is {self.first} (retention removed {self.skipped:,} offsets to be read)"
+        )
+
+
+def data_lost(asked: Mapping[str, int], bounds: Mapping[str, Bounds]) -> list[DataLoss]:
+    """The streams whose offset ``asked`` (-2 and -1 mean earliest and latest, never lost) is
+    before the first one the stream holds; a stream never written to has lost nothing."""
+    return [
+        DataLoss(stream, offset, bounds[stream].first)
+        for stream, offset in sorted(asked.items())
+        if stream in bounds
+        and 0 <= offset < bounds[stream].first
+        and bounds[stream].next > bounds[stream].first
+    ]
