@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pika
@@ -45,18 +45,21 @@ def publish(
     queue: str = "",
     exchange: str = "",
     first: int = 0,
-    keys: int = 0,
+    keys: int | Sequence[str] = 0,
+    pad: int = 0,
 ) -> None:
-    """``count`` JSON messages with ids ``m<first>``...; routing keys ``str(i % keys)`` into
-    ``exchange`` when ``keys``, else ``queue`` through the default exchange. Confirmed."""
+    """``count`` JSON messages with ids ``m<first>``...; routing keys ``str(i % keys)`` (or
+    the i-th of ``keys`` in turn) into ``exchange`` when ``keys``, else ``queue`` through the
+    default exchange; ``pad`` bytes of filler each. Confirmed."""
+    names = [str(k) for k in range(keys)] if isinstance(keys, int) else list(keys)
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
     channel = connection.channel()
     channel.confirm_delivery()
     for i in range(first, first + count):
         channel.basic_publish(
             exchange,
-            str(i % keys) if keys else queue,
-            json.dumps({"n": i}).encode(),
+            names[i % len(names)] if names else queue,
+            json.dumps({"n": i, "pad": "x" * pad}).encode(),
             pika.BasicProperties(
                 message_id=f"m{i}",
                 content_type="application/json",
@@ -136,15 +139,76 @@ def test_a_super_stream_reads_every_partition(spark: SparkSession, broker: Broke
 """)
     )
     publish(broker, 300, exchange="orders", keys=3)
-    df = source(spark, broker, super_stream="orders")
+    df = source(spark, broker, super_stream="orders", management_url=broker.management_url)
     rows = df.collect()
     assert len(rows) == 300
     by_stream = Counter(r.stream for r in rows)
     assert by_stream == {"orders-0": 100, "orders-1": 100, "orders-2": 100}
     assert sorted(int(r.properties.message_id[1:]) for r in rows) == list(range(300))
     assert all(int(r.properties.message_id[1:]) % 3 == int(r.stream[-1]) for r in rows)
-    keyed = source(spark, broker, super_stream="orders", partitions="0,2")
+    keyed = source(
+        spark, broker, super_stream="orders", partitions="0,2", management_url=broker.management_url
+    )
     assert {r.stream for r in keyed.collect()} == {"orders-0", "orders-2"}
+
+
+REGIONS = ["amer", "emea", "apac"]
+"""Binding keys in partition order (not the keys' alphabetical order)."""
+
+
+def test_a_super_stream_with_named_keys_reads_every_partition_in_binding_order(
+    spark: SparkSession, broker: Broker
+) -> None:
+    """One declared by the spec, one as the stream protocol's create makes it, where the
+    partitions are not named ``<name>-<key>``."""
+    broker.apply(one_vhost_spec(f"""
+        super_streams:
+          - {{name: regions, routing_keys: [{", ".join(REGIONS)}]}}
+"""))
+    sales = {"amer": "sales-west", "emea": "sales-europe", "apac": "sales-east"}
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.exchange_declare("sales", "direct", durable=True, arguments={"x-super-stream": True})
+    for order, key in enumerate(REGIONS):
+        channel.queue_declare(sales[key], durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_bind(sales[key], "sales", key, {"x-stream-partition-order": order})
+    connection.close()
+    publish(broker, 90, exchange="regions", keys=REGIONS)
+    publish(broker, 60, exchange="sales", keys=REGIONS)
+    management = broker.management_url
+
+    regions = source(spark, broker, super_stream="regions", management_url=management).collect()
+    assert Counter(r.stream for r in regions) == {f"regions-{k}": 30 for k in REGIONS}
+    assert all(r.stream == f"regions-{r.routing_key}" for r in regions)
+    assert sorted(int(r.properties.message_id[1:]) for r in regions) == list(range(90))
+
+    rows = source(spark, broker, super_stream="sales", management_url=management).collect()
+    assert Counter(r.stream for r in rows) == {stream: 20 for stream in sales.values()}
+    assert all(r.stream == sales[r.routing_key] for r in rows)
+    first_two = source(
+        spark, broker, super_stream="sales", partitions="2", management_url=management
+    )
+    assert {r.stream for r in first_two.collect()} == {"sales-west", "sales-europe"}
+    by_key = source(
+        spark, broker, super_stream="sales", partitions="apac", management_url=management
+    )
+    assert {r.stream for r in by_key.collect()} == {"sales-east"}
+
+    with pytest.raises(Exception, match="has no partition bound with key.*'asia'"):
+        source(spark, broker, super_stream="sales", partitions="asia", management_url=management)
+    with pytest.raises(Exception, match="super stream 'nope' does not exist in vhost"):
+        source(spark, broker, super_stream="nope", management_url=management)
+    # Without the management API the partitions are taken to be <name>-<key>: named keys
+    # must then be given, and a stream protocol super stream cannot be found at all.
+    unreachable = "http://127.0.0.1:1"
+    named = source(
+        spark, broker, super_stream="regions", partitions="emea", management_url=unreachable
+    )
+    assert {r.stream for r in named.collect()} == {"regions-emea"}
+    with pytest.raises(Exception, match="its bindings could not be read") as err:
+        source(spark, broker, super_stream="sales", management_url=unreachable)
+    password = pika.URLParameters(broker.vhost_amqp_url).credentials.password
+    assert f":{password}@" not in str(err.value)
 
 
 def test_bad_options_fail_on_the_driver_with_clear_errors(
