@@ -14,7 +14,8 @@ credit (the stream keeps its messages), and every delivery carries its offset in
   until deliveries pause. Messages published meanwhile can only raise it: the answer is always
   an offset the stream holds, so a range that ends there can be read to its end.
 - ``check(streams)``: each exists and is a stream (a consumer at ``next``, at once cancelled).
-- ``offset_at(stream, when)``: the first offset at or after a point in time.
+- ``offset_at(stream, when)``: the first offset at or after a point in time; ``first_offset``
+  the first one held.
 - ``read(stream, start, end)``: the messages of ``[start, end)``, in offset order, the same ones
   on every call while retention keeps them.
 
@@ -314,6 +315,11 @@ class StreamReader:
             high = last[1] if last is not None else first[0]
             out[stream] = (first[0], max(high, first[0]) + 1)
         return out
+
+    def first_offset(self, stream: str) -> int | None:
+        """The offset of the first message ``stream`` holds; None if it holds none."""
+        found = self._collect([stream], "first", first_only=True)[stream]
+        return None if found is None else found[0]
 
     def offset_at(self, stream: str, when: dt.datetime) -> int | None:
         """The first offset of the first chunk written at or after ``when``; None if none."""

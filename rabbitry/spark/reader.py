@@ -160,8 +160,7 @@ class RabbitMQStreamReader(DataSourceStreamReader):
         one held."""
         begin = checked_offsets(start, self.plan.streams)
         return {
-            s: bounds[s].first if o == -2 else max(o, bounds[s].first, 0)
-            for s, o in begin.items()
+            s: bounds[s].first if o == -2 else max(o, bounds[s].first, 0) for s, o in begin.items()
         }
 
     def initialOffset(self) -> dict[str, int]:
@@ -174,7 +173,6 @@ class RabbitMQStreamReader(DataSourceStreamReader):
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, int]:
-        streams = self.plan.streams
         bounds = self._bounds()
         begin = self._begin(start, bounds) if start is not None else self._previous
         latest = {s: b.next for s, b in bounds.items()}

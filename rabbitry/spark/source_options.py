@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.spark.offsets import OffsetKind, OffsetSpec, parse_offset_spec
-from rabbitry.provisioner.endpoints import management_from_amqp
 from rabbitry.spark.options import (
     DEFAULT_URL_ENV,
     SourceOptionError,
@@ -110,6 +109,8 @@ class SourceOptions:
         streaming: bool | None,
         environ: Mapping[str, str] | None = None,
     ) -> SourceOptions:
+        from rabbitry.provisioner.endpoints import management_from_amqp
+
         env = os.environ if environ is None else environ
         given = known_options(options, SOURCE_OPTIONS, "source", SourceOptionError)
         url = _resolve_url(given, env, SourceOptionError)
@@ -173,11 +174,7 @@ class SourceOptions:
             or DEFAULT_PREFETCH,
             read_timeout=_float(given, "read_timeout", 60.0, SourceOptionError),
             connection_name=given.get("connection_name") or "rabbitry-spark",
-            management_url=(
-                management
-                or env.get(MANAGEMENT_URL_ENV)
-                or management_from_amqp(url)
-            ),
+            management_url=(management or env.get(MANAGEMENT_URL_ENV) or management_from_amqp(url)),
             fail_on_data_loss=_bool(given, "failondataloss", True, SourceOptionError),
         )
         if streams:  # a super stream's offsets are checked once its partitions are known

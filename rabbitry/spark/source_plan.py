@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamReader, offset_of
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.management import ManagementClient, q, split_credentials
 from rabbitry.spark.offsets import (
     Bounds,
     DataLoss,
@@ -168,6 +166,9 @@ def bound_partitions(options: SourceOptions) -> tuple[list[Partition] | None, st
     """The super stream's partitions from its exchange's bindings, through the management
     API; (None, why) when the API cannot be asked. A missing exchange, or one that binds no
     partition, fails here: nothing could be read from it."""
+    # the provisioner's client, loaded only for a super stream
+    from rabbitry.provisioner.management import ManagementClient, q, split_credentials
+
     name = options.super_stream
     assert name is not None
     base, user, password = options.management_url, None, None
@@ -271,12 +272,20 @@ def read_partition(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
     name = f"{partition.connection_name} {r.stream}:{r.start}-{r.end}"
     reader = StreamReader(partition.url, prefetch=partition.prefetch, connection_name=name)
 
-    def removed(first: int) -> None:
-        # retention ran between planning and reading (or a replayed micro-batch's offsets
-        # have gone since): the same rule as on the driver
-        loss = DataLoss(r.stream, r.start, first)
-        asked_by = f"a task reading [{r.start}, {r.end})"
-        on_data_loss([loss], fail=partition.fail_on_data_loss, asked_by=asked_by)
+    def removed(at: int) -> None:
+        # the range's first message has an offset past its start: retention ran between
+        # planning and reading (or a micro-batch run again lost its offsets since), or the
+        # start is an offset that is no message; the same rule as on the driver tells
+        if at <= r.start + 1:
+            return  # one offset that may be no message: nothing can have been lost
+        with StreamReader(partition.url, prefetch=1, connection_name=name) as probe:
+            first = probe.first_offset(r.stream)
+        held = {r.stream: Bounds(at if first is None else first, at + 1)}
+        on_data_loss(
+            data_lost({r.stream: r.start}, held),
+            fail=partition.fail_on_data_loss,
+            asked_by=f"a task reading [{r.start}, {r.end})",
+        )
 
     try:
         for message in reader.read(

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from rabbitry.spark.offsets import (
     Bounds,
+    DataLoss,
     OffsetKind,
     OffsetRange,
     cap,
-    DataLoss,
     checked_offsets,
     data_lost,
     offsets_json,
@@ -146,6 +146,8 @@ def test_offsets_retention_removed_are_data_loss_and_earliest_or_latest_never_ar
     assert data_lost(asked, bounds) == [DataLoss("a", 100, 120)]
     assert data_lost({"a": -2, "b": -1}, bounds) == []
     assert data_lost({"a": 120}, bounds) == []
+    assert data_lost({"a": 119}, bounds) == []  # the first held segment's tracking snapshot
+    assert data_lost({"a": 118}, bounds) == [DataLoss("a", 118, 120)]
     loss = data_lost({"a": 3}, bounds)[0]
     assert loss.skipped == 117
     assert loss.describe() == (
