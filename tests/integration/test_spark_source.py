@@ -229,7 +229,10 @@ def test_bad_options_fail_on_the_driver_with_clear_errors(
         ({"stream": "nope"}, "stream 'nope' does not exist in vhost"),
         ({"stream": "classic"}, "queue 'classic' in vhost"),
         ({"stream": "classic"}, "is not a stream"),
-        ({"super_stream": "nope"}, "super stream 'nope' has no partition stream nope-0"),
+        (
+            {"super_stream": "nope", "management_url": "http://127.0.0.1:1"},
+            "super stream 'nope' has no partition stream nope-0",
+        ),
         ({"stream": "events", "prefetc": "10"}, "did you mean 'prefetch'"),
         ({"stream": "events", "startingOffsets": "soon"}, "startingOffsets must be earliest"),
         ({"stream": "events", "startingOffsets": '{"other": 1}'}, "'other' not among the streams"),
