@@ -14,7 +14,8 @@ credit (the stream keeps its messages), and every delivery carries its offset in
   until deliveries pause. Messages published meanwhile can only raise it: the answer is always
   an offset the stream holds, so a range that ends there can be read to its end.
 - ``check(streams)``: each exists and is a stream (a consumer at ``next``, at once cancelled).
-- ``offset_at(stream, when)``: the first offset at or after a point in time.
+- ``offset_at(stream, when)``: the first offset at or after a point in time; ``first_offset``
+  the first one held.
 - ``read(stream, start, end)``: the messages of ``[start, end)``, in offset order, the same ones
   on every call while retention keeps them.
 
@@ -28,7 +29,7 @@ import contextlib
 import datetime as dt
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pamqp import commands
@@ -315,23 +316,37 @@ class StreamReader:
             out[stream] = (first[0], max(high, first[0]) + 1)
         return out
 
+    def first_offset(self, stream: str) -> int | None:
+        """The offset of the first message ``stream`` holds; None if it holds none."""
+        found = self._collect([stream], "first", first_only=True)[stream]
+        return None if found is None else found[0]
+
     def offset_at(self, stream: str, when: dt.datetime) -> int | None:
         """The first offset of the first chunk written at or after ``when``; None if none."""
         found = self._collect([stream], when, first_only=True)[stream]
         return None if found is None else found[0]
 
     def read(
-        self, stream: str, start: int, end: int, *, idle_timeout: float = 60.0
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        *,
+        idle_timeout: float = 60.0,
+        missing: Callable[[int], None] | None = None,
     ) -> Iterator[IncomingMessage]:
         """The messages with offsets ``start`` up to ``end - 1``, in order. Fails with
         ``StreamError`` when no message of the range comes for ``idle_timeout`` seconds
-        (retention removed it, or the range goes past the stream's end)."""
+        (the range goes past the stream's end). When retention has removed ``start``, the
+        broker begins at the first offset it holds: ``missing`` is called with that offset
+        (it may raise) before the rest of the range is read."""
         if end <= start:
             return
         wire, session = self._connect()
         index = session.consume(stream, start)
         last_seen = time.monotonic()
         pending = self._started(wire, session, [index])
+        checked = False
         try:
             while True:
                 for message in pending:
@@ -340,6 +355,10 @@ class StreamReader:
                     at = offset_of(message)
                     if at < start:
                         continue
+                    if not checked:
+                        checked = True
+                        if at > start and missing is not None:
+                            missing(at)
                     if at >= end:
                         return
                     yield message

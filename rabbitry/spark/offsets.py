@@ -1,7 +1,9 @@
 """Stream offsets as the ``rabbitmq`` source plans them: pure, no broker, no clock.
 
-A stream's messages carry consecutive offsets from its first retained one. The source keeps,
-per stream, the offset of the next message to read (Spark's checkpoint stores that map as JSON),
+A stream's messages carry increasing offsets from its first retained one, consecutive within a
+segment (each segment after the first begins with one offset that is no message, see
+``data_lost``; limits such as ``maxRecordsPerTrigger`` count offsets). The source keeps, per
+stream, the offset of the next message to read (Spark's checkpoint stores that map as JSON),
 so a micro-batch is a half-open range ``[start, end)`` per stream and reading it again gives the
 same rows. This module parses ``startingOffsets`` / ``endingOffsets``, caps a micro-batch at
 ``maxRecordsPerTrigger`` and cuts ranges into Spark partitions of at most
@@ -195,3 +197,41 @@ def checked_offsets(value: object, streams: Sequence[str]) -> dict[str, int]:
             f"the checkpoint holds offsets this source did not write: {value!r}"
         )
     return {stream: int(value.get(stream, -2)) for stream in streams}
+
+
+@dataclass(frozen=True)
+class DataLoss:
+    """Offsets ``asked`` up to ``first - 1`` of ``stream`` were to be read, but retention
+    removed them: the stream now starts at ``first``."""
+
+    stream: str
+    asked: int
+    first: int
+
+    @property
+    def skipped(self) -> int:
+        return self.first - self.asked
+
+    def describe(self) -> str:
+        return (
+            f"stream {self.stream!r} no longer holds offset {self.asked}: the first offset it"
+            f" holds is {self.first} (retention removed {self.skipped:,} offsets to be read)"
+        )
+
+
+def data_lost(asked: Mapping[str, int], bounds: Mapping[str, Bounds]) -> list[DataLoss]:
+    """The streams whose offset ``asked`` (-2 and -1 mean earliest and latest, never lost) lies
+    before the segment that holds the first message left; a stream never written to has lost
+    nothing.
+
+    Offsets count chunks' records, not only messages: every segment after the first begins
+    with one that is not a message (the broker's tracking snapshot), so the offset just before
+    the first message held still exists and reading from it loses nothing. Past that one, an
+    offset before the first message was removed with its segment."""
+    return [
+        DataLoss(stream, offset, bounds[stream].first)
+        for stream, offset in sorted(asked.items())
+        if stream in bounds
+        and 0 <= offset < bounds[stream].first - 1
+        and bounds[stream].next > bounds[stream].first
+    ]

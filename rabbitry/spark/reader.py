@@ -21,13 +21,14 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from rabbitry.consumer.streams import StreamReader
-from rabbitry.spark.offsets import cap, checked_offsets, offsets_json
+from rabbitry.spark.offsets import Bounds, cap, checked_offsets, data_lost, offsets_json
 from rabbitry.spark.options import SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.spark.source_plan import (
     SourcePlan,
     StreamPartition,
     batch_range,
+    on_data_loss,
     read_partition,
 )
 from rabbitry.spark.source_rows import PROPERTY_FIELDS
@@ -125,6 +126,7 @@ class RabbitMQStreamReader(DataSourceStreamReader):
         self.plan = plan
         self._reader: StreamReader | None = None
         self._previous: dict[str, int] | None = None
+        self._bounds_seen: dict[str, Bounds] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the reader is shipped to the tasks for read(): not its driver-side connection
@@ -137,18 +139,29 @@ class RabbitMQStreamReader(DataSourceStreamReader):
             self._reader = self.plan.reader()
         return self._reader
 
-    def _bounds(self) -> dict[str, Any]:
+    def _bounds(self) -> dict[str, Bounds]:
         try:
-            return self.plan.bounds(self._connection())
+            found = self.plan.bounds(self._connection())
         except SparkSourceError:
             # The driver's connection idles between triggers (no heartbeats are answered
             # meanwhile), so the broker may have dropped it: once more on a fresh one.
             self.stop()
-        try:
-            return self.plan.bounds(self._connection())
-        except BaseException:
-            self.stop()
-            raise
+            try:
+                found = self.plan.bounds(self._connection())
+            except BaseException:
+                self.stop()
+                raise
+        self._bounds_seen = found
+        return found
+
+    def _begin(self, start: dict[str, Any], bounds: dict[str, Bounds]) -> dict[str, int]:
+        """Where a micro-batch from ``start`` (as the checkpoint has it) begins: a stream
+        added since (-2) at its first offset, and an offset retention removed at the first
+        one held."""
+        begin = checked_offsets(start, self.plan.streams)
+        return {
+            s: bounds[s].first if o == -2 else max(o, bounds[s].first, 0) for s, o in begin.items()
+        }
 
     def initialOffset(self) -> dict[str, int]:
         reader = self._connection()
@@ -160,9 +173,9 @@ class RabbitMQStreamReader(DataSourceStreamReader):
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, int]:
-        streams = self.plan.streams
-        begin = checked_offsets(start, streams) if start is not None else self._previous
-        latest = {s: b.next for s, b in self._bounds().items()}
+        bounds = self._bounds()
+        begin = self._begin(start, bounds) if start is not None else self._previous
+        latest = {s: b.next for s, b in bounds.items()}
         if begin is None:
             begin = latest
         max_rows = self.plan.options.max_records_per_trigger
@@ -181,8 +194,18 @@ class RabbitMQStreamReader(DataSourceStreamReader):
             return ReadMaxRows(rows) if rows is not None else ReadAllAvailable()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The micro-batch's tasks. Offsets of ``start`` that retention has removed (the query
+        was stopped, or fell behind, for longer than the streams keep messages) fail the
+        query, or with ``failOnDataLoss`` false are skipped with a warning."""
         streams = self.plan.streams
-        begin = {s: max(o, 0) for s, o in checked_offsets(start, streams).items()}
+        # a micro-batch run again after a restart comes here without latestOffset
+        bounds = self._bounds_seen if self._bounds_seen is not None else self._bounds()
+        on_data_loss(
+            data_lost(checked_offsets(start, streams), bounds),
+            fail=self.plan.options.fail_on_data_loss,
+            asked_by="the query's checkpoint (where the micro-batch starts)",
+        )
+        begin = self._begin(start, bounds)
         return _spark_partitions(self.plan.partitions(begin, checked_offsets(end, streams)))
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:

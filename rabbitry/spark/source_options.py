@@ -15,12 +15,15 @@ from rabbitry.spark.offsets import OffsetKind, OffsetSpec, parse_offset_spec
 from rabbitry.spark.options import (
     DEFAULT_URL_ENV,
     SourceOptionError,
+    _bool,
     _float,
     _int,
     _resolve_url,
     known_options,
 )
 from rabbitry.uri import mask_uri
+
+MANAGEMENT_URL_ENV = "RABBITRY_MANAGEMENT_URL"
 
 DEFAULT_PREFETCH = 2000
 DEFAULT_PARTITION_SIZE = 500_000
@@ -34,7 +37,9 @@ SOURCE_OPTIONS: dict[str, str] = {
     "stream": "stream queue(s) to read, comma-separated",
     "super_stream": "super stream to read: every partition stream <name>-<key>",
     "partitions": "the super stream's partition keys, comma-separated, or their number"
-    " (default: <name>-0, <name>-1, ... as far as they exist)",
+    " (default: every partition its exchange's bindings name)",
+    "management_url": "management API where a super stream's bindings are read (default"
+    f" {MANAGEMENT_URL_ENV}, else url's host on port 15672 with url's user)",
     "startingoffsets": "earliest, latest, a timestamp (epoch ms or ISO 8601) or JSON per stream"
     " (default: earliest for batch reads, latest for streaming)",
     "endingoffsets": "batch reads: latest or JSON per stream (default latest)",
@@ -47,6 +52,8 @@ SOURCE_OPTIONS: dict[str, str] = {
     "read_timeout": "seconds a task waits for the next message of its range before it fails"
     " (default 60)",
     "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
+    "failondataloss": "fail when offsets to read were removed by retention (default true);"
+    " false: read on from the first offset held, with a warning",
 }
 
 
@@ -68,6 +75,9 @@ class SourceOptions:
     prefetch: int = DEFAULT_PREFETCH
     read_timeout: float = 60.0
     connection_name: str = "rabbitry-spark"
+    management_url: str = field(default="", repr=False)
+    """Where a super stream's bindings are read; credentials from ``url`` when it has none."""
+    fail_on_data_loss: bool = True
 
     @property
     def display_url(self) -> str:
@@ -99,6 +109,8 @@ class SourceOptions:
         streaming: bool | None,
         environ: Mapping[str, str] | None = None,
     ) -> SourceOptions:
+        from rabbitry.provisioner.endpoints import management_from_amqp
+
         env = os.environ if environ is None else environ
         given = known_options(options, SOURCE_OPTIONS, "source", SourceOptionError)
         url = _resolve_url(given, env, SourceOptionError)
@@ -122,6 +134,12 @@ class SourceOptions:
                 keys = tuple(k.strip() for k in text.split(",") if k.strip())
                 if not keys:
                     raise SourceOptionError("partitions is empty: give keys or a number")
+        management = given.get("management_url", "").strip()
+        if management and urlsplit(management).scheme not in ("http", "https"):
+            raise SourceOptionError(
+                f"management_url {mask_uri(management)!r} must start with http:// or https://"
+                " (the management API, such as http://rabbit:15672)"
+            )
         if streaming is True and "endingoffsets" in given:
             raise SourceOptionError(
                 "endingOffsets is for batch reads (spark.read); a streaming query reads on"
@@ -156,6 +174,8 @@ class SourceOptions:
             or DEFAULT_PREFETCH,
             read_timeout=_float(given, "read_timeout", 60.0, SourceOptionError),
             connection_name=given.get("connection_name") or "rabbitry-spark",
+            management_url=(management or env.get(MANAGEMENT_URL_ENV) or management_from_amqp(url)),
+            fail_on_data_loss=_bool(given, "failondataloss", True, SourceOptionError),
         )
         if streams:  # a super stream's offsets are checked once its partitions are known
             parsed.starting(streams)

@@ -11,12 +11,28 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamReader, offset_of
-from rabbitry.spark.offsets import Bounds, OffsetKind, OffsetRange, OffsetSpec, ranges, resolve
+from rabbitry.errors import BrokerError
+from rabbitry.spark.offsets import (
+    Bounds,
+    DataLoss,
+    OffsetKind,
+    OffsetRange,
+    OffsetSpec,
+    data_lost,
+    ranges,
+    resolve,
+)
 from rabbitry.spark.options import SourceOptionError, SparkSourceError
+from rabbitry.spark.report import logger
 from rabbitry.spark.source_options import MAX_PARTITIONS, SourceOptions
 from rabbitry.spark.source_rows import row_of
+from rabbitry.topology.patterns.super_streams import ORDER, Partition, partitions_in_order
+from rabbitry.uri import mask_text, mask_uri, split_uris
+
+MANAGEMENT_TIMEOUT = 10.0
 
 __all__ = ["SourcePlan", "StreamPartition", "plan_read", "read_partition"]
 
@@ -30,6 +46,7 @@ class StreamPartition:
     prefetch: int = 2000
     read_timeout: float = 60.0
     connection_name: str = "rabbitry-spark"
+    fail_on_data_loss: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,9 +76,33 @@ class SourcePlan:
     def partitions(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[StreamPartition]:
         o = self.options
         return [
-            StreamPartition(r, o.url, o.prefetch, o.read_timeout, o.connection_name)
+            StreamPartition(
+                r, o.url, o.prefetch, o.read_timeout, o.connection_name, o.fail_on_data_loss
+            )
             for r in ranges(start, end, o.max_records_per_partition, o.min_partitions)
         ]
+
+
+def on_data_loss(losses: list[DataLoss], *, fail: bool, asked_by: str) -> None:
+    """Offsets to read that retention removed: fail (``failOnDataLoss``, the default) or say
+    how many are skipped and read on from the first offset held."""
+    if not losses:
+        return
+    described = "; ".join(loss.describe() for loss in losses)
+    if fail:
+        raise SparkSourceError(
+            f"rabbitmq source: {described}; asked for by {asked_by}. Those messages are gone:"
+            " set failOnDataLoss=false to read on from the first offset held, or keep them"
+            " longer (x-max-age, x-max-length-bytes) so that reads keep up"
+        )
+    skipped = sum(loss.skipped for loss in losses)
+    logger.warning(
+        "rabbitmq source: %s; asked for by %s. failOnDataLoss is false: skipped %d offsets,"
+        " reading on from the first offset held",
+        described,
+        asked_by,
+        skipped,
+    )
 
 
 def open_reader(options: SourceOptions) -> StreamReader:
@@ -78,12 +119,25 @@ def _checked(call: Any, *args: Any) -> Any:
 
 
 def find_streams(reader: StreamReader, options: SourceOptions) -> tuple[str, ...]:
-    """The streams to read: ``stream=`` as given, or a super stream's partitions (named
-    ``<name>-<key>``; numbered ones are found by trying ``-0``, ``-1``, ... in turn)."""
+    """The streams to read: ``stream=`` as given, or a super stream's partitions as its
+    exchange's bindings name them, in partition order (``partitions=`` picks some). Where the
+    management API cannot be asked, partitions are taken to be named ``<name>-<key>``, and
+    numbered ones are found by trying ``-0``, ``-1``, ... in turn."""
     if options.streams:
         return options.streams
     name = options.super_stream
     assert name is not None
+    bound, why = bound_partitions(options)
+    if bound is not None:
+        return _chosen(bound, options)
+    logger.warning(
+        "rabbitmq source: the partitions of super stream %r are taken to be named %s-<key>:"
+        " its bindings could not be read (%s); give management_url= for partitions named"
+        " otherwise",
+        name,
+        name,
+        why,
+    )
     if options.partitions:
         return tuple(f"{name}-{key}" for key in options.partitions)
     if options.partition_count is not None:
@@ -101,10 +155,72 @@ def find_streams(reader: StreamReader, options: SourceOptions) -> tuple[str, ...
     if not found:
         raise SparkSourceError(
             f"rabbitmq source: super stream {name!r} has no partition stream {name}-0 in vhost"
-            f" {options.vhost!r} at {options.display_url}: declare it (super_streams: in the"
-            " spec, then rabbitry apply), or give its partition keys with partitions="
+            f" {options.vhost!r} at {options.display_url}, and its bindings could not be read"
+            f" ({why}): declare it (super_streams: in the spec, then rabbitry apply), give the"
+            " management API with management_url=, or give its partition keys with partitions="
         )
     return tuple(found)
+
+
+def bound_partitions(options: SourceOptions) -> tuple[list[Partition] | None, str]:
+    """The super stream's partitions from its exchange's bindings, through the management
+    API; (None, why) when the API cannot be asked. A missing exchange, or one that binds no
+    partition, fails here: nothing could be read from it."""
+    # the provisioner's client, loaded only for a super stream
+    from rabbitry.provisioner.management import ManagementClient, q, split_credentials
+
+    name = options.super_stream
+    assert name is not None
+    base, user, password = options.management_url, None, None
+    try:
+        base, user, password = split_credentials(options.management_url)
+        if user is None:
+            amqp = urlsplit(split_uris(options.url)[0])
+            user = unquote(amqp.username) if amqp.username is not None else None
+            password = unquote(amqp.password) if amqp.password is not None else None
+        with ManagementClient(
+            options.management_url, username=user, password=password, timeout=MANAGEMENT_TIMEOUT
+        ) as client:
+            vhost, exchange = q(options.vhost), q(name)
+            if client.get_optional(f"/exchanges/{vhost}/{exchange}") is None:
+                raise SparkSourceError(
+                    f"rabbitmq source: super stream {name!r} does not exist in vhost"
+                    f" {options.vhost!r} at {mask_uri(base)} (no exchange of that name):"
+                    " declare it (super_streams: in the spec, then rabbitry apply) or fix"
+                    " super_stream="
+                )
+            bindings = client.get(f"/exchanges/{vhost}/{exchange}/bindings/source")
+    except BrokerError as exc:
+        return None, mask_text(str(exc))
+    found = partitions_in_order(bindings)
+    if not found:
+        raise SparkSourceError(
+            f"rabbitmq source: exchange {name!r} in vhost {options.vhost!r} binds no stream with"
+            f" {ORDER}: it is not a super stream; read its streams with stream="
+        )
+    return found, ""
+
+
+def _chosen(bound: list[Partition], options: SourceOptions) -> tuple[str, ...]:
+    """The partitions ``partitions=`` picks (keys, or the first N), all of them without it."""
+    name = options.super_stream
+    if options.partitions:
+        by_key = {p.key: p.stream for p in reversed(bound)}
+        unknown = [key for key in options.partitions if key not in by_key]
+        if unknown:
+            raise SourceOptionError(
+                f"partitions: super stream {name!r} has no partition bound with key(s)"
+                f" {', '.join(map(repr, unknown))}; its keys: {', '.join(p.key for p in bound)}"
+            )
+        return tuple(dict.fromkeys(by_key[key] for key in options.partitions))
+    count = options.partition_count
+    if count is not None:
+        if count > len(bound):
+            raise SourceOptionError(
+                f"partitions={count}: super stream {name!r} has {len(bound)} partition(s)"
+            )
+        return tuple(p.stream for p in bound[:count])
+    return tuple(p.stream for p in bound)
 
 
 def plan_read(
@@ -133,8 +249,14 @@ def batch_range(plan: SourcePlan) -> tuple[dict[str, int], dict[str, int]]:
     options = plan.options
     with plan.reader() as reader:
         bounds = plan.bounds(reader)
-        start = plan.offsets(reader, options.starting(plan.streams), bounds)
+        starting = options.starting(plan.streams)
+        start = plan.offsets(reader, starting, bounds)
         end = plan.offsets(reader, options.ending(plan.streams), bounds)
+    on_data_loss(
+        data_lost(starting.offsets, bounds),
+        fail=options.fail_on_data_loss,
+        asked_by="startingOffsets",
+    )
     for stream in plan.streams:
         if end[stream] < start[stream]:
             raise SourceOptionError(
@@ -149,8 +271,26 @@ def read_partition(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
     r = partition.range
     name = f"{partition.connection_name} {r.stream}:{r.start}-{r.end}"
     reader = StreamReader(partition.url, prefetch=partition.prefetch, connection_name=name)
+
+    def removed(at: int) -> None:
+        # the range's first message has an offset past its start: retention ran between
+        # planning and reading (or a micro-batch run again lost its offsets since), or the
+        # start is an offset that is no message; the same rule as on the driver tells
+        if at <= r.start + 1:
+            return  # one offset that may be no message: nothing can have been lost
+        with StreamReader(partition.url, prefetch=1, connection_name=name) as probe:
+            first = probe.first_offset(r.stream)
+        held = {r.stream: Bounds(at if first is None else first, at + 1)}
+        on_data_loss(
+            data_lost({r.stream: r.start}, held),
+            fail=partition.fail_on_data_loss,
+            asked_by=f"a task reading [{r.start}, {r.end})",
+        )
+
     try:
-        for message in reader.read(r.stream, r.start, r.end, idle_timeout=partition.read_timeout):
+        for message in reader.read(
+            r.stream, r.start, r.end, idle_timeout=partition.read_timeout, missing=removed
+        ):
             yield row_of(message, r.stream, offset_of(message))
     except StreamError as exc:
         raise SparkSourceError(f"rabbitmq source, {r.stream} [{r.start}, {r.end}): {exc}") from None

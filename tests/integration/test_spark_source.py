@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pika
@@ -19,6 +21,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from rabbitry.consumer.streams import StreamReader
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_spark import Sessions
 
@@ -45,18 +48,21 @@ def publish(
     queue: str = "",
     exchange: str = "",
     first: int = 0,
-    keys: int = 0,
+    keys: int | Sequence[str] = 0,
+    pad: int = 0,
 ) -> None:
-    """``count`` JSON messages with ids ``m<first>``...; routing keys ``str(i % keys)`` into
-    ``exchange`` when ``keys``, else ``queue`` through the default exchange. Confirmed."""
+    """``count`` JSON messages with ids ``m<first>``...; routing keys ``str(i % keys)`` (or
+    the i-th of ``keys`` in turn) into ``exchange`` when ``keys``, else ``queue`` through the
+    default exchange; ``pad`` bytes of filler each. Confirmed."""
+    names = [str(k) for k in range(keys)] if isinstance(keys, int) else list(keys)
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
     channel = connection.channel()
     channel.confirm_delivery()
     for i in range(first, first + count):
         channel.basic_publish(
             exchange,
-            str(i % keys) if keys else queue,
-            json.dumps({"n": i}).encode(),
+            names[i % len(names)] if names else queue,
+            json.dumps({"n": i, "pad": "x" * pad}).encode(),
             pika.BasicProperties(
                 message_id=f"m{i}",
                 content_type="application/json",
@@ -136,15 +142,78 @@ def test_a_super_stream_reads_every_partition(spark: SparkSession, broker: Broke
 """)
     )
     publish(broker, 300, exchange="orders", keys=3)
-    df = source(spark, broker, super_stream="orders")
+    df = source(spark, broker, super_stream="orders", management_url=broker.management_url)
     rows = df.collect()
     assert len(rows) == 300
     by_stream = Counter(r.stream for r in rows)
     assert by_stream == {"orders-0": 100, "orders-1": 100, "orders-2": 100}
     assert sorted(int(r.properties.message_id[1:]) for r in rows) == list(range(300))
     assert all(int(r.properties.message_id[1:]) % 3 == int(r.stream[-1]) for r in rows)
-    keyed = source(spark, broker, super_stream="orders", partitions="0,2")
+    keyed = source(
+        spark, broker, super_stream="orders", partitions="0,2", management_url=broker.management_url
+    )
     assert {r.stream for r in keyed.collect()} == {"orders-0", "orders-2"}
+
+
+REGIONS = ["amer", "emea", "apac"]
+"""Binding keys in partition order (not the keys' alphabetical order)."""
+
+
+def test_a_super_stream_with_named_keys_reads_every_partition_in_binding_order(
+    spark: SparkSession, broker: Broker
+) -> None:
+    """One declared by the spec, one as the stream protocol's create makes it, where the
+    partitions are not named ``<name>-<key>``."""
+    broker.apply(
+        one_vhost_spec(f"""
+        super_streams:
+          - {{name: regions, routing_keys: [{", ".join(REGIONS)}]}}
+""")
+    )
+    sales = {"amer": "sales-west", "emea": "sales-europe", "apac": "sales-east"}
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.exchange_declare("sales", "direct", durable=True, arguments={"x-super-stream": True})
+    for order, key in enumerate(REGIONS):
+        channel.queue_declare(sales[key], durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_bind(sales[key], "sales", key, {"x-stream-partition-order": order})
+    connection.close()
+    publish(broker, 90, exchange="regions", keys=REGIONS)
+    publish(broker, 60, exchange="sales", keys=REGIONS)
+    management = broker.management_url
+
+    regions = source(spark, broker, super_stream="regions", management_url=management).collect()
+    assert Counter(r.stream for r in regions) == {f"regions-{k}": 30 for k in REGIONS}
+    assert all(r.stream == f"regions-{r.routing_key}" for r in regions)
+    assert sorted(int(r.properties.message_id[1:]) for r in regions) == list(range(90))
+
+    rows = source(spark, broker, super_stream="sales", management_url=management).collect()
+    assert Counter(r.stream for r in rows) == {stream: 20 for stream in sales.values()}
+    assert all(r.stream == sales[r.routing_key] for r in rows)
+    first_two = source(
+        spark, broker, super_stream="sales", partitions="2", management_url=management
+    )
+    assert {r.stream for r in first_two.collect()} == {"sales-west", "sales-europe"}
+    by_key = source(
+        spark, broker, super_stream="sales", partitions="apac", management_url=management
+    )
+    assert {r.stream for r in by_key.collect()} == {"sales-east"}
+
+    with pytest.raises(Exception, match=r"has no partition bound with key.*'asia'"):
+        source(spark, broker, super_stream="sales", partitions="asia", management_url=management)
+    with pytest.raises(Exception, match="super stream 'nope' does not exist in vhost"):
+        source(spark, broker, super_stream="nope", management_url=management)
+    # Without the management API the partitions are taken to be <name>-<key>: named keys
+    # must then be given, and a stream protocol super stream cannot be found at all.
+    unreachable = "http://127.0.0.1:1"
+    named = source(
+        spark, broker, super_stream="regions", partitions="emea", management_url=unreachable
+    )
+    assert {r.stream for r in named.collect()} == {"regions-emea"}
+    with pytest.raises(Exception, match="its bindings could not be read") as err:
+        source(spark, broker, super_stream="sales", management_url=unreachable)
+    password = pika.URLParameters(broker.vhost_amqp_url).credentials.password
+    assert f":{password}@" not in str(err.value)
 
 
 def test_bad_options_fail_on_the_driver_with_clear_errors(
@@ -160,7 +229,10 @@ def test_bad_options_fail_on_the_driver_with_clear_errors(
         ({"stream": "nope"}, "stream 'nope' does not exist in vhost"),
         ({"stream": "classic"}, "queue 'classic' in vhost"),
         ({"stream": "classic"}, "is not a stream"),
-        ({"super_stream": "nope"}, "super stream 'nope' has no partition stream nope-0"),
+        (
+            {"super_stream": "nope", "management_url": "http://127.0.0.1:1"},
+            "super stream 'nope' has no partition stream nope-0",
+        ),
         ({"stream": "events", "prefetc": "10"}, "did you mean 'prefetch'"),
         ({"stream": "events", "startingOffsets": "soon"}, "startingOffsets must be earliest"),
         ({"stream": "events", "startingOffsets": '{"other": 1}'}, "'other' not among the streams"),
@@ -277,3 +349,135 @@ def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     counts = seen(out)
     assert set(counts) == {f"m{i}" for i in range(700)}
     assert set(counts.values()) == {1}
+
+
+RESTART = """
+import json, sys, time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+import rabbitry.spark
+
+url, stream, checkpoint, out, expect = sys.argv[1:6]
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.pyspark.python", sys.executable)
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+rabbitry.spark.register(spark)
+seen = []
+
+def record(batch, batch_id):
+    seen.extend(r.message_id for r in batch.select("properties.message_id").collect())
+
+query = (
+    spark.readStream.format("rabbitmq").option("url", url).option("stream", stream)
+    .option("failOnDataLoss", "false").load()
+    .writeStream.foreachBatch(record).option("checkpointLocation", checkpoint)
+    .trigger(processingTime="200 milliseconds").start()
+)
+deadline = time.monotonic() + 180
+while len(seen) < int(expect) and time.monotonic() < deadline and query.exception() is None:
+    time.sleep(0.3)
+query.stop()
+Path(out).write_text(json.dumps(seen))
+spark.stop()
+"""
+"""A restart with ``failOnDataLoss=false`` in a Spark application of its own: the warning is
+logged by the source's driver-side Python process, whose output is the application's."""
+
+
+def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    connection.channel().queue_declare(
+        "kept",
+        durable=True,
+        arguments={
+            "x-queue-type": "stream",
+            "x-max-length-bytes": 40_000,
+            "x-stream-max-segment-size-bytes": 10_000,  # retention drops whole segments
+        },
+    )
+    connection.close()
+    publish(broker, 40, queue="kept")
+    checkpoint = tmp_path / "checkpoint"
+    query = (
+        spark.readStream.format("rabbitmq")
+        .option("url", broker.vhost_amqp_url)
+        .option("stream", "kept")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoint / "commits" / "0").exists():
+            assert time.monotonic() < deadline and query.exception() is None, query.exception()
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    committed = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
+    assert committed == {"kept": 40}
+
+    publish(broker, 1000, queue="kept", first=40, pad=300)  # about 340 KB: 30-odd segments
+    with StreamReader(broker.vhost_amqp_url) as reader:
+        deadline = time.monotonic() + 60
+        while (first := reader.bounds("kept")[0]) <= 40:
+            assert time.monotonic() < deadline, "retention removed nothing"
+            time.sleep(0.5)
+    assert 40 < first < 1040
+
+    restarted = (
+        spark.readStream.format("rabbitmq")
+        .option("url", broker.vhost_amqp_url)
+        .option("stream", "kept")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    with pytest.raises(Exception) as failed:
+        restarted.awaitTermination(120)
+    message = str(failed.value)
+    assert f"stream 'kept' no longer holds offset 40: the first offset it holds is {first}" in (
+        message
+    )
+    assert "set failOnDataLoss=false" in message
+
+    with pytest.raises(Exception, match=f"no longer holds offset 10: .* holds is {first}"):
+        source(spark, broker, stream="kept", startingOffsets='{"kept": 10}').count()
+    rest = source(
+        spark, broker, stream="kept", startingOffsets='{"kept": 10}', failOnDataLoss="false"
+    )
+    held = sorted(rest.collect(), key=lambda r: r.offset)
+    assert held[0].offset == first  # offsets skip one where a segment begins: ids are counted
+    since = int(held[0].properties.message_id[1:])
+    assert [r.properties.message_id for r in held] == [f"m{i}" for i in range(since, 1040)]
+
+    out, log = tmp_path / "read.json", tmp_path / "restart.log"
+    script = tmp_path / "restart.py"
+    script.write_text(RESTART)
+    args = [broker.vhost_amqp_url, "kept", str(checkpoint), str(out), str(1040 - since)]
+    with log.open("wb") as stderr:
+        done = subprocess.run(
+            [sys.executable, str(script), *args],
+            stdout=stderr,
+            stderr=subprocess.STDOUT,
+            timeout=400,
+            check=False,
+        )
+    output = log.read_text(errors="replace")
+    assert done.returncode == 0, output[-3000:]
+    ids = json.loads(out.read_text())
+    assert sorted(ids, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(since, 1040)]
+    assert f"failOnDataLoss is false: skipped {first - 40} offsets" in output

@@ -1,11 +1,16 @@
 """Super streams from ``vhosts[].super_streams``: what ``rabbitmq-streams add_super_stream``
 makes, as primitives (a direct exchange with ``x-super-stream: true``, one stream per partition
 named ``<name>-<key>``, each bound with its key and ``x-stream-partition-order``), and the way
-back: ``super_streams_in`` finds them among a vhost's objects, so an export writes one entry."""
+back: ``super_streams_in`` finds them among a vhost's objects, so an export writes one entry.
+``partitions_in_order`` reads a super stream's partitions off its exchange's bindings, however
+it was made (a spec, ``rabbitmq-streams add_super_stream --binding-keys``, the stream protocol's
+create, whose partition names need not be ``<name>-<key>``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rabbitry.topology.patterns.draft import VhostDraft
 from rabbitry.topology.primitives import (
@@ -19,7 +24,15 @@ from rabbitry.topology.primitives import (
     Vhost,
 )
 
-__all__ = ["MARK", "ORDER", "FoundSuperStream", "declare_super_streams", "super_streams_in"]
+__all__ = [
+    "MARK",
+    "ORDER",
+    "FoundSuperStream",
+    "Partition",
+    "declare_super_streams",
+    "partitions_in_order",
+    "super_streams_in",
+]
 
 MARK = "x-super-stream"
 """The exchange argument that makes a direct exchange a super stream."""
@@ -96,3 +109,34 @@ def super_streams_in(vhost: Vhost) -> list[FoundSuperStream]:
         arguments = dict(streams[0].arguments)
         found.append(FoundSuperStream(exchange.name, keys, arguments, exchange, streams, bound))
     return found
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of a super stream: the stream it is and the binding key that routes to it."""
+
+    stream: str
+    key: str
+
+
+def partitions_in_order(bindings: Iterable[Mapping[str, Any]]) -> list[Partition]:
+    """The partitions of a super stream from its exchange's bindings (as the management API
+    lists them: ``destination``, ``destination_type``, ``routing_key``, ``arguments``), in
+    ``x-stream-partition-order`` order, as the broker orders them for stream clients. Bindings
+    to exchanges and bindings without a whole-number order are not partitions; a stream bound
+    under several keys is one partition, at its lowest order."""
+    ordered: list[tuple[int, str, str]] = []
+    for binding in bindings:
+        if binding.get("destination_type", "queue") != "queue":
+            continue
+        order = (binding.get("arguments") or {}).get(ORDER)
+        if isinstance(order, bool) or not isinstance(order, int):
+            continue
+        ordered.append((order, str(binding["destination"]), str(binding.get("routing_key", ""))))
+    seen: set[str] = set()
+    out: list[Partition] = []
+    for _, stream, key in sorted(ordered):
+        if stream not in seen:
+            seen.add(stream)
+            out.append(Partition(stream, key))
+    return out

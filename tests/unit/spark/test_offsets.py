@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from rabbitry.spark.offsets import (
     Bounds,
+    DataLoss,
     OffsetKind,
     OffsetRange,
     cap,
     checked_offsets,
+    data_lost,
     offsets_json,
     parse_offset_spec,
     ranges,
@@ -136,3 +138,19 @@ def test_checkpoint_offsets_round_trip_and_new_streams_start_at_the_beginning() 
     assert checked_offsets(saved, ("a", "b", "c")) == {"a": 2, "b": 4, "c": -2}
     with pytest.raises(SourceOptionError, match="did not write"):
         checked_offsets({"a": "x"}, ("a",))
+
+
+def test_offsets_retention_removed_are_data_loss_and_earliest_or_latest_never_are() -> None:
+    bounds = {"a": Bounds(120, 500), "b": Bounds(0, 40), "c": Bounds(0, 0)}
+    asked = {"a": 100, "b": 0, "c": 7}
+    assert data_lost(asked, bounds) == [DataLoss("a", 100, 120)]
+    assert data_lost({"a": -2, "b": -1}, bounds) == []
+    assert data_lost({"a": 120}, bounds) == []
+    assert data_lost({"a": 119}, bounds) == []  # the first held segment's tracking snapshot
+    assert data_lost({"a": 118}, bounds) == [DataLoss("a", 118, 120)]
+    loss = data_lost({"a": 3}, bounds)[0]
+    assert loss.skipped == 117
+    assert loss.describe() == (
+        "stream 'a' no longer holds offset 3: the first offset it holds is 120"
+        " (retention removed 117 offsets to be read)"
+    )

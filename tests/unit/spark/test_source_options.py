@@ -57,6 +57,8 @@ def test_a_super_stream_takes_keys_or_a_count_and_checks_offsets_later() -> None
         (False, {"stream": "a", "prefetch": "0"}, "prefetch must be between 1 and 65535"),
         (False, {"stream": "a", "startingOffsets": '{"b": 1}'}, "'b' not among the streams"),
         (False, {"stream": "a", "read_timeout": "-1"}, "read_timeout must be positive"),
+        (False, {"stream": "a", "failOnDataLoss": "maybe"}, "must be true or false"),
+        (False, {"super_stream": "a", "management_url": "rabbit:15672"}, "http:// or https://"),
     ],
 )
 def test_bad_options_say_what_to_write(
@@ -64,6 +66,18 @@ def test_bad_options_say_what_to_write(
 ) -> None:
     with pytest.raises(SourceOptionError, match=re.escape(message)):
         parse(streaming, url=URL, **options)
+
+
+def test_data_loss_fails_unless_told_and_the_management_api_follows_the_url() -> None:
+    default = parse(url=URL, super_stream="orders")
+    assert default.fail_on_data_loss is True
+    assert default.management_url == "http://app:s3cret@rabbit:15672"
+    assert "s3cret" not in repr(default)
+    told = parse(url=URL, stream="a", failOnDataLoss="false", management_url="http://m:1")
+    assert (told.fail_on_data_loss, told.management_url) == (False, "http://m:1")
+    env = {"RABBITRY_MANAGEMENT_URL": "https://mgmt:15671"}
+    from_env = SourceOptions.parse({"url": URL, "stream": "a"}, streaming=True, environ=env)
+    assert from_env.management_url == "https://mgmt:15671"
 
 
 def test_without_a_url_the_error_names_the_variable() -> None:

@@ -72,3 +72,24 @@ def test_a_plan_shows_a_super_stream_made_whole_as_one_line() -> None:
     assert "+ super stream shop/events (3 partitions)" in text
     assert "+ super stream shop/invoices (2 partitions)" in text
     assert "events-1" not in text and "Plan: 13 to create" in text  # JSON keeps every object
+
+
+def test_partitions_are_read_off_the_bindings_in_partition_order() -> None:
+    from rabbitry.topology.patterns.super_streams import Partition, partitions_in_order
+
+    order = "x-stream-partition-order"
+    bindings = [
+        {"destination": "r-asia", "routing_key": "apac", "arguments": {order: 2}},
+        {"destination": "r-americas", "routing_key": "amer", "arguments": {order: 0}},
+        {"destination": "audit", "destination_type": "exchange", "arguments": {order: 3}},
+        {"destination": "r-europe", "routing_key": "emea", "arguments": {order: 1}},
+        {"destination": "r-europe", "routing_key": "uk", "arguments": {order: 4}},
+        {"destination": "tap", "routing_key": "amer", "arguments": {}},
+        {"destination": "odd", "routing_key": "x", "arguments": {order: "1"}},
+    ]
+    assert partitions_in_order(bindings) == [
+        Partition("r-americas", "amer"),
+        Partition("r-europe", "emea"),
+        Partition("r-asia", "apac"),
+    ]
+    assert partitions_in_order([]) == []
