@@ -358,11 +358,7 @@ class App:
                     f" {where.name if where else '?'!r}) is not one: drop offset="
                 )
             arguments[STREAM_OFFSET_ARGUMENT] = stream_offset(offset, queue)
-        if stream and retry is not None:
-            raise AppError(
-                f"queue {queue!r} is a stream: a stream cannot dead-letter, so its messages"
-                " cannot be retried or parked (a failure is logged and skipped); drop retry="
-            )
+        given = retry is not None
         spec_ordered = False
         if where is not None:
             try:
@@ -372,6 +368,12 @@ class App:
                 raise AppError(str(exc)) from None
             if target.spec is not None:
                 spec_ordered = bool(target.spec.arguments.single_active_consumer)
+        if stream and retry is not None:
+            raise AppError(
+                f"queue {queue!r} is a stream: a stream cannot dead-letter, so its messages"
+                " cannot be retried or parked (a failure is logged and skipped); "
+                + ("drop retry=" if given else "drop the queue's `retry:` from the spec")
+            )
         try:
             limits = Limits(concurrency=concurrency, rate=rate, burst=burst)
         except ValueError as exc:

@@ -148,6 +148,13 @@ def test_stream_offsets_are_checked_at_registration(spec_path: Path) -> None:
     retry = App(spec_path, vhost="shop").add("work", lambda m: None).retry
     with pytest.raises(AppError, match=r"a stream cannot dead-letter.*drop retry="):
         app.add("events", lambda m: None, retry=retry)
+    stream_with_retry = spec_path.parent / "stream.yaml"
+    stream_with_retry.write_text(
+        "version: 1\nvhosts:\n  - name: v\n    queues:\n"
+        "      - {name: events, type: stream, retry: {attempts: 2}}\n"
+    )
+    with pytest.raises(AppError, match="drop the queue's `retry:` from the spec"):
+        App(stream_with_retry).add("events", lambda m: None)
     naive = dt.datetime(2026, 1, 2, 3, 4, 5)
     route = app.add("events", lambda m: None, offset=naive)
     assert route.stream
