@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from rabbitry.testing import TestVhost, create_test_vhost, delete_vhost
 from rabbitry.testing import broker as testing
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.sharding import is_plugin_shard_queue
-from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 from tests.integration.test_sharding import wait_for_node_stats
 from tests.integration.test_worker import depth, drain, make_app, run_worker
 from tests.integration.test_worker_features import run_either
@@ -293,3 +294,64 @@ def test_one_app_consumes_queues_of_two_vhosts_over_a_connection_each(
     metrics = worker.metrics
     assert metrics[f"{broker.vhost}/work"].retried == {"1s": 1}
     assert metrics[f"{other}/work"].acked == 1 and metrics[f"{other}/invoices"].acked == 1
+
+
+CLI_APP = """
+    import os
+
+    from rabbitry.consumer import App
+
+    app = App(os.environ["T_SPEC"], variables={"vhost": os.environ["T_VHOST"], "stack": "s"})
+    record = open(os.environ["T_OUT"], "a")
+
+
+    @app.handler(shards="orders")
+    def shard(message):
+        record.write(f"{message.queue} {message.body.decode()}\\n")
+        record.flush()
+
+
+    @app.handler("invoices")
+    def invoice(message):
+        record.write(f"invoices {message.body.decode()}\\n")
+        record.flush()
+"""
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_worker_run_serves_shards_and_a_second_vhost_from_one_process(
+    broker: Broker, second_vhost: TestVhost, blocking: bool
+) -> None:
+    broker.apply(
+        f"""
+        version: 1
+        name: "{{{{ vars.stack }}}}"
+        vhosts:
+          - name: "{{{{ vars.vhost }}}}"
+            sharded_exchanges: [{{name: orders, shards: 2, queue: {{type: quorum}}}}]
+          - name: "{second_vhost.name}"
+            queues: [{{name: invoices, type: quorum}}]
+        """
+    )
+    publish(broker.vhost_amqp_url, "orders", [(f"key-{i}", f"o{i}") for i in range(20)])
+    publish(second_vhost.amqp_url, "", [("invoices", "i0")])
+    record = broker.tmp / "record.txt"
+    flags = ["--sync"] if blocking else []
+    process = worker_process(broker, "cli_app", CLI_APP, {"T_OUT": str(record)}, *flags)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if record.exists() and len(record.read_text().splitlines()) >= 21:
+                break
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=30)[0].decode()
+    assert process.returncode == 0, output
+    lines = record.read_text().splitlines()
+    assert "invoices i0" in lines
+    shards = {line.split()[0] for line in lines if line.startswith("orders.")}
+    assert shards == {"orders.0", "orders.1"}, lines
+    assert sorted(line.split()[1] for line in lines if line.startswith("orders.")) == sorted(
+        f"o{i}" for i in range(20)
+    )
