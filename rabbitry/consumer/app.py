@@ -270,6 +270,11 @@ class App:
         ``nodes`` defaults to the number of URLs of the spec's ``broker.url`` (else 1)."""
         if not self.vhosts:
             raise AppError(f"shards={name!r} needs a spec that declares {name!r}: give the App one")
+        if options.get("retry") is not None:
+            raise AppError(
+                f"shards={name!r}: retry= is one queue's set-up (its tier queues and parking lot);"
+                " each shard retries as the spec's `queue:` template declares it: drop retry="
+            )
         if nodes is not None and nodes < 1:
             raise AppError(f"nodes of shards={name!r} must be at least 1, got {nodes}")
         if nodes is None:

@@ -71,6 +71,9 @@ def test_one_handler_takes_every_shard_of_a_sharded_exchange(spec_path: Path) ->
     assert parking == {"orders.0.parking", "orders.1.parking", "orders.2.parking"}
     with pytest.raises(AppError, match=r"orders\.0, orders\.1, orders\.2 already has a handler"):
         app.add_shards("orders", handle)
+    retry = app.routes["orders.0"].retry
+    with pytest.raises(AppError, match="each shard retries as the spec's `queue:` template"):
+        App(spec_path, vhost="shop").add_shards("orders", handle, retry=retry)
 
 
 def test_a_super_stream_group_is_its_partitions_and_they_are_streams(spec_path: Path) -> None:
