@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.amqp.codecs import JSON, Codec
@@ -96,6 +96,32 @@ class Route:
     """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
 
 
+class HandlerOptions(TypedDict, total=False):
+    """How one handler is run (``@app.handler``, ``add``, ``add_shards``)."""
+
+    offset: StreamOffset
+    """Where a stream queue is read from: ``first``, ``last``, ``next`` (the broker's
+    default), an offset, or a ``datetime``; only for stream queues."""
+    timeout: float | None
+    """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
+    idempotent: bool
+    """Skip messages whose id was handled before (by the app's idempotency store)."""
+    ordered: bool | None
+    """One message at a time, in queue order (default: the queue's single-active-consumer)."""
+    priority: int | None
+    """Consumer priority (``x-priority``)."""
+    retry: QueueRetry | None
+    """Replaces the spec's retry set-up (or gives one to an app without a spec)."""
+    codec: Codec | None
+    """Replaces the app's codec for this handler's body."""
+    concurrency: int | None
+    """At most this many of this handler's messages in flight, without holding the others."""
+    rate: float | None
+    """At most this many of this handler's messages started per second."""
+    burst: int
+    """How many of them may start back to back (default 1)."""
+
+
 class App:
     """A set of handlers for the queues of a spec, in one vhost or several.
 
@@ -163,52 +189,29 @@ class App:
         *,
         shards: str | None = None,
         vhost: str | None = None,
-        offset: StreamOffset | None = None,
         nodes: int | None = None,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        ordered: bool | None = None,
-        priority: int | None = None,
-        retry: QueueRetry | None = None,
-        codec: Codec | None = None,
-        concurrency: int | None = None,
-        rate: float | None = None,
-        burst: int = 1,
+        **options: Unpack[HandlerOptions],
     ) -> Callable[[H], H]:
         """Decorator: run the function for every message of ``queue``, or of every shard of
         the sharded exchange or super stream ``shards`` (``add_shards``).
 
-        ``vhost`` picks the vhost in an app of several; ``offset`` is where a stream queue is
-        read from (``first``, ``last``, ``next`` (the default), an offset, or a ``datetime``)."""
+        ``vhost`` picks the vhost in an app of several; ``options`` are ``HandlerOptions``."""
         if (queue is None) == (shards is None):
             raise AppError(
                 "@app.handler takes a queue name or shards=<sharded exchange or super stream>,"
                 " one of them"
             )
-        options: dict[str, Any] = dict(
-            vhost=vhost,
-            offset=offset,
-            timeout=timeout,
-            idempotent=idempotent,
-            ordered=ordered,
-            priority=priority,
-            retry=retry,
-            codec=codec,
-            concurrency=concurrency,
-            rate=rate,
-            burst=burst,
-        )
 
         def register(func: H) -> H:
             if shards is not None:
-                self.add_shards(shards, func, nodes=nodes, **options)
+                self.add_shards(shards, func, vhost=vhost, nodes=nodes, **options)
             else:
                 assert queue is not None
                 if nodes is not None:
                     raise AppError(
                         f"nodes= is for shards= of a modulus-sharded exchange, not {queue!r}"
                     )
-                self.add(queue, func, **options)
+                self.add(queue, func, vhost=vhost, **options)
             return func
 
         return register
@@ -219,37 +222,12 @@ class App:
         func: Callable[..., Any],
         *,
         vhost: str | None = None,
-        offset: StreamOffset | None = None,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        ordered: bool | None = None,
-        priority: int | None = None,
-        retry: QueueRetry | None = None,
-        codec: Codec | None = None,
-        concurrency: int | None = None,
-        rate: float | None = None,
-        burst: int = 1,
+        **options: Unpack[HandlerOptions],
     ) -> Route:
-        """Bind ``func`` to ``queue``; ``retry`` replaces the spec's retry set-up (or gives one
-        to an app without a spec); ``codec`` replaces the app's for this handler's body;
-        ``concurrency`` and ``rate`` (per second, ``burst`` back to back) limit this handler
-        alone, without holding back the others."""
+        """Bind ``func`` to ``queue`` (in ``vhost``, for an app of several that declare it);
+        ``options`` are ``HandlerOptions``."""
         where, target = self._resolve(queue, vhost)
-        return self._bind(
-            where,
-            target,
-            func,
-            offset=offset,
-            timeout=timeout,
-            idempotent=idempotent,
-            ordered=ordered,
-            priority=priority,
-            retry=retry,
-            codec=codec,
-            concurrency=concurrency,
-            rate=rate,
-            burst=burst,
-        )
+        return self._bind(where, target, func, options)
 
     def add_shards(
         self,
@@ -258,7 +236,7 @@ class App:
         *,
         vhost: str | None = None,
         nodes: int | None = None,
-        **options: Any,
+        **options: Unpack[HandlerOptions],
     ) -> list[Route]:
         """Bind ``func`` to every shard queue of the sharded exchange (consistent-hash or
         modulus-hash) or super stream ``name``: one consumer per shard, each shard retried
@@ -290,7 +268,7 @@ class App:
         taken = [t.queue for t in targets if self._key(where.name, t.queue) in self.routes]
         if taken:
             raise AppError(f"shards={name!r}: {', '.join(taken)} already has a handler")
-        return [self._bind(where, target, func, **options) for target in targets]
+        return [self._bind(where, target, func, options) for target in targets]
 
     # -- resolution -------------------------------------------------------------------------------
 
@@ -336,18 +314,12 @@ class App:
         where: VhostSpec | None,
         target: Target,
         func: Callable[..., Any],
-        *,
-        offset: StreamOffset | None = None,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        ordered: bool | None = None,
-        priority: int | None = None,
-        retry: QueueRetry | None = None,
-        codec: Codec | None = None,
-        concurrency: int | None = None,
-        rate: float | None = None,
-        burst: int = 1,
+        options: HandlerOptions,
     ) -> Route:
+        offset = options.get("offset")
+        timeout = options.get("timeout")
+        retry = options.get("retry")
+        concurrency, rate = options.get("concurrency"), options.get("rate")
         queue = target.queue
         key = self._key(where.name if where is not None else None, queue)
         if key in self.routes:
@@ -380,14 +352,15 @@ class App:
                 + ("drop retry=" if given else "drop the queue's `retry:` from the spec")
             )
         try:
-            limits = Limits(concurrency=concurrency, rate=rate, burst=burst)
+            limits = Limits(concurrency=concurrency, rate=rate, burst=options.get("burst", 1))
         except ValueError as exc:
             raise AppError(f"handler of {queue!r}: {exc}") from None
         try:
             shape = handler_shape(func)
         except SignatureError as exc:
             raise AppError(f"{exc} (queue {queue!r})") from None
-        codec = codec or self.codec
+        codec = options.get("codec") or self.codec
+        priority = options.get("priority")
         if priority is not None:
             arguments["x-priority"] = priority
         route = Route(
@@ -396,8 +369,8 @@ class App:
             is_async=inspect.iscoroutinefunction(func),
             retry=retry,
             timeout=timeout,
-            idempotent=idempotent,
-            ordered=spec_ordered if ordered is None else ordered,
+            idempotent=options.get("idempotent", False),
+            ordered=spec_ordered if (ordered := options.get("ordered")) is None else ordered,
             consume_arguments=arguments,
             body_type=shape.body_type,
             codec=codec,

@@ -55,12 +55,7 @@ _KEPT_PROPERTIES = (
 
 
 def worker_settings(
-    app: App,
-    url: str | ConnectionSettings | None,
-    heartbeat: int | None,
-    connection_name: str | None,
-    backoff: Backoff | None,
-    node_order: NodeOrder | str | None = None,
+    app: App, url: str | ConnectionSettings | None, keywords: WorkerKeywords
 ) -> ConnectionSettings:
     """Connection settings of a worker: given ones, or from the URL (or a cluster's URLs), the
     app's, or localhost; several URLs are walked in ``node_order``, else the spec's.
@@ -71,10 +66,10 @@ def worker_settings(
         return url
     return ConnectionSettings.from_url(
         url or app.url or DEFAULT_URL,
-        heartbeat=heartbeat,
-        connection_name=connection_name or "rabbitry worker",
-        backoff=backoff or Backoff(give_up_after=None),
-        node_order=node_order or app.node_order,
+        heartbeat=keywords.get("heartbeat"),
+        connection_name=keywords.get("connection_name") or "rabbitry worker",
+        backoff=keywords.get("backoff") or Backoff(give_up_after=None),
+        node_order=keywords.get("node_order") or app.node_order,
     )
 
 
@@ -104,14 +99,7 @@ def worker_core(
     app: App, url: str | ConnectionSettings | None, keywords: AsyncWorkerKeywords
 ) -> WorkerCore:
     """The core of a worker built from the keywords its shell was given."""
-    settings = worker_settings(
-        app,
-        url,
-        keywords.get("heartbeat"),
-        keywords.get("connection_name"),
-        keywords.get("backoff"),
-        keywords.get("node_order"),
-    )
+    settings = worker_settings(app, url, keywords)
     options = WorkerOptions(
         prefetch=keywords.get("prefetch", DEFAULT_PREFETCH),
         concurrency=keywords.get("concurrency", 1),
@@ -130,14 +118,7 @@ def vhost_parts(
     AMQP binds a connection to one vhost, so a worker of several opens one per vhost."""
     if len(app.vhosts) <= 1:
         return []
-    settings = worker_settings(
-        app,
-        url,
-        keywords.get("heartbeat"),
-        keywords.get("connection_name"),
-        keywords.get("backoff"),
-        keywords.get("node_order"),
-    )
+    settings = worker_settings(app, url, keywords)
     parts = app.parts()
     if not parts:
         raise ValueError("the app has no handlers: add one with @app.handler(queue)")

@@ -125,6 +125,20 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
     assert [depth(broker, q) for q in plugin_queues] == [0, 0]
 
 
+def two_vhosts(keys: str, other: str, other_keys: str) -> str:
+    """A spec of the test's vhost with ``keys`` and the vhost ``other`` with ``other_keys``
+    (each one line of YAML)."""
+    return f"""
+        version: 1
+        name: "{{{{ vars.stack }}}}"
+        vhosts:
+          - name: "{{{{ vars.vhost }}}}"
+            {keys}
+          - name: "{other}"
+            {other_keys}
+        """
+
+
 @pytest.fixture
 def second_vhost(rabbitmq_broker: testing.Broker) -> Iterator[TestVhost]:
     vhost = create_test_vhost(rabbitmq_broker)
@@ -251,15 +265,11 @@ def test_one_app_consumes_queues_of_two_vhosts_over_a_connection_each(
 ) -> None:
     other = second_vhost.name
     broker.apply(
-        f"""
-        version: 1
-        name: "{{{{ vars.stack }}}}"
-        vhosts:
-          - name: "{{{{ vars.vhost }}}}"
-            queues: [{{name: work, type: quorum, retry: {{attempts: 2, backoff: [1s]}}}}]
-          - name: "{other}"
-            queues: [{{name: work, type: quorum}}, {{name: invoices, type: quorum}}]
-        """
+        two_vhosts(
+            "queues: [{name: work, type: quorum, retry: {attempts: 2, backoff: [1s]}}]",
+            other,
+            "queues: [{name: work, type: quorum}, {name: invoices, type: quorum}]",
+        )
     )
     spec = load_spec(broker.tmp / "spec.yaml", {"vhost": broker.vhost, "stack": broker.stack})
     app = App(spec)
@@ -323,15 +333,11 @@ def test_worker_run_serves_shards_and_a_second_vhost_from_one_process(
     broker: Broker, second_vhost: TestVhost, blocking: bool
 ) -> None:
     broker.apply(
-        f"""
-        version: 1
-        name: "{{{{ vars.stack }}}}"
-        vhosts:
-          - name: "{{{{ vars.vhost }}}}"
-            sharded_exchanges: [{{name: orders, shards: 2, queue: {{type: quorum}}}}]
-          - name: "{second_vhost.name}"
-            queues: [{{name: invoices, type: quorum}}]
-        """
+        two_vhosts(
+            "sharded_exchanges: [{name: orders, shards: 2, queue: {type: quorum}}]",
+            second_vhost.name,
+            "queues: [{name: invoices, type: quorum}]",
+        )
     )
     publish(broker.vhost_amqp_url, "orders", [(f"key-{i}", f"o{i}") for i in range(20)])
     publish(second_vhost.amqp_url, "", [("invoices", "i0")])
