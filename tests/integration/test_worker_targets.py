@@ -15,6 +15,7 @@ from urllib.parse import quote
 import pika
 import pytest
 
+from rabbitry.amqp.settings import Backoff
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.testing import TestVhost, create_test_vhost, delete_vhost
 from rabbitry.testing import broker as testing
@@ -123,6 +124,41 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
     run_worker(worker, lambda: len(got) >= 100, timeout=30)
     assert sorted(got) == sorted(f"i{i}" for i in range(100))
     assert [depth(broker, q) for q in plugin_queues] == [0, 0]
+
+
+def test_a_stream_handler_that_reconnects_goes_on_where_it_left_off(broker: Broker) -> None:
+    broker.apply(STREAM)
+    publish(broker.vhost_amqp_url, "", [("events", f"e{i}") for i in range(10)])
+    app = make_app(broker)
+    offsets: list[int] = []
+
+    @app.handler("events", offset="first")
+    def handle(message: IncomingMessage) -> None:
+        offsets.append(message.headers["x-stream-offset"])
+
+    name = f"stream-{broker.vhost}"
+    worker = AsyncWorker(
+        app, broker.vhost_amqp_url, connection_name=name, backoff=Backoff(initial=0.05)
+    )
+    closed: list[int] = []
+
+    def progress() -> bool:
+        if len(offsets) == 10 and not closed:
+            time.sleep(0.3)  # the acks of all ten go out
+            for connection in broker.get("/connections") or []:
+                if (connection.get("client_properties") or {}).get("connection_name") == name:
+                    response = broker.http.delete(
+                        f"/connections/{quote(connection['name'], safe='')}"
+                    )
+                    closed.append(response.status_code)
+        if closed and worker.metrics.reconnects >= 1 and len(offsets) == 10:
+            publish(broker.vhost_amqp_url, "", [("events", "e10"), ("events", "e11")])
+            offsets.append(-1)
+        return len(offsets) >= 13
+
+    run_worker(worker, progress, timeout=40)
+    assert closed and worker.metrics.reconnects >= 1
+    assert offsets == [*range(10), -1, 10, 11], "not read again from the first offset"
 
 
 def two_vhosts(keys: str, other: str, other_keys: str) -> str:
