@@ -221,3 +221,18 @@ def test_a_stream_worker_acks_failures_and_subscribes_again_where_it_left_off() 
     core.connection_lost()  # offset 103 was delivered, never handled
     ready(core)
     assert core.subscriptions[0].arguments == {"x-stream-offset": 103}
+
+
+def test_the_handler_harness_runs_one_vhost_of_an_app_of_several(spec_path: Path) -> None:
+    from rabbitry.testing.handlers import HandlerHarness
+
+    app = App(spec_path)
+    got: list[str] = []
+    app.add("invoices", lambda m: got.append(f"billing {m.text()}"))
+    app.add("work", lambda m: got.append(f"shop {m.text()}"), vhost="shop")
+    with pytest.raises(AppError, match=r"pass vhost= one of the vhosts with handlers \(shop, bil"):
+        HandlerHarness(app)
+    harness = HandlerHarness(app, vhost="billing")
+    assert harness.deliver("invoices", b"i1").acked
+    assert HandlerHarness(app, vhost="shop").deliver("work", b"w1").acked
+    assert got == ["billing i1", "shop w1"]
