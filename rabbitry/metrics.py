@@ -47,7 +47,16 @@ if TYPE_CHECKING:
 
 __all__ = ["RabbitryCollector", "register", "serve"]
 
-OUTCOMES = ("handled", "retried", "parked", "rejected", "requeued", "duplicate", "cancelled")
+OUTCOMES = (
+    "handled",
+    "retried",
+    "parked",
+    "rejected",
+    "requeued",
+    "duplicate",
+    "cancelled",
+    "skipped",
+)
 
 
 def _buckets(bounds: Sequence[float], counts: Sequence[int], total: int) -> list[tuple[str, float]]:
@@ -95,10 +104,19 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
         reconnects += worker.reconnects
         for queue, c in list(worker.queues.items()):
             tiers = sum(c.retried.values())
-            handled = c.acked - tiers - c.parked - c.duplicates - c.cancelled
+            handled = c.acked - tiers - c.parked - c.duplicates - c.cancelled - c.skipped
             for outcome, value in zip(
                 OUTCOMES,
-                (handled, tiers, c.parked, c.rejected, c.requeued, c.duplicates, c.cancelled),
+                (
+                    handled,
+                    tiers,
+                    c.parked,
+                    c.rejected,
+                    c.requeued,
+                    c.duplicates,
+                    c.cancelled,
+                    c.skipped,
+                ),
                 strict=True,
             ):
                 outcomes[(queue, outcome)] += max(0, value)

@@ -23,7 +23,14 @@ from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
-from rabbitry.consumer.engine import AsyncWorkerKeywords, logger, worker_core
+from rabbitry.consumer.engine import (
+    AsyncWorkerKeywords,
+    WorkerCore,
+    combined_metrics,
+    logger,
+    vhost_parts,
+    worker_core,
+)
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.errors import BrokerError
@@ -71,7 +78,9 @@ class AsyncWorker:
     """Runs the handlers of an ``App`` until stopped: ``await AsyncWorker(app, url).run()``.
 
     ``run`` returns after ``stop()`` (or SIGTERM/SIGINT with ``handle_signals=True``) once the
-    in-flight messages are settled or returned, within ``shutdown_timeout``.
+    in-flight messages are settled or returned, within ``shutdown_timeout``. An app of several
+    vhosts runs one connection per vhost on the same loop (``workers``; ``concurrency`` and
+    ``prefetch`` hold for each), and ``metrics`` are keyed ``vhost/queue``.
     """
 
     def __init__(
@@ -80,7 +89,16 @@ class AsyncWorker:
         url: str | ConnectionSettings | None = None,
         **keywords: Unpack[AsyncWorkerKeywords],
     ) -> None:
-        self.core = worker_core(app, url, {"concurrency": 64, **keywords})
+        self.workers: list[AsyncWorker] = [
+            AsyncWorker(part, settings, **keywords)
+            for part, settings in vhost_parts(app, url, {"concurrency": 64, **keywords})
+        ]
+        """One worker per vhost, for an app of several (empty otherwise)."""
+        self.core: WorkerCore
+        if self.workers:
+            self.core = self.workers[0].core
+        else:
+            self.core = worker_core(app, url, {"concurrency": 64, **keywords})
         self.options = self.core.options
         self.app = app
         self._wire: Wire | None = None
@@ -102,11 +120,15 @@ class AsyncWorker:
 
     @property
     def metrics(self) -> WorkerMetrics:
+        if self.workers:
+            return combined_metrics([(w.core.app.vhosts[0].name, w.metrics) for w in self.workers])
         return self.core.metrics
 
     @property
     def in_flight(self) -> int:
         """Deliveries not yet settled (running, waiting, or waiting for a retry's confirm)."""
+        if self.workers:
+            return sum(w.in_flight for w in self.workers)
         return self.core.acks.outstanding
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -116,6 +138,10 @@ class AsyncWorker:
         if self._stopping:
             return
         self._stopping = True
+        for worker in self.workers:
+            worker.stop()
+        if self.workers:
+            return
         logger.info("stopping: no new messages; finishing %d in flight", self.in_flight)
         if self._stopped is not None:
             self._stopped.set()
@@ -124,6 +150,9 @@ class AsyncWorker:
         self, *, handle_signals: bool = False, ready: asyncio.Event | None = None
     ) -> None:
         """Consume until ``stop()``; reconnects with back-off whenever the connection drops."""
+        if self.workers:
+            await self._run_workers(handle_signals=handle_signals, ready=ready)
+            return
         loop = self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         if self._stopping:
@@ -153,6 +182,38 @@ class AsyncWorker:
         finally:
             if self._ticker is not None:
                 self._ticker.cancel()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+    async def _run_workers(self, *, handle_signals: bool, ready: asyncio.Event | None) -> None:
+        """Run the worker of each vhost until ``stop()``; ``ready`` once all are connected.
+        When one fails (the broker refused it), the others stop and its error is raised."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        events = [asyncio.Event() for _ in self.workers]
+        tasks = [
+            asyncio.ensure_future(worker.run(ready=event))
+            for worker, event in zip(self.workers, events, strict=True)
+        ]
+
+        async def all_ready() -> None:
+            await asyncio.gather(*(event.wait() for event in events))
+            if ready is not None:
+                ready.set()
+
+        waiting = asyncio.ensure_future(all_ready())
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            failed = next((t for t in done if t.exception() is not None), None)
+            if failed is not None:
+                self.stop()
+                await asyncio.wait(tasks)
+                raise cast(BaseException, failed.exception())
+        finally:
+            waiting.cancel()
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)

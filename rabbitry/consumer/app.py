@@ -1,22 +1,28 @@
 """Handlers bound to the queues of a spec: ``App`` and its ``@app.handler(queue)`` decorator.
 
+A handler may name any queue the spec declares (``targets``): a ``queues`` entry, a shard
+queue of a sharded exchange, a super stream partition, or a whole group with
+``@app.handler(shards="orders")``; in one vhost or in several (one connection per vhost).
 ``App`` resolves everything a worker needs per queue once, from the spec: the retry set-up
 (``QueueRetry``: policy, tier queues or delay levels, parking lot), whether the queue asks for
 ordered consumption (``x-single-active-consumer``), plus the handler's own options
 (time-to-run, idempotency). Handlers are plain functions or coroutine functions taking one
 ``IncomingMessage``, or a typed body (``bodies``); returning means success, raising means
-failure. ``App(middleware=[...])`` or ``app.use(m)`` adds hooks around every handler
+failure. A stream queue is read from an ``offset`` and cannot dead-letter: a failure there is
+logged and skipped (``decision.after_stream_failure``), and a retry set-up is refused at
+registration. ``App(middleware=[...])`` or ``app.use(m)`` adds hooks around every handler
 (``middleware``).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.amqp.codecs import JSON, Codec
@@ -38,13 +44,18 @@ from rabbitry.consumer.stores import (
     MemoryCancelStore,
     MemoryIdempotencyStore,
 )
+from rabbitry.consumer.targets import Target, TargetError, group_of, retry_of, target_of
 from rabbitry.errors import RabbitryError, SpecError
 from rabbitry.topology.patterns.delays import delay_scheme
-from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
+from rabbitry.topology.patterns.retries import QueueRetry
 from rabbitry.topology.spec.model import Spec, VhostSpec
 from rabbitry.uri import split_uris
 
 H = TypeVar("H", bound=Callable[..., Any])
+StreamOffset = str | int | datetime
+"""Where a stream handler starts: ``first``, ``last``, ``next``, an offset, or a time."""
+STREAM_OFFSETS = ("first", "last", "next")
+STREAM_OFFSET_ARGUMENT = "x-stream-offset"
 
 
 class AppError(RabbitryError):
@@ -76,22 +87,58 @@ class Route:
     periodic: PeriodicQueue | None = None
     """The queue carries occurrences of periodic jobs (``periodic``): the worker schedules
     the next one and skips copies."""
+    vhost: str | None = None
+    """The spec's vhost that declares the queue (None: an app without a spec)."""
+    stream: bool = False
+    """A stream queue: read from ``consume_arguments["x-stream-offset"]``, acks return
+    credit, a failure is logged and skipped (a stream cannot dead-letter)."""
+    consumers: int = 1
+    """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
+
+
+class HandlerOptions(TypedDict, total=False):
+    """How one handler is run (``@app.handler``, ``add``, ``add_shards``)."""
+
+    offset: StreamOffset
+    """Where a stream queue is read from: ``first``, ``last``, ``next`` (the broker's
+    default), an offset, or a ``datetime``; only for stream queues."""
+    timeout: float | None
+    """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
+    idempotent: bool
+    """Skip messages whose id was handled before (by the app's idempotency store)."""
+    ordered: bool | None
+    """One message at a time, in queue order (default: the queue's single-active-consumer)."""
+    priority: int | None
+    """Consumer priority (``x-priority``)."""
+    retry: QueueRetry | None
+    """Replaces the spec's retry set-up (or gives one to an app without a spec)."""
+    codec: Codec | None
+    """Replaces the app's codec for this handler's body."""
+    concurrency: int | None
+    """At most this many of this handler's messages in flight, without holding the others."""
+    rate: float | None
+    """At most this many of this handler's messages started per second."""
+    burst: int
+    """How many of them may start back to back (default 1)."""
 
 
 class App:
-    """A set of handlers for the queues of one vhost of a spec.
+    """A set of handlers for the queues of a spec, in one vhost or several.
 
     ``App("spec.yaml", vhost="shop")`` (or ``App(spec=Spec)``, or ``App()`` without a spec: no
-    retries, failures are rejected and dead-lettered by the broker's rules). ``codec`` decodes
-    the bodies of typed handlers (JSON by default); ``middleware`` wraps every handler, the
-    first one outermost.
+    retries, failures are rejected and dead-lettered by the broker's rules). ``vhost`` may be a
+    list of names; a spec of several vhosts without ``vhost=`` gives all of them, and a handler
+    names its vhost when its queue is declared in more than one. Workers open one connection
+    per vhost. ``routes`` are keyed by queue name, or by ``vhost/queue`` in an app of several
+    vhosts. ``codec`` decodes the bodies of typed handlers (JSON by default); ``middleware``
+    wraps every handler, the first one outermost.
     """
 
     def __init__(
         self,
         spec: str | Path | Spec | None = None,
         *,
-        vhost: str | None = None,
+        vhost: str | Sequence[str] | None = None,
         variables: Mapping[str, str] | None = None,
         idempotency: IdempotencyStore | None = None,
         cancellation: CancelStore | bool = False,
@@ -104,7 +151,10 @@ class App:
 
             spec = load_spec(Path(spec), variables)
         self.spec = spec
-        self.vhost = _pick_vhost(spec, vhost) if spec is not None else None
+        self.vhosts: list[VhostSpec] = _pick_vhosts(spec, vhost) if spec is not None else []
+        """The spec's vhosts whose queues this app's handlers may name."""
+        self.vhost: VhostSpec | None = self.vhosts[0] if len(self.vhosts) == 1 else None
+        """The app's one vhost (None without a spec, or with several vhosts)."""
         broker = spec.broker if spec is not None else None
         self.url = url or (broker.urls if broker is not None else None)
         self.node_order = broker.node_order if broker is not None else None
@@ -135,34 +185,33 @@ class App:
 
     def handler(
         self,
-        queue: str,
+        queue: str | None = None,
         *,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        ordered: bool | None = None,
-        priority: int | None = None,
-        retry: QueueRetry | None = None,
-        codec: Codec | None = None,
-        concurrency: int | None = None,
-        rate: float | None = None,
-        burst: int = 1,
+        shards: str | None = None,
+        vhost: str | None = None,
+        nodes: int | None = None,
+        **options: Unpack[HandlerOptions],
     ) -> Callable[[H], H]:
-        """Decorator: run the function for every message of ``queue``."""
+        """Decorator: run the function for every message of ``queue``, or of every shard of
+        the sharded exchange or super stream ``shards`` (``add_shards``).
+
+        ``vhost`` picks the vhost in an app of several; ``options`` are ``HandlerOptions``."""
+        if (queue is None) == (shards is None):
+            raise AppError(
+                "@app.handler takes a queue name or shards=<sharded exchange or super stream>,"
+                " one of them"
+            )
 
         def register(func: H) -> H:
-            self.add(
-                queue,
-                func,
-                timeout=timeout,
-                idempotent=idempotent,
-                ordered=ordered,
-                priority=priority,
-                retry=retry,
-                codec=codec,
-                concurrency=concurrency,
-                rate=rate,
-                burst=burst,
-            )
+            if shards is not None:
+                self.add_shards(shards, func, vhost=vhost, nodes=nodes, **options)
+            else:
+                assert queue is not None
+                if nodes is not None:
+                    raise AppError(
+                        f"nodes= is for shards= of a modulus-sharded exchange, not {queue!r}"
+                    )
+                self.add(queue, func, vhost=vhost, **options)
             return func
 
         return register
@@ -172,49 +221,146 @@ class App:
         queue: str,
         func: Callable[..., Any],
         *,
-        timeout: float | None = None,
-        idempotent: bool = False,
-        ordered: bool | None = None,
-        priority: int | None = None,
-        retry: QueueRetry | None = None,
-        codec: Codec | None = None,
-        concurrency: int | None = None,
-        rate: float | None = None,
-        burst: int = 1,
+        vhost: str | None = None,
+        **options: Unpack[HandlerOptions],
     ) -> Route:
-        """Bind ``func`` to ``queue``; ``retry`` replaces the spec's retry set-up (or gives one
-        to an app without a spec); ``codec`` replaces the app's for this handler's body;
-        ``concurrency`` and ``rate`` (per second, ``burst`` back to back) limit this handler
-        alone, without holding back the others."""
-        if queue in self.routes:
-            raise AppError(f"queue {queue!r} already has a handler ({self.routes[queue].handler})")
+        """Bind ``func`` to ``queue`` (in ``vhost``, for an app of several that declare it);
+        ``options`` are ``HandlerOptions``."""
+        where, target = self._resolve(queue, vhost)
+        return self._bind(where, target, func, options)
+
+    def add_shards(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        *,
+        vhost: str | None = None,
+        nodes: int | None = None,
+        **options: Unpack[HandlerOptions],
+    ) -> list[Route]:
+        """Bind ``func`` to every shard queue of the sharded exchange (consistent-hash or
+        modulus-hash) or super stream ``name``: one consumer per shard, each shard retried
+        and parked as the spec declares it. ``options`` are those of ``add``; a limit
+        (``concurrency``, ``rate``) holds each shard on its own.
+
+        For a modulus-sharded exchange the worker opens ``shards_per_node`` times ``nodes``
+        consumers on the exchange's name, and the sharding plugin gives each one shard;
+        ``nodes`` defaults to the number of URLs of the spec's ``broker.url`` (else 1)."""
+        if not self.vhosts:
+            raise AppError(f"shards={name!r} needs a spec that declares {name!r}: give the App one")
+        if options.get("retry") is not None:
+            raise AppError(
+                f"shards={name!r}: retry= is one queue's set-up (its tier queues and parking lot);"
+                " each shard retries as the spec's `queue:` template declares it: drop retry="
+            )
+        if nodes is not None and nodes < 1:
+            raise AppError(f"nodes of shards={name!r} must be at least 1, got {nodes}")
+        if nodes is None:
+            nodes = len(split_uris(self.url)) if self.url else 1
+        found: list[tuple[VhostSpec, list[Target]]] = []
+        errors: list[str] = []
+        for candidate in self._candidates(vhost):
+            try:
+                found.append((candidate, group_of(candidate, name, nodes=nodes)))
+            except TargetError as exc:
+                errors.append(str(exc))
+        where, targets = self._one(found, errors, f"shards={name!r}")
+        taken = [t.queue for t in targets if self._key(where.name, t.queue) in self.routes]
+        if taken:
+            raise AppError(f"shards={name!r}: {', '.join(taken)} already has a handler")
+        return [self._bind(where, target, func, options) for target in targets]
+
+    # -- resolution -------------------------------------------------------------------------------
+
+    def _key(self, vhost: str | None, queue: str) -> str:
+        return f"{vhost}/{queue}" if len(self.vhosts) > 1 else queue
+
+    def _candidates(self, vhost: str | None) -> list[VhostSpec]:
+        if vhost is None:
+            return self.vhosts
+        chosen = [v for v in self.vhosts if v.name == vhost]
+        if not chosen:
+            names = ", ".join(v.name for v in self.vhosts) or "none: the app has no spec"
+            raise AppError(f"vhost {vhost!r} is not one of the app's vhosts ({names})")
+        return chosen
+
+    def _one(
+        self, found: list[tuple[VhostSpec, Any]], errors: list[str], what: str
+    ) -> tuple[VhostSpec, Any]:
+        """The only vhost that declares ``what``; an error listing each vhost's otherwise."""
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise AppError("; ".join(errors))
+        names = ", ".join(v.name for v, _ in found)
+        raise AppError(f"{what} is declared in several vhosts ({names}): pass vhost=")
+
+    def _resolve(self, queue: str, vhost: str | None) -> tuple[VhostSpec | None, Target]:
+        if not self.vhosts:
+            if vhost is not None:
+                raise AppError(f"vhost={vhost!r} needs a spec that declares it: give the App one")
+            return None, Target(queue, "the app (no spec)")
+        found: list[tuple[VhostSpec, Target]] = []
+        errors: list[str] = []
+        for candidate in self._candidates(vhost):
+            try:
+                found.append((candidate, target_of(candidate, queue)))
+            except TargetError as exc:
+                errors.append(str(exc))
+        return self._one(found, errors, f"queue {queue!r}")
+
+    def _bind(
+        self,
+        where: VhostSpec | None,
+        target: Target,
+        func: Callable[..., Any],
+        options: HandlerOptions,
+    ) -> Route:
+        offset = options.get("offset")
+        timeout = options.get("timeout")
+        retry = options.get("retry")
+        concurrency, rate = options.get("concurrency"), options.get("rate")
+        queue = target.queue
+        key = self._key(where.name if where is not None else None, queue)
+        if key in self.routes:
+            raise AppError(f"queue {queue!r} already has a handler ({self.routes[key].handler})")
         if timeout is not None and timeout <= 0:
             raise AppError(f"timeout of {queue!r} must be positive, got {timeout}")
-        spec_ordered = False
-        if self.vhost is not None:
-            queue_spec = next((q for q in self.vhost.queues if q.name == queue), None)
-            if queue_spec is None:
-                known = ", ".join(q.name for q in self.vhost.queues) or "none"
+        stream = target.stream or (where is None and offset is not None)
+        arguments: dict[str, Any] = {}
+        if offset is not None:
+            if not stream:
                 raise AppError(
-                    f"queue {queue!r} is not declared in vhost {self.vhost.name!r}"
-                    f" (queues: {known})"
+                    f"offset= reads a stream, and queue {queue!r} ({target.declared_by} of vhost"
+                    f" {where.name if where else '?'!r}) is not one: drop offset="
                 )
+            arguments[STREAM_OFFSET_ARGUMENT] = stream_offset(offset, queue)
+        given = retry is not None
+        spec_ordered = False
+        if where is not None:
             try:
                 if retry is None:
-                    retry = queue_retry(self.vhost, queue_spec)
+                    retry = retry_of(where, target)
             except SpecError as exc:
                 raise AppError(str(exc)) from None
-            spec_ordered = bool(queue_spec.arguments.single_active_consumer)
+            if target.spec is not None:
+                spec_ordered = bool(target.spec.arguments.single_active_consumer)
+        if stream and retry is not None:
+            raise AppError(
+                f"queue {queue!r} is a stream: a stream cannot dead-letter, so its messages"
+                " cannot be retried or parked (a failure is logged and skipped); "
+                + ("drop retry=" if given else "drop the queue's `retry:` from the spec")
+            )
         try:
-            limits = Limits(concurrency=concurrency, rate=rate, burst=burst)
+            limits = Limits(concurrency=concurrency, rate=rate, burst=options.get("burst", 1))
         except ValueError as exc:
             raise AppError(f"handler of {queue!r}: {exc}") from None
         try:
             shape = handler_shape(func)
         except SignatureError as exc:
             raise AppError(f"{exc} (queue {queue!r})") from None
-        codec = codec or self.codec
-        arguments: dict[str, Any] = {}
+        codec = options.get("codec") or self.codec
+        priority = options.get("priority")
         if priority is not None:
             arguments["x-priority"] = priority
         route = Route(
@@ -223,15 +369,33 @@ class App:
             is_async=inspect.iscoroutinefunction(func),
             retry=retry,
             timeout=timeout,
-            idempotent=idempotent,
-            ordered=spec_ordered if ordered is None else ordered,
+            idempotent=options.get("idempotent", False),
+            ordered=spec_ordered if (ordered := options.get("ordered")) is None else ordered,
             consume_arguments=arguments,
             body_type=shape.body_type,
             codec=codec,
             limits=limits if limits.limited else None,
+            vhost=where.name if where is not None else None,
+            stream=stream,
+            consumers=target.consumers,
         )
-        self.routes[queue] = route
+        self.routes[key] = route
         return route
+
+    def parts(self) -> list[App]:
+        """One app per vhost that has handlers (what a worker opens a connection for): the
+        app itself when it has one vhost or none."""
+        if len(self.vhosts) <= 1:
+            return [self]
+        out: list[App] = []
+        for vhost in self.vhosts:
+            routes = {r.queue: r for r in self.routes.values() if r.vhost == vhost.name}
+            if not routes:
+                continue
+            part = copy.copy(self)
+            part.vhosts, part.vhost, part.routes = [vhost], vhost, routes
+            out.append(part)
+        return out
 
     def periodic(
         self,
@@ -282,37 +446,37 @@ class App:
 
     def _periodic_route(self, queue: str | None) -> Route:
         """The route of the periodic queue (made with the first job registered on it)."""
-        if self.vhost is None:
+        if not self.vhosts:
             raise AppError(
                 "periodic jobs need a spec: declare a queue with `periodic: <delay>` and give"
                 " the App the spec"
             )
-        periodic = [q for q in self.vhost.queues if q.periodic is not None]
-        if queue is not None:
-            periodic = [q for q in periodic if q.name == queue]
+        declared = [(v, q) for v in self.vhosts for q in v.queues if q.periodic is not None]
+        periodic = [(v, q) for v, q in declared if queue is None or q.name == queue]
+        where = " or ".join(repr(v.name) for v in self.vhosts)
         if len(periodic) != 1:
-            names = ", ".join(q.name for q in self.vhost.queues if q.periodic) or "none"
+            names = ", ".join(q.name for _, q in declared) or "none"
             raise AppError(
                 (
-                    f"queue {queue!r} of vhost {self.vhost.name!r} is not a periodic queue"
+                    f"queue {queue!r} of vhost {where} is not a periodic queue"
                     if queue is not None
-                    else f"vhost {self.vhost.name!r} has {'several' if periodic else 'no'}"
-                    " periodic queues"
+                    else f"vhost {where} has {'several' if periodic else 'no'} periodic queues"
                 )
                 + f" (periodic queues: {names}); declare one with `periodic: <delay>`"
                 + (" or pass queue=" if queue is None and periodic else "")
             )
-        spec = periodic[0]
-        existing = self.routes.get(spec.name)
+        vhost, spec = periodic[0]
+        key = self._key(vhost.name, spec.name)
+        existing = self.routes.get(key)
         if existing is not None:
             if existing.periodic is None:
                 raise AppError(f"queue {spec.name!r} already has a handler ({existing.handler})")
             return existing
-        delay = next((d for d in self.vhost.delays if d.name == spec.periodic), None)
+        delay = next((d for d in vhost.delays if d.name == spec.periodic), None)
         if delay is None:
             raise AppError(
                 f"periodic queue {spec.name!r} names delay {spec.periodic!r}, which vhost"
-                f" {self.vhost.name!r} does not declare"
+                f" {vhost.name!r} does not declare"
             )
         carrier = PeriodicQueue(spec.name, delay_scheme(delay))
         jobs = carrier.jobs
@@ -320,9 +484,9 @@ class App:
         async def periodic_jobs(message: IncomingMessage) -> None:
             await run_occurrence(jobs, message)
 
-        route = self.add(spec.name, periodic_jobs, ordered=False)
+        route = self.add(spec.name, periodic_jobs, vhost=vhost.name, ordered=False)
         route = replace(route, periodic=carrier)
-        self.routes[spec.name] = route
+        self.routes[key] = route
         return route
 
     @property
@@ -330,20 +494,44 @@ class App:
         return list(self.routes)
 
     def __repr__(self) -> str:
-        where = f" vhost={self.vhost.name!r}" if self.vhost is not None else ""
+        names = ", ".join(repr(v.name) for v in self.vhosts)
+        where = (
+            f" vhost={names}" if len(self.vhosts) == 1 else f" vhosts=[{names}]" if names else ""
+        )
         return f"<App{where} queues={self.queues}>"
 
 
-def _pick_vhost(spec: Spec, name: str | None) -> VhostSpec:
-    if name is not None:
-        for vhost in spec.vhosts:
-            if vhost.name == name:
-                return vhost
-        raise AppError(f"the spec declares no vhost {name!r}")
-    if len(spec.vhosts) != 1:
-        names = ", ".join(v.name for v in spec.vhosts)
-        raise AppError(f"the spec declares several vhosts ({names}): pass vhost=")
-    return spec.vhosts[0]
+def _pick_vhosts(spec: Spec, name: str | Sequence[str] | None) -> list[VhostSpec]:
+    """The spec's vhosts named (all of them when ``name`` is None)."""
+    if name is None:
+        return list(spec.vhosts)
+    wanted = [name] if isinstance(name, str) else list(name)
+    by_name = {v.name: v for v in spec.vhosts}
+    missing = [w for w in wanted if w not in by_name]
+    if missing or not wanted:
+        names = ", ".join(by_name) or "none"
+        raise AppError(
+            f"the spec declares no vhost {', '.join(map(repr, missing)) or '(none named)'}"
+            f" (vhosts: {names})"
+        )
+    return [by_name[w] for w in dict.fromkeys(wanted)]
+
+
+def stream_offset(offset: StreamOffset, queue: str) -> StreamOffset:
+    """``offset`` checked as an ``x-stream-offset`` value: ``first``, ``last``, ``next``, an
+    offset (0 or more), or a time (a naive ``datetime`` is taken as UTC)."""
+    if isinstance(offset, bool):
+        pass  # an int to Python, never an offset
+    elif (isinstance(offset, str) and offset in STREAM_OFFSETS) or (
+        isinstance(offset, int) and offset >= 0
+    ):
+        return offset
+    elif isinstance(offset, datetime):
+        return offset if offset.tzinfo is not None else offset.replace(tzinfo=UTC)
+    raise AppError(
+        f"offset {offset!r} of stream {queue!r} is not a stream offset: give 'first', 'last',"
+        " 'next', an offset (an int, 0 or more) or a datetime"
+    )
 
 
 def url_for_app(url: str, app: App) -> str:

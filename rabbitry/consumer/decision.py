@@ -4,8 +4,9 @@ Inputs are plain values: the message's headers and id, the queue's resolved retr
 (``QueueRetry``, from the spec), how the handler ended (success, or the exception), and whether
 the idempotency store saw the id before or the job was cancelled. The output is a ``Verdict``:
 ack, retry at tier k after d ms (where to publish, with which headers), park, reject (no retry
-declared: the broker dead-letters by the queue's arguments), or drop a duplicate / a cancelled
-job. No clock, no I/O: the caller passes ``now_ms``.
+declared: the broker dead-letters by the queue's arguments), skip a failed delivery of a
+stream (``after_stream_failure``), or drop a duplicate / a cancelled job. No clock, no I/O:
+the caller passes ``now_ms``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class Action(enum.StrEnum):
     occurrence is published in its place, then it is acked without running."""
     DROPPED = "dropped"
     """An occurrence of a periodic job the app does not have: ack without running."""
+    SKIPPED = "skipped"
+    """A failed delivery of a stream queue: logged and acked (the ack only returns credit).
+    A stream cannot dead-letter and keeps the message: it can be read again by offset."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,23 @@ def after_failure(
         delay_ms=decision.delay_ms,
         routing_key=retry.tier_queue(decision.delay_ms),
         headers=out,
+    )
+
+
+def after_stream_failure(queue: str, offset: int | None, error: BaseException | str) -> Verdict:
+    """The verdict for a failed handler of a stream queue: skip it.
+
+    A stream never dead-letters, and a reject or nack would leave it where it is; retrying in
+    place would stop the stream's readers behind one poison message. So the message is skipped
+    (logged with its offset, where it stays to be read again), like a failure without a retry
+    set-up, and the handler goes on with the next one."""
+    name = error if isinstance(error, str) else type(error).__name__
+    at = f" at offset {offset}" if offset is not None else ""
+    return Verdict(
+        Action.SKIPPED,
+        attempt=1,
+        reason=f"{name}; {queue} is a stream: the message{at} is skipped (streams cannot"
+        " dead-letter; read it again from its offset)",
     )
 
 

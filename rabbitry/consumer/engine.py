@@ -22,13 +22,14 @@ from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings, NodeOrder
 from rabbitry.consumer.acks import AckTracker
-from rabbitry.consumer.app import App, Route
+from rabbitry.consumer.app import STREAM_OFFSET_ARGUMENT, App, Route
 from rabbitry.consumer.decision import (
     ACK,
     Action,
     HandlerTimeout,
     Verdict,
     after_failure,
+    after_stream_failure,
     before_handler,
     cancel_target,
 )
@@ -37,6 +38,7 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
+from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.uri import mask_text
 
@@ -53,12 +55,7 @@ _KEPT_PROPERTIES = (
 
 
 def worker_settings(
-    app: App,
-    url: str | ConnectionSettings | None,
-    heartbeat: int | None,
-    connection_name: str | None,
-    backoff: Backoff | None,
-    node_order: NodeOrder | str | None = None,
+    app: App, url: str | ConnectionSettings | None, keywords: WorkerKeywords
 ) -> ConnectionSettings:
     """Connection settings of a worker: given ones, or from the URL (or a cluster's URLs), the
     app's, or localhost; several URLs are walked in ``node_order``, else the spec's.
@@ -69,10 +66,10 @@ def worker_settings(
         return url
     return ConnectionSettings.from_url(
         url or app.url or DEFAULT_URL,
-        heartbeat=heartbeat,
-        connection_name=connection_name or "rabbitry worker",
-        backoff=backoff or Backoff(give_up_after=None),
-        node_order=node_order or app.node_order,
+        heartbeat=keywords.get("heartbeat"),
+        connection_name=keywords.get("connection_name") or "rabbitry worker",
+        backoff=keywords.get("backoff") or Backoff(give_up_after=None),
+        node_order=keywords.get("node_order") or app.node_order,
     )
 
 
@@ -102,14 +99,7 @@ def worker_core(
     app: App, url: str | ConnectionSettings | None, keywords: AsyncWorkerKeywords
 ) -> WorkerCore:
     """The core of a worker built from the keywords its shell was given."""
-    settings = worker_settings(
-        app,
-        url,
-        keywords.get("heartbeat"),
-        keywords.get("connection_name"),
-        keywords.get("backoff"),
-        keywords.get("node_order"),
-    )
+    settings = worker_settings(app, url, keywords)
     options = WorkerOptions(
         prefetch=keywords.get("prefetch", DEFAULT_PREFETCH),
         concurrency=keywords.get("concurrency", 1),
@@ -117,6 +107,47 @@ def worker_core(
         shutdown_timeout=keywords.get("shutdown_timeout", 30.0),
     )
     return WorkerCore(app, settings, options)
+
+
+def vhost_parts(
+    app: App, url: str | ConnectionSettings | None, keywords: AsyncWorkerKeywords
+) -> list[tuple[App, ConnectionSettings]]:
+    """For an app of several vhosts: one part app per vhost with handlers, each with its
+    connection settings (the worker's, pointed at that vhost); empty for an app of one.
+
+    AMQP binds a connection to one vhost, so a worker of several opens one per vhost."""
+    if len(app.vhosts) <= 1:
+        return []
+    settings = worker_settings(app, url, keywords)
+    parts = app.parts()
+    if not parts:
+        raise ValueError("the app has no handlers: add one with @app.handler(queue)")
+    out: list[tuple[App, ConnectionSettings]] = []
+    for part in parts:
+        assert part.vhost is not None
+        name = part.vhost.name
+        out.append(
+            (
+                part,
+                replace(
+                    settings,
+                    vhost=name,
+                    connection_name=f"{settings.connection_name or 'rabbitry worker'} ({name})",
+                ),
+            )
+        )
+    return out
+
+
+def combined_metrics(parts: list[tuple[str, WorkerMetrics]]) -> WorkerMetrics:
+    """The counters of the workers of several vhosts in one view, keyed ``vhost/queue`` (the
+    keys of the app's routes); the counters themselves stay the parts'."""
+    view = WorkerMetrics(live=False)
+    for vhost, metrics in parts:
+        view.reconnects += metrics.reconnects
+        for queue, counters in metrics.queues.items():
+            view.queues[f"{vhost}/{queue}"] = counters
+    return view
 
 
 @dataclass(frozen=True)
@@ -200,8 +231,17 @@ class WorkerCore:
         self.walk = NodeWalk(settings)
         """Which of the cluster's nodes (one or more) the next connect goes to."""
         self.options = options
-        self.routes: list[Route] = list(app.routes.values())
+        self.routes: list[Route] = [r for r in app.routes.values() for _ in range(r.consumers)]
+        """By consumer index: a route with several consumers (plugin shards) has several."""
         self.subscriptions = [Subscription(r.queue, dict(r.consume_arguments)) for r in self.routes]
+        self._positions = {
+            index: StreamPosition(route.consume_arguments.get(STREAM_OFFSET_ARGUMENT))
+            for index, route in enumerate(self.routes)
+            if route.stream
+        }
+        """Stream consumers by index: where each subscribes again after a reconnect."""
+        self._offsets: dict[IncomingMessage, int] = {}
+        """Stream deliveries not yet settled, with their offsets."""
         self.tracker = ConfirmTracker(on_settle=self._settled)
         self.builder = MessageBuilder(timestamps=False)
         self.acks = AckTracker(batch=options.ack_batch)
@@ -227,6 +267,9 @@ class WorkerCore:
         if not stopping:
             resend.extend(self._seeds())
             self._next_seed = time.monotonic() + RESEED_EVERY_S
+        if self._positions:
+            self._offsets.clear()
+            self._resume_streams()
         session = ConsumerSession(
             self.walk.current,
             self.tracker,
@@ -239,6 +282,17 @@ class WorkerCore:
         session.stopping = stopping
         self.session = session
         return session
+
+    def _resume_streams(self) -> None:
+        """Subscribe each stream consumer where it left off (its offset, at first)."""
+        for index, position in self._positions.items():
+            offset = position.resume()
+            if offset is None:
+                continue
+            sub = self.subscriptions[index]
+            self.subscriptions[index] = Subscription(
+                sub.queue, {**sub.arguments, STREAM_OFFSET_ARGUMENT: offset}
+            )
 
     def sync_generation(self) -> None:
         """Forget the delivery tags of a channel that is gone (the broker requeued them)."""
@@ -270,6 +324,8 @@ class WorkerCore:
     def admit(self, message: IncomingMessage) -> bool:
         """Count a new delivery; False when it was settled without its handler."""
         self.acks.received(message.tag)
+        if self._positions and message.consumer in self._positions and not self._take(message):
+            return False
         route = self.routes[message.consumer]
         counters = self.metrics.queues[route.queue]
         counters.received += 1
@@ -316,6 +372,18 @@ class WorkerCore:
             )
         self._skip(message, verdict)
         return False
+
+    def _take(self, message: IncomingMessage) -> bool:
+        """Note a stream delivery's offset; False (and acked) for a copy below the offset the
+        consumer subscribed at again, which the broker sends from the start of its chunk."""
+        offset = message.headers.get(STREAM_OFFSET_ARGUMENT)
+        if not isinstance(offset, int):
+            return True
+        if not self._positions[message.consumer].take(offset):
+            self.acks.done(message.tag)
+            return False
+        self._offsets[message] = offset
+        return True
 
     def _skip(self, message: IncomingMessage, verdict: Verdict) -> None:
         """Settle a delivery whose handler does not run (its ack may wait for a publish)."""
@@ -522,6 +590,8 @@ class WorkerCore:
         counters.failed += 1
         if isinstance(error, HandlerTimeout):
             counters.timeouts += 1
+        if route.stream:
+            return self._skip_failed(message, route, error)
         verdict = after_failure(
             route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
         )
@@ -556,6 +626,19 @@ class WorkerCore:
         self._republish(message, verdict)
         return verdict
 
+    def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
+        """A stream's failed delivery: logged with its offset and acked (credit only)."""
+        offset = self._offsets.get(message)
+        verdict = after_stream_failure(route.queue, offset, error)
+        self.metrics.queues[route.queue].skipped += 1
+        self._log_failure(message, route, verdict, error)
+        if message.span is not None:
+            tracing.finish(message.span, "skipped", error, attempt=1, reason=verdict.reason)
+        if self.middleware:
+            run_decided(self.middleware, message, verdict)
+        self._ack(message)
+        return verdict
+
     def requeue(self, message: IncomingMessage) -> None:
         """Give a message back to the queue (shutdown, or its replacement could not be stored)."""
         self.metrics.queues[message.queue].requeued += 1
@@ -576,6 +659,10 @@ class WorkerCore:
         if message.generation == self.generation:
             self.acks.done(message.tag)
             self.metrics.queues[message.queue].acked += 1
+            if self._offsets:
+                offset = self._offsets.pop(message, None)
+                if offset is not None:
+                    self._positions[message.consumer].handled(offset)
 
     def _republish(self, message: IncomingMessage, verdict: Verdict) -> None:
         props: dict[str, Any] = {}
@@ -671,7 +758,7 @@ class WorkerCore:
                 message.message_id,
                 verdict.attempt,
                 what,
-                "parked" if verdict.action is Action.PARK else "rejected",
+                {Action.PARK: "parked", Action.SKIPPED: "skipped"}.get(verdict.action, "rejected"),
                 verdict.reason,
                 extra={
                     **self._log_fields(message, route.queue),

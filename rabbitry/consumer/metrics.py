@@ -28,6 +28,8 @@ class QueueCounters:
     duplicates: int = 0
     cancelled: int = 0
     timeouts: int = 0
+    skipped: int = 0
+    """Failed deliveries of a stream, logged and acked (a stream cannot dead-letter)."""
     retried: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """By tier (``1s``, ``5s``)."""
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
@@ -43,10 +45,11 @@ class QueueCounters:
 class WorkerMetrics:
     """Counters per queue of one worker (``rabbitry.metrics`` exposes every live one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, live: bool = True) -> None:
         self.queues: dict[str, QueueCounters] = defaultdict(QueueCounters)
         self.reconnects = 0
-        LIVE.add(self)
+        if live:  # a view over other workers' counters is not counted twice
+            LIVE.add(self)
 
     def __getitem__(self, queue: str) -> QueueCounters:
         return self.queues[queue]

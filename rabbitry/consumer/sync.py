@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from types import FrameType
@@ -23,7 +24,14 @@ from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
-from rabbitry.consumer.engine import WorkerCore, WorkerKeywords, logger, worker_core
+from rabbitry.consumer.engine import (
+    WorkerCore,
+    WorkerKeywords,
+    combined_metrics,
+    logger,
+    vhost_parts,
+    worker_core,
+)
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -88,7 +96,10 @@ def handle_blocking(
 
 
 class Worker:
-    """Runs the handlers of an ``App`` until stopped: ``Worker(app, url).run()``."""
+    """Runs the handlers of an ``App`` until stopped: ``Worker(app, url).run()``.
+
+    An app of several vhosts runs one connection per vhost, each in a thread of its own
+    (``workers``): handlers of different vhosts may then run at the same time."""
 
     def __init__(
         self,
@@ -96,8 +107,17 @@ class Worker:
         url: str | ConnectionSettings | None = None,
         **keywords: Unpack[WorkerKeywords],
     ) -> None:
-        # handlers run one at a time in the calling thread
-        self.core = worker_core(app, url, {**keywords, "concurrency": 1})
+        self.workers: list[Worker] = [
+            Worker(part, settings, **keywords)
+            for part, settings in vhost_parts(app, url, {**keywords, "concurrency": 1})
+        ]
+        """One worker per vhost, for an app of several (empty otherwise)."""
+        self.core: WorkerCore
+        if self.workers:
+            self.core = self.workers[0].core
+        else:
+            # handlers run one at a time in the calling thread
+            self.core = worker_core(app, url, {**keywords, "concurrency": 1})
         self.options = self.core.options
         self.app = app
         self._wire: SocketWire | None = None
@@ -107,11 +127,15 @@ class Worker:
 
     @property
     def metrics(self) -> WorkerMetrics:
+        if self.workers:
+            return combined_metrics([(w.core.app.vhosts[0].name, w.metrics) for w in self.workers])
         return self.core.metrics
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe from a signal handler or another thread)."""
         self._stopping = True
+        for worker in self.workers:
+            worker.stop()
 
     def run(self, *, handle_signals: bool = False, max_idle: float | None = None) -> None:
         """Consume until ``stop()`` (or, with ``max_idle``, until no message came for that
@@ -125,7 +149,10 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, on_signal)
         try:
-            self._run(max_idle)
+            if self.workers:
+                self._run_workers(max_idle)
+            else:
+                self._run(max_idle)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -133,6 +160,32 @@ class Worker:
                 self._loop.close()
 
     # -- the loop ---------------------------------------------------------------------------------
+
+    def _run_workers(self, max_idle: float | None) -> None:
+        """Each vhost's worker in a thread; this one waits (and takes the signals). When one
+        fails, the others stop and its error is raised."""
+        errors: list[BaseException] = []
+
+        def run_one(worker: Worker) -> None:
+            try:
+                worker.run(max_idle=max_idle)
+            except BaseException as exc:
+                errors.append(exc)
+                self.stop()
+
+        threads = [
+            threading.Thread(
+                target=run_one, args=(w,), name=f"rabbitry worker {w.app.vhosts[0].name}"
+            )
+            for w in self.workers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(_TICK)  # short waits: signals reach this thread meanwhile
+        if errors:
+            raise errors[0]
 
     def _run(self, max_idle: float | None) -> None:
         core = self.core

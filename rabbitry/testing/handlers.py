@@ -153,12 +153,27 @@ class _Recorder(Middleware):
             waiter.set()
 
 
+def _part_of(app: App, vhost: str | None) -> App:
+    """The app of one vhost's handlers in an app of several (what one connection runs)."""
+    parts = {part.vhosts[0].name: part for part in app.parts() if part.vhosts}
+    if vhost is None or vhost not in parts:
+        names = ", ".join(parts) or "none"
+        raise AppError(
+            f"HandlerHarness runs the handlers of one vhost: pass vhost= one of the vhosts with"
+            f" handlers ({names})" + (f", not {vhost!r}" if vhost is not None else "")
+        )
+    return parts[vhost]
+
+
 class HandlerHarness:
     """Runs the handlers of ``app`` in memory; ``deliver`` one message, ``follow`` one along its
     retry ladder (``deliver_async``/``follow_async`` from async tests). ``metrics`` are the
-    worker's counters for what was delivered."""
+    worker's counters for what was delivered. For an app of several vhosts, ``vhost`` says whose
+    handlers (a worker runs them over a connection each)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, vhost: str | None = None) -> None:
+        if len(app.vhosts) > 1 or vhost is not None:
+            app = _part_of(app, vhost)
         self.app = app
         self._worker = AsyncWorker(app)  # never connects: its core, and its dispatch for async
         self.core = self._worker.core

@@ -166,3 +166,16 @@ def test_the_dashboard_and_alert_rules_use_only_metrics_rabbitry_exposes() -> No
     used = {m for e in expressions for m in re.findall(r"rabbitry_[a-z_]+", e)}
     assert len(used) >= 8
     assert used <= exposed, used - exposed
+
+
+def test_a_skipped_stream_failure_is_its_own_outcome_not_a_handled_one() -> None:
+    from rabbitry.metrics import RabbitryCollector
+
+    metrics = WorkerMetrics()
+    counters = metrics["events"]
+    counters.received = counters.acked = 3  # 2 handled, 1 failed and skipped
+    counters.failed = counters.skipped = 1
+    samples = scrape(RabbitryCollector(workers=[metrics], publishers=[]), openmetrics=False)
+    q = ("queue", "events")
+    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q]}"] == 2
+    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'skipped'), q]}"] == 1
