@@ -8,10 +8,16 @@ validates the spec), then the worker class; and list what got imported.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from rabbitry.consumer.app import App
+from rabbitry.consumer.decision import HandlerTimeout
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.sync import call_handler
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "shop.yaml"
 
@@ -103,9 +109,35 @@ def test_a_worker_on_a_templated_spec_adds_only_the_template_engine(tmp_path: Pa
     assert heavy(loaded["modules"], [*NOT_FOR_A_WORKER, "rabbitry.consumer.sync"]) == []
 
 
-def test_the_blocking_worker_does_not_load_the_asyncio_one(tmp_path: Path) -> None:
+def test_the_blocking_worker_loads_neither_the_asyncio_worker_nor_asyncio(tmp_path: Path) -> None:
     spec = tmp_path / "jobs.yaml"
     spec.write_text(PLAIN_SPEC)
     loaded = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
     assert heavy(loaded["modules"], ["rabbitry.consumer.sync"]) == ["rabbitry.consumer.sync"]
     assert heavy(loaded["modules"], [*NOT_FOR_A_WORKER, "jinja2", "rabbitry.consumer.aio"]) == []
+    assert "asyncio" not in loaded["modules"], "its handlers are plain functions"
+
+
+def test_the_blocking_worker_still_runs_coroutine_handlers_and_their_time_to_run() -> None:
+    """It imports asyncio when a coroutine handler first runs, not before."""
+    app = App()
+    done: list[str] = []
+
+    @app.handler("quick", timeout=5)
+    async def quick(message: IncomingMessage) -> None:
+        await asyncio.sleep(0)
+        done.append(message.body.decode())
+
+    @app.handler("slow", timeout=0.05)
+    async def slow(message: IncomingMessage) -> None:
+        await asyncio.sleep(5)
+
+    loop = asyncio.new_event_loop()
+    try:
+        message = IncomingMessage(1, 0, False, "", "quick", 0, b"", b"hi", "quick")
+        assert call_handler(app.routes["quick"], message, lambda: loop) is None
+        assert done == ["hi"]
+        late = call_handler(app.routes["slow"], message, lambda: loop)
+        assert isinstance(late, HandlerTimeout), late
+    finally:
+        loop.close()
