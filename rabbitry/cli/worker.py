@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import logging
@@ -168,6 +167,8 @@ def run(
         log.info("consuming %s (blocking worker)", ", ".join(app.queues))
         sync_worker.run(handle_signals=True)
     else:
+        import asyncio
+
         from rabbitry.consumer.aio import AsyncWorker
 
         async_worker = AsyncWorker(

@@ -7,33 +7,40 @@ them, and periodic jobs to the spec's periodic queue (``@app.periodic``: ``sched
 (blocking) run them over one pure core: ``decision`` says what happens to each delivery (ack,
 retry at a tier, park, reject, drop a duplicate or a cancelled job), ``engine`` turns that into
 confirmed publishes and batched acks. ``dlq`` lists, shows, replays and purges parking lots.
+
+The names are loaded on first use, so a process running the asyncio worker does not also load
+the blocking one (and the reverse): each costs memory in every worker process.
 """
 
 from __future__ import annotations
 
-from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
-from rabbitry.consumer.aio import AsyncWorker
-from rabbitry.consumer.app import App, AppError, Route
-from rabbitry.consumer.bodies import InvalidBody
-from rabbitry.consumer.decision import (
-    CANCEL_HEADER,
-    Action,
-    HandlerTimeout,
-    Verdict,
-    decide,
-)
-from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.metrics import WorkerMetrics
-from rabbitry.consumer.middleware import Middleware
-from rabbitry.consumer.periodic import Occurrence, PeriodicJob
-from rabbitry.consumer.stores import (
-    CancelStore,
-    IdempotencyStore,
-    MemoryCancelStore,
-    MemoryIdempotencyStore,
-)
-from rabbitry.consumer.sync import Worker, cancel_job
-from rabbitry.policies.retry import NonRetryable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
+    from rabbitry.consumer.aio import AsyncWorker
+    from rabbitry.consumer.app import App, AppError, Route
+    from rabbitry.consumer.bodies import InvalidBody
+    from rabbitry.consumer.decision import (
+        CANCEL_HEADER,
+        Action,
+        HandlerTimeout,
+        Verdict,
+        decide,
+    )
+    from rabbitry.consumer.message import IncomingMessage
+    from rabbitry.consumer.metrics import WorkerMetrics
+    from rabbitry.consumer.middleware import Middleware
+    from rabbitry.consumer.periodic import Occurrence, PeriodicJob
+    from rabbitry.consumer.stores import (
+        CancelStore,
+        IdempotencyStore,
+        MemoryCancelStore,
+        MemoryIdempotencyStore,
+    )
+    from rabbitry.consumer.sync import Worker, cancel_job
+    from rabbitry.policies.retry import NonRetryable
 
 __all__ = [
     "CANCEL_HEADER",
@@ -62,3 +69,44 @@ __all__ = [
     "cancel_job",
     "decide",
 ]
+
+_LAZY = {
+    "JSON": "rabbitry.amqp.codecs",
+    "Codec": "rabbitry.amqp.codecs",
+    "JsonCodec": "rabbitry.amqp.codecs",
+    "AsyncWorker": "rabbitry.consumer.aio",
+    "App": "rabbitry.consumer.app",
+    "AppError": "rabbitry.consumer.app",
+    "Route": "rabbitry.consumer.app",
+    "InvalidBody": "rabbitry.consumer.bodies",
+    "CANCEL_HEADER": "rabbitry.consumer.decision",
+    "Action": "rabbitry.consumer.decision",
+    "HandlerTimeout": "rabbitry.consumer.decision",
+    "Verdict": "rabbitry.consumer.decision",
+    "decide": "rabbitry.consumer.decision",
+    "IncomingMessage": "rabbitry.consumer.message",
+    "WorkerMetrics": "rabbitry.consumer.metrics",
+    "Middleware": "rabbitry.consumer.middleware",
+    "Occurrence": "rabbitry.consumer.periodic",
+    "PeriodicJob": "rabbitry.consumer.periodic",
+    "CancelStore": "rabbitry.consumer.stores",
+    "IdempotencyStore": "rabbitry.consumer.stores",
+    "MemoryCancelStore": "rabbitry.consumer.stores",
+    "MemoryIdempotencyStore": "rabbitry.consumer.stores",
+    "Worker": "rabbitry.consumer.sync",
+    "cancel_job": "rabbitry.consumer.sync",
+    "NonRetryable": "rabbitry.policies.retry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rabbitry.consumer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -4,18 +4,19 @@ One socket, a ``select`` loop, handlers run one at a time in the calling thread 
 handlers run on a private event loop). It is the worker for code that is not asyncio;
 throughput comes from the same place as the async one: deliveries parsed by offset and one
 multiple ack per read batch instead of pika's per-message callbacks and ack frames.
+asyncio is imported by the first coroutine handler to run: a worker of plain functions does
+not carry the event loop machinery.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
@@ -38,6 +39,9 @@ from rabbitry.consumer.session import ConsumerSession
 from rabbitry.errors import BrokerError
 from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_text
+
+if TYPE_CHECKING:
+    import asyncio
 
 _TICK = 0.1
 
@@ -64,6 +68,8 @@ def call_handler(
             assert isinstance(result, Coroutine)
             coro: Coroutine[Any, Any, Any] = result
             if route.timeout is not None:
+                import asyncio
+
                 coro = asyncio.wait_for(result, route.timeout)
             loop().run_until_complete(coro)
     except TimeoutError as exc:
@@ -304,6 +310,8 @@ class Worker:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
+            import asyncio
+
             self._loop = asyncio.new_event_loop()
         return self._loop
 

@@ -3,21 +3,28 @@
 A message counts as sent only when the broker confirmed it. Both publishers keep a window of
 unconfirmed messages in flight, report each message's outcome, republish what was unconfirmed
 when a connection is lost, and resolve exchanges, shard keys and delays from the spec.
+
+The names are loaded on first use: a program that publishes from one of the two does not
+load the other (a worker's handler module importing ``Publisher`` among them).
 """
 
 from __future__ import annotations
 
-from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
-from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
-from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ConnectionLost, ExchangeNotFound
-from rabbitry.amqp.message import Message, MessageBuilder
-from rabbitry.amqp.settings import Backoff, ConnectionSettings
-from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, TLSHandshakeError, Unroutable
-from rabbitry.publisher.aio import AsyncPublisher
-from rabbitry.publisher.base import PublisherStats
-from rabbitry.publisher.errors import PublisherClosed
-from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
-from rabbitry.publisher.sync import Publisher
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
+    from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
+    from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ConnectionLost, ExchangeNotFound
+    from rabbitry.amqp.message import Message, MessageBuilder
+    from rabbitry.amqp.settings import Backoff, ConnectionSettings
+    from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, TLSHandshakeError, Unroutable
+    from rabbitry.publisher.aio import AsyncPublisher
+    from rabbitry.publisher.base import PublisherStats
+    from rabbitry.publisher.errors import PublisherClosed
+    from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
+    from rabbitry.publisher.sync import Publisher
 
 __all__ = [
     "JSON",
@@ -47,3 +54,45 @@ __all__ = [
     "UnknownExchange",
     "Unroutable",
 ]
+
+_LAZY = {
+    "JSON": "rabbitry.amqp.codecs",
+    "Codec": "rabbitry.amqp.codecs",
+    "JsonCodec": "rabbitry.amqp.codecs",
+    "ConfirmTracker": "rabbitry.amqp.confirms",
+    "Delivery": "rabbitry.amqp.confirms",
+    "Status": "rabbitry.amqp.confirms",
+    "AccessRefused": "rabbitry.amqp.errors",
+    "ChannelClosed": "rabbitry.amqp.errors",
+    "ConnectionLost": "rabbitry.amqp.errors",
+    "ExchangeNotFound": "rabbitry.amqp.errors",
+    "Message": "rabbitry.amqp.message",
+    "MessageBuilder": "rabbitry.amqp.message",
+    "Backoff": "rabbitry.amqp.settings",
+    "ConnectionSettings": "rabbitry.amqp.settings",
+    "ConfirmTimeout": "rabbitry.errors",
+    "Nacked": "rabbitry.errors",
+    "PublishError": "rabbitry.errors",
+    "TLSHandshakeError": "rabbitry.errors",
+    "Unroutable": "rabbitry.errors",
+    "AsyncPublisher": "rabbitry.publisher.aio",
+    "PublisherStats": "rabbitry.publisher.base",
+    "PublisherClosed": "rabbitry.publisher.errors",
+    "NoRoute": "rabbitry.publisher.routing",
+    "Router": "rabbitry.publisher.routing",
+    "UnknownExchange": "rabbitry.publisher.routing",
+    "Publisher": "rabbitry.publisher.sync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rabbitry.publisher' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,23 +2,31 @@
 
 ``load_topology`` is the usual entry point; the steps it combines are public too, for tools
 that need the spec itself (``validate`` for problems, ``spec_document`` for export).
+
+The names are loaded on first use: a worker imports ``rabbitry.topology.spec.model`` and the
+retry and delay patterns, and importing them must not load the checks, the exporter and the
+schema (about a tenth of a worker's memory) that only ``validate``, ``plan`` and ``export`` use.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
-from rabbitry.topology import primitives
-from rabbitry.topology.checks.validate import validate
-from rabbitry.topology.document import dump_yaml, spec_document, topology_data
-from rabbitry.topology.patterns.expand import expand
-from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec.loader import load_spec, load_spec_text, render_template
-from rabbitry.topology.spec.model import Spec
-from rabbitry.topology.spec.schema import json_schema
+
+if TYPE_CHECKING:
+    from rabbitry.topology import primitives
+    from rabbitry.topology.checks.validate import validate
+    from rabbitry.topology.document import dump_yaml, spec_document, topology_data
+    from rabbitry.topology.patterns.expand import expand
+    from rabbitry.topology.primitives import Topology
+    from rabbitry.topology.spec.loader import load_spec, load_spec_text, render_template
+    from rabbitry.topology.spec.model import Spec
+    from rabbitry.topology.spec.schema import json_schema
 
 __all__ = [
     "Spec",
@@ -37,6 +45,36 @@ __all__ = [
     "validate",
 ]
 
+_LAZY = {
+    "primitives": "rabbitry.topology.primitives",
+    "validate": "rabbitry.topology.checks.validate",
+    "dump_yaml": "rabbitry.topology.document",
+    "spec_document": "rabbitry.topology.document",
+    "topology_data": "rabbitry.topology.document",
+    "expand": "rabbitry.topology.patterns.expand",
+    "Topology": "rabbitry.topology.primitives",
+    "load_spec": "rabbitry.topology.spec.loader",
+    "load_spec_text": "rabbitry.topology.spec.loader",
+    "render_template": "rabbitry.topology.spec.loader",
+    "Spec": "rabbitry.topology.spec.model",
+    "json_schema": "rabbitry.topology.spec.schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rabbitry.topology' has no attribute {name!r}")
+    imported = importlib.import_module(module)
+    value = imported if name == "primitives" else getattr(imported, name)
+    globals()[name] = value  # the next access is an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 logger = logging.getLogger(__name__)
 
 WarningHandler = Callable[[SpecProblem], None]
@@ -51,6 +89,8 @@ def check_spec(spec: Spec, on_warning: WarningHandler | None = None) -> None:
 
     Warnings go to the ``rabbitry.topology`` logger when no handler is given.
     """
+    from rabbitry.topology.checks.validate import validate
+
     problems = validate(spec)
     handler = on_warning or _log_warning
     for problem in problems:
@@ -70,6 +110,9 @@ def load_topology(
     on_warning: WarningHandler | None = None,
 ) -> Topology:
     """Load, validate and expand the spec at ``path``: what plan and apply start from."""
+    from rabbitry.topology.patterns.expand import expand
+    from rabbitry.topology.spec.loader import load_spec
+
     spec = load_spec(path, variables, var_files, environ)
     check_spec(spec, on_warning)
     return expand(spec)

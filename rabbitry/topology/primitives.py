@@ -93,7 +93,7 @@ class Primitive(BaseModel):
     of which were given is a set per instance, up to 472 bytes, more than the rest of a
     primitive, and nothing reads it for values that cannot change."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, defer_build=True)
 
     kind: ClassVar[str]
     _every_field: ClassVar[set[str]] = set()

@@ -61,7 +61,11 @@ class KnownKeys(BaseModel):
     """A mapping of broker keys: every field is optional and named by its alias."""
 
     model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, frozen=True, coerce_numbers_to_str=True
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+        coerce_numbers_to_str=True,
+        defer_build=True,
     )
 
     misplaced: ClassVar[dict[str, str]] = {}

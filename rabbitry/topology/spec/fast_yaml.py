@@ -27,10 +27,24 @@ from yaml.nodes import ScalarNode
 
 from rabbitry.topology.spec.limits import SpecLimits
 
-try:  # the `fast` extra
-    import ryml
-except ImportError:  # pragma: no cover - exercised where the extra is not installed
-    ryml = None
+_NOT_IMPORTED: Any = object()
+
+ryml: Any = _NOT_IMPORTED
+"""rapidyaml (the ``fast`` extra), imported by ``_rapidyaml`` the first time a text is large
+enough to take this path: a small spec never needs it, and it costs a worker 1.5 MiB."""
+
+
+def _rapidyaml() -> Any:
+    """The ``ryml`` module, or None where the extra is not installed."""
+    global ryml
+    if ryml is _NOT_IMPORTED:
+        try:
+            import ryml as module
+        except ImportError:  # pragma: no cover - exercised where the extra is not installed
+            module = None
+        ryml = module
+    return ryml
+
 
 _STR = "tag:yaml.org,2002:str"
 
@@ -85,7 +99,7 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def available() -> bool:
-    return ryml is not None
+    return _rapidyaml() is not None
 
 
 class _Unplain(Exception):
@@ -143,7 +157,7 @@ def _tree(text: str) -> Any | None:
     if _parsed is not None and _parsed[0] is text:
         tree, _parsed = _parsed[1], None
         return tree
-    if ryml is None or len(text) < FAST_FROM or not text.endswith("\n"):
+    if len(text) < FAST_FROM or not text.endswith("\n") or _rapidyaml() is None:
         return None  # (a block scalar ending the text unterminated: PyYAML's reading)
     if yaml.reader.Reader.NON_PRINTABLE.search(text) or _UNLIKE.search(text):
         return None

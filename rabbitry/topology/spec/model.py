@@ -131,6 +131,7 @@ class SpecModel(BaseModel):
         extra="forbid",
         use_attribute_docstrings=True,
         coerce_numbers_to_str=True,
+        defer_build=True,
     )
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

@@ -212,16 +212,16 @@ def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
 def test_plain_yaml_is_not_compiled_as_a_template_and_still_has_its_limits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rabbitry.topology.spec import template
+    from rabbitry.topology.spec import sandbox
 
     compiled: list[str] = []
-    original = template._LimitedEnvironment.get_template
+    original = sandbox._LimitedEnvironment.get_template
 
     def counting(self: object, name: str, *args: object, **kwargs: object) -> object:
         compiled.append(name)
         return original(self, name, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(template._LimitedEnvironment, "get_template", counting)
+    monkeypatch.setattr(sandbox._LimitedEnvironment, "get_template", counting)
     plain = tmp_path / "plain.yaml"
     plain.write_text(HEAD + "vhosts: []\n")
     load_spec(plain)

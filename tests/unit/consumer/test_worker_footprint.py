@@ -1,0 +1,143 @@
+"""A worker process carries what it runs and no more: each module it loads is resident in
+every worker for its whole life (peak RSS is one of the figures bench/peers.py compares).
+
+These run what ``rabbitry worker run MODULE:APP`` does before it connects, in a fresh
+interpreter: the command's module, the handler module and its ``App`` (which loads and
+validates the spec), then the worker class; and list what got imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rabbitry.consumer.app import App
+from rabbitry.consumer.decision import HandlerTimeout
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.sync import call_handler
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "shop.yaml"
+
+PLAIN_SPEC = """\
+version: 1
+name: jobs
+vhosts:
+  - name: jobs
+    queues:
+      - name: jobs
+        type: quorum
+        retry: {attempts: 2, backoff: [1s]}
+    delays:
+      - {name: delay, unit: 1s, max: 20s, targets: [{queue: jobs}]}
+"""
+
+HANDLERS = """\
+from rabbitry.consumer import App, IncomingMessage
+from rabbitry.publisher import Publisher
+
+app = App({spec!r}, vhost={vhost!r})
+
+
+@app.handler({queue!r})
+def job(message: IncomingMessage) -> None:
+    pass
+"""
+
+NOT_FOR_A_WORKER = [
+    "httpx",
+    "rich",
+    "ryml",
+    "pyspark",
+    "rabbitry.provisioner",
+    "rabbitry.topology.checks",
+    "rabbitry.topology.document",
+    "rabbitry.topology.versions",
+    "rabbitry.topology.spec.schema",
+    "rabbitry.publisher.aio",
+]
+"""The management client, tables and progress bars, rapidyaml (for specs of 64 KiB and more),
+Spark, the planner, the spec's cross-object checks, the exporter, the version tables and the
+JSON Schema: what `validate`, `plan` and `export` use. The handler module imports the blocking
+``Publisher``, so the asyncio one has no reason to load."""
+
+
+def loaded_by_worker(
+    tmp_path: Path, spec: Path, vhost: str, queue: str, worker: str
+) -> dict[str, object]:
+    (tmp_path / "handlers.py").write_text(HANDLERS.format(spec=str(spec), vhost=vhost, queue=queue))
+    code = (
+        "import json, sys\n"
+        "import rabbitry.cli.worker as command\n"
+        "app = command.load_app('handlers:app')\n"
+        f"import {worker}\n"
+        "print(json.dumps({'modules': sorted(sys.modules), 'queues': list(app.queues),"
+        " 'vhost': app.vhost.name}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    loaded: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def heavy(modules: object, names: list[str]) -> list[str]:
+    assert isinstance(modules, list)
+    return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
+
+
+def test_a_worker_on_a_plain_spec_loads_the_model_but_no_template_engine_or_checks(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(PLAIN_SPEC)
+    loaded = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.aio")
+    assert loaded["vhost"] == "jobs" and loaded["queues"] == ["jobs"]
+    assert heavy(loaded["modules"], ["pydantic", "yaml"]) == ["pydantic", "yaml"], "validated"
+    assert heavy(loaded["modules"], [*NOT_FOR_A_WORKER, "jinja2", "rabbitry.consumer.sync"]) == []
+
+
+def test_a_worker_on_a_templated_spec_adds_only_the_template_engine(tmp_path: Path) -> None:
+    loaded = loaded_by_worker(tmp_path, EXAMPLE, "shop", "orders.work", "rabbitry.consumer.aio")
+    assert loaded["vhost"] == "shop"
+    assert heavy(loaded["modules"], ["jinja2", "rabbitry.topology.spec.sandbox"]) == [
+        "jinja2",
+        "rabbitry.topology.spec.sandbox",
+    ]
+    assert heavy(loaded["modules"], [*NOT_FOR_A_WORKER, "rabbitry.consumer.sync"]) == []
+
+
+def test_the_blocking_worker_loads_neither_the_asyncio_worker_nor_asyncio(tmp_path: Path) -> None:
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(PLAIN_SPEC)
+    loaded = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    assert heavy(loaded["modules"], ["rabbitry.consumer.sync"]) == ["rabbitry.consumer.sync"]
+    assert heavy(loaded["modules"], [*NOT_FOR_A_WORKER, "jinja2", "rabbitry.consumer.aio"]) == []
+    assert "asyncio" not in loaded["modules"], "its handlers are plain functions"
+
+
+def test_the_blocking_worker_still_runs_coroutine_handlers_and_their_time_to_run() -> None:
+    """It imports asyncio when a coroutine handler first runs, not before."""
+    app = App()
+    done: list[str] = []
+
+    @app.handler("quick", timeout=5)
+    async def quick(message: IncomingMessage) -> None:
+        await asyncio.sleep(0)
+        done.append(message.body.decode())
+
+    @app.handler("slow", timeout=0.05)
+    async def slow(message: IncomingMessage) -> None:
+        await asyncio.sleep(5)
+
+    loop = asyncio.new_event_loop()
+    try:
+        message = IncomingMessage(1, 0, False, "", "quick", 0, b"", b"hi", "quick")
+        assert call_handler(app.routes["quick"], message, lambda: loop) is None
+        assert done == ["hi"]
+        late = call_handler(app.routes["slow"], message, lambda: loop)
+        assert isinstance(late, HandlerTimeout), late
+    finally:
+        loop.close()
