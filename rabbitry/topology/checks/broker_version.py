@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from rabbitry.topology.checks.findings import Findings, effective_queue_type, vhosts_of
 from rabbitry.topology.patterns.retries import VIA_BROKER
+from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec
 from rabbitry.topology.spec.source_map import Loc
 from rabbitry.topology.versions import (
@@ -54,6 +55,12 @@ def check_broker_version(spec: Spec, findings: Findings) -> None:
             qtype = effective_queue_type(queue, vhost)
             uses = uses_of_queue(qtype, queue.durable, arguments, by_broker)
             _report(uses, version, (*loc, "queues", i), keys, findings)
+        for i, sharded in enumerate(vhost.sharded_exchanges):
+            template = sharded.queue
+            if template.retry is not None and template.retry.via == VIA_BROKER:
+                qtype = template.type or vhost.default_queue_type or QueueType.CLASSIC
+                feature = [Use(Kind.FEATURE, RETRY_VIA_BROKER, queue_type=qtype)]
+                _report(feature, version, (*loc, "sharded_exchanges", i, "queue"), {}, findings)
         for i, exchange in enumerate(vhost.exchanges):
             uses = uses_of_exchange(exchange.type)
             _report(uses, version, (*loc, "exchanges", i), {}, findings)

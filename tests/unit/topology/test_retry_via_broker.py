@@ -141,3 +141,27 @@ def test_plan_against_a_live_broker_older_than_4_3_refuses_the_queue() -> None:
         missing(requirements(plain), BrokerCapabilities(version=(4, 2, 1), feature_flags=flags))
         == []
     )
+
+
+SHARDED = """version: 1
+broker: {version: "4.2"}
+vhosts:
+  - name: v
+    sharded_exchanges:
+      - name: orders
+        shards: 2
+        queue: {type: quorum, retry: {attempts: 3, backoff: [1s, 2s], via: broker}}
+"""
+
+
+def test_shards_retry_via_broker_each_with_the_arguments_and_the_version_refusal() -> None:
+    spec = load_spec_text(SHARDED, "s.yaml", environ={})
+    (vhost,) = expand(spec).vhosts
+    assert vhost.retried_by_broker == ("orders.0", "orders.1")
+    shard = next(q for q in vhost.queues if q.name == "orders.1")
+    assert shard.arguments["x-delivery-limit"] == 2
+    assert shard.arguments["x-delayed-retry-max"] == 2000
+    found = [f"{p.path}: {p.message}" for p in validate(spec) if p.severity == "error"]
+    assert len(found) == 1, found
+    assert found[0].startswith("vhosts[0].sharded_exchanges[0].queue.retry.via: ")
+    assert "needs RabbitMQ 4.3" in found[0]
