@@ -115,7 +115,9 @@ class Outcome:
 
     @property
     def headers(self) -> Mapping[str, Any]:
-        """The copy's headers (``x-rabbitry-attempt``, ``-last-error``, ``-parked-reason``...)."""
+        """The copy's headers (``x-rabbitry-attempt``, ``-last-error``, ``-parked-reason``...);
+        with ``retry: {via: broker}``, those the broker delivers the message with next
+        (``x-delivery-count``)."""
         return self.verdict.headers or {}
 
     @property
