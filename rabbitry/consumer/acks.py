@@ -5,7 +5,10 @@ confirmed. ``AckTracker`` keeps the outstanding delivery tags of one channel in 
 turns finished ones into ``basic.ack`` frames: one ``multiple`` ack covers the longest finished
 run from the oldest outstanding tag; what finished behind a slow message is acked one by one
 when the worker flushes (so a slow handler never holds other messages unacked for long).
-Rejections and requeues (``basic.nack``) are sent singly, in the order decided. Pure: no I/O.
+Rejections and requeues (``basic.nack``) are sent singly, in the order decided; so are failed
+returns (``basic.reject``), which RabbitMQ 4.3 quorum queues count as failed deliveries and
+hold for their delayed retry, where a ``basic.nack`` returns a message uncounted and at once
+(measured on 4.3.6). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ _ACK = struct.Struct(">BHIHHQBB")  # frame type, channel, size, class, method, t
 _ACK_SIZE = 13
 BASIC_ACK = 80
 BASIC_NACK = 120
+BASIC_REJECT = 90
 
 
 def ack_frame(channel: int, tag: int, multiple: bool) -> bytes:
@@ -26,6 +30,11 @@ def ack_frame(channel: int, tag: int, multiple: bool) -> bytes:
 def nack_frame(channel: int, tag: int, requeue: bool) -> bytes:
     """``basic.nack`` of one message (bits: multiple=0, requeue)."""
     return _ACK.pack(1, channel, _ACK_SIZE, 60, BASIC_NACK, tag, 2 if requeue else 0, 0xCE)
+
+
+def reject_frame(channel: int, tag: int, requeue: bool) -> bytes:
+    """``basic.reject`` of one message (bits: requeue)."""
+    return _ACK.pack(1, channel, _ACK_SIZE, 60, BASIC_REJECT, tag, 1 if requeue else 0, 0xCE)
 
 
 class AckTracker:
@@ -75,6 +84,13 @@ class AckTracker:
         self._singles.append(nack_frame(self.channel, tag, requeue))
         self.nacked += 1
         self._done.add(-tag)  # marks "settled, but not by an ack": skipped by the runs
+
+    def fail(self, tag: int, requeue: bool) -> None:
+        """Reject ``tag`` as a failed delivery (basic.reject): the broker counts it; with
+        ``requeue`` a quorum queue retries it after its delay (``retry: {via: broker}``)."""
+        self._singles.append(reject_frame(self.channel, tag, requeue))
+        self.nacked += 1
+        self._done.add(-tag)
 
     def take_frames(self, flush: bool = False) -> bytes:
         """Frames for everything that may be settled now; with ``flush`` also out-of-order ones."""

@@ -7,6 +7,12 @@ ack, retry at tier k after d ms (where to publish, with which headers), park, re
 declared: the broker dead-letters by the queue's arguments), skip a failed delivery of a
 stream (``after_stream_failure``), or drop a duplicate / a cancelled job. No clock, no I/O:
 the caller passes ``now_ms``.
+
+A queue that retries ``via: broker`` has its verdicts carried out by the broker, not by a
+publish (``Verdict.requeue``): the attempt count is the broker's ``x-delivery-count`` (failed
+deliveries so far); a retryable failure is returned as failed, and the quorum queue holds it
+for its delay, or dead-letters it to the parking lot once past its delivery limit (the last
+attempt); a failure that is never retried is rejected without requeue, dead-lettered at once.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from rabbitry.policies.retry import (
 )
 from rabbitry.topology.patterns.retries import QueueRetry
 
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+"""Set by quorum queues on delivery: the failed deliveries of the message so far."""
 CANCEL_HEADER = "x-rabbitry-cancel"
 """On a control message: the message id of the job to withdraw."""
 REPLAYED_HEADER = "x-rabbitry-replayed"
@@ -79,10 +87,15 @@ class Verdict:
     routing_key: str = ""
     headers: Mapping[str, Any] | None = None
     reason: str = ""
+    requeue: bool | None = None
+    """``via: broker``: the broker carries the verdict out, nothing is published. True: the
+    message is returned as failed (basic.reject with requeue), retried after the queue's
+    delay or, past its delivery limit, dead-lettered to the parking lot; False: rejected
+    without requeue, dead-lettered at once. ``headers`` are then those of the next delivery."""
 
     @property
     def publishes(self) -> bool:
-        return self.action is Action.RETRY or self.action is Action.PARK
+        return self.requeue is None and (self.action is Action.RETRY or self.action is Action.PARK)
 
     @property
     def tier_label(self) -> str:
@@ -134,6 +147,8 @@ def after_failure(
     if retry is None:
         name = error if isinstance(error, str) else type(error).__name__
         return Verdict(Action.REJECT, reason=f"{name}; {queue} declares no retry")
+    if retry.broker is not None:
+        return _by_broker(retry, headers, error)
     decision = retry.policy.decide(failed_attempts(headers), error, rng)
     out = failure_headers(headers, decision, error, queue, now_ms)
     if decision.outcome is Outcome.PARK:
@@ -179,6 +194,50 @@ def after_stream_failure(queue: str, offset: int | None, error: BaseException | 
         attempt=1,
         reason=f"{name}; {queue} is a stream: the message{at} is skipped (streams cannot"
         " dead-letter; read it again from its offset)",
+    )
+
+
+def broker_failures(headers: Mapping[str, Any] | None) -> int:
+    """Failed deliveries the broker counted (``x-delivery-count``; 0 when absent or bad)."""
+    value = (headers or {}).get(DELIVERY_COUNT_HEADER, 0)
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _by_broker(
+    retry: QueueRetry, headers: Mapping[str, Any] | None, error: BaseException | str
+) -> Verdict:
+    """The verdict of a ``via: broker`` queue, which the broker carries out."""
+    assert retry.broker is not None
+    decision = retry.policy.decide(broker_failures(headers), error)
+    if not retry.policy.is_retryable(error):
+        return Verdict(
+            Action.PARK,
+            attempt=decision.attempt,
+            routing_key=retry.parking_queue,
+            reason=f"{decision.reason} (dead-lettered by the broker)",
+            requeue=False,
+        )
+    following = {**(headers or {}), DELIVERY_COUNT_HEADER: decision.attempt}
+    if decision.outcome is Outcome.PARK:
+        return Verdict(
+            Action.PARK,
+            attempt=decision.attempt,
+            routing_key=retry.parking_queue,
+            headers=following,
+            reason=f"{decision.reason} (the broker's delivery limit)",
+            requeue=True,
+        )
+    return Verdict(
+        Action.RETRY,
+        attempt=decision.attempt,
+        retry=decision.retry,
+        delay_ms=retry.broker.delay_ms(decision.retry),
+        routing_key=retry.queue,
+        headers=following,
+        requeue=True,
     )
 
 

@@ -623,6 +623,9 @@ class WorkerCore:
             if message.generation == self.generation:
                 self.acks.reject(message.tag, requeue=False)
             return verdict
+        if verdict.requeue is not None:
+            self._return_failed(message, verdict, verdict.requeue)
+            return verdict
         self._republish(message, verdict)
         return verdict
 
@@ -638,6 +641,19 @@ class WorkerCore:
             run_decided(self.middleware, message, verdict)
         self._ack(message)
         return verdict
+
+    def _return_failed(self, message: IncomingMessage, verdict: Verdict, requeue: bool) -> None:
+        """Leave a ``via: broker`` verdict to the broker: a failed delivery it retries after
+        its delay or dead-letters (past the delivery limit, or at once without requeue)."""
+        counters = self.metrics.queues[message.queue]
+        if verdict.action is Action.RETRY:
+            counters.retried[verdict.tier_label] += 1
+        else:
+            counters.parked += 1
+        if self._holds:
+            self._holds.pop(message, None)
+        if message.generation == self.generation:
+            self.acks.fail(message.tag, requeue)
 
     def requeue(self, message: IncomingMessage) -> None:
         """Give a message back to the queue (shutdown, or its replacement could not be stored)."""

@@ -118,9 +118,11 @@ def requirements(topology: Topology) -> list[Need]:
                 # a type rabbitry does not know: the broker lists the types it has
                 because = f"exchange {exchange.name} ({where}) is {exchange.type}"
                 need(exchange.type, "exchange_type", because)
+        by_broker = frozenset(vhost.retried_by_broker)
         for queue in vhost.queues:
             label = f"queue {queue.name} ({where})"
-            version(label, _queue_uses(queue, seen), queue, vhost.name)
+            judged = _queue_uses(queue, queue.name in by_broker, seen)
+            version(label, judged, queue, vhost.name)
             if queue.type is QueueType.QUORUM:
                 need("quorum_queue", "feature_flag", f"{label} is a quorum queue")
             if queue.type is QueueType.STREAM:
@@ -150,16 +152,19 @@ def requirements(topology: Topology) -> list[Need]:
     return list(needs.values())
 
 
-def _queue_uses(queue: Queue, seen: dict[object, tuple[Use, ...]]) -> tuple[Use, ...]:
+def _queue_uses(
+    queue: Queue, by_broker: bool, seen: dict[object, tuple[Use, ...]]
+) -> tuple[Use, ...]:
     """What a queue uses, shared by the queues that use the same (most of a large spec's
-    queues do): one tuple, judged once."""
+    queues do): one tuple, judged once. ``by_broker``: its retries rely on the broker."""
     try:
-        shape = (queue.type, queue.durable, tuple(queue.arguments.items()))
+        shape = (queue.type, queue.durable, by_broker, tuple(queue.arguments.items()))
         known = seen.get(shape)
     except TypeError:  # an argument whose value cannot be hashed
-        return tuple(uses_of_queue(queue.type, queue.durable, queue.arguments))
+        return tuple(uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker))
     if known is None:
-        known = seen[shape] = tuple(uses_of_queue(queue.type, queue.durable, queue.arguments))
+        uses = uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker)
+        known = seen[shape] = tuple(uses)
     return known
 
 

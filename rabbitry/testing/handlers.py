@@ -37,7 +37,7 @@ from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Body, encode_body
 from rabbitry.consumer.aio import AsyncWorker
 from rabbitry.consumer.app import App, AppError
-from rabbitry.consumer.decision import Action, Verdict
+from rabbitry.consumer.decision import Action, Verdict, broker_failures
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
@@ -92,8 +92,9 @@ class Outcome:
 
     @property
     def attempt(self) -> int:
-        """The delivery's attempt number (1 for a first delivery)."""
-        return self.message.attempt
+        """The delivery's attempt number (1 for a first delivery): from rabbitry's headers,
+        or the broker's count of failed deliveries (``retry: {via: broker}``)."""
+        return max(self.message.attempt, 1 + broker_failures(self.message.headers))
 
     @property
     def delay_ms(self) -> int:
@@ -107,12 +108,16 @@ class Outcome:
 
     @property
     def routing_key(self) -> str:
-        """Where the copy went: the tier queue, the delay-level key, or the parking lot."""
+        """Where the copy went: the tier queue, the delay-level key, or the parking lot (with
+        ``retry: {via: broker}``, where the broker takes the message: the queue itself, or
+        the parking lot it dead-letters to)."""
         return self.verdict.routing_key
 
     @property
     def headers(self) -> Mapping[str, Any]:
-        """The copy's headers (``x-rabbitry-attempt``, ``-last-error``, ``-parked-reason``...)."""
+        """The copy's headers (``x-rabbitry-attempt``, ``-last-error``, ``-parked-reason``...);
+        with ``retry: {via: broker}``, those the broker delivers the message with next
+        (``x-delivery-count``)."""
         return self.verdict.headers or {}
 
     @property

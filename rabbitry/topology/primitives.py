@@ -289,6 +289,9 @@ class Vhost(Primitive):
     parameters: tuple[Parameter, ...] = ()
     permissions: tuple[Permission, ...] = ()
     topic_permissions: tuple[TopicPermission, ...] = ()
+    retried_by_broker: tuple[str, ...] = ()
+    """Queues whose retries rely on the broker's delayed retry (``retry: {via: broker}``):
+    not a setting of the broker, but what the version table judges (RabbitMQ 4.3+)."""
 
     def identity(self) -> tuple[str, ...]:
         return ()

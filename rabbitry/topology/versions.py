@@ -22,6 +22,7 @@ from rabbitry.topology.primitives import QueueType
 
 __all__ = [
     "FACTS",
+    "RETRY_VIA_BROKER",
     "SERIES",
     "Fact",
     "Kind",
@@ -130,6 +131,9 @@ class Fact:
         return self.queue_types is None or use.queue_type in self.queue_types
 
 
+RETRY_VIA_BROKER = "quorum queue delayed retry (retry: {via: broker})"
+"""The feature a queue that retries through the broker relies on (not a key of its own)."""
+
 CLASSIC = frozenset({QueueType.CLASSIC})
 QUORUM = frozenset({QueueType.QUORUM})
 STREAM = frozenset({QueueType.STREAM})
@@ -184,6 +188,18 @@ FACTS: tuple[Fact, ...] = (
         advice="make the queue durable (add x-expires to delete it when unused), or permit it on"
         " every node: deprecated_features.permit.transient_nonexcl_queues = true",
         removed=(4, 3),
+    ),
+    Fact(
+        Kind.FEATURE,
+        RETRY_VIA_BROKER,
+        queue_types=QUORUM,
+        # older brokers declare the x-delayed-retry-* arguments and ignore them: a message the
+        # worker returns as failed would come back at once, again and again, until the limit
+        source=f"{NOTES}4.3.0.md (quorum queue delayed retry); delays measured on RabbitMQ"
+        " 4.3.6 (tests/integration/test_retry_via_broker.py)",
+        advice="retry `via: queues` (TTL tier queues work on any version), or upgrade the broker"
+        " to 4.3",
+        added=(4, 3),
     ),
     # --- queue arguments
     Fact(
@@ -500,12 +516,18 @@ def added_in(kind: Kind, key: str) -> Version | None:
 
 
 def uses_of_queue(
-    queue_type: QueueType, durable: bool, arguments: Mapping[str, object]
+    queue_type: QueueType,
+    durable: bool,
+    arguments: Mapping[str, object],
+    retried_by_broker: bool = False,
 ) -> Iterator[Use]:
-    """What a queue uses: its type, its arguments (with values), the defaults it relies on."""
+    """What a queue uses: its type, its arguments (with values), the defaults it relies on,
+    and the broker's delayed retry when its retries depend on it (``retry: {via: broker}``)."""
     yield Use(Kind.QUEUE_TYPE, str(queue_type), queue_type=queue_type)
     if not durable:
         yield Use(Kind.FEATURE, "non-durable non-exclusive queues", queue_type=queue_type)
+    if retried_by_broker:
+        yield Use(Kind.FEATURE, RETRY_VIA_BROKER, queue_type=queue_type)
     for key, value in arguments.items():
         yield Use(Kind.QUEUE_ARGUMENT, key, value, queue_type)
     if "x-delivery-limit" not in arguments:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rabbitry.topology.checks.findings import Findings, effective_queue_type, vhosts_of
+from rabbitry.topology.patterns.retries import VIA_BROKER
+from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.model import OperatorPolicySpec, PolicySpec, Spec
 from rabbitry.topology.spec.source_map import Loc
 from rabbitry.topology.versions import (
+    RETRY_VIA_BROKER,
     SERIES,
     Kind,
     Use,
@@ -46,8 +49,18 @@ def check_broker_version(spec: Spec, findings: Findings) -> None:
             arguments = {**queue.unchecked_arguments, **checked}
             if queue.delivery_limit is not None:
                 arguments.setdefault("x-delivery-limit", queue.delivery_limit)
-            uses = uses_of_queue(effective_queue_type(queue, vhost), queue.durable, arguments)
+            by_broker = queue.retry is not None and queue.retry.via == VIA_BROKER
+            if by_broker and queue.retry is not None:
+                arguments.setdefault("x-delivery-limit", queue.retry.attempts - 1)
+            qtype = effective_queue_type(queue, vhost)
+            uses = uses_of_queue(qtype, queue.durable, arguments, by_broker)
             _report(uses, version, (*loc, "queues", i), keys, findings)
+        for i, sharded in enumerate(vhost.sharded_exchanges):
+            template = sharded.queue
+            if template.retry is not None and template.retry.via == VIA_BROKER:
+                qtype = template.type or vhost.default_queue_type or QueueType.CLASSIC
+                feature = [Use(Kind.FEATURE, RETRY_VIA_BROKER, queue_type=qtype)]
+                _report(feature, version, (*loc, "sharded_exchanges", i, "queue"), {}, findings)
         for i, exchange in enumerate(vhost.exchanges):
             uses = uses_of_exchange(exchange.type)
             _report(uses, version, (*loc, "exchanges", i), {}, findings)
@@ -77,6 +90,8 @@ def _report(
         use = verdict.use
         if use.kind is Kind.APPLY_TO:
             where: Loc = (*loc, "apply_to")
+        elif use.key == RETRY_VIA_BROKER:
+            where = (*loc, "retry", "via")
         elif use.key in keys:
             where = (*loc, keys[use.key], use.key)
         else:

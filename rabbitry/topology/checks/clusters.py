@@ -7,8 +7,9 @@ from urllib.parse import urlsplit
 
 from rabbitry.errors import RabbitryError
 from rabbitry.topology.checks.findings import Findings, check_pattern, vhosts_of
+from rabbitry.topology.checks.patterns import check_broker_retry
 from rabbitry.topology.patterns.federation import ALL_UPSTREAMS, policy_name
-from rabbitry.topology.patterns.retries import VIA_QUEUES
+from rabbitry.topology.patterns.retries import VIA_BROKER, VIA_QUEUES
 from rabbitry.topology.patterns.sharding import (
     modulus_policy_name,
     shard_queue_name,
@@ -114,7 +115,10 @@ def _check_template(
     if template.parking is False:
         findings.error((*tloc, "parking"), "retrying shards need a parking lot")
     via = template.retry.via
-    if via != VIA_QUEUES and via not in {d.name for d in vhost.delays}:
+    if via == VIA_BROKER:
+        # every shard is declared from the template: the first stands for all
+        check_broker_retry(shard_queue_specs(sharded)[0], qtype, tloc, findings)
+    elif via != VIA_QUEUES and via not in {d.name for d in vhost.delays}:
         findings.error(
             (*tloc, "retry", "via"),
             f"retry via {via!r}: no such delay in this vhost; use `queues` or a `delays` name",

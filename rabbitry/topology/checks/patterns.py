@@ -13,8 +13,11 @@ from rabbitry.topology.checks.findings import (
 from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.expand import expand
 from rabbitry.topology.patterns.retries import (
+    BROKER_RETRY_ARGUMENTS,
+    VIA_BROKER,
     VIA_QUEUES,
     dead_letter_queue_of,
+    linear_problem,
     parking_queue_of,
     retry_policy,
 )
@@ -29,7 +32,7 @@ from rabbitry.topology.spec.model import (
 )
 from rabbitry.topology.spec.source_map import Loc
 
-__all__ = ["check_delays", "check_generated_names", "check_retries"]
+__all__ = ["check_broker_retry", "check_delays", "check_generated_names", "check_retries"]
 
 
 def check_delays(spec: Spec, findings: Findings) -> None:
@@ -118,6 +121,8 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                         "jitter needs per-message delays: TTL tier queues give every message"
                         " the same delay; retry `via:` a binary delay of this vhost instead",
                     )
+            elif retry.via == VIA_BROKER:
+                check_broker_retry(queue, qtype, loc, findings)
             elif retry.via not in delays:
                 known = ", ".join(sorted(delays)) or "none declared"
                 findings.error(
@@ -139,6 +144,70 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                         f"delay {retry.via!r} has fixed levels: jittered delays are rounded up"
                         " to the next level",
                     )
+
+
+def check_broker_retry(queue: QueueSpec, qtype: QueueType, loc: Loc, findings: Findings) -> None:
+    """``retry: {via: broker}``: a quorum queue whose retry arguments rabbitry sets itself, which
+    dead-letters into its parking lot, and a back-off the broker's linear delay can hold."""
+    retry = queue.retry
+    assert retry is not None
+    if qtype is not QueueType.QUORUM:
+        findings.error(
+            (*loc, "retry", "via"),
+            f"retry via broker is the quorum queues' own delayed retry; {queue.name!r} is"
+            f" {qtype}: declare it with `type: quorum`, or retry `via: queues`",
+        )
+    if queue.delivery_limit is not None:
+        findings.error(
+            (*loc, "delivery_limit"),
+            f"retry via broker sets the delivery limit from retry.attempts ({retry.attempts}"
+            f" deliveries: x-delivery-limit {retry.attempts - 1}): remove delivery_limit",
+        )
+    given = {
+        **{k: "unchecked_arguments" for k in queue.unchecked_arguments},
+        **{k: "arguments" for k in queue.arguments.as_broker_dict()},
+    }
+    for key in BROKER_RETRY_ARGUMENTS:
+        if key in given:
+            findings.error(
+                (*loc, given[key], key),
+                f"retry via broker sets {key} from `retry` (attempts and backoff): remove it",
+            )
+    parking = parking_queue_of(queue)
+    if parking is not None and dead_letter_queue_of(queue) != parking:
+        findings.error(
+            (*loc, "dead_letter"),
+            "retry via broker: the broker dead-letters what exhausts its attempts, so the"
+            f" queue must dead-letter into its parking lot {parking!r}: remove `dead_letter`"
+            " or set it to `parking`",
+        )
+    backoff = retry.backoff
+    if isinstance(backoff, ExponentialBackoffSpec):
+        if backoff.jitter:
+            findings.error(
+                (*loc, "retry", "backoff", "jitter"),
+                "retry via broker cannot spread delays: the broker gives every message the same"
+                " delay for the same delivery; remove jitter, or retry `via:` a binary delay",
+            )
+        elif (problem := linear_problem(retry)) is not None:
+            findings.warning(
+                (*loc, "retry", "backoff"),
+                f"retry via broker approximates the exponential back-off: {problem}; write"
+                " the tiers as a ramp to say so, or retry `via: queues` for exponential delays",
+            )
+        return
+    if 0 in retry_policy(retry).backoff.schedule_ms(retry.attempts - 1):
+        findings.error(
+            (*loc, "retry", "backoff"),
+            "retry via broker waits at least 1ms (x-delayed-retry-min): a tier of 0 cannot be"
+            " expressed; use 1ms, or retry `via: queues`",
+        )
+    elif (problem := linear_problem(retry)) is not None:
+        findings.error(
+            (*loc, "retry", "backoff"),
+            f"retry via broker cannot hold these tiers: {problem}; write them as a ramp"
+            " ([d, 2d, 3d, ..., up to a longest delay]) or retry `via: queues`",
+        )
 
 
 def check_periodic(

@@ -25,6 +25,8 @@ class VhostDraft:
     parameters: list[primitives.Parameter] = field(default_factory=list)
     permissions: list[primitives.Permission] = field(default_factory=list)
     topic_permissions: list[primitives.TopicPermission] = field(default_factory=list)
+    retried_by_broker: list[str] = field(default_factory=list)
+    """Queues that retry through the broker's delayed retry (``retry: {via: broker}``)."""
 
     @property
     def default_queue_type(self) -> primitives.QueueType:
@@ -46,6 +48,7 @@ class VhostDraft:
             parameters=tuple(self.parameters),
             permissions=tuple(self.permissions),
             topic_permissions=tuple(self.topic_permissions),
+            retried_by_broker=tuple(self.retried_by_broker),
         )
 
 

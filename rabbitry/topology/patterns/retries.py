@@ -8,6 +8,14 @@ queue's, and deleting a queue's spec removes its tiers with it. ``via: <delay>``
 through that delay's levels instead (exact per-message delays, jitter included). Exhausted and
 never-retried messages go to the parking lot ``<queue>.parking``; what the broker dead-letters
 (rejects, the quorum delivery limit) goes there too unless ``dead_letter`` says otherwise.
+
+``via: broker`` declares no tier queue: a quorum queue of RabbitMQ 4.3+ holds a message the
+worker returns as failed (basic.reject with requeue) for x-delayed-retry-min x its failed
+deliveries, at most x-delayed-retry-max, and dead-letters it to the parking lot past
+x-delivery-limit. That limit counts failed deliveries after the first, so it is
+``attempts - 1``. The broker's delay is linear, so the back-off is mapped onto it
+(``BrokerRetry.of``): fixed tiers only when they are such a ramp (the checks refuse others),
+an exponential by its first delay and its longest one within the attempts.
 """
 
 from __future__ import annotations
@@ -24,6 +32,17 @@ from rabbitry.topology.primitives import JSON, Queue, QueueType
 from rabbitry.topology.spec.model import QueueSpec, RetrySpec, VhostSpec
 
 VIA_QUEUES = "queues"
+VIA_BROKER = "broker"
+DELAYED_RETRY_TYPE = "failed"
+"""Only failed returns (basic.reject with requeue) wait: a message returned because its
+consumer went away (basic.nack, a closed channel) comes back at once and is not counted."""
+BROKER_RETRY_ARGUMENTS = (
+    "x-delivery-limit",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
+)
+"""The queue arguments ``via: broker`` sets from ``retry``."""
 
 
 def backoff_of(spec: RetrySpec) -> Backoff:
@@ -40,6 +59,59 @@ def retry_policy(spec: RetrySpec) -> RetryPolicy:
 
 
 @dataclass(frozen=True)
+class BrokerRetry:
+    """The broker's delayed retry of one quorum queue (``via: broker``, RabbitMQ 4.3+)."""
+
+    min_ms: int
+    """x-delayed-retry-min: the delay before the first retry, and its step."""
+    max_ms: int
+    """x-delayed-retry-max: the longest delay."""
+    delivery_limit: int
+    """x-delivery-limit: failed deliveries after the first before the broker dead-letters."""
+
+    @classmethod
+    def of(cls, spec: RetrySpec) -> BrokerRetry:
+        """The closest the broker comes to ``spec``'s back-off: its first delay as the step,
+        its longest within the attempts as the cap (``linear_problem`` says when that is not
+        the back-off written). Total: a delay of 0 becomes 1 ms, which the broker needs."""
+        backoff = backoff_of(spec)
+        retries = spec.attempts - 1
+        schedule = backoff.schedule_ms(retries) or [backoff.base_delay_ms(1)]
+        step = max(1, schedule[0])
+        return cls(step, max(step, *schedule), retries)
+
+    def delay_ms(self, retry: int) -> int:
+        """The broker's delay before retry ``retry`` (1-based)."""
+        return min(self.min_ms * retry, self.max_ms)
+
+    def schedule_ms(self) -> list[int]:
+        return [self.delay_ms(n) for n in range(1, self.delivery_limit + 1)]
+
+    def arguments(self) -> dict[str, JSON]:
+        return {
+            "x-delivery-limit": self.delivery_limit,
+            "x-delayed-retry-type": DELAYED_RETRY_TYPE,
+            "x-delayed-retry-min": self.min_ms,
+            "x-delayed-retry-max": self.max_ms,
+        }
+
+
+def linear_problem(spec: RetrySpec) -> str | None:
+    """How the broker's delays differ from ``spec``'s back-off (None: they are the same)."""
+    broker = BrokerRetry.of(spec)
+    wanted = backoff_of(spec).schedule_ms(spec.attempts - 1)
+    got = broker.schedule_ms()
+    if wanted == got:
+        return None
+    shown = ", ".join(duration_label(d) for d in got)
+    return (
+        f"the broker waits x-delayed-retry-min x the failed deliveries, up to"
+        f" x-delayed-retry-max: retries would wait {shown}, not"
+        f" {', '.join(duration_label(d) for d in wanted)}"
+    )
+
+
+@dataclass(frozen=True)
 class QueueRetry:
     """Everything a worker needs to retry and park messages of one queue."""
 
@@ -50,6 +122,8 @@ class QueueRetry:
     """Delay in ms -> TTL queue (``via: queues``); empty when retrying through a delay."""
     delay: DelayScheme | None = None
     """The delay levels retries go through (``via: <delay>``)."""
+    broker: BrokerRetry | None = None
+    """The queue's own delayed retry (``via: broker``): failed messages go back to it."""
 
     def tier_queue(self, delay_ms: int) -> str:
         """The TTL queue for a scheduled delay (only exact tiers exist: no jitter via queues)."""
@@ -97,6 +171,8 @@ def queue_retry(vhost: VhostSpec, queue: QueueSpec) -> QueueRetry | None:
             for delay in tier_delays(queue.retry)
         }
         return QueueRetry(queue.name, policy, parking, tiers)
+    if queue.retry.via == VIA_BROKER:
+        return QueueRetry(queue.name, policy, parking, broker=BrokerRetry.of(queue.retry))
     delay = next((d for d in vhost.delays if d.name == queue.retry.via), None)
     if delay is None:
         raise SpecError(
@@ -125,6 +201,9 @@ def declare_retries(draft: VhostDraft) -> None:
                 extra["x-overflow"] = "reject-publish"
         if spec.delivery_limit is not None:
             extra["x-delivery-limit"] = spec.delivery_limit
+        if spec.retry is not None and spec.retry.via == VIA_BROKER:
+            extra.update(BrokerRetry.of(spec.retry).arguments())
+            draft.retried_by_broker.append(spec.name)
         if extra:
             draft.queues[index] = work.model_copy(update={"arguments": {**work.arguments, **extra}})
 

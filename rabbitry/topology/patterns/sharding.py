@@ -26,7 +26,7 @@ from typing import Any
 from rabbitry.errors import SpecError
 from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.draft import VhostDraft
-from rabbitry.topology.patterns.retries import VIA_QUEUES, declare_retries
+from rabbitry.topology.patterns.retries import VIA_BROKER, VIA_QUEUES, declare_retries
 from rabbitry.topology.primitives import (
     JSON,
     ApplyTo,
@@ -216,6 +216,7 @@ def declare_sharded_exchanges(draft: VhostDraft) -> None:
                 )
             )
         declare_retries(shard_draft)
+        draft.retried_by_broker.extend(shard_draft.retried_by_broker)
         present = {q.name for q in draft.queues}
         for queue in shard_draft.queues:
             if queue.name not in present:  # a parking lot shared by every shard, once
@@ -226,7 +227,7 @@ def declare_sharded_exchanges(draft: VhostDraft) -> None:
                 Binding(source=spec.name, destination=shard, routing_key=str(weight))
             )
         retry = spec.queue.retry
-        if retry is not None and retry.via != VIA_QUEUES:
+        if retry is not None and retry.via not in (VIA_QUEUES, VIA_BROKER):
             delay = next((d for d in draft.spec.delays if d.name == retry.via), None)
             if delay is None:
                 raise SpecError(

@@ -300,8 +300,11 @@ class RetrySpec(SpecModel):
     )
     """Fixed tiers ([1s, 10s, 1m]; the last repeats) or exponential ({initial, multiplier, ...})."""
     via: str = "queues"
-    """`queues`: one TTL queue per distinct tier for this queue (no jitter); or the name of a
-    binary `delays` entry of this vhost: exact delays, jitter allowed."""
+    """`queues`: one TTL queue per distinct tier for this queue (no jitter); the name of a
+    binary `delays` entry of this vhost: exact delays, jitter allowed; or `broker`: the quorum
+    queue's own delayed retry (RabbitMQ 4.3+), no tier queues: the delay before retry n is
+    x-delayed-retry-min x n, up to x-delayed-retry-max, so back-off tiers must be such a
+    ramp ([1s, 2s, 3s]), an exponential back-off grows linearly, and jitter is refused."""
     never_retry: list[str] = Field(default_factory=list)
     """Exception class names that park at once (ValueError, myapp.errors.Invalid)."""
 

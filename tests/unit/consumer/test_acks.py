@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from rabbitry.consumer.acks import AckTracker, ack_frame, nack_frame
+from rabbitry.consumer.acks import AckTracker, ack_frame, nack_frame, reject_frame
 
 _ACK = struct.Struct(">BHIHHQBB")
 
@@ -14,7 +14,7 @@ def frames(data: bytes) -> list[tuple[str, int, int]]:
     for offset in range(0, len(data), 21):
         _, _, _, _, method, tag, bits, end = _ACK.unpack_from(data, offset)
         assert end == 0xCE
-        out.append(("ack" if method == 80 else "nack", tag, bits))
+        out.append(({80: "ack", 90: "reject"}.get(method, "nack"), tag, bits))
     return out
 
 
@@ -25,6 +25,20 @@ def test_frames_match_pamqp() -> None:
     assert nack_frame(1, 9, True) == frame.marshal(
         commands.Basic.Nack(9, multiple=False, requeue=True), 1
     )
+
+
+def test_a_failed_return_is_a_basic_reject_which_quorum_queues_count() -> None:
+    from pamqp import commands, frame
+
+    assert reject_frame(1, 5, True) == frame.marshal(commands.Basic.Reject(5, requeue=True), 1)
+    tracker = AckTracker()
+    for tag in (1, 2, 3):
+        tracker.received(tag)
+    tracker.done(1)
+    tracker.fail(2, requeue=True)
+    tracker.done(3)
+    assert frames(tracker.take_frames()) == [("reject", 2, 1), ("ack", 1, 0), ("ack", 3, 0)]
+    assert tracker.outstanding == 0
 
 
 def test_in_order_completions_become_one_multiple_ack() -> None:

@@ -23,7 +23,7 @@ from rabbitry.policies.retry import (
     Backoff,
     RetryPolicy,
 )
-from rabbitry.topology.patterns.retries import QueueRetry
+from rabbitry.topology.patterns.retries import BrokerRetry, QueueRetry
 
 TIERS = QueueRetry(
     queue="work",
@@ -39,6 +39,40 @@ VIA_DELAY = QueueRetry(
     parking_queue="mail.parking",
     delay=BinaryDelays("delay", unit_ms=1000, levels=8),
 )
+
+
+BY_BROKER = QueueRetry(
+    queue="jobs",
+    policy=RetryPolicy(
+        attempts=3, backoff=Backoff(tiers_ms=(1000, 2000)), never_retry=("ValueError",)
+    ),
+    parking_queue="jobs.parking",
+    broker=BrokerRetry(min_ms=1000, max_ms=2000, delivery_limit=2),
+)
+
+
+def test_via_broker_a_failure_is_returned_to_the_queue_counted_by_the_broker() -> None:
+    first = decide(BY_BROKER, "jobs", {"tenant": "acme"}, RuntimeError("down"))
+    assert (first.action, first.requeue, first.attempt, first.delay_ms) == (
+        Action.RETRY,
+        True,
+        1,
+        1000,
+    )
+    assert not first.publishes
+    assert first.headers == {"tenant": "acme", "x-delivery-count": 1}
+    second = decide(BY_BROKER, "jobs", first.headers, RuntimeError("down"))
+    assert (second.action, second.attempt, second.delay_ms) == (Action.RETRY, 2, 2000)
+    last = decide(BY_BROKER, "jobs", second.headers, RuntimeError("down"))
+    # returned all the same: past its delivery limit the broker dead-letters it
+    assert (last.action, last.requeue, last.attempt) == (Action.PARK, True, 3)
+    assert last.routing_key == "jobs.parking" and "delivery limit" in last.reason
+
+
+def test_via_broker_a_never_retried_failure_is_rejected_without_requeue() -> None:
+    verdict = decide(BY_BROKER, "jobs", {}, ValueError("bad"))
+    assert (verdict.action, verdict.requeue, verdict.attempt) == (Action.PARK, False, 1)
+    assert "never retried" in verdict.reason and not verdict.publishes
 
 
 def test_success_acks() -> None:
