@@ -142,7 +142,7 @@ def check_unique_names(spec: Spec, findings: Findings) -> None:
                 b.destination_type,
                 b.destination,
                 b.routing_key,
-                canonical_json(b.arguments),
+                canonical_json(b.arguments) if b.arguments else "{}",
             ),
             lambda b: f"binding {b.source!r} -> {b.destination!r} [{b.routing_key}]",
         )

@@ -9,6 +9,7 @@ JSON Schema in one place. Plugin arguments rabbitry does not know go through
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
@@ -72,7 +73,12 @@ class KnownKeys(BaseModel):
     """Keys that belong somewhere else in the spec, with what to write instead."""
 
     def as_broker_dict(self) -> dict[str, Any]:
-        """The keys that are set, by their broker names, with JSON values."""
+        """The keys that are set, by their broker names, with JSON values (a copy: the checks,
+        the expansion and the planner each ask, five times an object in a large spec)."""
+        return dict(self._broker_dict)
+
+    @cached_property
+    def _broker_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
