@@ -34,10 +34,10 @@ The full list, grouped, is in docs/api.md. Errors form one tree under ``Rabbitry
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rabbitry import lazy
 from rabbitry.errors import (
     ApplyError,
     BrokerError,
@@ -176,14 +176,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rabbitry' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy.names(__name__, _LAZY, __all__)

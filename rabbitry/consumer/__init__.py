@@ -14,8 +14,9 @@ the blocking one (and the reverse): each costs memory in every worker process.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rabbitry import lazy
 
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
@@ -99,14 +100,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rabbitry.consumer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy.names(__name__, _LAZY, __all__)

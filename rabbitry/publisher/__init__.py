@@ -10,8 +10,9 @@ load the other (a worker's handler module importing ``Publisher`` among them).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rabbitry import lazy
 
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
@@ -85,14 +86,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rabbitry.publisher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy.names(__name__, _LAZY, __all__)

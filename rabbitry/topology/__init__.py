@@ -10,12 +10,12 @@ schema (about a tenth of a worker's memory) that only ``validate``, ``plan`` and
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rabbitry import lazy
 from rabbitry.errors import SpecError, SpecProblem
 
 if TYPE_CHECKING:
@@ -61,18 +61,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rabbitry.topology' has no attribute {name!r}")
-    imported = importlib.import_module(module)
-    value = imported if name == "primitives" else getattr(imported, name)
-    globals()[name] = value  # the next access is an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy.names(__name__, _LAZY, __all__, modules=["primitives"])
 
 
 logger = logging.getLogger(__name__)
