@@ -26,7 +26,9 @@ def test_a_name_is_imported_when_first_asked_for_and_kept() -> None:
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_the_package() -> None:
-    with pytest.raises(AttributeError, match=r"module 'rabbitry\.topology' has no attribute 'nope'"):
+    with pytest.raises(
+        AttributeError, match=r"module 'rabbitry\.topology' has no attribute 'nope'"
+    ):
         _ = rabbitry.topology.nope  # type: ignore[attr-defined]
 
 
