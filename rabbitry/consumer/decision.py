@@ -199,11 +199,7 @@ def after_stream_failure(queue: str, offset: int | None, error: BaseException | 
 
 def broker_failures(headers: Mapping[str, Any] | None) -> int:
     """Failed deliveries the broker counted (``x-delivery-count``; 0 when absent or bad)."""
-    value = (headers or {}).get(DELIVERY_COUNT_HEADER, 0)
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
+    return failed_attempts(headers, DELIVERY_COUNT_HEADER)
 
 
 def _by_broker(

@@ -162,9 +162,10 @@ class RetryPolicy:
         )
 
 
-def failed_attempts(headers: Mapping[str, Any] | None) -> int:
-    """Failed attempts recorded on a message (0 for a fresh one; bad values count as 0)."""
-    value = (headers or {}).get(ATTEMPT_HEADER, 0)
+def failed_attempts(headers: Mapping[str, Any] | None, header: str = ATTEMPT_HEADER) -> int:
+    """Failed attempts recorded on a message (0 for a fresh one; bad values count as 0):
+    rabbitry's own count, or the one in ``header`` (the broker's ``x-delivery-count``)."""
+    value = (headers or {}).get(header, 0)
     try:
         return max(0, int(value))
     except (TypeError, ValueError):
