@@ -15,9 +15,9 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
+from rabbitry.topology.emit import block_yaml
 from rabbitry.topology.patterns.super_streams import super_streams_in
 from rabbitry.topology.primitives import (
     JSON,
@@ -331,26 +331,12 @@ def topology_data(topology: Topology) -> Document:
     return data
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style with list items indented under their key, as people write YAML."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
-
-
 _JINJA_OPENERS = re.compile(r"\{[{%#]")
 
 
 def plain_yaml(data: Any) -> str:
     """Block-style YAML in the data's own key order, lines never folded."""
-    return yaml.dump(
-        data,
-        Dumper=_Dumper,
-        sort_keys=False,
-        allow_unicode=True,
-        default_flow_style=False,
-        width=1 << 30,  # never fold: folded lines are harder to diff and to escape
-    )
+    return block_yaml(data)
 
 
 def dump_yaml(doc: Mapping[str, Any], schema_ref: str | None = DEFAULT_SCHEMA_REF) -> str:
