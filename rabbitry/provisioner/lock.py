@@ -6,11 +6,14 @@ while it runs, so the lock of a run that was killed expires by itself after ``tt
 the next apply takes it over (with a warning naming the old holder).
 
 Taking it: read it; if someone else holds an unexpired lock, wait (up to ``lock_timeout``) or
-refuse with the holder's name and since when; otherwise write our own value, wait ``settle``
-seconds, and read it back: if another run wrote after us, theirs wins and we wait. The
-management API has no compare-and-set, so two runs that each read "free" and write more than
-``settle`` seconds apart could both go on; the read-back narrows that window to a stall of a
-whole ``settle`` between one run's read and its write.
+refuse with the holder's name and since when; otherwise write our own value, wait the settle
+time, and read it back: if another run wrote after us, theirs wins and we wait. The
+management API has no compare-and-set, so this is Fischer's timed mutual exclusion: two runs
+that each read "free" could both go on only if one of them took longer than the settle time
+from its read to the end of its write. The settle time is sized to the broker as it answers
+now: ``SETTLE_FACTOR`` times this run's own read-to-written time, at least ``settle`` (0.15 s
+by default) and at most ``MAX_SETTLE``: on a broker answering in milliseconds a run waits
+0.15 s, a slow broker (whose writes could lag that much) gets a longer wait.
 
 The wait need not be idle: ``claim`` writes and returns (an apply loads its spec and reads the
 broker meanwhile); ``acquire`` then waits out only what is left of ``settle`` before the
@@ -43,6 +46,11 @@ logger = logging.getLogger("rabbitry.provisioner")
 LOCK_PREFIX = "rabbitry.lock."
 DEFAULT_TTL = 60.0
 """Seconds a lock outlives its last renewal: how long a killed run blocks the next one."""
+DEFAULT_SETTLE = 0.15
+"""The least wait between writing the lock and reading it back (seconds)."""
+SETTLE_FACTOR = 20.0
+"""The wait is at least this many times the run's own read-to-written time."""
+MAX_SETTLE = 3.0
 
 
 class LockHeld(RabbitryError):
@@ -121,7 +129,7 @@ class StackLock:
         stack: str,
         *,
         ttl: float = DEFAULT_TTL,
-        settle: float = 0.5,
+        settle: float = DEFAULT_SETTLE,
         renew_client: Callable[[], ManagementClient] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -138,6 +146,8 @@ class StackLock:
         self.since = 0.0
         self._written: float | None = None
         """``time.monotonic()`` of our last write, while it may still be ours."""
+        self._settle_for = settle
+        """The wait after our last write: ``settle``, or longer on a slow broker."""
         self._error: BrokerError | None = None
         self.early_claim_kept = False
         """Whether ``acquire`` kept an earlier ``claim``: what was read after it holds."""
@@ -158,6 +168,7 @@ class StackLock:
     def _claim(self) -> dict[str, Any] | None:
         """Write our value unless someone else holds the lock: None when written, else the
         holder's value."""
+        started = time.monotonic()
         current = self._current()
         now = self.clock()
         if current is not None and current.get("token") != self.token:
@@ -175,6 +186,8 @@ class StackLock:
         self.since = self.clock()
         self.client.put_global_parameter(self.name, self._value(self.since))
         self._written = time.monotonic()
+        took = self._written - started
+        self._settle_for = min(MAX_SETTLE, max(self.settle, SETTLE_FACTOR * took))
         return None
 
     @property
@@ -210,7 +223,7 @@ class StackLock:
                     time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
                     continue
             assert self._written is not None
-            time.sleep(max(0.0, self._written + self.settle - time.monotonic()))
+            time.sleep(max(0.0, self._written + self._settle_for - time.monotonic()))
             after = self._current()
             if after is not None and after.get("token") == self.token:
                 self.early_claim_kept = early
