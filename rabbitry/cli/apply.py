@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 @target_option
 def apply_command(target: Target | SavedTarget, **options: Any) -> int:
     """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
-    from `rabbitry plan -o`); one apply per stack at a time."""
+    from `rabbitry plan -o`, or a definitions file, .json); one apply per stack at a time."""
     try:
         return _apply(target, **options)
     finally:

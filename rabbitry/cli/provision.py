@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import click
@@ -23,7 +22,11 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
-from rabbitry.provisioner.definitions import read_definitions, topology_from_definitions
+from rabbitry.provisioner.definitions import (
+    read_definitions,
+    stack_name,
+    topology_from_definitions,
+)
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
@@ -106,7 +109,8 @@ def plan_command(
     target_version: Version | None,
     targets: tuple[str, ...],
 ) -> int:
-    """Show what apply would change on the broker; changes nothing."""
+    """Show what apply would change on the broker; changes nothing. SPEC may also be a
+    definitions file (.json), read as the spec import-definitions would make of it."""
     topology = target.topology_alone()
     with (
         target.client or target.endpoints.management() as client,
@@ -218,7 +222,7 @@ def export_command(
             topology = export_topology(
                 client,
                 vhosts,
-                name=name or _stack_name(vhosts[0], "default"),
+                name=name or stack_name(vhosts[0], "default"),
                 include_users=users,
                 left_out=omitted,
             )
@@ -278,13 +282,14 @@ def import_definitions_command(
 ) -> int:
     """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
     3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
+    (validate, plan and apply also take the file itself.)
 
     Exchanges of types rabbitry does not know are kept, passed through unchecked. What a spec
     cannot hold (plugin-internal objects, other runtime parameters) is left out and named on
     stderr, never dropped silently.
     """
-    stack = name or _stack_name(definitions.stem, "imported")
-    imported = topology_from_definitions(read_definitions(definitions), stack)
+    stack = name or stack_name(definitions.stem, "imported")
+    imported = topology_from_definitions(read_definitions(definitions), stack, str(definitions))
     text, references = export_text(
         imported.topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
     )
@@ -314,12 +319,6 @@ def _note_unchecked(topology: Topology) -> None:
     """Name what the spec keeps that rabbitry does not know: kept, but nothing checks it."""
     for line in unknown_to_rabbitry(topology):
         err(f"kept unchecked: {line}")
-
-
-def _stack_name(text: str, fallback: str) -> str:
-    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
-    return name or fallback
 
 
 __all__ = ["EXIT_ERROR"]

@@ -23,6 +23,7 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.gcpause import collector_paused
+from rabbitry.provisioner.target import load_spec_or_definitions
 from rabbitry.topology import check_spec, expand, load_spec, topology_data
 from rabbitry.topology.document import plain_yaml
 from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
@@ -80,7 +81,8 @@ def summary(topology: Topology) -> str:
 def validate(
     spec: Path, variables: tuple[str, ...], var_files: Sequence[Path], as_json: bool
 ) -> int:
-    """Check SPEC without a broker: template, YAML, shape and meaning.
+    """Check SPEC (or a definitions file, .json) without a broker: template, YAML, shape and
+    meaning.
 
     Warnings are printed and do not fail; any error exits 1. With --json, one object on stdout
     lists every problem with its file, line, column and spec path (for editors and CI), valid
@@ -88,14 +90,18 @@ def validate(
     """
     if not as_json:
         with collector_paused():
-            loaded = load_spec(spec, parse_vars(variables), var_files)
+            loaded = load_spec_or_definitions(
+                spec, parse_vars(variables), var_files, on_warning=_print_warning
+            )
             check_spec(loaded, on_warning=_print_warning)
             click.echo(f"{spec}: valid ({summary(expand(loaded))})")
         return EXIT_OK
     warnings: list[SpecProblem] = []
     try:
         with collector_paused():
-            loaded = load_spec(spec, parse_vars(variables), var_files)
+            loaded = load_spec_or_definitions(
+                spec, parse_vars(variables), var_files, on_warning=warnings.append
+            )
             check_spec(loaded, on_warning=warnings.append)
             topology = expand(loaded)
     except SpecError as exc:

@@ -18,10 +18,12 @@ metadata at the top of the entry or under ``metadata``, vhost limits in the vhos
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.lock import LOCK_PREFIX
@@ -29,6 +31,9 @@ from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.topology.primitives import GlobalParameter, Topology, User
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
+
+if TYPE_CHECKING:
+    from rabbitry.topology.spec.model import Spec
 
 JSONDict = dict[str, Any]
 
@@ -72,8 +77,48 @@ def read_definitions(path: Path) -> JSONDict:
     return data
 
 
-def topology_from_definitions(data: JSONDict, name: str) -> Imported:
-    """The topology of a definitions document, as stack ``name``."""
+REQUIRED = {
+    "vhosts": ("name",),
+    "users": ("name",),
+    "permissions": ("user",),
+    "topic_permissions": ("user", "exchange"),
+    "parameters": ("component", "name"),
+    "global_parameters": ("name",),
+    "policies": ("name", "pattern", "definition"),
+    "queues": ("name",),
+    "exchanges": ("name",),
+    "bindings": ("source", "destination", "destination_type"),
+}
+"""What each entry of a definitions file must hold (the broker's own import needs it too)."""
+
+
+def check_definitions(data: JSONDict, file: str | None = None) -> None:
+    """A SpecError naming every entry that is not an object or lacks what it must hold."""
+    problems = []
+    for kind, needed in REQUIRED.items():
+        entries = data.get(kind) or []
+        if not isinstance(entries, list):
+            problems.append(SpecProblem(f"`{kind}` is not a list", path=kind, file=file))
+            continue
+        for index, entry in enumerate(entries):
+            missing = [key for key in needed if not isinstance(entry, dict) or key not in entry]
+            if missing:
+                problems.append(
+                    SpecProblem(
+                        f"the entry has no {', '.join(f'`{key}`' for key in missing)}: a"
+                        " definitions file as the broker exports it holds them",
+                        path=f"{kind}[{index}]",
+                        file=file,
+                    )
+                )
+    if problems:
+        raise SpecError(problems)
+
+
+def topology_from_definitions(data: JSONDict, name: str, file: str | None = None) -> Imported:
+    """The topology of a definitions document, as stack ``name``; ``file`` is what problems
+    name as the file."""
+    check_definitions(data, file)
     left_out: list[str] = []
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
     vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
@@ -155,4 +200,48 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     return out
 
 
-__all__ = ["Imported", "read_definitions", "topology_from_definitions"]
+def stack_name(text: str, fallback: str) -> str:
+    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
+    return name or fallback
+
+
+def spec_of_definitions(
+    path: Path, data: JSONDict, on_warning: Callable[[SpecProblem], None]
+) -> Spec:
+    """The spec ``import-definitions`` would write for the definitions file at ``path`` (its
+    ``data``), as a model, without the text: what ``plan`` and ``apply`` take a definitions
+    file as. The stack is named after the file; what a spec cannot hold is a warning."""
+    from pydantic import ValidationError
+
+    from rabbitry.topology.document import spec_document, unknown_to_rabbitry
+    from rabbitry.topology.spec.model import Spec
+    from rabbitry.topology.spec.problems import problems_from_validation_error
+
+    imported = topology_from_definitions(data, stack_name(path.stem, "imported"), str(path))
+    for line in imported.left_out:
+        on_warning(SpecProblem(f"left out: {line}", file=str(path), severity="warning"))
+    for line in unknown_to_rabbitry(imported.topology):
+        on_warning(SpecProblem(f"kept unchecked: {line}", file=str(path), severity="warning"))
+    try:
+        return Spec.model_validate(spec_document(imported.topology))
+    except ValidationError as exc:
+        raise SpecError(
+            [
+                SpecProblem(
+                    "the spec made of this definitions file does not pass rabbitry's checks;"
+                    " `rabbitry import-definitions` writes it out to look at",
+                    file=str(path),
+                ),
+                *problems_from_validation_error(exc, Spec, None),
+            ]
+        ) from None
+
+
+__all__ = [
+    "Imported",
+    "read_definitions",
+    "spec_of_definitions",
+    "stack_name",
+    "topology_from_definitions",
+]

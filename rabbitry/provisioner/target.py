@@ -7,17 +7,20 @@ that only need the spec import it too.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rabbitry.errors import SpecProblem
+from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
+from rabbitry.topology.spec.loader import read_spec
 from rabbitry.topology.spec.model import Spec
 
 if TYPE_CHECKING:
@@ -59,6 +62,70 @@ class Target:
         topology = self.topology
         self._spec = None
         return topology
+
+
+DEFINITIONS_KEYS = frozenset(
+    {
+        "rabbit_version",
+        "rabbitmq_version",
+        "product_version",
+        "vhosts",
+        "users",
+        "permissions",
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+        "queues",
+        "exchanges",
+        "bindings",
+    }
+)
+"""Top-level keys of a RabbitMQ definitions file; a spec has ``version:`` instead."""
+
+
+def definitions_in(path: Path) -> dict[str, Any] | None:
+    """The document of ``path`` when it is a RabbitMQ definitions file (a ``.json`` file with
+    the keys of one and no spec ``version``), else None: then it is read as a spec."""
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return None
+    try:
+        data = json.loads(read_spec(path))
+    except ValueError:
+        return None  # the spec loader says what is wrong with it
+    if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
+        return data
+    return None
+
+
+def load_spec_or_definitions(
+    path: Path,
+    variables: Mapping[str, str] | None = None,
+    var_files: Sequence[Path] = (),
+    *,
+    on_rendered: Callable[[str], None] | None = None,
+    on_warning: Callable[[SpecProblem], None] | None = None,
+) -> Spec:
+    """The spec at ``path``, or the spec ``import-definitions`` would make of the definitions
+    file at ``path``: plan and apply take a team's ``definitions.json`` as it is."""
+    path = Path(path)
+    data = definitions_in(path)
+    if data is None:
+        return load_spec(path, variables, var_files, on_rendered=on_rendered)
+    if variables or var_files:
+        raise SpecError(
+            SpecProblem(
+                "a definitions file is not a template: --var and --var-file do not apply to it",
+                file=str(path),
+            )
+        )
+    from rabbitry.provisioner.definitions import spec_of_definitions
+
+    return spec_of_definitions(path, data, on_warning or _log_warning)
+
+
+def _log_warning(problem: SpecProblem) -> None:
+    logging.getLogger("rabbitry.topology").warning("%s", problem)
 
 
 @pauses_collector
@@ -120,7 +187,13 @@ def target_of(
             model = spec
         else:
             on_rendered = read_early if read_ahead else None
-            model = load_spec(Path(spec), variables, var_files, on_rendered=on_rendered)
+            model = load_spec_or_definitions(
+                Path(spec),
+                variables,
+                var_files,
+                on_rendered=on_rendered,
+                on_warning=on_warning,
+            )
         broker = model.broker
         endpoints = resolve_endpoints(
             url,

@@ -192,6 +192,93 @@ def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Brok
             broker.http.delete(path)
 
 
+def test_plan_and_apply_take_a_definitions_file_as_the_spec(broker: Broker) -> None:
+    """A team's definitions.json, as it is: planned, applied, then nothing left to do, and the
+    broker's export equals the file kind by kind; the drift of one object shows."""
+    user, global_name = f"{broker.stack}-u", f"{broker.stack}-g"
+    fill(broker, user, global_name)
+    exported = mine(broker.get("/definitions"), broker.vhost, user, global_name)
+    names = {broker.vhost: f"{broker.vhost}-3", user: f"{user}-3", global_name: f"{global_name}-3"}
+    expected = renamed(exported, names)
+    expected["rabbit_version"] = broker.get("/overview")["rabbitmq_version"]
+    stack = f"{broker.stack}-3"
+    source = broker.tmp / f"{stack}.json"  # the stack is named after the file
+    source.write_text(json.dumps(expected))
+
+    def run(*args: str) -> Any:
+        verb, *rest = args
+        argv = [verb, *rest, "--management-url", broker.management_url, "--url", broker.amqp_url]
+        return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+    try:
+        templated = run("plan", str(source), "--var", "x=1")
+        assert templated.exit_code == 1
+        assert "a definitions file is not a template" in templated.output
+
+        planned = run("plan", str(source), "--detailed-exitcode")
+        assert planned.exit_code == 2, planned.output
+        assert f"stack: {stack}" in planned.output
+        assert f"+ vhost {names[broker.vhost]}" in planned.output
+        assert f"+ queue {names[broker.vhost]}/work" in planned.output
+
+        applied = run("apply", str(source), "--auto-approve")
+        assert applied.exit_code == 0, applied.output
+        assert "Fed3ration-pw" not in planned.output + applied.output
+        again = mine(broker.get("/definitions"), *names.values())
+        for kind in KINDS:
+            assert canonical(again[kind]) == canonical(expected[kind]), (kind, applied.output)
+
+        settled = run("plan", str(source), "--detailed-exitcode")
+        assert settled.exit_code == 0, settled.output
+        broker.http.delete(f"/queues/{names[broker.vhost]}/work").raise_for_status()
+        drifted = run("plan", str(source), "--detailed-exitcode")
+        assert drifted.exit_code == 2, drifted.output
+        assert f"+ queue {names[broker.vhost]}/work" in drifted.output
+    finally:
+        for path in (
+            f"/vhosts/{names[broker.vhost]}",
+            f"/users/{names[user]}",
+            f"/global-parameters/{names[global_name]}",
+            f"/global-parameters/rabbitry.stack.{stack}",
+        ):
+            broker.http.delete(path)
+
+
+def test_validate_reads_a_definitions_file_and_names_what_it_leaves_out(tmp_path: Path) -> None:
+    source = tmp_path / "legacy defs.json"
+    source.write_text(
+        json.dumps(
+            {
+                "rabbit_version": "3.12.1",
+                "vhosts": [{"name": "/"}],
+                "parameters": [{"vhost": "/", "component": "mqtt-port", "name": "x", "value": 1}],
+                "queues": [{"name": "jobs", "vhost": "/", "durable": True, "auto_delete": False,
+                            "arguments": {"x-queue-type": "quorum"}}],
+            }
+        )
+    )  # fmt: skip
+    result = CliRunner().invoke(cli, ["validate", str(source)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "valid (1 vhost, 1 queue)" in result.stdout
+    assert "left out: parameter //mqtt-port/x" in result.stderr
+    as_json = CliRunner().invoke(cli, ["validate", "--json", str(source)])
+    report = json.loads(as_json.stdout)
+    assert report["valid"] and report["counts"]["queue"] == 1
+    assert [p["severity"] for p in report["problems"]] == ["warning"], report
+    assert report["problems"][0]["message"].startswith("left out: parameter //mqtt-port/x")
+
+    # a spec written as JSON (it has `version:`) is still read as a spec
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"version": 1, "name": "s", "vhosts": [{"name": "v"}]}))
+    assert CliRunner().invoke(cli, ["validate", str(spec)]).exit_code == 0
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"vhosts": [{"name": "/"}], "queues": [{"vhost": "/"}]}))
+    for command in ("validate", "import-definitions"):
+        refused = CliRunner().invoke(cli, [command, str(broken)])
+        assert refused.exit_code == 1, refused.output
+        assert "broken.json: queues[0]: the entry has no `name`" in refused.output
+
+
 def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) -> None:
     source = tmp_path / "defs.json"
     source.write_text(

@@ -212,7 +212,7 @@ def test_an_unexpected_exception_is_reported_as_a_bug_without_traceback(
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr(spec_commands, "load_spec", broken)
+    monkeypatch.setattr(spec_commands, "load_spec_or_definitions", broken)
     line = assert_one_error(*run(runner, ["validate", SPEC]))
     assert "unexpected KeyError" in line and "bug" in line and "-v" in line
     code, _out, err = run(runner, ["validate", SPEC, "-v"])
