@@ -19,7 +19,7 @@ COMMANDS = {
     "render": ("spec_commands", "render"),
     "schema": ("spec_commands", "schema"),
     "graph": ("spec_commands", "graph"),
-    "plan": ("provision", "plan_command"),
+    "plan": ("plan", "plan_command"),  # its own module: its broker reads start before loading
     "apply": ("apply", "apply_command"),  # its own module: it claims its lock before loading
     "show": ("provision", "show_command"),
     "export": ("provision", "export_command"),

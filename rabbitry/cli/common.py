@@ -374,11 +374,15 @@ def target_options(
         **options: Any,
     ) -> Any:
         broker = {name: options.pop(name) for name in BROKER_PARAMS}
-        claimed = None
+        claimed = reader = None
         if lock:  # before the spec model loads (a quarter second): the lock settles meanwhile
             from rabbitry.provisioner.lock import claim_early
 
             claimed = claim_early(spec, **broker)  # None for a saved plan: it names no stack
+        elif read_ahead:  # the broker lists a large vhost while the spec model loads
+            from rabbitry.provisioner.early import read_early
+
+            reader = read_early(spec, **broker)
         try:
             if plan_files:
                 from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
@@ -389,6 +393,8 @@ def target_options(
                             f"{spec} is a saved plan: its spec was rendered when the plan was"
                             " made, so --var and --var-file do not apply"
                         )
+                    if reader is not None:
+                        reader.close()
                     return func(SavedTarget.read(spec, broker), **options)
             from rabbitry.provisioner.target import target_of  # the spec model loads only here
 
@@ -400,11 +406,14 @@ def target_options(
                 read_ahead=read_ahead,
                 lock=lock,
                 claimed=claimed,
+                reader=reader,
                 **broker,
             )
         except BaseException:
             if claimed is not None:
                 claimed.abandon()
+            if reader is not None:
+                reader.close()
             raise
         return func(target, **options)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from rabbitry.cli.common import (
-    EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
     Activity,
@@ -17,8 +16,6 @@ from rabbitry.cli.common import (
     endpoint_options,
     err,
     json_option,
-    target_option,
-    target_options,
 )
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
@@ -30,15 +27,12 @@ from rabbitry.provisioner.definitions import (
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
-from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
+from rabbitry.provisioner.planfile import SavedPlan, SavedTarget
 from rabbitry.provisioner.planner import Plan, targeted
-from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.stack import plan_topology
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.versions import Version, release
 from rabbitry.uri import mask_uri
 
 
@@ -52,10 +46,6 @@ def targeted_plan(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
     return targeted(the_plan, targets)
 
 
-def _show(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> None:
-    click.echo(plan_text(target, the_plan, prune))
-
-
 def plan_text(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
     return (
         f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}\n"
@@ -65,73 +55,6 @@ def plan_text(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
 
 def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
     return {"format_version": 1, "plan": the_plan.to_json(), "done": done, "skipped": skipped}
-
-
-def _parse_target_version(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> Version | None:
-    try:
-        return None if value is None else release(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-@command("plan")
-@target_options(read_ahead=True)
-@json_option
-@click.option(
-    "--detailed-exitcode",
-    is_flag=True,
-    help="Exit 0 when there is nothing to do, 2 when there are changes, 1 on errors.",
-)
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    metavar="PLANFILE",
-    help="Save the plan (mode 0600) for `rabbitry apply PLANFILE` to apply exactly it.",
-)
-@click.option(
-    "--target-version",
-    "target_version",
-    callback=_parse_target_version,
-    metavar="VERSION",
-    help="Also list what RabbitMQ VERSION (e.g. 4.3) would refuse or change in this spec:"
-    " what an upgrade would break. The plan stays against the live broker.",
-)
-@target_option
-def plan_command(
-    target: Target,
-    as_json: bool,
-    detailed_exitcode: bool,
-    out: Path | None,
-    target_version: Version | None,
-    targets: tuple[str, ...],
-) -> int:
-    """Show what apply would change on the broker; changes nothing. SPEC may also be a
-    definitions file (.json), read as the spec import-definitions would make of it."""
-    topology = target.topology_alone()
-    with (
-        target.client or target.endpoints.management() as client,
-        AmqpQueueCounter(target.endpoints) as counter,
-        Activity() as activity,
-        activity.step("reading the broker's state"),
-    ):
-        plan = plan_topology(client, topology, counter, target_version)
-        the_plan = targeted_plan(plan, targets)
-        cluster = cluster_name(client) if out is not None else ""
-    if as_json:
-        click.echo(json.dumps(the_plan.to_json(), indent=2))
-    else:
-        _show(target, the_plan, prune=True)
-    if out is not None:
-        broker = mask_uri(target.endpoints.management_url)
-        write_private(out, SavedPlan.of(the_plan, cluster, broker).to_text())
-        err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
-    if detailed_exitcode and the_plan.has_changes:
-        return EXIT_CHANGES
-    return EXIT_OK
 
 
 @command("show")

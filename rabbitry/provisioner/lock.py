@@ -28,7 +28,6 @@ import datetime as dt
 import getpass
 import logging
 import os
-import re
 import socket
 import threading
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.provisioner.early import PLAN_READS, guess_stack, guess_vhosts
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient, q
 
@@ -73,26 +73,6 @@ def _when(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-_TOP_NAME = re.compile(
-    r"^name:[ \t]*(['\"]?)([A-Za-z0-9][A-Za-z0-9_.-]*)\1[ \t]*(?:#.*)?$", re.MULTILINE
-)
-_TOP_KEY = re.compile(r"^(?:(name|broker)\b|---|\.\.\.)", re.MULTILINE)
-_TEMPLATE = re.compile(r"\{[{%#]")
-
-
-def guess_stack(text: str) -> str | None:
-    """The stack a plain spec names on its top-level ``name:`` line, read off the text before
-    it is parsed: a guess, never a check (the loaded spec is what counts). None for a
-    templated spec, one naming its own broker, one without such a line, or any doubt."""
-    if _TEMPLATE.search(text):
-        return None
-    keys = [m[1] for m in _TOP_KEY.finditer(text)]
-    if keys != ["name"]:  # no name, two, a broker of its own, or document markers
-        return None
-    found = _TOP_NAME.search(text)
-    return found[2] if found else None
-
-
 def claim_early(
     path: Path,
     *,
@@ -103,7 +83,8 @@ def claim_early(
 ) -> StackLock | None:
     """For an apply: the lock of the stack the spec file at ``path`` names (``guess_stack``),
     claimed before the spec is loaded, so that the lock's settle time passes meanwhile (see
-    ``target_of(claimed=)``). None when the name cannot be guessed or the file not read."""
+    ``target_of(claimed=)``), and, once claimed, what the plan needs read ahead (the vhosts
+    ``guess_vhosts`` finds). None when the name cannot be guessed or the file not read."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeError):
@@ -116,7 +97,8 @@ def claim_early(
     except BrokerError:
         return None  # a bad URL: said once the spec is loaded, as without a claim
     lock = StackLock(endpoints.management(), stack)
-    lock.claim()
+    if lock.claim():  # read under the claim: it counts once the read-back finds it ours
+        lock.client.read_ahead(guess_vhosts(text), paths=PLAN_READS)
     return lock
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
+from rabbitry.provisioner.early import PLAN_READS
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
@@ -142,6 +143,7 @@ def target_of(
     read_ahead: bool = False,
     lock: bool = False,
     claimed: StackLock | None = None,
+    reader: ManagementClient | None = None,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
     resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
@@ -152,8 +154,9 @@ def target_of(
     (``Target.lock``) and read only if the claim was written: the lock's settle time passes
     while the spec loads, and what is read counts as read under the lock once the caller
     acquires it. ``claimed``: that lock, claimed before the spec was read (``claim_early``);
-    let go for the stack's own when the spec names another stack."""
-    client: ManagementClient | None = claimed.client if claimed is not None else None
+    let go for the stack's own when the spec names another stack. ``reader``: a client
+    already reading ahead (``early.read_early``), for a plan without a lock."""
+    client: ManagementClient | None = claimed.client if claimed is not None else reader
     held = claimed
 
     def start_reading(stack: str, vhosts: list[str]) -> None:
@@ -214,19 +217,6 @@ def target_of(
             client.close()
         raise
     return Target(model, endpoints, client, held)
-
-
-PLAN_READS = (
-    "/overview",
-    "/nodes",
-    "/feature-flags",
-    "/vhosts",
-    "/vhost-limits",
-    "/user-limits",
-    "/global-parameters",
-)
-"""What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts, every
-stack's ownership record)."""
 
 
 def _read_ahead(client: ManagementClient, vhosts: list[str]) -> None:

@@ -742,3 +742,29 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
     with pytest.raises(SpecError):
         target_of(bad, variables=variables, read_ahead=True, **options)
     assert time.monotonic() - started < 5
+
+
+def test_plan_starts_reading_the_broker_before_the_spec_loads(broker: Broker) -> None:
+    """A plain spec's vhosts are read off its text and read from the broker at once; the plan
+    takes those answers instead of reading again."""
+    from rabbitry.provisioner.early import read_early
+    from rabbitry.provisioner.stack import plan_topology
+    from rabbitry.provisioner.target import target_of
+
+    broker.apply(SPEC)
+    plain = SPEC.replace("{{ vars.stack }}", broker.stack).replace("{{ vars.vhost }}", broker.vhost)
+    spec = broker.spec(plain.replace("max-length: 1000", "max-length: 2000"), "plain.yaml")
+    reader = read_early(spec, management_url=broker.management_url)
+    assert reader is not None
+    try:
+        assert f"vhost {broker.vhost}" in reader._ahead and "GET /overview" in reader._ahead
+        target = target_of(spec, management_url=broker.management_url, read_ahead=True,
+                           reader=reader)  # fmt: skip
+        assert target.client is reader
+        the_plan = plan_topology(reader, target.topology)
+        assert [c.action for c in the_plan.changes] == [Action.UPDATE]
+        assert f"vhost {broker.vhost}" not in reader._ahead, "the early answer was used"
+    finally:
+        reader.close()
+    # a templated spec names nothing before it renders: no guess, no early read
+    assert read_early(broker.spec(SPEC), management_url=broker.management_url) is None

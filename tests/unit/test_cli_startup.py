@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from rabbitry.cli import COMMANDS, cli
 
@@ -44,14 +45,16 @@ def test_every_listed_command_resolves_under_its_name() -> None:
     assert cli.get_command(ctx, "nonsense") is None
 
 
-def test_apply_loads_nothing_heavy_before_it_claims_its_lock() -> None:
-    """`apply` claims the stack's lock before the spec model loads (its settle time passes
-    while it does): the command's own module must not pull the model in."""
+@pytest.mark.parametrize("verb", ["apply", "plan"])
+def test_apply_and_plan_load_nothing_heavy_before_they_start_on_the_broker(verb: str) -> None:
+    """`apply` claims the stack's lock and `plan` starts its broker reads before the spec model
+    loads (the lock settles, the broker lists the vhost, while it does): the command's own
+    module must not pull the model in."""
     code = (
         "import sys\n"
         "from rabbitry.cli import cli\n"
         "import click\n"
-        "cli.get_command(click.Context(cli), 'apply')\n"
+        f"cli.get_command(click.Context(cli), {verb!r})\n"
         "print(sorted(m for m in sys.modules if m.startswith(('rabbitry.topology', 'pydantic'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rabbitry.provisioner.lock import guess_stack
+from rabbitry.provisioner.early import guess_stack, guess_vhosts
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,25 @@ def test_a_plain_spec_names_its_stack(text: str, stack: str) -> None:
 )
 def test_anything_else_is_not_guessed(text: str) -> None:
     assert guess_stack(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "vhosts"),
+    [
+        (
+            "name: s\nvhosts:\n  - name: a\n    queues:\n      - name: q\n  - name: 'b'\n",
+            ["a", "b"],
+        ),
+        # lists in their key's column; the vhost's name after its other keys; users after
+        (
+            'name: s\nvhosts:\n- queues:\n  - name: q\n  name: a  # the shop\n- name: "b c"\n'
+            "users:\n- name: app\n",
+            ["a", "b c"],
+        ),
+        ("name: s\nvhosts:  # none yet\n\n  # one day\n  - name: later\n", ["later"]),
+        ("name: s\nvhosts: []\n", []),
+        ("name: s\n", []),
+    ],
+)
+def test_the_vhosts_of_a_plain_spec_are_read_off_its_text(text: str, vhosts: list[str]) -> None:
+    assert guess_vhosts(text) == vhosts
