@@ -19,12 +19,9 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
-from rabbitry.provisioner.definitions import (
-    read_definitions,
-    stack_name,
-    topology_from_definitions,
-)
+from rabbitry.provisioner.definitions import read_definitions, topology_from_definitions
 from rabbitry.provisioner.display import render_plan
+from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget

@@ -18,7 +18,6 @@ metadata at the top of the entry or under ``metadata``, vhost limits in the vhos
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
@@ -200,12 +200,6 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     return out
 
 
-def stack_name(text: str, fallback: str) -> str:
-    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
-    return name or fallback
-
-
 def spec_of_definitions(
     path: Path, data: JSONDict, on_warning: Callable[[SpecProblem], None]
 ) -> Spec:
@@ -242,6 +236,5 @@ __all__ = [
     "Imported",
     "read_definitions",
     "spec_of_definitions",
-    "stack_name",
     "topology_from_definitions",
 ]

@@ -10,9 +10,10 @@ on purpose: the HTTP client is imported only by ``read_early``.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.management import ManagementClient
@@ -71,6 +72,75 @@ def guess_vhosts(text: str) -> list[str]:
     return [m[2] for m in names.finditer(text, key.end(), end)]
 
 
+DEFINITIONS_KEYS = frozenset(
+    {
+        "rabbit_version",
+        "rabbitmq_version",
+        "product_version",
+        "vhosts",
+        "users",
+        "permissions",
+        "topic_permissions",
+        "parameters",
+        "global_parameters",
+        "policies",
+        "queues",
+        "exchanges",
+        "bindings",
+    }
+)
+"""Top-level keys of a RabbitMQ definitions file; a spec has ``version:`` instead."""
+
+_definitions: tuple[tuple[str, int, int], dict[str, Any]] | None = None
+"""The last definitions file read (path, mtime, size) and its document: the early claim of an
+apply and the spec's load read the same file once."""
+
+
+def stack_name(text: str, fallback: str) -> str:
+    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
+    return name or fallback
+
+
+def definitions_in(path: Path) -> dict[str, Any] | None:
+    """The document of ``path`` when it is a RabbitMQ definitions file (a ``.json`` file with
+    the keys of one and no spec ``version``), else None: then it is read as a spec."""
+    global _definitions
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return None
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if _definitions is not None and _definitions[0] == key:
+        return _definitions[1]
+    from rabbitry.topology.spec.loader import read_spec  # its size limit and errors
+
+    try:
+        data = json.loads(read_spec(path))
+    except ValueError:
+        return None  # the spec loader says what is wrong with it
+    if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
+        _definitions = (key, data)
+        return data
+    return None
+
+
+def guess(path: Path) -> tuple[str, list[str]] | None:
+    """The stack and vhosts of the spec at ``path``, before it loads: read off a plain spec's
+    text, or a definitions file's (the stack named after the file, as its spec is); None for
+    anything else, or an unreadable file (the loader says what is wrong)."""
+    try:
+        data = definitions_in(path)
+        if data is not None:
+            vhosts = data.get("vhosts") or []
+            names = [str(v["name"]) for v in vhosts if isinstance(v, dict) and "name" in v]
+            return stack_name(path.stem, "imported"), names
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError, TypeError):
+        return None
+    stack = guess_stack(text)
+    return None if stack is None else (stack, guess_vhosts(text))
+
+
 def read_early(
     path: Path,
     *,
@@ -82,11 +152,8 @@ def read_early(
     """A management client already reading what a plan of the plain spec at ``path`` needs
     (``PLAN_READS`` and the guessed vhosts' objects), for ``target_of(reader=)``; None when
     the spec is not plain enough to guess from, or no broker can be named yet."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeError):
-        return None  # the loader says what is wrong with it
-    if guess_stack(text) is None:
+    guessed = guess(Path(path))
+    if guessed is None:
         return None
     from rabbitry.errors import BrokerError
     from rabbitry.provisioner.endpoints import resolve_endpoints
@@ -96,8 +163,16 @@ def read_early(
     except BrokerError:
         return None  # a bad URL: said once the spec is loaded
     client = endpoints.management()
-    client.read_ahead(guess_vhosts(text), paths=PLAN_READS)
+    client.read_ahead(guessed[1], paths=PLAN_READS)
     return client
 
 
-__all__ = ["PLAN_READS", "guess_stack", "guess_vhosts", "read_early"]
+__all__ = [
+    "PLAN_READS",
+    "definitions_in",
+    "guess",
+    "guess_stack",
+    "guess_vhosts",
+    "read_early",
+    "stack_name",
+]

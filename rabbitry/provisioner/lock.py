@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
-from rabbitry.provisioner.early import PLAN_READS, guess_stack, guess_vhosts
+from rabbitry.provisioner.early import PLAN_READS, guess
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient, q
 
@@ -81,24 +81,21 @@ def claim_early(
     ca_file: str | None = None,
     insecure: bool | None = None,
 ) -> StackLock | None:
-    """For an apply: the lock of the stack the spec file at ``path`` names (``guess_stack``),
+    """For an apply: the lock of the stack the spec file at ``path`` names (``early.guess``),
     claimed before the spec is loaded, so that the lock's settle time passes meanwhile (see
     ``target_of(claimed=)``), and, once claimed, what the plan needs read ahead (the vhosts
-    ``guess_vhosts`` finds). None when the name cannot be guessed or the file not read."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeError):
-        return None  # the loader says what is wrong with it
-    stack = guess_stack(text)
-    if stack is None:
+    it names). None when the name cannot be guessed or the file not read."""
+    guessed = guess(path)
+    if guessed is None:
         return None
+    stack, vhosts = guessed
     try:
         endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
     except BrokerError:
         return None  # a bad URL: said once the spec is loaded, as without a claim
     lock = StackLock(endpoints.management(), stack)
     if lock.claim():  # read under the claim: it counts once the read-back finds it ours
-        lock.client.read_ahead(guess_vhosts(text), paths=PLAN_READS)
+        lock.client.read_ahead(vhosts, paths=PLAN_READS)
     return lock
 
 

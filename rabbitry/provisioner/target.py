@@ -7,7 +7,6 @@ that only need the spec import it too.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -16,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
-from rabbitry.provisioner.early import PLAN_READS
+from rabbitry.provisioner.early import PLAN_READS, definitions_in
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
-from rabbitry.topology.spec.loader import read_spec
 from rabbitry.topology.spec.model import Spec
 
 if TYPE_CHECKING:
@@ -63,40 +61,6 @@ class Target:
         topology = self.topology
         self._spec = None
         return topology
-
-
-DEFINITIONS_KEYS = frozenset(
-    {
-        "rabbit_version",
-        "rabbitmq_version",
-        "product_version",
-        "vhosts",
-        "users",
-        "permissions",
-        "topic_permissions",
-        "parameters",
-        "global_parameters",
-        "policies",
-        "queues",
-        "exchanges",
-        "bindings",
-    }
-)
-"""Top-level keys of a RabbitMQ definitions file; a spec has ``version:`` instead."""
-
-
-def definitions_in(path: Path) -> dict[str, Any] | None:
-    """The document of ``path`` when it is a RabbitMQ definitions file (a ``.json`` file with
-    the keys of one and no spec ``version``), else None: then it is read as a spec."""
-    if path.suffix.lower() != ".json" or not path.is_file():
-        return None
-    try:
-        data = json.loads(read_spec(path))
-    except ValueError:
-        return None  # the spec loader says what is wrong with it
-    if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
-        return data
-    return None
 
 
 def load_spec_or_definitions(

@@ -3,9 +3,12 @@ wrong for a plain spec, and gives up on anything else."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from rabbitry.provisioner.early import guess_stack, guess_vhosts
+from rabbitry.provisioner.early import definitions_in, guess, guess_stack, guess_vhosts
 
 
 @pytest.mark.parametrize(
@@ -59,3 +62,14 @@ def test_anything_else_is_not_guessed(text: str) -> None:
 )
 def test_the_vhosts_of_a_plain_spec_are_read_off_its_text(text: str, vhosts: list[str]) -> None:
     assert guess_vhosts(text) == vhosts
+
+
+def test_a_definitions_file_names_its_stack_after_the_file(tmp_path: Path) -> None:
+    definitions = tmp_path / "prod defs.json"
+    definitions.write_text(json.dumps({"rabbit_version": "3.13.7", "vhosts": [{"name": "shop"}]}))
+    assert guess(definitions) == ("prod-defs", ["shop"])
+    assert definitions_in(definitions) is definitions_in(definitions), "read once"
+    spec = tmp_path / "spec.json"  # a spec written as JSON is a spec
+    spec.write_text(json.dumps({"version": 1, "name": "s", "vhosts": [{"name": "v"}]}))
+    assert definitions_in(spec) is None
+    assert guess(tmp_path / "missing.json") is None
