@@ -34,7 +34,7 @@ from rabbitry.policies.retry import (
     failed_attempts,
     failure_headers,
 )
-from rabbitry.topology.patterns.retries import QueueRetry
+from rabbitry.topology.patterns.retry_setup import QueueRetry
 
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 """Set by quorum queues on delivery: the failed deliveries of the message so far."""
