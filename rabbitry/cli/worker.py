@@ -38,7 +38,11 @@ class JsonLogFormatter(logging.Formatter):
 
 
 def load_app(target: str) -> App:
-    """``package.module:name`` (or ``path/to/file.py:name``) to the ``App`` it names."""
+    """``package.module:name`` (or ``path/to/file.py:name``) to the ``App`` it names.
+
+    Its spec's worker view is read from the cache when the spec did not change since a
+    command last loaded it (``App.views``): the worker then never loads the spec model."""
+    App.views = True
     module_name, _, attr = target.partition(":")
     attr = attr or "app"
     if module_name.endswith(".py"):
