@@ -629,6 +629,7 @@ def main() -> int:
     results: Results = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        os.environ["RABBITRY_CACHE_DIR"] = str(Path(tmp) / "cache")  # worker views of this run
         bench = Bench(args, Path(tmp))
         versions = peer_versions(Path(bench.peers_python))
         print(f"broker {mask_uri(bench.endpoints.amqp_url)}; {versions}", flush=True)
