@@ -143,6 +143,8 @@ def run(
     """Consume the queues of MODULE:APP (a rabbitry.consumer.App) until SIGTERM or SIGINT.
 
     MODULE is a module name (package.module) or a file (path/to/app.py); APP defaults to app.
+    A spec that did not change since it was last validated is read from its cached worker view
+    (docs/worker.md, Memory).
     """
     setup_logging(log_level, log_format)
     app = load_app(target)
