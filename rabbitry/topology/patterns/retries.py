@@ -24,7 +24,7 @@ from rabbitry.errors import SpecError
 from rabbitry.policies.retry import distinct_tiers
 from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.draft import VhostDraft
-from rabbitry.topology.patterns.queues import duration_label, holding_queue, ttl_queue_arguments
+from rabbitry.topology.patterns.queues import holding_queue, ttl_queue_arguments
 from rabbitry.topology.patterns.retry_setup import (
     BROKER_RETRY_ARGUMENTS,
     DELAYED_RETRY_TYPE,
@@ -33,6 +33,7 @@ from rabbitry.topology.patterns.retry_setup import (
     BrokerRetry,
     QueueRetry,
     backoff_of,
+    duration_label,
     retry_policy,
 )
 from rabbitry.topology.primitives import JSON, Queue, QueueType

@@ -31,6 +31,15 @@ BROKER_RETRY_ARGUMENTS = (
 """The queue arguments ``via: broker`` sets from ``retry``."""
 
 
+def duration_label(ms: int) -> str:
+    """A name-friendly duration: 250ms, 10s, 5m, 2h, 3d (tier queues, delay levels, and the
+    counter label of a worker's retry)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 def backoff_of(spec: RetrySpec) -> Backoff:
     if isinstance(spec.backoff, list):
         return Backoff(tiers_ms=tuple(spec.backoff))
