@@ -34,8 +34,9 @@ The full list, grouped, is in docs/api.md. Errors form one tree under ``Rabbitry
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+import os
+import sys
+from typing import TYPE_CHECKING, Any
 
 from rabbitry import lazy
 from rabbitry.errors import (
@@ -80,11 +81,6 @@ if TYPE_CHECKING:
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
-
-try:
-    __version__ = version("rabbitry")
-except PackageNotFoundError:  # running from a checkout without installing
-    __version__ = "0.0.0"
 
 _LAZY = {
     # spec and topology
@@ -176,4 +172,38 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy.names(__name__, _LAZY, __all__)
+_lazy_getattr, __dir__ = lazy.names(__name__, _LAZY, __all__)
+
+
+def _installed_version() -> str:
+    """The version of the installed distribution ("0.0.0" from a checkout never installed).
+
+    Read from its METADATA in the first ``sys.path`` entry that has one, as
+    ``importlib.metadata`` would find it, without importing ``importlib.metadata``: that pulls
+    in email, zipfile, csv and tempfile (about 4 MiB), and every worker asks for the version
+    when it connects (the client properties)."""
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("rabbitry-") and name.endswith(".dist-info"):
+                try:
+                    with open(os.path.join(entry or ".", name, "METADATA"), encoding="utf-8") as f:
+                        for line in f:
+                            if line.startswith("Version:"):
+                                return line.split(":", 1)[1].strip()
+                            if not line.strip():
+                                break
+                except OSError:
+                    continue
+    return "0.0.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = _installed_version()
+        globals()["__version__"] = value
+        return value
+    return _lazy_getattr(name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
-import ssl
 import time
 
 from rabbitry.amqp.reconnect import refusal_error
@@ -21,7 +20,6 @@ from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.uri import mask_text
 
 READ_SIZE = 262144
-_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class Disconnected(Exception):
@@ -35,6 +33,13 @@ class SocketWire:
         self.settings = settings
         self.sock = open_socket(settings)
         self.wbuf = bytearray()
+        self.tls = settings.tls is not None
+        """A TLS socket: it may hold decrypted bytes select() cannot see (``pending``)."""
+        self.would_block: tuple[type[OSError], ...] = (BlockingIOError,)
+        if self.tls:  # ssl is loaded only for amqps: a plain worker never maps OpenSSL
+            import ssl
+
+            self.would_block += (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -70,9 +75,9 @@ class SocketWire:
                     sent = sock.send(self.wbuf)
                     del self.wbuf[:sent]
                     session.last_sent = time.monotonic()
-                except _WOULD_BLOCK:
+                except self.would_block:
                     pass
-            if not (isinstance(sock, ssl.SSLSocket) and sock.pending() > 0):
+            if not (self.tls and sock.pending() > 0):  # type: ignore[attr-defined]
                 readable, _, _ = select.select(
                     [sock] if want_read else [],
                     [sock] if self.wbuf else [],
@@ -85,14 +90,14 @@ class SocketWire:
             while True:
                 try:
                     data = sock.recv(READ_SIZE)
-                except _WOULD_BLOCK:
+                except self.would_block:
                     break
                 if not data:
                     raise Disconnected("the broker closed the connection")
                 got = True
                 session.receive(data, time.monotonic())
                 if len(data) < READ_SIZE and not (
-                    isinstance(sock, ssl.SSLSocket) and sock.pending()
+                    self.tls and sock.pending()  # type: ignore[attr-defined]
                 ):
                     break
             return got

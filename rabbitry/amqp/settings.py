@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import random
-import ssl
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from rabbitry.errors import BrokerError, TLSHandshakeError
 from rabbitry.uri import mask_text, mask_uri, split_uris
+
+if TYPE_CHECKING:  # imported when a URL asks for TLS: a plain connection never needs it
+    import ssl
 
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
 
@@ -111,6 +114,8 @@ def _tls_context(
     url: str, ca_file: str | None, cert_file: str | None, key_file: str | None
 ) -> ssl.SSLContext:
     """The TLS context of an amqps URL; files that cannot be read are errors naming them."""
+    import ssl
+
     try:
         context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
@@ -218,6 +223,8 @@ class ConnectionSettings:
                 key_file or query.get("keyfile"),
             )
             if not options.get("verify", True) or query.get("verify") == "verify_none":
+                import ssl
+
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
         hb = heartbeat
@@ -256,7 +263,10 @@ class ConnectionSettings:
         """The error to raise at once for a TLS failure that retrying cannot heal: a broker
         certificate that does not verify, a client certificate the broker refuses. None for any
         other failure (a reset or an EOF may be a broker restarting: those are retried)."""
-        if isinstance(exc, ssl.SSLCertVerificationError):
+        tls = sys.modules.get("ssl")  # not imported: no TLS connection was ever made
+        if tls is None:
+            return None
+        if isinstance(exc, tls.SSLCertVerificationError):
             name = self.server_hostname or self.host
             if getattr(exc, "verify_code", None) == _HOSTNAME_MISMATCH:
                 hint = (
@@ -268,7 +278,7 @@ class ConnectionSettings:
                     "check that ca_file (cacertfile= in the URL) holds the CA that signed the"
                     f" broker's certificate and that the certificate names {name!r}"
                 )
-        elif isinstance(exc, ssl.SSLError):
+        elif isinstance(exc, tls.SSLError):
             text = str(exc)
             reason = getattr(exc, "reason", None)
             found = next((k for k in _CLIENT_CERT_ALERTS if reason == k or k in text), None)

@@ -86,21 +86,35 @@ def validate(
 
     Warnings are printed and do not fail; any error exits 1. With --json, one object on stdout
     lists every problem with its file, line, column and spec path (for editors and CI), valid
-    or not.
+    or not. A valid spec's worker view is cached, so `rabbitry worker run` on the same spec
+    starts without loading the spec model (docs/worker.md).
     """
+    from rabbitry.consumer.view import remember
+
+    rendered: list[str] = []
     if not as_json:
         with collector_paused():
             loaded = load_spec_or_definitions(
-                spec, parse_vars(variables), var_files, on_warning=_print_warning
+                spec,
+                parse_vars(variables),
+                var_files,
+                on_rendered=rendered.append,
+                on_warning=_print_warning,
             )
             check_spec(loaded, on_warning=_print_warning)
             click.echo(f"{spec}: valid ({summary(expand(loaded))})")
+        if rendered:  # a definitions file has no rendered text: no worker runs on it
+            remember(rendered[0], loaded)
         return EXIT_OK
     warnings: list[SpecProblem] = []
     try:
         with collector_paused():
             loaded = load_spec_or_definitions(
-                spec, parse_vars(variables), var_files, on_warning=warnings.append
+                spec,
+                parse_vars(variables),
+                var_files,
+                on_rendered=rendered.append,
+                on_warning=warnings.append,
             )
             check_spec(loaded, on_warning=warnings.append)
             topology = expand(loaded)
@@ -108,6 +122,8 @@ def validate(
         problems, counts = [*warnings, *exc.problems], None
     else:
         problems, counts = warnings, counted(topology)
+        if rendered:
+            remember(rendered[0], loaded)
     valid = all(p.severity != "error" for p in problems)
     payload = {
         "format_version": 1,

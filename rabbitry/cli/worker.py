@@ -38,7 +38,11 @@ class JsonLogFormatter(logging.Formatter):
 
 
 def load_app(target: str) -> App:
-    """``package.module:name`` (or ``path/to/file.py:name``) to the ``App`` it names."""
+    """``package.module:name`` (or ``path/to/file.py:name``) to the ``App`` it names.
+
+    Its spec's worker view is read from the cache when the spec did not change since a
+    command last loaded it (``App.views``): the worker then never loads the spec model."""
+    App.views = True
     module_name, _, attr = target.partition(":")
     attr = attr or "app"
     if module_name.endswith(".py"):
@@ -139,6 +143,8 @@ def run(
     """Consume the queues of MODULE:APP (a rabbitry.consumer.App) until SIGTERM or SIGINT.
 
     MODULE is a module name (package.module) or a file (path/to/app.py); APP defaults to app.
+    A spec that did not change since it was last validated is read from its cached worker view
+    (docs/worker.md, Memory).
     """
     setup_logging(log_level, log_format)
     app = load_app(target)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.amqp.codecs import JSON, Codec
@@ -46,10 +46,12 @@ from rabbitry.consumer.stores import (
 )
 from rabbitry.consumer.targets import Target, TargetError, group_of, retry_of, target_of
 from rabbitry.errors import RabbitryError, SpecError
-from rabbitry.topology.patterns.delays import delay_scheme
-from rabbitry.topology.patterns.retries import QueueRetry
-from rabbitry.topology.spec.model import Spec, VhostSpec
+from rabbitry.topology.patterns.retry_setup import QueueRetry
 from rabbitry.uri import split_uris
+
+if TYPE_CHECKING:  # a worker whose spec's view is cached never loads the model (``view``)
+    from rabbitry.consumer.view import WorkerView
+    from rabbitry.topology.spec.model import Spec, VhostSpec
 
 H = TypeVar("H", bound=Callable[..., Any])
 StreamOffset = str | int | datetime
@@ -96,6 +98,19 @@ class Route:
     """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a handler's queue is declared, as ``_bind`` needs it (from the spec or its view)."""
+
+    vhost: str | None
+    target: Target
+    ordered: bool = False
+    """The queue is declared with single-active-consumer."""
+    retry: QueueRetry | None = None
+    retry_error: str | None = None
+    """Why the spec's retry set-up of the queue cannot be resolved."""
+
+
 class HandlerOptions(TypedDict, total=False):
     """How one handler is run (``@app.handler``, ``add``, ``add_shards``)."""
 
@@ -134,6 +149,11 @@ class App:
     wraps every handler, the first one outermost.
     """
 
+    views: ClassVar[bool] = False
+    """Read a spec file's worker view from the cache, and store it there (``view``):
+    ``rabbitry worker run`` turns it on, so an unchanged spec starts a worker without the
+    spec model."""
+
     def __init__(
         self,
         spec: str | Path | Spec | None = None,
@@ -146,19 +166,27 @@ class App:
         codec: Codec = JSON,
         middleware: Iterable[Middleware] = (),
     ) -> None:
+        self._view: WorkerView | None = None
+        self._source: tuple[Path, str] | None = None
+        """The spec file and the text read from it, while ``_view`` stands in for the spec."""
+        self._variables, self._chosen = variables, vhost
+        self._spec: Spec | None = None
+        self._vhosts: list[VhostSpec] = []
+        self._vhost: VhostSpec | None = None
+        self._vhost_names: list[str] = []
         if isinstance(spec, str | Path):
-            from rabbitry.topology import load_spec
-
-            spec = load_spec(Path(spec), variables)
-        self.spec = spec
-        self.vhosts: list[VhostSpec] = _pick_vhosts(spec, vhost) if spec is not None else []
-        """The spec's vhosts whose queues this app's handlers may name."""
-        self.vhost: VhostSpec | None = self.vhosts[0] if len(self.vhosts) == 1 else None
-        """The app's one vhost (None without a spec, or with several vhosts)."""
-        broker = spec.broker if spec is not None else None
-        self.url = url or (broker.urls if broker is not None else None)
-        self.node_order = broker.node_order if broker is not None else None
+            spec = self._open(Path(spec), variables, vhost)
+        self.url: str | None
+        self.node_order: str | None
         """The spec's ``broker.node_order``: how workers of this app walk several URLs."""
+        if self._view is not None:
+            self.url = url or self._view.url
+            self.node_order = self._view.node_order
+        else:
+            self._use(spec, vhost)
+            broker = spec.broker if spec is not None else None
+            self.url = url or (broker.urls if broker is not None else None)
+            self.node_order = broker.node_order if broker is not None else None
         self.idempotency: IdempotencyStore = idempotency or MemoryIdempotencyStore()
         if cancellation is True:
             self.cancellation: CancelStore | None = MemoryCancelStore()
@@ -172,6 +200,74 @@ class App:
         for item in middleware:
             self.use(item)
         self.periodic_jobs: dict[str, PeriodicJob] = {}
+
+    # -- the spec ---------------------------------------------------------------------------------
+
+    def _open(
+        self, path: Path, variables: Mapping[str, str] | None, vhost: str | Sequence[str] | None
+    ) -> Spec | None:
+        """The spec at ``path``, or None when its cached worker view stands in for it."""
+        if not App.views:
+            from rabbitry.topology import load_spec
+
+            return load_spec(path, variables)
+        from rabbitry.consumer import view as views
+
+        text = views.spec_text(path)
+        rendered = views.rendered(path, text, variables) if text is not None else None
+        if text is not None and rendered is not None:
+            found = views.cached(rendered)
+            names = _pick_names(found.vhosts, vhost) if found is not None else None
+            if found is not None and names is not None:
+                self._view, self._source, self._vhost_names = found, (path, text), names
+                return None
+        from rabbitry.topology import load_spec
+
+        seen: list[str] = []
+        spec = load_spec(path, variables, on_rendered=seen.append)
+        if seen:
+            views.remember(seen[0], spec)
+        return spec
+
+    def _use(self, spec: Spec | None, vhost: str | Sequence[str] | None) -> None:
+        self._spec = spec
+        self._vhosts = _pick_vhosts(spec, vhost) if spec is not None else []
+        self._vhost = self._vhosts[0] if len(self._vhosts) == 1 else None
+        self._vhost_names = [v.name for v in self._vhosts]
+
+    def _load(self) -> None:
+        """Replace the worker view by the full spec, loaded from the text the view stands for."""
+        if self._view is None or self._source is None:
+            return
+        from rabbitry.topology.spec.loader import load_spec_text
+
+        path, text = self._source
+        spec = load_spec_text(text, str(path), self._variables, search_path=path.parent)
+        self._view, self._source = None, None
+        self._use(spec, self._chosen)
+
+    @property
+    def spec(self) -> Spec | None:
+        """The loaded spec (None for an app without one)."""
+        self._load()
+        return self._spec
+
+    @property
+    def vhosts(self) -> list[VhostSpec]:
+        """The spec's vhosts whose queues this app's handlers may name."""
+        self._load()
+        return self._vhosts
+
+    @property
+    def vhost(self) -> VhostSpec | None:
+        """The app's one vhost (None without a spec, or with several vhosts)."""
+        self._load()
+        return self._vhost
+
+    @property
+    def vhost_names(self) -> tuple[str, ...]:
+        """The names of ``vhosts``, known without loading the spec a worker view stands for."""
+        return tuple(self._vhost_names)
 
     def use(self, middleware: Middleware) -> Middleware:
         """Add a middleware inside those added before (so the first one added is outermost)."""
@@ -226,8 +322,7 @@ class App:
     ) -> Route:
         """Bind ``func`` to ``queue`` (in ``vhost``, for an app of several that declare it);
         ``options`` are ``HandlerOptions``."""
-        where, target = self._resolve(queue, vhost)
-        return self._bind(where, target, func, options)
+        return self._bind(self._resolve(queue, vhost), func, options)
 
     def add_shards(
         self,
@@ -268,12 +363,12 @@ class App:
         taken = [t.queue for t in targets if self._key(where.name, t.queue) in self.routes]
         if taken:
             raise AppError(f"shards={name!r}: {', '.join(taken)} already has a handler")
-        return [self._bind(where, target, func, options) for target in targets]
+        return [self._bind(self._place(where, target), func, options) for target in targets]
 
     # -- resolution -------------------------------------------------------------------------------
 
     def _key(self, vhost: str | None, queue: str) -> str:
-        return f"{vhost}/{queue}" if len(self.vhosts) > 1 else queue
+        return f"{vhost}/{queue}" if len(self._vhost_names) > 1 else queue
 
     def _candidates(self, vhost: str | None) -> list[VhostSpec]:
         if vhost is None:
@@ -295,7 +390,32 @@ class App:
         names = ", ".join(v.name for v, _ in found)
         raise AppError(f"{what} is declared in several vhosts ({names}): pass vhost=")
 
-    def _resolve(self, queue: str, vhost: str | None) -> tuple[VhostSpec | None, Target]:
+    def _resolve(self, queue: str, vhost: str | None) -> Place:
+        if self._view is not None:
+            names = (
+                self._vhost_names if vhost is None else [n for n in self._vhost_names if n == vhost]
+            )
+            seen = [(n, q) for n in names if (q := self._view.queues.get(n, {}).get(queue))]
+            if len(seen) == 1 and len(names) == 1:
+                name, view = seen[0]
+                target = Target(queue, view.declared_by, stream=view.stream)
+                return Place(name, target, view.ordered, view.retry, view.retry_error)
+        return self._place(*self._find(queue, vhost))
+
+    @staticmethod
+    def _place(where: VhostSpec | None, target: Target) -> Place:
+        """Where a handler of ``target`` runs, with the spec's retry set-up and order."""
+        if where is None:
+            return Place(None, target)
+        retry, error = None, None
+        try:
+            retry = retry_of(where, target)
+        except SpecError as exc:
+            error = str(exc)
+        ordered = target.spec is not None and bool(target.spec.arguments.single_active_consumer)
+        return Place(where.name, target, ordered, retry, error)
+
+    def _find(self, queue: str, vhost: str | None) -> tuple[VhostSpec | None, Target]:
         if not self.vhosts:
             if vhost is not None:
                 raise AppError(f"vhost={vhost!r} needs a spec that declares it: give the App one")
@@ -309,19 +429,14 @@ class App:
                 errors.append(str(exc))
         return self._one(found, errors, f"queue {queue!r}")
 
-    def _bind(
-        self,
-        where: VhostSpec | None,
-        target: Target,
-        func: Callable[..., Any],
-        options: HandlerOptions,
-    ) -> Route:
+    def _bind(self, place: Place, func: Callable[..., Any], options: HandlerOptions) -> Route:
         offset = options.get("offset")
         timeout = options.get("timeout")
         retry = options.get("retry")
         concurrency, rate = options.get("concurrency"), options.get("rate")
+        target, where = place.target, place.vhost
         queue = target.queue
-        key = self._key(where.name if where is not None else None, queue)
+        key = self._key(where, queue)
         if key in self.routes:
             raise AppError(f"queue {queue!r} already has a handler ({self.routes[key].handler})")
         if timeout is not None and timeout <= 0:
@@ -332,19 +447,14 @@ class App:
             if not stream:
                 raise AppError(
                     f"offset= reads a stream, and queue {queue!r} ({target.declared_by} of vhost"
-                    f" {where.name if where else '?'!r}) is not one: drop offset="
+                    f" {where or '?'!r}) is not one: drop offset="
                 )
             arguments[STREAM_OFFSET_ARGUMENT] = stream_offset(offset, queue)
         given = retry is not None
-        spec_ordered = False
-        if where is not None:
-            try:
-                if retry is None:
-                    retry = retry_of(where, target)
-            except SpecError as exc:
-                raise AppError(str(exc)) from None
-            if target.spec is not None:
-                spec_ordered = bool(target.spec.arguments.single_active_consumer)
+        if retry is None:
+            if place.retry_error is not None:
+                raise AppError(place.retry_error)
+            retry = place.retry
         if stream and retry is not None:
             raise AppError(
                 f"queue {queue!r} is a stream: a stream cannot dead-letter, so its messages"
@@ -370,12 +480,12 @@ class App:
             retry=retry,
             timeout=timeout,
             idempotent=options.get("idempotent", False),
-            ordered=spec_ordered if (ordered := options.get("ordered")) is None else ordered,
+            ordered=place.ordered if (ordered := options.get("ordered")) is None else ordered,
             consume_arguments=arguments,
             body_type=shape.body_type,
             codec=codec,
             limits=limits if limits.limited else None,
-            vhost=where.name if where is not None else None,
+            vhost=where,
             stream=stream,
             consumers=target.consumers,
         )
@@ -385,7 +495,7 @@ class App:
     def parts(self) -> list[App]:
         """One app per vhost that has handlers (what a worker opens a connection for): the
         app itself when it has one vhost or none."""
-        if len(self.vhosts) <= 1:
+        if len(self._vhost_names) <= 1:
             return [self]
         out: list[App] = []
         for vhost in self.vhosts:
@@ -393,7 +503,8 @@ class App:
             if not routes:
                 continue
             part = copy.copy(self)
-            part.vhosts, part.vhost, part.routes = [vhost], vhost, routes
+            part._vhosts, part._vhost, part._vhost_names = [vhost], vhost, [vhost.name]
+            part.routes = routes
             out.append(part)
         return out
 
@@ -478,6 +589,8 @@ class App:
                 f"periodic queue {spec.name!r} names delay {spec.periodic!r}, which vhost"
                 f" {vhost.name!r} does not declare"
             )
+        from rabbitry.topology.patterns.delays import delay_scheme
+
         carrier = PeriodicQueue(spec.name, delay_scheme(delay))
         jobs = carrier.jobs
 
@@ -494,11 +607,25 @@ class App:
         return list(self.routes)
 
     def __repr__(self) -> str:
-        names = ", ".join(repr(v.name) for v in self.vhosts)
+        names = ", ".join(map(repr, self._vhost_names))
         where = (
-            f" vhost={names}" if len(self.vhosts) == 1 else f" vhosts=[{names}]" if names else ""
+            f" vhost={names}"
+            if len(self._vhost_names) == 1
+            else f" vhosts=[{names}]"
+            if names
+            else ""
         )
         return f"<App{where} queues={self.queues}>"
+
+
+def _pick_names(names: Sequence[str], name: str | Sequence[str] | None) -> list[str] | None:
+    """As ``_pick_vhosts``, over the names of a worker view (None where it would raise)."""
+    if name is None:
+        return list(names)
+    wanted = [name] if isinstance(name, str) else list(name)
+    if not wanted or any(w not in names for w in wanted):
+        return None
+    return list(dict.fromkeys(wanted))
 
 
 def _pick_vhosts(spec: Spec, name: str | Sequence[str] | None) -> list[VhostSpec]:
@@ -541,9 +668,9 @@ def url_for_app(url: str, app: App) -> str:
     a URL naming the default vhost (``/%2F``, as ``rabbitry dev-broker env`` writes it) must not
     send the workers of a spec's vhost to ``/``. Every URL of a cluster's list is pointed so.
     """
-    if app.vhost is None:
+    if len(app.vhost_names) != 1:
         return url
-    path = "/" + quote(app.vhost.name, safe="")
+    path = "/" + quote(app.vhost_names[0], safe="")
     return ",".join(
         urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
         for parts in map(urlsplit, split_uris(url))

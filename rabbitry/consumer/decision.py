@@ -34,7 +34,7 @@ from rabbitry.policies.retry import (
     failed_attempts,
     failure_headers,
 )
-from rabbitry.topology.patterns.retries import QueueRetry
+from rabbitry.topology.patterns.retry_setup import QueueRetry, duration_label
 
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 """Set by quorum queues on delivery: the failed deliveries of the message so far."""
@@ -100,8 +100,6 @@ class Verdict:
     @property
     def tier_label(self) -> str:
         """``1s``/``250ms``: the counter label of a retry."""
-        from rabbitry.topology.patterns.queues import duration_label
-
         return duration_label(self.delay_ms)
 
 

@@ -116,7 +116,7 @@ def vhost_parts(
     connection settings (the worker's, pointed at that vhost); empty for an app of one.
 
     AMQP binds a connection to one vhost, so a worker of several opens one per vhost."""
-    if len(app.vhosts) <= 1:
+    if len(app.vhost_names) <= 1:
         return []
     settings = worker_settings(app, url, keywords)
     parts = app.parts()

@@ -19,12 +19,10 @@ daylight-saving changes), no I/O.
 from __future__ import annotations
 
 import calendar
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from rabbitry.errors import RabbitryError
-from rabbitry.topology.spec.quantities import format_duration, parse_duration
 
 MINUTE_MS = 60_000
 
@@ -50,6 +48,8 @@ class Every:
             return cls(round(text.total_seconds() * 1000))
         if isinstance(text, int | float) and not isinstance(text, bool):
             return cls(round(text * 1000))
+        from rabbitry.topology.spec.quantities import parse_duration  # loads pydantic
+
         try:
             return cls(parse_duration(text))
         except ValueError as exc:
@@ -62,6 +62,8 @@ class Every:
     @property
     def text(self) -> str:
         """``every 5m``: how the schedule is written into its occurrences."""
+        from rabbitry.topology.spec.quantities import format_duration
+
         return f"every {format_duration(self.interval_ms)}"
 
 
@@ -235,4 +237,6 @@ def schedule_of(
 def fingerprint(text: str) -> str:
     """Eight hex digits of a schedule's ``text`` that change when the schedule does (part of
     each occurrence's id)."""
+    import hashlib  # OpenSSL's, 2 MiB resident: only workers with periodic jobs need it
+
     return hashlib.sha256(text.encode()).hexdigest()[:8]

@@ -37,11 +37,12 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
 from rabbitry.errors import BrokerError
-from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_text
 
 if TYPE_CHECKING:
     import asyncio
+
+    from rabbitry.publisher import Publisher
 
 _TICK = 0.1
 

@@ -13,15 +13,13 @@ the way the provisioner expands it; ``known`` lists what a vhost offers, for err
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rabbitry.errors import SpecError
-from rabbitry.topology.patterns.retries import QueueRetry, queue_retry
-from rabbitry.topology.patterns.sharding import (
-    PLUGIN_SHARD_QUEUE_PREFIX,
-    shard_queue_specs,
-)
-from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec.model import QueueSpec, VhostSpec
+
+if TYPE_CHECKING:  # imported by the functions that use them: see WorkerView
+    from rabbitry.topology.patterns.retry_setup import QueueRetry
+    from rabbitry.topology.spec.model import QueueSpec, VhostSpec
 
 __all__ = ["Target", "TargetError", "group_of", "known", "retry_of", "target_of"]
 
@@ -47,6 +45,8 @@ class Target:
 
 
 def _is_stream(vhost: VhostSpec, spec: QueueSpec) -> bool:
+    from rabbitry.topology.primitives import QueueType
+
     kind = spec.type or vhost.default_queue_type
     return kind is QueueType.STREAM
 
@@ -54,6 +54,8 @@ def _is_stream(vhost: VhostSpec, spec: QueueSpec) -> bool:
 def declared_queues(vhost: VhostSpec) -> dict[str, Target]:
     """Every queue of the vhost a handler may name, by name (work queues, shard queues,
     super stream partitions)."""
+    from rabbitry.topology.patterns.sharding import shard_queue_specs
+
     found: dict[str, Target] = {}
     for spec in vhost.queues:
         found[spec.name] = Target(spec.name, "queues", spec, _is_stream(vhost, spec))
@@ -72,6 +74,8 @@ def declared_queues(vhost: VhostSpec) -> dict[str, Target]:
 def _plugin_shard(vhost: VhostSpec, queue: str) -> Target | None:
     """A queue named as the sharding plugin names the shards of a declared exchange
     (``sharding: <exchange> - <node> - <n>``, n below ``shards_per_node``)."""
+    from rabbitry.topology.patterns.sharding import PLUGIN_SHARD_QUEUE_PREFIX
+
     if not queue.startswith(PLUGIN_SHARD_QUEUE_PREFIX):
         return None
     rest = queue[len(PLUGIN_SHARD_QUEUE_PREFIX) :]
@@ -117,6 +121,8 @@ def group_of(vhost: VhostSpec, name: str, *, nodes: int = 1) -> list[Target]:
     A modulus-sharded exchange gives one target, the exchange's name, with one consumer per
     shard the plugin declares (``shards_per_node`` on each of ``nodes`` nodes): the plugin
     hands each new consumer the shard that has the fewest."""
+    from rabbitry.topology.patterns.sharding import shard_queue_specs
+
     for sharded in vhost.sharded_exchanges:
         if sharded.name == name:
             origin = f"sharded_exchanges {name!r}"
@@ -146,6 +152,8 @@ def group_of(vhost: VhostSpec, name: str, *, nodes: int = 1) -> list[Target]:
 
 def retry_of(vhost: VhostSpec, target: Target) -> QueueRetry | None:
     """The retry set-up the spec declares for the target's queue (None: it does not retry)."""
+    from rabbitry.topology.patterns.retries import queue_retry
+
     if target.spec is None:
         return None
     return queue_retry(vhost, target.spec)

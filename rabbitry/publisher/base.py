@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 from rabbitry.amqp import tracing
 from rabbitry.amqp.codecs import Codec
@@ -20,9 +20,11 @@ from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import DEFAULT_URL, ConnectionOptions, ConnectionSettings
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
-from rabbitry.publisher.routing import DelayLevels, NoRoute, Router, SpecDelays
-from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec.model import Spec
+
+if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
+    from rabbitry.publisher.routing import DelayLevels
+    from rabbitry.topology.primitives import Topology
+    from rabbitry.topology.spec.model import Spec
 
 logger = logging.getLogger("rabbitry.publisher")
 
@@ -140,6 +142,8 @@ class PublisherBase:
         self.confirm_timeout = confirm_timeout
         self.default_exchange = exchange
         self.default_mandatory = mandatory
+        from rabbitry.publisher.routing import Router
+
         self.router = Router(
             topology, vhost or (settings.vhost if topology else None), delays=delays
         )
@@ -174,7 +178,8 @@ class PublisherBase:
         from the spec's ``delays``: a delayed message goes through the delay whose targets
         include its address. ``delays=`` names the delay to use instead (or gives its levels;
         a ``Topology`` keeps no delays, so with one ``delays=`` levels are the only way)."""
-        from rabbitry.topology import check_spec, expand, load_spec
+        from rabbitry.publisher.routing import SpecDelays
+        from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec
 
         model: Spec | None = None
         if isinstance(spec, Topology):
@@ -266,6 +271,8 @@ class PublisherBase:
             if mandatory is None and target.delayed:
                 mandatory = True
         if check_route and not self.router.reaches_queue(ex, routing_key, headers):
+            from rabbitry.publisher.routing import NoRoute
+
             raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
         span = None
         if traced and self.traced:

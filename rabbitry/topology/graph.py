@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from rabbitry.policies.delay import BinaryDelays
 from rabbitry.topology.patterns.delays import delay_scheme
-from rabbitry.topology.patterns.queues import duration_label
 from rabbitry.topology.patterns.retries import queue_retry
+from rabbitry.topology.patterns.retry_setup import duration_label
 from rabbitry.topology.primitives import DestinationType, Topology, Vhost
 from rabbitry.topology.spec.model import Spec, VhostSpec
 

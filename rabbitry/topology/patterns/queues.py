@@ -9,15 +9,6 @@ from __future__ import annotations
 
 from rabbitry.topology.primitives import JSON, Queue, QueueType
 
-
-def duration_label(ms: int) -> str:
-    """A name-friendly duration: 250ms, 10s, 5m, 2h, 3d."""
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
 PARKING_DELIVERY_LIMIT = 1_000_000
 """Quorum parking lots and dead-letter queues: deliveries before the broker drops a message.
 

@@ -3,7 +3,8 @@ every worker for its whole life (peak RSS is one of the figures bench/peers.py c
 
 These run what ``rabbitry worker run MODULE:APP`` does before it connects, in a fresh
 interpreter: the command's module, the handler module and its ``App`` (which loads and
-validates the spec), then the worker class; and list what got imported.
+validates the spec, or reads its cached worker view), then the worker class; and list what got
+imported.
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ Spark, the planner, the spec's cross-object checks, the exporter, the version ta
 JSON Schema: what `validate`, `plan` and `export` use. The handler module imports the blocking
 ``Publisher``, so the asyncio one has no reason to load."""
 
+MODEL = ["pydantic", "pydantic_core", "yaml", "rabbitry.topology.spec.model"]
+"""What validating a spec loads: a worker whose spec's view is cached loads none of it."""
+NOT_FOR_A_WARM_WORKER = [
+    *MODEL,
+    "rabbitry.topology.primitives",
+    "rabbitry.topology.patterns.retries",
+    "importlib.metadata",
+    "email",
+    "zipfile",
+]
+"""A worker started on a spec it (or ``rabbitry validate``) loaded before: no spec model, no
+topology primitives, and no ``importlib.metadata`` (the client properties' version is read
+from the distribution's METADATA)."""
+NOT_FOR_A_BLOCKING_WORKER = ["asyncio", "ssl", "hashlib", "_hashlib", "hmac", "secrets"]
+"""OpenSSL (ssl, hashlib) is mapped for amqps URLs and periodic jobs only."""
+
 
 def loaded_by_worker(
     tmp_path: Path, spec: Path, vhost: str, queue: str, worker: str
@@ -73,12 +90,15 @@ def loaded_by_worker(
         "import rabbitry.cli.worker as command\n"
         "app = command.load_app('handlers:app')\n"
         f"import {worker}\n"
+        "from rabbitry.consumer.decision import after_failure\n"
+        "r = app.routes[app.queues[0]].retry\n"
+        "after_failure(r, 'q', None, ValueError('x'), now_ms=0).tier_label  # a failed job\n"
+        "retry = r and {'attempts': r.policy.attempts, 'tiers': r.tier_queues}\n"
         "print(json.dumps({'modules': sorted(sys.modules), 'queues': list(app.queues),"
-        " 'vhost': app.vhost.name}))\n"
+        " 'vhost': app.vhost_names[0], 'retry': retry}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
     loaded: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return loaded
 
@@ -88,11 +108,11 @@ def heavy(modules: object, names: list[str]) -> list[str]:
     return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
 
 
-def test_a_worker_on_a_plain_spec_loads_the_model_but_no_template_engine_or_checks(
+def test_a_first_worker_on_a_plain_spec_loads_the_model_but_no_template_engine_or_checks(
     tmp_path: Path,
 ) -> None:
     spec = tmp_path / "jobs.yaml"
-    spec.write_text(PLAIN_SPEC)
+    spec.write_text(PLAIN_SPEC.replace("name: jobs\n", "name: cold\n", 1))
     loaded = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.aio")
     assert loaded["vhost"] == "jobs" and loaded["queues"] == ["jobs"]
     assert heavy(loaded["modules"], ["pydantic", "yaml"]) == ["pydantic", "yaml"], "validated"
@@ -141,3 +161,78 @@ def test_the_blocking_worker_still_runs_coroutine_handlers_and_their_time_to_run
         assert isinstance(late, HandlerTimeout), late
     finally:
         loop.close()
+
+
+def test_a_worker_on_an_unchanged_spec_reads_its_view_and_loads_no_model(tmp_path: Path) -> None:
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(PLAIN_SPEC.replace("name: jobs\n", "name: warm\n", 1))
+    first = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    assert heavy(first["modules"], MODEL) == MODEL, "the first start validates"
+    for worker in ("rabbitry.consumer.sync", "rabbitry.consumer.aio"):
+        again = loaded_by_worker(tmp_path, spec, "jobs", "jobs", worker)
+        assert again["vhost"] == "jobs" and again["queues"] == ["jobs"]
+        assert again["retry"] == first["retry"]
+        assert heavy(again["modules"], [*NOT_FOR_A_WORKER, *NOT_FOR_A_WARM_WORKER]) == []
+    blocking = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    assert heavy(blocking["modules"], NOT_FOR_A_BLOCKING_WORKER) == []
+
+
+def test_validate_caches_the_view_the_first_worker_reads(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rabbitry.cli import cli
+
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(PLAIN_SPEC.replace("name: jobs\n", "name: validated\n", 1))
+    result = CliRunner().invoke(cli, ["validate", str(spec)])
+    assert result.exit_code == 0, result.output
+    loaded = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    assert heavy(loaded["modules"], MODEL) == []
+
+
+def test_a_changed_spec_is_loaded_again_and_its_errors_reported_as_ever(tmp_path: Path) -> None:
+    spec = tmp_path / "jobs.yaml"
+    text = PLAIN_SPEC.replace("name: jobs\n", "name: changing\n", 1)
+    spec.write_text(text)
+    loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    spec.write_text(text.replace("attempts: 2, backoff: [1s]", "attempts: 3, backoff: [2s]"))
+    changed = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    assert heavy(changed["modules"], MODEL) == MODEL, "a new text is validated"
+    assert changed["retry"] == {"attempts": 3, "tiers": {"2000": "jobs.retry.2s"}}
+    spec.write_text(text.replace("type: quorum", "type: quorom"))
+    (tmp_path / "handlers.py").write_text(
+        HANDLERS.format(spec=str(spec), vhost="jobs", queue="jobs")
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import rabbitry.cli.worker as c; c.load_app('handlers:app')"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert "jobs.yaml:7" in out.stderr and "quorom" in out.stderr, out.stderr[-2000:]
+
+
+def test_the_view_stands_for_the_spec_until_the_spec_is_asked_for(tmp_path: Path) -> None:
+    """Anything the view does not answer loads the spec from the same text: the ``spec``
+    attribute, a queue it does not list (the error is the spec's), ``shards=``."""
+    from rabbitry.consumer.app import App as ViewApp
+    from rabbitry.consumer.app import AppError
+
+    spec = tmp_path / "jobs.yaml"
+    spec.write_text(PLAIN_SPEC.replace("name: jobs\n", "name: standing\n", 1))
+    ViewApp.views = True
+    ViewApp(spec)  # stores the view
+    app = ViewApp(spec)
+    assert app._view is not None and app.vhost_names == ("jobs",)
+    route = app.add("jobs", lambda message: None)
+    assert route.retry is not None and route.retry.tier_queues == {1000: "jobs.retry.1s"}
+    assert route.vhost == "jobs" and not route.ordered
+    try:
+        app.add("nope", lambda message: None)
+    except AppError as exc:
+        assert "queue 'nope' is not declared in vhost 'jobs'" in str(exc)
+    else:
+        raise AssertionError("an undeclared queue was accepted")
+    assert app._view is None and app.spec is not None and app.vhost is not None
+    assert app.spec.name == "standing" and list(app.routes) == ["jobs"]

@@ -1,0 +1,305 @@
+"""What a worker needs of its spec, as plain data, and the cache that lets ``worker run`` start
+without the spec model.
+
+Loading a spec validates it with pydantic, and the models, pydantic and pydantic-core stay
+resident in every worker for its whole life (about 12 MiB, most of a worker's own footprint),
+although a worker reads a handful of facts: the vhosts, the broker URLs, and per queue its
+origin, whether it is a stream, whether it is consumed in order, and its retry set-up.
+``WorkerView.of(spec)`` resolves those once, with the same functions the ``App`` uses
+(``targets``), and ``remember`` stores them as JSON in the cache directory. A later load of the
+same spec (``App`` with ``WorkerView`` caching on, as ``rabbitry worker run`` has it) reads them
+back instead of validating again.
+
+An entry is keyed by what the result depends on, and compared whole, not by a digest: the
+rendered spec text byte for byte, the spec limits in force, the entry format, and the size and
+mtime of the modules that validate and resolve (so an upgrade of rabbitry or pydantic misses).
+A spec that does not load is never stored, so its errors come from the full loader as always.
+Anything the view does not answer (a queue it does not list, ``shards=``, periodic jobs, the
+``spec`` attribute) loads the full spec from the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rabbitry.policies.delay import BinaryDelays, DelayScheme, FixedDelays
+from rabbitry.policies.retry import Backoff, RetryPolicy
+from rabbitry.topology.patterns.retry_setup import BrokerRetry, QueueRetry
+from rabbitry.topology.spec.limits import SpecLimits
+
+if TYPE_CHECKING:
+    from rabbitry.topology.spec.model import Spec
+
+__all__ = [
+    "QueueView",
+    "WorkerView",
+    "cache_dir",
+    "cached",
+    "remember",
+    "rendered",
+    "spec_text",
+]
+
+FORMAT = 1
+"""Bumped when the entry's shape or meaning changes."""
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+"""As ``spec.template``: text without them renders to itself."""
+CODE = {
+    "rabbitry": (
+        "consumer/targets.py",
+        "consumer/view.py",
+        "policies/delay.py",
+        "policies/retry.py",
+        "topology/patterns/delays.py",
+        "topology/patterns/retries.py",
+        "topology/patterns/retry_setup.py",
+        "topology/patterns/sharding.py",
+        "topology/spec/arguments.py",
+        "topology/spec/loader.py",
+        "topology/spec/model.py",
+        "topology/spec/quantities.py",
+    ),
+    "pydantic": ("version.py",),
+    "pydantic_core": ("__init__.py",),
+}
+"""The files whose code decides what a spec validates into, by package: an entry records
+their sizes and mtimes (found without importing them)."""
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """One queue a handler may name, as ``targets.declared_queues`` resolves it."""
+
+    declared_by: str
+    stream: bool
+    ordered: bool
+    """The queue asks for single-active-consumer (ordered consumption)."""
+    retry: QueueRetry | None
+    retry_error: str | None = None
+    """Why the spec's retry set-up cannot be resolved (raised if a handler relies on it)."""
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """The facts of a spec a worker reads, in the spec's vhost order."""
+
+    vhosts: tuple[str, ...]
+    url: str | None
+    node_order: str | None
+    queues: Mapping[str, Mapping[str, QueueView]]
+    """vhost -> queue name -> its view (the spec's work queues, shard queues, partitions)."""
+
+    @classmethod
+    def of(cls, spec: Spec) -> WorkerView:
+        from rabbitry.consumer.targets import declared_queues, retry_of
+        from rabbitry.errors import SpecError
+
+        queues: dict[str, dict[str, QueueView]] = {}
+        for vhost in spec.vhosts:
+            found = queues[vhost.name] = {}
+            for name, target in declared_queues(vhost).items():
+                retry, error = None, None
+                try:
+                    retry = retry_of(vhost, target)
+                except SpecError as exc:
+                    error = str(exc)
+                ordered = target.spec is not None and bool(
+                    target.spec.arguments.single_active_consumer
+                )
+                found[name] = QueueView(target.declared_by, target.stream, ordered, retry, error)
+        broker = spec.broker
+        return cls(
+            tuple(v.name for v in spec.vhosts),
+            broker.urls if broker is not None else None,
+            broker.node_order if broker is not None else None,
+            queues,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vhosts": list(self.vhosts),
+            "url": self.url,
+            "node_order": self.node_order,
+            "queues": {
+                vhost: {
+                    name: {
+                        "declared_by": q.declared_by,
+                        "stream": q.stream,
+                        "ordered": q.ordered,
+                        "retry": _retry_json(q.retry),
+                        "retry_error": q.retry_error,
+                    }
+                    for name, q in queues.items()
+                }
+                for vhost, queues in self.queues.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerView:
+        return cls(
+            tuple(data["vhosts"]),
+            data["url"],
+            data["node_order"],
+            {
+                vhost: {
+                    name: QueueView(
+                        q["declared_by"],
+                        q["stream"],
+                        q["ordered"],
+                        _retry_of_json(q["retry"]),
+                        q["retry_error"],
+                    )
+                    for name, q in queues.items()
+                }
+                for vhost, queues in data["queues"].items()
+            },
+        )
+
+
+def _retry_json(retry: QueueRetry | None) -> dict[str, Any] | None:
+    if retry is None:
+        return None
+    delay = retry.delay
+    return {
+        "queue": retry.queue,
+        "policy": asdict(retry.policy),
+        "parking_queue": retry.parking_queue,
+        "tier_queues": [[ms, queue] for ms, queue in retry.tier_queues.items()],
+        "delay": None
+        if delay is None
+        else {"binary" if isinstance(delay, BinaryDelays) else "fixed": asdict(delay)},
+        "broker": asdict(retry.broker) if retry.broker is not None else None,
+    }
+
+
+def _retry_of_json(data: Mapping[str, Any] | None) -> QueueRetry | None:
+    if data is None:
+        return None
+    policy = data["policy"]
+    backoff = dict(policy["backoff"], tiers_ms=tuple(policy["backoff"]["tiers_ms"]))
+    delay: DelayScheme | None = None
+    if data["delay"] is not None:
+        ((kind, fields),) = data["delay"].items()
+        if kind == "binary":
+            delay = BinaryDelays(**fields)
+        else:
+            delay = FixedDelays(**dict(fields, levels_ms=tuple(fields["levels_ms"])))
+    return QueueRetry(
+        data["queue"],
+        RetryPolicy(
+            attempts=policy["attempts"],
+            backoff=Backoff(**backoff),
+            never_retry=tuple(policy["never_retry"]),
+        ),
+        data["parking_queue"],
+        {int(ms): queue for ms, queue in data["tier_queues"]},
+        delay,
+        BrokerRetry(**data["broker"]) if data["broker"] is not None else None,
+    )
+
+
+# -- the cache ------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """``$RABBITRY_CACHE_DIR``, else ``$XDG_CACHE_HOME/rabbitry``, else ``~/.cache/rabbitry``;
+    entries go to its ``worker-views`` directory."""
+    base = os.environ.get("RABBITRY_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "rabbitry")
+    return Path(base) / "worker-views"
+
+
+def spec_text(path: Path) -> str | None:
+    """The spec file's text, None when it cannot be read or is over the size limit (the full
+    loader then says what is wrong)."""
+    try:
+        if path.stat().st_size > SpecLimits.from_environment().max_bytes:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def rendered(path: Path, text: str, variables: Mapping[str, str] | None) -> str | None:
+    """``text`` as the loader renders it (itself without template syntax, so no template
+    engine loads); None when rendering fails (the full loader reports it)."""
+    if not any(marker in text for marker in TEMPLATE_MARKERS):
+        return text
+    from rabbitry.errors import RabbitryError
+    from rabbitry.topology.spec.template import render_with_lines
+
+    try:
+        return render_with_lines(text, str(path), variables, search_path=path.parent).text
+    except RabbitryError:
+        return None
+
+
+def _code_stamp() -> list[list[object]]:
+    import importlib.util
+
+    stamp: list[list[object]] = []
+    for package, files in CODE.items():
+        try:
+            found = importlib.util.find_spec(package)  # a top-level name: nothing is imported
+        except (ImportError, ValueError):
+            found = None
+        where = os.path.dirname(found.origin) if found is not None and found.origin else ""
+        for name in files:
+            try:
+                st = os.stat(os.path.join(where, name))
+                stamp.append([package, name, st.st_size, st.st_mtime_ns])
+            except OSError:
+                stamp.append([package, name, None, None])
+    return stamp
+
+
+def _key(text: str) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "code": _code_stamp(),
+        "limits": asdict(SpecLimits.from_environment()),
+        "text": text,
+    }
+
+
+def _entry_path(key: Mapping[str, Any]) -> Path:
+    digest = zlib.crc32(json.dumps(key, sort_keys=True).encode())
+    return cache_dir() / f"{digest:08x}-{len(key['text'])}.json"
+
+
+def cached(text: str) -> WorkerView | None:
+    """The view stored for the rendered spec ``text``, if one was stored under the same key."""
+    key = _key(text)
+    try:
+        with open(_entry_path(key), encoding="utf-8") as f:
+            entry = json.load(f)
+        if entry.get("key") != key:  # another spec, or an older rabbitry, with the same name
+            return None
+        return WorkerView.from_json(entry["view"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember(text: str, spec: Spec) -> None:
+    """Store the view of ``spec`` (loaded from the rendered ``text``) for the next worker; a
+    cache that cannot be written is skipped (the worker then loads the spec)."""
+    from rabbitry.errors import RabbitryError
+    from rabbitry.files import write_private
+
+    try:
+        view = WorkerView.of(spec)
+        key = _key(text)
+        path = _entry_path(key)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(path, json.dumps({"key": key, "view": view.to_json()}))
+    except (OSError, RabbitryError):
+        pass
