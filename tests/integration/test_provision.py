@@ -374,7 +374,7 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
         apply_plan(
             cut,
             fresh_plan(cut),
-            ApplyOptions(import_chunk=20, import_whole=0),
+            ApplyOptions(import_chunk=20, import_whole=0, declare_apart=0),
             progress=lines.append,
         )
     assert f"created 20 of 61 object(s) in {broker.vhost} (import 1 of 4)" in lines
@@ -393,8 +393,52 @@ def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Br
         # what the cut run made is adopted (recorded), not planned again
         assert {c.action for c in rest.changes} == {Action.CREATE, Action.ADOPT}
         assert not any(c.drift for c in rest.changes), "half-made is not drift"
-        apply_plan(client, rest, ApplyOptions(import_chunk=20, import_whole=0))
+        apply_plan(client, rest, ApplyOptions(import_chunk=20, import_whole=0, declare_apart=0))
         assert not fresh_plan(client).has_changes
+    assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
+
+
+class QueueAnswerLost(ManagementClient):
+    """The real management client; the answer to its first quorum queue PUT is lost (the
+    queue is made all the same)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.lost = 1
+        self.guard = threading.Lock()
+
+    def put(self, path: str, body: Any) -> None:
+        super().put(path, body)
+        if path.startswith("/queues/") and body["arguments"].get("x-queue-type") == "quorum":
+            with self.guard:
+                if self.lost:
+                    self.lost -= 1
+                    raise NoAnswer(f"PUT {path} got no answer (injected)")
+
+
+def test_quorum_queues_are_declared_apart_before_their_bindings(broker: Broker) -> None:
+    """The broker's import declares queues a few at a time; quorum queues go by concurrent
+    PUTs between the imports of the rest and of the bindings. A PUT whose answer is lost is
+    waited for like an import's objects."""
+    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+    lines: list[str] = []
+    with QueueAnswerLost(broker.management_url) as client:
+        apply_plan(
+            client,
+            plan_now(client, topology, broker),
+            ApplyOptions(declare_apart=4),
+            progress=lines.append,
+        )
+        assert client.lost == 0, "the injected loss happened"
+        assert not plan_now(client, topology, broker).has_changes
+    apart = f"created 31 of 61 object(s) in {broker.vhost} (15 queue(s) declared 4 at a time)"
+    assert lines[:3] == [
+        f"created 16 of 61 object(s) in {broker.vhost} (import 1 of 2)",
+        apart,
+        f"created 61 of 61 object(s) in {broker.vhost} (import 2 of 2)",
+    ], lines
+    types = {queue["name"]: queue["type"] for queue in broker.get("/queues/{vhost}")}
+    assert types == {f"q{i}": "quorum" if i % 2 else "classic" for i in range(30)}
     assert len([b for b in broker.get("/bindings/{vhost}") if b["source"] == "hub"]) == 30
 
 
@@ -463,11 +507,11 @@ def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_re
     topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
     with SwallowedImports(broker.management_url, swallow=2) as client:
         with pytest.raises(ApplyError) as failure:
-            apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
+            apply_plan(client, plan_now(client, topology, broker), ApplyOptions(declare_apart=0))
         assert "has made none of its objects for 1 s (0 of 61 made)" in str(failure.value)
         assert "run the same apply again" in str(failure.value)
         assert broker.queue_names() == set()
-        apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
+        apply_plan(client, plan_now(client, topology, broker), ApplyOptions(declare_apart=0))
         assert len(broker.queue_names()) == 30
         assert not plan_now(client, topology, broker).has_changes
 
