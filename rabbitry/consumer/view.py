@@ -10,10 +10,12 @@ origin, whether it is a stream, whether it is consumed in order, and its retry s
 same spec (``App`` with ``WorkerView`` caching on, as ``rabbitry worker run`` has it) reads them
 back instead of validating again.
 
-An entry is keyed by what the result depends on, and compared whole, not by a digest: the
-rendered spec text byte for byte, the spec limits in force, the entry format, and the size and
-mtime of the modules that validate and resolve (so an upgrade of rabbitry or pydantic misses).
-A spec that does not load is never stored, so its errors come from the full loader as always.
+An entry is keyed by what the result depends on: the rendered spec text (its length and two
+checksums, never the text: a rendered spec may hold passwords from the environment), the spec
+limits in force, the entry format, and the size and mtime of the modules that validate and
+resolve (so an upgrade of rabbitry or pydantic misses). A spec that does not load is never
+stored, so its errors come from the full loader as always; neither is one whose broker URL holds
+a password (the view would hold it: such a worker loads its spec each time).
 Anything the view does not answer (a queue it does not list, ``shards=``, periodic jobs, the
 ``spec`` attribute) loads the full spec from the same text.
 """
@@ -263,17 +265,20 @@ def _code_stamp() -> list[list[object]]:
 
 
 def _key(text: str) -> dict[str, Any]:
+    data = text.encode("utf-8")
+    # CRC-32 and Adler-32 together: a changed spec that keeps both and its length is a 1 in
+    # 2**64 chance (hashlib would load OpenSSL into every worker for this)
     return {
         "format": FORMAT,
         "code": _code_stamp(),
         "limits": asdict(SpecLimits.from_environment()),
-        "text": text,
+        "text": [len(data), zlib.crc32(data), zlib.adler32(data)],
     }
 
 
 def _entry_path(key: Mapping[str, Any]) -> Path:
     digest = zlib.crc32(json.dumps(key, sort_keys=True).encode())
-    return cache_dir() / f"{digest:08x}-{len(key['text'])}.json"
+    return cache_dir() / f"{digest:08x}-{key['text'][0]}.json"
 
 
 def cached(text: str) -> WorkerView | None:
@@ -294,9 +299,12 @@ def remember(text: str, spec: Spec) -> None:
     cache that cannot be written is skipped (the worker then loads the spec)."""
     from rabbitry.errors import RabbitryError
     from rabbitry.files import write_private
+    from rabbitry.uri import mask_uri
 
     try:
         view = WorkerView.of(spec)
+        if view.url is not None and mask_uri(view.url) != view.url:
+            return  # a password: never written to a cache
         key = _key(text)
         path = _entry_path(key)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

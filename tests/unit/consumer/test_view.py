@@ -5,6 +5,7 @@ for the same rendered text."""
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 from rabbitry.consumer.app import App
@@ -66,12 +67,29 @@ def test_a_templated_example_is_cached_by_its_rendered_text(tmp_path: Path) -> N
 def test_an_entry_for_another_text_under_the_same_name_is_not_used(tmp_path: Path) -> None:
     spec = load_spec_text(EVERY_KIND, "kinds.yaml", environ={})
     remember(EVERY_KIND, spec)
+    data_of = EVERY_KIND.encode()
+    mine = [len(data_of), zlib.crc32(data_of), zlib.adler32(data_of)]
     (entry,) = [
-        p for p in cache_dir().iterdir() if json.loads(p.read_text())["key"]["text"] == EVERY_KIND
+        p for p in cache_dir().iterdir() if json.loads(p.read_text())["key"]["text"] == mine
     ]
     data = json.loads(entry.read_text())
-    data["key"]["text"] = EVERY_KIND.replace("attempts: 4", "attempts: 5")
+    length, crc, adler = data["key"]["text"]
+    data["key"]["text"] = [length, crc, adler + 1]  # same length and name, other text
     entry.write_text(json.dumps(data))
     assert cached(EVERY_KIND) is None
     entry.write_text("{not json")
     assert cached(EVERY_KIND) is None
+
+
+def test_no_secret_of_the_rendered_spec_reaches_the_cache(tmp_path: Path) -> None:
+    with_password = EVERY_KIND + "users:\n  - {name: app, password: s3cret-pw}\n"
+    remember(with_password, load_spec_text(with_password, "kinds.yaml", environ={}))
+    assert cached(with_password) is not None
+    stored = "".join(p.read_text() for p in cache_dir().iterdir())
+    assert "s3cret-pw" not in stored and "attempts: 4" not in stored
+
+    # a broker URL with a password would be in the view itself: not cached at all
+    in_url = with_password.replace("amqp://a:1", "amqp://u:url-s3cret@a:1")
+    remember(in_url, load_spec_text(in_url, "kinds.yaml", environ={}))
+    assert cached(in_url) is None
+    assert "url-s3cret" not in "".join(p.read_text() for p in cache_dir().iterdir())
