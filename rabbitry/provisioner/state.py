@@ -138,8 +138,10 @@ def _enum_or_none(enum_type: Any, value: Any) -> Any:
 
 def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
     """The answers of one kind, in order, each let go as soon as it is converted: the answers
-    about a vhost of 50,000 objects and their primitives are never all held at once."""
-    items: list[JSONDict] = definitions.pop(kind, None) or []
+    about a vhost of 50,000 objects and their primitives are never all held at once. A kind
+    still being read is a function that waits for it (``ManagementClient.vhost_objects``)."""
+    found = definitions.pop(kind, None)
+    items: list[JSONDict] = (found() if callable(found) else found) or []
     items.reverse()
     while items:
         yield items.pop()
