@@ -141,6 +141,30 @@ def guess(path: Path) -> tuple[str, list[str]] | None:
     return None if stack is None else (stack, guess_vhosts(text))
 
 
+def early_client(
+    path: Path,
+    *,
+    url: str | None = None,
+    management_url: str | None = None,
+    ca_file: str | None = None,
+    insecure: bool | None = None,
+) -> tuple[ManagementClient, str, list[str]] | None:
+    """A management client for the spec at ``path``, with the stack and vhosts ``guess`` reads
+    off it; None when nothing can be guessed, or no broker can be named yet (a bad URL is
+    said once the spec is loaded)."""
+    guessed = guess(Path(path))
+    if guessed is None:
+        return None
+    from rabbitry.errors import BrokerError
+    from rabbitry.provisioner.endpoints import resolve_endpoints
+
+    try:
+        endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
+    except BrokerError:
+        return None
+    return endpoints.management(), *guessed
+
+
 def read_early(
     path: Path,
     *,
@@ -152,24 +176,20 @@ def read_early(
     """A management client already reading what a plan of the plain spec at ``path`` needs
     (``PLAN_READS`` and the guessed vhosts' objects), for ``target_of(reader=)``; None when
     the spec is not plain enough to guess from, or no broker can be named yet."""
-    guessed = guess(Path(path))
-    if guessed is None:
+    found = early_client(
+        path, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
+    )
+    if found is None:
         return None
-    from rabbitry.errors import BrokerError
-    from rabbitry.provisioner.endpoints import resolve_endpoints
-
-    try:
-        endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
-    except BrokerError:
-        return None  # a bad URL: said once the spec is loaded
-    client = endpoints.management()
-    client.read_ahead(guessed[1], paths=PLAN_READS)
+    client, _stack, vhosts = found
+    client.read_ahead(vhosts, paths=PLAN_READS)
     return client
 
 
 __all__ = [
     "PLAN_READS",
     "definitions_in",
+    "early_client",
     "guess",
     "guess_stack",
     "guess_vhosts",

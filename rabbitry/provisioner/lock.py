@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
-from rabbitry.provisioner.early import PLAN_READS, guess
-from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.provisioner.early import PLAN_READS, early_client
 from rabbitry.provisioner.management import ManagementClient, q
 
 logger = logging.getLogger("rabbitry.provisioner")
@@ -85,15 +84,13 @@ def claim_early(
     claimed before the spec is loaded, so that the lock's settle time passes meanwhile (see
     ``target_of(claimed=)``), and, once claimed, what the plan needs read ahead (the vhosts
     it names). None when the name cannot be guessed or the file not read."""
-    guessed = guess(path)
-    if guessed is None:
+    found = early_client(
+        path, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
+    )
+    if found is None:
         return None
-    stack, vhosts = guessed
-    try:
-        endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
-    except BrokerError:
-        return None  # a bad URL: said once the spec is loaded, as without a claim
-    lock = StackLock(endpoints.management(), stack)
+    client, stack, vhosts = found
+    lock = StackLock(client, stack)
     if lock.claim():  # read under the claim: it counts once the read-back finds it ours
         lock.client.read_ahead(vhosts, paths=PLAN_READS)
     return lock

@@ -7,7 +7,6 @@ that only need the spec import it too.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -17,7 +16,7 @@ from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.provisioner.early import PLAN_READS, definitions_in
 from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology import check_spec, expand, load_spec, log_warning
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
@@ -86,11 +85,7 @@ def load_spec_or_definitions(
         )
     from rabbitry.provisioner.definitions import spec_of_definitions
 
-    return spec_of_definitions(path, data, on_warning or _log_warning)
-
-
-def _log_warning(problem: SpecProblem) -> None:
-    logging.getLogger("rabbitry.topology").warning("%s", problem)
+    return spec_of_definitions(path, data, on_warning or log_warning)
 
 
 @pauses_collector

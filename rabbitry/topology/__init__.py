@@ -38,6 +38,7 @@ __all__ = [
     "load_spec",
     "load_spec_text",
     "load_topology",
+    "log_warning",
     "primitives",
     "render_template",
     "spec_document",
@@ -69,7 +70,8 @@ logger = logging.getLogger(__name__)
 WarningHandler = Callable[[SpecProblem], None]
 
 
-def _log_warning(problem: SpecProblem) -> None:
+def log_warning(problem: SpecProblem) -> None:
+    """The default warning handler: the ``rabbitry.topology`` logger."""
     logger.warning("%s", problem)
 
 
@@ -81,7 +83,7 @@ def check_spec(spec: Spec, on_warning: WarningHandler | None = None) -> None:
     from rabbitry.topology.checks.validate import validate
 
     problems = validate(spec)
-    handler = on_warning or _log_warning
+    handler = on_warning or log_warning
     for problem in problems:
         if problem.severity != "error":
             handler(problem)
