@@ -670,14 +670,17 @@ class Applier:
                 self._done(f"{change.action.value}d {change.title}")
 
         for vhost, changes in batches.items():
-            apart = [c for c in changes if _declared_apart(c)] if options.declare_apart > 1 else []
+            apart: list[Change] = []
+            before: list[Change] = []
+            after: list[Change] = []
+            for change in changes:
+                if options.declare_apart > 1 and _declared_apart(change):
+                    apart.append(change)
+                else:
+                    (after if isinstance(change.desired, Binding) else before).append(change)
+            steps: list[list[Change] | None]  # None: the queues declared apart
             if apart:
-                kept = set(map(id, apart))
-                rest = [c for c in changes if id(c) not in kept]
-                before = [c for c in rest if not isinstance(c.desired, Binding)]
-                after = [c for c in rest if isinstance(c.desired, Binding)]
-                chunks = import_chunks(before, options.import_chunk, options.import_whole)
-                steps: list[list[Change] | None] = [*chunks, None]  # None: the queues apart
+                steps = [*import_chunks(before, options.import_chunk, options.import_whole), None]
                 steps += import_chunks(after, options.import_chunk, options.import_whole)
             else:
                 steps = [*import_chunks(changes, options.import_chunk, options.import_whole)]
