@@ -145,16 +145,34 @@ def canonical(items: list[Any]) -> list[str]:
     return sorted(out)
 
 
-def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Broker) -> None:
+def every_kind_renamed(broker: Broker, suffix: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """One of every kind filled in the test's vhost, and its definitions renamed for objects
+    that do not exist yet (another vhost, user, global parameter: ``names``, old -> new)."""
     user, global_name = f"{broker.stack}-u", f"{broker.stack}-g"
     fill(broker, user, global_name)
     exported = mine(broker.get("/definitions"), broker.vhost, user, global_name)
     assert all(exported[kind] for kind in KINDS), {k: len(v) for k, v in exported.items()}
-
-    # the same definitions for objects that do not exist yet: another vhost, user, parameter
-    names = {broker.vhost: f"{broker.vhost}-2", user: f"{user}-2", global_name: f"{global_name}-2"}
+    names = {old: f"{old}{suffix}" for old in (broker.vhost, user, global_name)}
     expected = renamed(exported, names)
     expected["rabbit_version"] = broker.get("/overview")["rabbitmq_version"]
+    return names, expected
+
+
+def remove_renamed(broker: Broker, names: dict[str, str], stack: str) -> None:
+    """What ``every_kind_renamed``'s definitions made, and the stack's record."""
+    vhost, user, global_name = names.values()
+    for path in (
+        f"/vhosts/{vhost}",
+        f"/users/{user}",
+        f"/global-parameters/{global_name}",
+        f"/global-parameters/rabbitry.stack.{stack}",
+    ):
+        broker.http.delete(path)
+
+
+def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Broker) -> None:
+    # the same definitions for objects that do not exist yet: another vhost, user, parameter
+    names, expected = every_kind_renamed(broker, "-2")
     source = broker.tmp / "definitions.json"
     source.write_text(json.dumps(expected))
     spec = broker.tmp / "imported.yaml"
@@ -183,24 +201,13 @@ def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Brok
         for kind in KINDS:
             assert canonical(again[kind]) == canonical(expected[kind]), (kind, applied.output)
     finally:
-        for path in (
-            f"/vhosts/{names[broker.vhost]}",
-            f"/users/{names[user]}",
-            f"/global-parameters/{names[global_name]}",
-            f"/global-parameters/rabbitry.stack.{stack}",
-        ):
-            broker.http.delete(path)
+        remove_renamed(broker, names, stack)
 
 
 def test_plan_and_apply_take_a_definitions_file_as_the_spec(broker: Broker) -> None:
     """A team's definitions.json, as it is: planned, applied, then nothing left to do, and the
     broker's export equals the file kind by kind; the drift of one object shows."""
-    user, global_name = f"{broker.stack}-u", f"{broker.stack}-g"
-    fill(broker, user, global_name)
-    exported = mine(broker.get("/definitions"), broker.vhost, user, global_name)
-    names = {broker.vhost: f"{broker.vhost}-3", user: f"{user}-3", global_name: f"{global_name}-3"}
-    expected = renamed(exported, names)
-    expected["rabbit_version"] = broker.get("/overview")["rabbitmq_version"]
+    names, expected = every_kind_renamed(broker, "-3")
     stack = f"{broker.stack}-3"
     source = broker.tmp / f"{stack}.json"  # the stack is named after the file
     source.write_text(json.dumps(expected))
@@ -235,13 +242,7 @@ def test_plan_and_apply_take_a_definitions_file_as_the_spec(broker: Broker) -> N
         assert drifted.exit_code == 2, drifted.output
         assert f"+ queue {names[broker.vhost]}/work" in drifted.output
     finally:
-        for path in (
-            f"/vhosts/{names[broker.vhost]}",
-            f"/users/{names[user]}",
-            f"/global-parameters/{names[global_name]}",
-            f"/global-parameters/rabbitry.stack.{stack}",
-        ):
-            broker.http.delete(path)
+        remove_renamed(broker, names, stack)
 
 
 def test_validate_reads_a_definitions_file_and_names_what_it_leaves_out(tmp_path: Path) -> None:
