@@ -29,7 +29,8 @@ from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
-from rabbitry.topology.primitives import GlobalParameter, Topology, User
+from rabbitry.topology.plugin_objects import MQTT_QOS0_QUEUE_TYPE
+from rabbitry.topology.primitives import GlobalParameter, QueueType, Topology, User
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
 
 if TYPE_CHECKING:
@@ -91,6 +92,29 @@ REQUIRED = {
 }
 """What each entry of a definitions file must hold (the broker's own import needs it too)."""
 
+QUEUE_TYPES = frozenset({*QueueType, MQTT_QOS0_QUEUE_TYPE})
+"""The queue types a definitions file may name (the MQTT plugin's is left out by name)."""
+
+
+def _queue_type_problem(entry: JSONDict) -> str | None:
+    """Why a queue entry's type is not one a broker declares, or None."""
+    arguments = entry.get("arguments")
+    named = [
+        value
+        for value in (
+            arguments.get("x-queue-type") if isinstance(arguments, dict) else None,
+            entry.get("type"),
+        )
+        if value is not None
+    ]
+    for value in named:
+        if value not in QUEUE_TYPES:
+            return (
+                f"unknown queue type {value!r}: a queue is classic, quorum or stream (the"
+                " broker's import refuses the file)"
+            )
+    return None
+
 
 def check_definitions(data: JSONDict, file: str | None = None) -> None:
     """A SpecError naming every entry that is not an object or lacks what it must hold."""
@@ -111,6 +135,8 @@ def check_definitions(data: JSONDict, file: str | None = None) -> None:
                         file=file,
                     )
                 )
+            elif kind == "queues" and (why := _queue_type_problem(entry)):
+                problems.append(SpecProblem(why, path=f"queues[{index}]", file=file))
     if problems:
         raise SpecError(problems)
 
