@@ -17,8 +17,8 @@ write, and the counts are read from the ledger by job id.
   the last one's; peak RSS of the worker process (VmHWM, the largest process of the worker).
 - retry: M jobs whose first attempt fails, retried after 1 s by the framework's own retry;
   seconds from the first run to the last success; jobs done exactly once, lost, duplicated.
-- delay: K jobs scheduled 1..D whole seconds ahead, published while the worker runs;
-  lateness (run - due) p50/p99/max, early, lost.
+- delay: K jobs scheduled 1..D whole seconds ahead, published while the worker runs, each due
+  time taken as its job is handed to the client; lateness (run - due) p50/p99/max, early, lost.
 - crash: the retry scenario with the worker SIGKILLed (its whole process group) and restarted
   at once, twice: when two thirds of the first attempts ran, and when a third of the retries
   ran; lost and duplicated jobs.
@@ -58,6 +58,11 @@ RABBITRY = str(Path(sys.executable).parent / "rabbitry")
 HEADING = "## Workers against Celery, dramatiq and FastStream (bench/peers.py)"
 DRAIN_ONLY = "the first Celery row runs retries and countdowns"
 """Why a second Celery pool runs only the drain (its rows are left out of the other tables)."""
+DELAY_ONLY = "the publisher's window matters only to the delay scenario"
+"""Why the default-window rabbitry row runs only the delay (left out of the other tables)."""
+LEFT_OUT = (DRAIN_ONLY, DELAY_ONLY)
+WINDOW = 64
+"""The publisher window rabbitry's delayed jobs are sent with (docs/publisher.md, Window)."""
 QUIET = 30.0
 """Seconds without a new ledger line after which the jobs not yet done count as lost."""
 
@@ -89,6 +94,10 @@ class Contender:
     """``"quorum"`` or a scenario -> why it is not run."""
     notes: dict[str, str] = field(default_factory=dict)
     """scenario -> what differs in how it ran."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of its job processes (worker and publisher)."""
+    reference: bool = False
+    """Shown for comparison only, not held to the targets."""
 
 
 def celery(pool: str, threads: int, first: bool) -> Contender:
@@ -161,8 +170,11 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
             "defaults (prefetch 300, asyncio); spec `retry: {attempts: 2, backoff: [1s]}`,"
             " delay levels of 1 s (`delay=`); the spec applied and validated beforehand"
-            " (`rabbitry validate`), so the worker reads its cached worker view",
+            " (`rabbitry validate`), so the worker reads its cached worker view; jobs published"
+            f" by `Publisher.stream(window={WINDOW})`, as docs/publisher.md advises where"
+            " lateness counts (the default window, 512, is the next row but one)",
             peer=False,
+            env={"PEERS_WINDOW": str(WINDOW)},
         ),
         Contender(
             "rabbitry-sync",
@@ -171,6 +183,19 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--sync", "--log-level", "error"),
             "as above, blocking worker",
             peer=False,
+            env={"PEERS_WINDOW": str(WINDOW)},
+        ),
+        Contender(
+            "rabbitry-window-512",
+            "rabbitry worker run, jobs published with window 512",
+            "rabbitry_jobs",
+            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
+            "the asyncio worker again, its delayed jobs published at the publisher's default"
+            " window (512 unconfirmed): for comparison, not held to the targets",
+            peer=False,
+            env={"PEERS_WINDOW": "512"},
+            reference=True,
+            cannot=dict.fromkeys(("drain", "retry", "crash"), DELAY_ONLY),
         ),
     ]
 
@@ -343,6 +368,7 @@ class Bench:
             path.append(str(HERE.parent))
         return {
             **os.environ,
+            **contender.env,
             "PYTHONPATH": os.pathsep.join(path),
             "PEERS_URL": self.endpoints.amqp_url_for(vhost),
             "RABBITRY_URL": self.endpoints.amqp_url_for(vhost),
@@ -541,7 +567,7 @@ def render(
             (c, qt, o)
             for qt in args.queue_types
             for c in everyone
-            if (o := results.get((c.key, qt, scenario))) is not None and o.skipped != DRAIN_ONLY
+            if (o := results.get((c.key, qt, scenario))) is not None and o.skipped not in LEFT_OUT
         ]
         if not rows:
             continue
@@ -561,7 +587,7 @@ def render(
 
 
 def targets(results: Results, everyone: list[Contender], qts: list[str]) -> str:
-    ours = [c for c in everyone if not c.peer]
+    ours = [c for c in everyone if not c.peer and not c.reference]
     peers = [c for c in everyone if c.peer]
     rows = ["| target | measured | met |", "|---|---|---|"]
 
