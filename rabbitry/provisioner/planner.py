@@ -311,7 +311,10 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             reasons = ("deleted outside rabbitry",) if applied else ()
             changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=applied))
             continue
-        if isinstance(resource, User) and isinstance(existing, User):
+        if key[0] == "binding":
+            # a binding's key is all of it, arguments as canonical JSON: found is equal
+            differences = []
+        elif isinstance(resource, User) and isinstance(existing, User):
             differences = _user_differences(resource, existing, state)
         else:
             differences = _field_differences(resource, existing)
