@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import pika
+from results import percentile
 
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.endpoints import resolve_endpoints
@@ -43,12 +44,6 @@ vhosts:
     delays:
       - {{name: delay, unit: 1s, max: {max}s, queue_type: {qtype}, targets: [{{queue: due}}]}}
 """
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def main() -> int:

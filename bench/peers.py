@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from results import write_section
+from results import percentile, write_section
 
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient, q
@@ -516,11 +516,6 @@ class Bench:
 
 
 # -- report ----------------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
 
 
 Results = dict[tuple[str, str, str], Outcome]

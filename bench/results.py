@@ -46,6 +46,12 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def percentile(values: list[float], pct: float) -> float:
+    """The nearest-rank ``pct`` percentile of ``values`` (any order)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
+
+
 def write_section(heading: str, text: str) -> None:
     """Put ``text`` (starting with ``heading``) in docs/benchmarks.md, replacing the section
     of that heading or appending it; the other sections stay as they are."""

@@ -19,17 +19,20 @@ import time
 from collections.abc import Iterator
 
 import pika
-from results import arguments, broker_version, fresh_queue, load_average, write_section
+from results import (
+    arguments,
+    broker_version,
+    fresh_queue,
+    load_average,
+    percentile,
+    write_section,
+)
 
 from rabbitry.amqp.message import Message
 from rabbitry.publisher import Publisher
 from rabbitry.uri import mask_uri
 
 HEADING = "## Publisher window: throughput or wait (bench/window.py)"
-
-
-def percentile(ordered: list[float], pct: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * pct / 100))]
 
 
 def one(url: str, queue: str, window: int, count: int) -> tuple[float, float, float]:
@@ -52,7 +55,6 @@ def one(url: str, queue: str, window: int, count: int) -> tuple[float, float, fl
                 raise SystemExit(f"message {index} not confirmed: {delivery.error}")
             waits.append(time.perf_counter() - handed[index])
         seconds = time.perf_counter() - started
-    waits.sort()
     return count / seconds, percentile(waits, 50) * 1000, percentile(waits, 99) * 1000
 
 
