@@ -99,16 +99,11 @@ QUEUE_TYPES = frozenset({*QueueType, MQTT_QOS0_QUEUE_TYPE})
 def _queue_type_problem(entry: JSONDict) -> str | None:
     """Why a queue entry's type is not one a broker declares, or None."""
     arguments = entry.get("arguments")
-    named = [
-        value
-        for value in (
-            arguments.get("x-queue-type") if isinstance(arguments, dict) else None,
-            entry.get("type"),
-        )
-        if value is not None
-    ]
-    for value in named:
-        if value not in QUEUE_TYPES:
+    for value in (
+        arguments.get("x-queue-type") if isinstance(arguments, dict) else None,
+        entry.get("type"),
+    ):
+        if value is not None and (not isinstance(value, str) or value not in QUEUE_TYPES):
             return (
                 f"unknown queue type {value!r}: a queue is classic, quorum or stream (the"
                 " broker's import refuses the file)"

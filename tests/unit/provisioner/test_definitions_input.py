@@ -20,6 +20,7 @@ def queue(**entry: object) -> dict[str, object]:
         {"arguments": {"x-queue-type": "bogus"}},
         {"type": "bogus", "arguments": {}},
         {"type": "quorum", "arguments": {"x-queue-type": "qourum"}},
+        {"type": ["quorum"], "arguments": {}},
     ],
 )
 def test_an_unknown_queue_type_is_an_error_naming_the_entry(entry: dict[str, object]) -> None:
