@@ -2,9 +2,12 @@
 rules read the scalars.
 
 A spec of 50,000 objects is 2.5 MB of YAML. libyaml composes it into marked nodes in about two
-seconds; rapidyaml parses it in 0.06 s, and walking its tree into Python values takes a fraction
-of a second more. Positions are not recorded on this path: they are needed only to point at a
-problem, so the source map is filled by the marked loader the first time one is asked for.
+seconds; rapidyaml parses it in 0.06 s. Its tree becomes Python values in one of two ways:
+rapidyaml writes it as JSON and the json module reads that (``_json_reading``: a few C passes,
+used whenever the text shows nothing the two could read differently), or a walk of the tree
+node by node (``_Walker``: four times slower, for everything else). Positions are not recorded
+on this path: they are needed only to point at a problem, so the source map is filled by the
+marked loader the first time one is asked for.
 
 Only plain YAML takes this path: mappings with string keys, sequences and scalars, as a spec is
 written. Anything else is left to the marked loader, which is the one that reports errors and
@@ -17,6 +20,7 @@ true, ``010`` is 8), so both paths give the same values.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -227,10 +231,136 @@ def load_plain(text: str, limits: SpecLimits) -> tuple[Any, bool]:
     tree = _tree(text)
     if tree is None:
         return None, False
+    data = _json_reading(tree, text, limits)
+    if data is not None:
+        return data, True
     try:
         return _Walker(tree, limits).document(), True
     except _Unplain:
         return None, False
+
+
+_RESOLVED = "|".join(
+    sorted(
+        {
+            f"(?x:{regexp.pattern})"
+            for resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.values()
+            for _tag, regexp in resolvers
+        }
+    )
+)
+_ASK_THE_WALKER = re.compile(
+    _RESOLVED + r"""|[-?:,\[\]{}#&*!|>'"%@`\s]|.*(?::\s|\s\#|\s$)""", re.DOTALL
+)
+"""A string the JSON reading cannot vouch for without knowing whether the YAML quoted it:
+one PyYAML's resolver would read as another type when plain (``yes``, ``010``, ``~``, a
+date), or one the walker would not take as a plain scalar (an indicator first, ``: `` or
+`` #`` inside, spaces around). Matched for any first character: a superset is safe."""
+
+_NODE_PROPERTY = re.compile(r"[-+]\.[0-9]|(?:^|[\s\[{,])[&*!|>?]", re.MULTILINE)
+"""What the JSON reading does not take: anchors, aliases, tags, block scalars and explicit
+keys where a token may start (a quoted string holding one only costs the faster reading), and
+a signed number with no digit before its point (``-.5``, a string to PyYAML, which rapidyaml's
+JSON writes as ``-0.5``)."""
+
+_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
+"""The only JSON float the JSON reading takes as written: PyYAML reads it the same."""
+
+_SUSPECTS = 64
+"""More distinct strings to vouch for than this, and the walker reads the text instead."""
+
+
+def _decimal(literal: str) -> float:
+    if _DECIMAL.fullmatch(literal) is None:
+        raise _Unplain  # an exponent or a form PyYAML reads otherwise (1e3 is a string there)
+    return float(literal)
+
+
+def _no_constants(literal: str) -> Any:
+    raise _Unplain  # NaN or Infinity: rapidyaml writes .nan and .inf as strings
+
+
+def _json_reading(tree: Any, text: str, limits: SpecLimits) -> dict[str, Any] | None:
+    """The document as the walker would read it, from rapidyaml's JSON of the tree; None when
+    the text holds anything that reading cannot vouch for.
+
+    JSON keeps a string's text but not whether the YAML quoted it, and PyYAML's reading of a
+    plain scalar depends on it (``yes`` is true, ``'yes'`` a string). So every string whose
+    reading could depend on it (``_ASK_THE_WALKER``) must be shown quoted wherever it stands in
+    the text: ``_plain_somewhere`` looks for it unquoted where a plain scalar could start, and
+    one sighting, a comment's included, hands the text to the walker. Numbers and ``true``,
+    ``false`` and ``null`` are written bare only for plain scalars, and read as PyYAML reads
+    them; anchors, tags and block scalars never take this path (``_NODE_PROPERTY``)."""
+    if tree.size() > limits.max_values or _NODE_PROPERTY.search(text):
+        return None
+    root = tree.root_id()
+    if tree.is_stream(root):
+        docs = _children(tree, root)
+        root = next(docs, None)
+        if root is None or next(docs, None) is not None:
+            return None
+    if not tree.is_map(root):
+        return None
+    written = ryml.emit_json_malloc(tree, root)
+    try:
+        data = json.loads(written, parse_float=_decimal, parse_constant=_no_constants)
+    except (ValueError, RecursionError, _Unplain):
+        return None
+    if not isinstance(data, dict):
+        return None
+    keys, values, count, depth = _strings(data)
+    if depth > limits.max_depth:
+        return None
+    # json keeps the last of two equal keys: count them in the text (each ends in `":`, which
+    # a string holds only escaped, `\":`)
+    if '\\":' in written or written.count('":') != count:
+        return None
+    suspects = {v for v in values if v and _ASK_THE_WALKER.match(v)}
+    suspects.update(k for k in keys if not k or " " in k or _ASK_THE_WALKER.match(k))
+    if len(suspects) > _SUSPECTS or any(_plain_somewhere(text, s) for s in suspects):
+        return None
+    return data
+
+
+def _strings(data: dict[str, Any]) -> tuple[set[str], set[str], int, int]:
+    """The distinct keys and string values of ``data``, its number of keys and its depth in
+    mappings and lists, in one pass over its containers."""
+    keys: set[str] = set()
+    values: set[str] = set()
+    count = depth = 0
+    level: list[Any] = [data]
+    while level:
+        depth += 1
+        below = []
+        for container in level:
+            if container.__class__ is dict:
+                keys.update(container)
+                count += len(container)
+                items = container.values()
+            else:
+                items = container
+            for item in items:
+                kind = item.__class__
+                if kind is str:
+                    values.add(item)
+                elif kind is dict or kind is list:
+                    below.append(item)
+        level = below
+    return keys, values, count, depth
+
+
+def _plain_somewhere(text: str, string: str) -> bool:
+    """Whether ``string`` may stand unquoted in ``text`` where a plain scalar or key could
+    start and end (runs of white space may be a folded line break; in any case, as rapidyaml's
+    JSON writes ``.NaN`` as ``.nan``). Errs towards yes."""
+    words = string.split()
+    if not words:
+        return True  # only white space: no text to look for
+    body = r"\s+".join(map(re.escape, words))
+    # `#` after white space starts a comment, not a scalar
+    before = r"(?<=[\[{,])" if string[0] == "#" else r"(?:^|(?<=[\s\[{,]))"
+    found = re.search(before + body + r"(?=[\s,\]}:#]|$)", text, re.MULTILINE | re.IGNORECASE)
+    return found is not None
 
 
 class _Walker:

@@ -25,12 +25,24 @@ def every_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fast_yaml, "FAST_FROM", 0)
 
 
+def json_reading(text: str, limits: SpecLimits | None = None) -> Any:
+    """What the JSON reading alone makes of ``text`` (None: it leaves the text to the walker)."""
+    tree = fast_yaml._tree(text)
+    return None if tree is None else fast_yaml._json_reading(tree, text, limits or SpecLimits())
+
+
 def both(text: str) -> tuple[tuple[Any, bool], Any]:
+    """The fast path's reading and the marked loader's; where the JSON reading vouches for the
+    text on its own, it must agree with the marked loader too."""
     fast = fast_yaml.load_plain(text, SpecLimits())
     try:
         marked: Any = load_marked_yaml(text, None).data
     except (yaml.YAMLError, SpecError) as exc:
         marked = exc
+    vouched = json_reading(text)
+    if vouched is not None:
+        assert not isinstance(marked, Exception), (text, vouched, marked)
+        assert same(vouched, marked), (text, vouched, marked)
     return fast, marked
 
 
@@ -103,6 +115,100 @@ def test_a_spec_as_rabbitry_writes_it_takes_the_fast_path() -> None:
     assert plain
     assert same(data, marked)
     assert data["vhosts"][0]["queues"][3] == {"name": "q.3", "type": "quorum", "durable": True}
+
+
+@pytest.mark.parametrize("scalar", TRICKY)
+def test_a_quoted_scalar_reads_as_a_string_on_the_json_reading(scalar: str) -> None:
+    text = f"k: '{scalar}'\nlist:\n  - \"{scalar}\"\nflow: ['{scalar}', {{n: '{scalar}'}}]\n"
+    (data, plain), marked = both(text)
+    assert plain and same(data, marked)
+    assert data["k"] == scalar and data["flow"][1] == {"n": scalar}
+
+
+number_like = st.text(alphabet="0123456789.+-_:eExXoObBnaNAifIFtTy ", min_size=1, max_size=8)
+
+
+@settings(max_examples=500, deadline=None)
+@given(number_like, st.booleans())
+def test_number_like_scalars_read_as_pyyaml_reads_them_on_every_path(
+    scalar: str, quoted: bool
+) -> None:
+    value = f"'{scalar}'" if quoted else scalar
+    text = f"k: {value}\nlist: [{value}, x]\nm:\n  - {value}\n  - {{a: {value}}}\n"
+    (data, plain), marked = both(text)
+    if isinstance(marked, Exception):
+        assert not plain
+    elif plain:
+        assert same(data, marked), (text, data, marked)
+
+
+def spec_like(queues: int = 300) -> str:
+    """A spec as people write one: comments, quoted routing keys, numbers, flags, policies."""
+    lines = [
+        "# the broker of the shop",
+        "version: 1",
+        "name: shop",
+        "vhosts:",
+        "  - name: shop  # production",
+        "    queues:",
+    ]
+    for i in range(queues):
+        lines.append(f"      - {{name: q.{i}, type: quorum, durable: true, delivery_limit: 10}}")
+        lines.append(f"      - name: audit.{i}")
+        lines.append("        arguments: {x-message-ttl: 60000, x-max-length: 1000}")
+    lines.append("    bindings:")
+    for i in range(queues):
+        lines.append(f"      - {{source: ex, destination: q.{i}, routing_key: '#'}}")
+        lines.append(f'      - {{source: ex, destination: audit.{i}, routing_key: "a.*.#"}}')
+    lines += [
+        "    policies:",
+        "      - name: cap",
+        "        pattern: '^audit\\.'",
+        "        definition: {max-length: 100000, ha-mode: exactly, ha-params: 2}",
+        "    retry: {jitter: 0.1, multiplier: 2.0}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_spec_as_people_write_it_is_read_from_json_and_the_same() -> None:
+    text = spec_like()
+    vouched = json_reading(text)
+    assert vouched is not None, "the faster reading must take a spec with nothing odd in it"
+    assert same(vouched, load_marked_yaml(text, None).data)
+    assert vouched["vhosts"][0]["bindings"][0]["routing_key"] == "#"
+    assert vouched["vhosts"][0]["retry"] == {"jitter": 0.1, "multiplier": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (("durable: true", "durable: yes"), "a plain yes is true, a quoted one a string"),
+        (("routing_key: '#'", "routing_key: 'yes'", 1), "the same text both quoted and plain"),
+        (("x-message-ttl: 60000", "x-message-ttl: 60_000"), "1_000 is a number to PyYAML"),
+        (("jitter: 0.1", "jitter: -.1"), "-.1 is a string to PyYAML, -0.1 in JSON"),
+        (("jitter: 0.1", "jitter: 1e-3"), "1e-3 is a string to PyYAML"),
+        (("jitter: 0.1", "jitter: .NaN"), "JSON writes .NaN as .nan"),
+        (("max-length: 100000", "max-length: 100000, max-length: 5"), "a duplicate key"),
+        (("name: cap", "name: &n cap"), "an anchor"),
+    ],
+)
+def test_what_json_cannot_tell_apart_is_left_to_the_walker(edit: tuple[Any, ...], why: str) -> None:
+    text = spec_like(20).replace(*edit)
+    if "yes" in text and "'yes'" in text:
+        text = text.replace("durable: true", "durable: yes", 1)
+    assert json_reading(text) is None, why
+    (data, plain), marked = both(text)  # the walker's reading, or the marked loader's
+    if isinstance(marked, Exception):
+        assert not plain
+    elif plain:
+        assert same(data, marked)
+
+
+def test_the_json_reading_holds_the_limits() -> None:
+    text = spec_like(20)
+    assert json_reading(text) is not None
+    assert json_reading(text, SpecLimits(max_values=50)) is None
+    assert json_reading(text, SpecLimits(max_depth=3)) is None
 
 
 @pytest.mark.parametrize(
