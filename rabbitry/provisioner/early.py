@@ -30,26 +30,35 @@ PLAN_READS = (
 """What a plan reads before the vhosts' objects (the broker's capabilities, its vhosts, every
 stack's ownership record)."""
 
+# Lines are found by the line break before them, on the text with one put first: a pattern
+# that starts with `^` is tried at every position of a 2.5 MB spec, one that starts with `\n`
+# only after each line break (five to eight times faster).
 _TOP_NAME = re.compile(
-    r"^name:[ \t]*(['\"]?)([A-Za-z0-9][A-Za-z0-9_.-]*)\1[ \t]*(?:#.*)?$", re.MULTILINE
+    r"\nname:[ \t]*(['\"]?)([A-Za-z0-9][A-Za-z0-9_.-]*)\1[ \t]*(?:#.*)?$", re.MULTILINE
 )
-_TOP_KEY = re.compile(r"^(?:(name|broker)\b|---|\.\.\.)", re.MULTILINE)
-_TEMPLATE = re.compile(r"\{[{%#]")
-_VHOSTS_KEY = re.compile(r"^vhosts:[ \t]*(?:#.*)?$", re.MULTILINE)
-_NEXT_TOP_KEY = re.compile(r"^[^\s#-]", re.MULTILINE)
+_TOP_KEY = re.compile(r"\n(?:(name|broker)\b|---|\.\.\.)")
+_TEMPLATE_MARKS = ("{{", "{%", "{#")
+_VHOSTS_KEY = re.compile(r"\nvhosts:[ \t]*(?:#.*)?$", re.MULTILINE)
+_NEXT_TOP_KEY = re.compile(r"\n[^\s#-]")
 _FIRST_ITEM = re.compile(r"\n(?:[ \t]*(?:#.*)?\n)*( *)- ")
+
+
+def _lines(text: str) -> str:
+    """``text`` with a line break first, so that every line starts after one."""
+    return "\n" + text
 
 
 def guess_stack(text: str) -> str | None:
     """The stack a plain spec names on its top-level ``name:`` line, read off the text before
     it is parsed: a guess, never a check (the loaded spec is what counts). None for a
     templated spec, one naming its own broker, one without such a line, or any doubt."""
-    if _TEMPLATE.search(text):
+    if any(mark in text for mark in _TEMPLATE_MARKS):
         return None
-    keys = [m[1] for m in _TOP_KEY.finditer(text)]
+    lines = _lines(text)
+    keys = [m[1] for m in _TOP_KEY.finditer(lines)]
     if keys != ["name"]:  # no name, two, a broker of its own, or document markers
         return None
-    found = _TOP_NAME.search(text)
+    found = _TOP_NAME.search(lines)
     return found[2] if found else None
 
 
@@ -57,19 +66,21 @@ def guess_vhosts(text: str) -> list[str]:
     """The names of the vhosts a plain spec lists under its top-level ``vhosts:``, read off
     the text: the ``name:`` keys in the list's items' own column (nested objects' names are
     further right). Empty when there is no such list or any doubt."""
-    key = _VHOSTS_KEY.search(text)
+    lines = _lines(text)
+    key = _VHOSTS_KEY.search(lines)
     if key is None:
         return []
-    first = _FIRST_ITEM.match(text, key.end())
+    first = _FIRST_ITEM.match(lines, key.end())
     if first is None:
         return []
     indent = first[1]
-    after = _NEXT_TOP_KEY.search(text, key.end())
-    end = after.start() if after else len(text)
+    after = _NEXT_TOP_KEY.search(lines, key.end())
+    end = after.start() + 1 if after else len(lines)
     names = re.compile(
-        rf"^{indent}(?:- |  )name:[ \t]*(['\"]?)([^'\"\n#]+?)\1[ \t]*(?:#.*)?$", re.MULTILINE
+        rf"\n{indent}(?:- |  )name:[ \t]*(['\"]?)([^'\"\n#]+?)\1[ \t]*(?:#.*)?$", re.MULTILINE
     )
-    return [m[2] for m in names.finditer(text, key.end(), end)]
+    # the search starts at the vhosts key's line break, which the first item's may be
+    return [m[2] for m in names.finditer(lines, key.end(), end)]
 
 
 DEFINITIONS_KEYS = frozenset(
