@@ -174,7 +174,7 @@ def observed_vhost(
             left.append(f"exchange {name}/{item['name']}: {why}")
             continue
         exchanges.append(
-            Exchange(
+            Exchange.trusted(
                 name=item["name"],
                 type=exchange_type,
                 durable=bool(item.get("durable", True)),
@@ -194,7 +194,7 @@ def observed_vhost(
             continue
         queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
         queues.append(
-            Queue(
+            Queue.trusted(
                 name=item["name"],
                 type=_enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
                 durable=bool(item.get("durable", True)),
@@ -213,7 +213,7 @@ def observed_vhost(
             left.append(f"binding {name}/{source} -> {destination}: to or from an object left out")
             continue
         bindings.append(
-            Binding(
+            Binding.trusted(
                 source=source,
                 destination=destination,
                 destination_type=DestinationType(item.get("destination_type", "queue")),

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, ClassVar, TypeAlias
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Self, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_core import PydanticUndefined
 
 from rabbitry.uri import mask_value
 
@@ -97,11 +98,48 @@ class Primitive(BaseModel):
 
     kind: ClassVar[str]
     _every_field: ClassVar[set[str]] = set()
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {}
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         cls._every_field = set(cls.model_fields)
+        cls._defaults = {
+            name: field.default
+            for name, field in cls.model_fields.items()
+            if field.default is not PydanticUndefined
+        }
+        cls._factories = {
+            name: field.default_factory  # type: ignore[misc]
+            for name, field in cls.model_fields.items()
+            if field.default_factory is not None
+        }
+
+    @classmethod
+    def trusted(cls, **values: Any) -> Self:
+        """An instance made of ``values`` that already have their fields' types, unvalidated:
+        what the spec's models checked, or what the broker's answers were converted into
+        field by field. A large plan makes 100,000 primitives, and pydantic's validation of
+        each is the larger part of making it. A field that is unknown or missing is a bug and
+        raises TypeError; a value of the wrong type is not looked for (tests compare these
+        instances with validated ones)."""
+        given = values.keys()
+        if not given <= cls._every_field:
+            raise TypeError(f"{cls.__name__} has no field {sorted(given - cls._every_field)}")
+        fields = {**cls._defaults, **values}
+        for name, factory in cls._factories.items():
+            if name not in values:
+                fields[name] = factory()
+        if len(fields) != len(cls._every_field):
+            raise TypeError(f"{cls.__name__} needs {sorted(cls._every_field - fields.keys())}")
+        # what pydantic's model_construct sets, without its general loop over the fields
+        made = cls.__new__(cls)
+        object.__setattr__(made, "__dict__", fields)
+        object.__setattr__(made, "__pydantic_fields_set__", cls._every_field)
+        object.__setattr__(made, "__pydantic_extra__", None)
+        object.__setattr__(made, "__pydantic_private__", None)
+        return made
 
     def model_post_init(self, context: Any, /) -> None:
         # one shared set per class (frozen models never add to it; copies get their own)

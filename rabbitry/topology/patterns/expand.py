@@ -36,7 +36,7 @@ def declare_exchanges(draft: VhostDraft) -> None:
         if spec.alternate_exchange is not None:
             arguments["alternate-exchange"] = spec.alternate_exchange
         draft.exchanges.append(
-            primitives.Exchange(
+            primitives.Exchange.trusted(
                 name=spec.name,
                 type=spec.type,
                 durable=spec.durable,
@@ -50,7 +50,7 @@ def declare_exchanges(draft: VhostDraft) -> None:
 def declare_queues(draft: VhostDraft) -> None:
     for spec in draft.spec.queues:
         draft.queues.append(
-            primitives.Queue(
+            primitives.Queue.trusted(
                 name=spec.name,
                 type=spec.type or draft.default_queue_type,
                 durable=spec.durable,
@@ -75,7 +75,7 @@ def queue_arguments(spec: QueueSpec) -> dict[str, primitives.JSON]:
 def declare_bindings(draft: VhostDraft) -> None:
     for spec in draft.spec.bindings:
         draft.bindings.append(
-            primitives.Binding(
+            primitives.Binding.trusted(
                 source=spec.source,
                 destination=spec.destination,
                 destination_type=spec.destination_type,
