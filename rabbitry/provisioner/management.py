@@ -178,14 +178,26 @@ class ManagementClient:
             if found:
                 return self._checked(method, path, ahead, allow)
         first = not self._answered and method == "GET"
-        if timeout is None and first:
+        short = timeout is None and first
+        if short:
             # until the API has answered once, a silent port is more likely than a busy broker
             # (reads only: a first delete or import may rightly take long)
             timeout = min(FIRST_ANSWER_TIMEOUT, self._client.timeout.read or FIRST_ANSWER_TIMEOUT)
         call_timeout = httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
         started = time.perf_counter()
         try:
-            response = self._send_to_a_node(method, path, json, params, call_timeout, first)
+            try:
+                response = self._send_to_a_node(method, path, json, params, call_timeout, first)
+            except httpx.TimeoutException:
+                if not (short and self._answered):
+                    raise
+                # reads sent together (a plan's, ahead) are all first ones: another has had
+                # its answer since, so the API is alive and only slow with this one (the
+                # listing of a large vhost on a busy broker): ask again as any later read
+                first, timeout = False, None
+                response = self._send_to_a_node(
+                    method, path, json, params, httpx.USE_CLIENT_DEFAULT, first
+                )
         except httpx.TimeoutException:
             waited = timeout if timeout is not None else self._client.timeout.read
             if first:
