@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,21 @@ def broker_version(url: str) -> str:
 def load_average() -> str:
     """The 1, 5 and 15 minute load of this machine, to print beside the figures."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def reference_seconds(rounds: int = 5) -> float:
+    """The best of ``rounds`` runs of a fixed pure-Python workload (ten million loop steps of
+    integer arithmetic): how fast this machine's cores run the interpreter. Machines of one
+    kind differ by more than two times from one session to the next; a figure with no peer in
+    its run (a plan's seconds) is comparable across runs only next to this one."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        total = 0
+        for step in range(10_000_000):
+            total += step
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def ratio(a: float | None, b: float | None) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 import yaml
-from results import one_vhost_spec, write_section
+from results import one_vhost_spec, reference_seconds, write_section
 
 from rabbitry.provisioner.applier import definitions_for
 from rabbitry.provisioner.management import ManagementClient, q
@@ -217,7 +217,10 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         "   # --rounds 3 (default) up to 10,000 objects",
         "```",
         "",
-        f"RabbitMQ {version}, {os.cpu_count()} cores; every rabbitry figure is a whole CLI process."
+        f"RabbitMQ {version}, {os.cpu_count()} cores, reference loop"
+        f" {startup['reference']:.3f} s (bench/results.py: how fast this machine runs Python;"
+        " figures without a peer compare across runs only beside it); every rabbitry figure"
+        " is a whole CLI process."
         " The peer is the broker's own definitions import of the same primitives, in the same"
         " run; each side fills an empty vhost of a fresh broker of its own (same image, same"
         " machine); where a size ran several apply/import pairs (order alternating), the"
@@ -308,6 +311,7 @@ def main() -> int:
     parser.add_argument("--rounds-upto", type=int, default=10000)
     args = parser.parse_args()
     startup = {
+        "reference": reference_seconds(),
         "version": median_run(10, "--version"),
         "validate_shop": median_run(10, "validate", str(HERE.parent / "examples" / "shop.yaml")),
     }
