@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.spec.field_docs import describe
 from rabbitry.topology.spec.quantities import Bytes, MaxAge, Milliseconds
 
 Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
@@ -63,7 +64,7 @@ class KnownKeys(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
-        use_attribute_docstrings=True,
+        json_schema_extra=describe,  # field docstrings, read when a schema is made
         frozen=True,
         coerce_numbers_to_str=True,
         defer_build=True,

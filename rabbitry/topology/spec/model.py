@@ -36,6 +36,7 @@ from rabbitry.topology.spec.arguments import (
     PolicyDefinition,
     QueueArguments,
 )
+from rabbitry.topology.spec.field_docs import describe
 from rabbitry.topology.spec.quantities import Milliseconds
 from rabbitry.topology.spec.source_map import SourceMap
 from rabbitry.uri import mask_value
@@ -129,7 +130,7 @@ class SpecModel(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
-        use_attribute_docstrings=True,
+        json_schema_extra=describe,  # field docstrings, read when a schema is made
         coerce_numbers_to_str=True,
         defer_build=True,
     )

@@ -48,11 +48,19 @@ def test_the_c_emitter_path_writes_what_the_python_emitter_writes(doc: dict[str,
 
 
 @settings(max_examples=200, deadline=None)
-@given(documents(st.text(st.characters(exclude_characters="\r\x85\u2028\u2029"), max_size=12)))
+@given(
+    documents(
+        st.text(
+            st.characters(exclude_characters="\r\x85\u2028\u2029", exclude_categories=("Cs",)),
+            max_size=12,
+        )
+    )
+)
 def test_any_text_reads_back_as_written(doc: dict[str, Any]) -> None:
     """Beyond ASCII the emitters may escape differently (libyaml escapes characters outside
     the BMP, for one), never with another meaning. Line breaks other than LF are left out:
-    such text goes to PyYAML's own emitter, which does not read them back."""
+    such text goes to PyYAML's own emitter, which does not read them back; so are lone
+    surrogates, which no file can hold (UTF-8 cannot encode them)."""
     assert yaml.safe_load(block_yaml(doc)) == doc
 
 
