@@ -25,10 +25,12 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import yaml
 from results import one_vhost_spec, reference_seconds, write_section
 
@@ -96,6 +98,25 @@ def run(*argv: str, env: dict[str, str] | None = None) -> tuple[float, int, str]
     if proc.returncode not in (0, 2):
         raise RuntimeError(f"rabbitry {' '.join(argv)} exited {proc.returncode}:\n{out[-3000:]}")
     return seconds, usage.ru_maxrss, out
+
+
+def listing_once(management_url: str, vhost: str) -> float:
+    """Seconds the broker takes to list a vhost's exchanges, queues and bindings, asked at
+    once as a plan asks them (no statistics), bodies received and not parsed: the part of a
+    plan no client can make faster, and which a broker on the same cores makes slower."""
+    v = quote(vhost, safe="")
+    lean = {"disable_stats": "true"}
+    reads = [(f"/api/exchanges/{v}", lean), (f"/api/queues/{v}", lean), (f"/api/bindings/{v}", {})]
+    with httpx.Client(timeout=600) as client:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(reads)) as pool:
+            answers = [
+                pool.submit(client.get, management_url + path, params=params)
+                for path, params in reads
+            ]
+            for answer in answers:
+                answer.result().raise_for_status()
+        return time.perf_counter() - started
 
 
 def median_run(times: int, *argv: str) -> float:
@@ -170,8 +191,13 @@ def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
             client.put(f"/vhosts/{q(ours)}", {})  # both sides fill an empty vhost
             figures["apply"] = run("apply", str(spec), "--auto-approve", env=env)[0]
 
+            listings: list[float] = []
+
             def plans() -> list[tuple[float, int, str]]:
-                runs = [run("plan", str(spec), "--detailed-exitcode", env=env) for _ in range(3)]
+                runs = []
+                for _ in range(3):  # the broker's listing of the vhost beside each plan
+                    runs.append(run("plan", str(spec), "--detailed-exitcode", env=env))
+                    listings.append(listing_once(env["RABBITRY_MANAGEMENT_URL"], ours))
                 for _, _, out in runs:
                     assert "No changes" in out, out[-2000:]
                 return runs
@@ -182,6 +208,7 @@ def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
             settled = plans()
             figures["plan"] = statistics.median(seconds for seconds, _, _ in settled)
             figures["plan_rss_kib"] = max(rss for _, rss, _ in busy + settled)
+            figures["listing"] = statistics.median(listings[3:])  # beside the settled plans
 
             exported = tmp / f"{ours}.export.yaml"
             figures["export"] = run("export", "--vhost", ours, "-o", str(exported), env=env)[0]
@@ -261,6 +288,16 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         "`rabbitry plan`, nothing to do",
         [f"{results[s]['plan']:.2f} s" for s in sizes],
         "<= 3 s at 50k",
+    )
+    row(
+        "the broker's listing of the vhost (beside the settled plans)",
+        [f"{results[s]['listing']:.2f} s" for s in sizes],
+        "",
+    )
+    row(
+        "plan / listing",
+        [f"{results[s]['plan'] / results[s]['listing']:.2f}x" for s in sizes],
+        "",
     )
     row(
         "... right after the apply (broker still settling)",
