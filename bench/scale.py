@@ -263,58 +263,37 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
     def row(label: str, cells: list[str], target: str) -> None:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
 
-    row("`rabbitry validate`", [f"{results[s]['validate']:.2f} s" for s in sizes], "<= 2 s at 50k")
-
     def rounds(s: int) -> str:
         n = int(results[s].get("rounds", 1))
         return f" (median of {n})" if n > 1 else ""
 
-    row(
-        "`rabbitry apply` (empty vhost)",
-        [f"{results[s]['apply']:.1f} s{rounds(s)}" for s in sizes],
-        "",
-    )
-    row(
-        "`POST /api/definitions/{vhost}`",
-        [f"{results[s]['import']:.1f} s{rounds(s)}" for s in sizes],
-        "",
-    )
-    row(
-        "apply / import",
-        [f"{results[s]['apply'] / results[s]['import']:.2f}x" for s in sizes],
-        "<= 1.0x",
-    )
-    row(
-        "`rabbitry plan`, nothing to do",
-        [f"{results[s]['plan']:.2f} s" for s in sizes],
-        "<= 3 s at 50k",
-    )
-    row(
-        "the broker's listing of the vhost (beside the settled plans)",
-        [f"{results[s]['listing']:.2f} s" for s in sizes],
-        "",
-    )
-    row(
-        "plan / listing",
-        [f"{results[s]['plan'] / results[s]['listing']:.2f}x" for s in sizes],
-        "",
-    )
-    row(
-        "... right after the apply (broker still settling)",
-        [f"{results[s]['plan_busy']:.2f} s" for s in sizes],
-        "",
-    )
+    def seconds(
+        label: str, key: str, target: str = "", digits: int = 2, of_rounds: bool = False
+    ) -> None:
+        row(
+            label,
+            [f"{results[s][key]:.{digits}f} s{rounds(s) if of_rounds else ''}" for s in sizes],
+            target,
+        )
+
+    def times(label: str, key: str, peer: str, target: str = "") -> None:
+        row(label, [f"{results[s][key] / results[s][peer]:.2f}x" for s in sizes], target)
+
+    seconds("`rabbitry validate`", "validate", "<= 2 s at 50k")
+    seconds("`rabbitry apply` (empty vhost)", "apply", digits=1, of_rounds=True)
+    seconds("`POST /api/definitions/{vhost}`", "import", digits=1, of_rounds=True)
+    times("apply / import", "apply", "import", "<= 1.0x")
+    seconds("`rabbitry plan`, nothing to do", "plan", "<= 3 s at 50k")
+    seconds("the broker's listing of the vhost (beside the settled plans)", "listing")
+    times("plan / listing", "plan", "listing")
+    seconds("... right after the apply (broker still settling)", "plan_busy")
     row(
         "plan peak memory per object",
         [f"{results[s]['plan_rss_kib'] * 1.024 / results[s]['objects']:.1f} KB" for s in sizes],
         "<= 5 KB",
     )
-    row("`rabbitry export`", [f"{results[s]['export']:.2f} s" for s in sizes], "")
-    row(
-        "export / (GET definitions + YAML)",
-        [f"{results[s]['export'] / results[s]['get_definitions']:.2f}x" for s in sizes],
-        "<= 1.5x",
-    )
+    seconds("`rabbitry export`", "export")
+    times("export / (GET definitions + YAML)", "export", "get_definitions", "<= 1.5x")
     if small != large:
         lines += [
             "",
