@@ -265,7 +265,9 @@ date), or one the walker would not take as a plain scalar (an indicator first, `
 `` #`` inside, spaces around). Matched for any first character: a superset is safe."""
 
 _NODE_PROPERTIES = "&*!|>?"
-_TOKEN_START = " \n[{,"
+_TOKEN_START = " \n[{,:"
+"""What may stand right before a token: white space, a flow indicator, or the colon after a
+quoted key in a flow mapping (``{"k":yes}`` is true to PyYAML)."""
 _SIGNED_POINT = re.compile(r"[-+]\.[0-9]")
 
 
@@ -382,7 +384,7 @@ def _plain_somewhere(text: str, string: str) -> bool:
         return True  # only white space: no text to look for
     body = r"\s+".join(map(re.escape, words))
     # `#` first on a line or after white space starts a comment, not a scalar
-    starts = "[{," if string[0] == "#" else _TOKEN_START
+    starts = "[{,:" if string[0] == "#" else _TOKEN_START
     at_start = string[0] != "#"
     # the text first, then what stands before it: a look-behind first is much slower
     for found in re.finditer(body + r"(?=[\s,\]}:#]|$)", text, re.MULTILINE | re.IGNORECASE):

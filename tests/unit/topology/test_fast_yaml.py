@@ -204,6 +204,19 @@ def test_what_json_cannot_tell_apart_is_left_to_the_walker(edit: tuple[Any, ...]
         assert same(data, marked)
 
 
+@pytest.mark.parametrize(
+    "value", ["yes", "010", "~", "*x", "&x b", "!!str 1", "#x", "'#'", '"yes"', "1.5", "a"]
+)
+def test_a_value_right_after_a_quoted_keys_colon_reads_as_pyyaml_reads_it(value: str) -> None:
+    # in a flow mapping, a JSON-like key's colon needs no space after it
+    for text in (f"b: 'yes'\nc: '#'\na: {{\"k\":{value}}}\n", f'a: ["x",{value}]\n'):
+        (data, plain), marked = both(text)
+        if isinstance(marked, Exception):
+            assert not plain
+        elif plain:
+            assert same(data, marked), (text, data, marked)
+
+
 def test_the_json_reading_holds_the_limits() -> None:
     text = spec_like(20)
     assert json_reading(text) is not None
