@@ -257,7 +257,9 @@ _RESOLVED = "|".join(
     )
 )
 _ASK_THE_WALKER = re.compile(
-    _RESOLVED + r"""|[-?:,\[\]{}#&*!|>'"%@`\s]|.*(?::\s|\s\#|\s$)""", re.DOTALL
+    # the walker's indicators (``_INDICATORS``), a dash or white space first
+    _RESOLVED + "|[" + re.escape("".join(sorted(_INDICATORS))) + r"""\s-]|.*(?::\s|\s\#|\s$)""",
+    re.DOTALL,
 )
 """A string the JSON reading cannot vouch for without knowing whether the YAML quoted it:
 one PyYAML's resolver would read as another type when plain (``yes``, ``010``, ``~``, a
