@@ -6,8 +6,12 @@ imports none of them, and ``validate`` none of the clients, the HTTP client or S
 
 from __future__ import annotations
 
+import atexit
 import importlib
-from typing import Any
+import os
+import sys
+import threading
+from typing import Any, NoReturn
 
 import click
 
@@ -57,4 +61,29 @@ def cli() -> None:
 
 def main() -> None:
     """Console entry point (see ``RabbitryGroup`` for exit codes)."""
-    cli.main()
+    try:
+        cli.main()
+    except SystemExit as exc:
+        if isinstance(exc.code, int):
+            leave(exc.code)
+        raise
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with ``code`` without tearing the interpreter down.
+
+    Freeing every object of a loaded spec one by one costs a tenth of a second at exit for
+    the examples and seconds for a spec of 50,000 objects, for memory the operating system
+    takes back at once. What the interpreter's exit must still do is done first: the atexit
+    handlers (logging's flush, temporary files, coverage), then stdout and stderr flushed.
+    While another thread runs, the normal exit (which waits for it) is kept.
+    """
+    if threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone (`| head`), or a stream closed
+            code = code or 120  # what the interpreter's exit reports for a failed flush
+    os._exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,62 @@ def test_apply_and_plan_load_nothing_heavy_before_they_start_on_the_broker(verb:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def run_leaving(body: str) -> subprocess.CompletedProcess[str]:
+    code = "import atexit, sys, threading, time\nfrom rabbitry.cli import leave\n" + body
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=buffered
+    )
+
+
+def test_leave_runs_the_exit_handlers_and_flushes_before_it_exits(tmp_path: Path) -> None:
+    """The fast exit skips the interpreter's teardown, not what exit owes the user: atexit
+    handlers run (coverage, logging, temporary files) and buffered output reaches the pipe."""
+    marker = tmp_path / "handled"
+    done = run_leaving(
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+        "sys.stdout.write('buffered, no newline')\n"
+        "sys.stderr.write('to stderr')\n"
+        "leave(3)\n"
+        "print('never')\n"
+    )
+    assert done.returncode == 3
+    assert done.stdout == "buffered, no newline"
+    assert done.stderr == "to stderr"
+    assert marker.read_text() == "ran"
+
+
+def test_leave_waits_for_a_running_thread_as_the_normal_exit_does(tmp_path: Path) -> None:
+    marker = tmp_path / "finished"
+    done = run_leaving(
+        "def work():\n"
+        "    time.sleep(0.3)\n"
+        f"    open({str(marker)!r}, 'w').write('finished')\n"
+        "threading.Thread(target=work).start()\n"
+        "leave(4)\n"
+    )
+    assert done.returncode == 4
+    assert marker.read_text() == "finished"
+
+
+def test_leave_reports_output_it_could_not_deliver() -> None:
+    """A closed stdout (the reader of a pipe gone) is a failed exit, as the interpreter's is."""
+    done = run_leaving(
+        "import os\n"
+        "sys.stdout.write('lost')\n"  # buffered: stdout is a pipe
+        "read, write = os.pipe()\n"
+        "os.dup2(write, 1)\n"
+        "os.close(read)\n"
+        "leave(0)\n"
+    )
+    assert done.returncode == 120
+
+
+def test_the_console_command_exits_with_its_code_and_output() -> None:
+    script = Path(sys.executable).with_name("rabbitry")
+    ok = subprocess.run([script, "validate", str(EXAMPLE)], capture_output=True, text=True)
+    assert ok.returncode == 0 and "valid" in ok.stdout
+    bad = subprocess.run([script, "validate", "/nonexistent.yaml"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "does not exist" in bad.stderr
