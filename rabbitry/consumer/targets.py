@@ -45,10 +45,8 @@ class Target:
 
 
 def _is_stream(vhost: VhostSpec, spec: QueueSpec) -> bool:
-    from rabbitry.topology.primitives import QueueType
-
-    kind = spec.type or vhost.default_queue_type
-    return kind is QueueType.STREAM
+    # QueueType is a StrEnum: compared by value, without importing it once per queue
+    return (spec.type or vhost.default_queue_type) == "stream"
 
 
 def declared_queues(vhost: VhostSpec) -> dict[str, Target]:

@@ -99,8 +99,9 @@ class WorkerView:
 
     @classmethod
     def of(cls, spec: Spec) -> WorkerView:
-        from rabbitry.consumer.targets import declared_queues, retry_of
+        from rabbitry.consumer.targets import declared_queues
         from rabbitry.errors import SpecError
+        from rabbitry.topology.patterns.retries import queue_retry  # as retry_of, imported once
 
         queues: dict[str, dict[str, QueueView]] = {}
         for vhost in spec.vhosts:
@@ -108,7 +109,7 @@ class WorkerView:
             for name, target in declared_queues(vhost).items():
                 retry, error = None, None
                 try:
-                    retry = retry_of(vhost, target)
+                    retry = None if target.spec is None else queue_retry(vhost, target.spec)
                 except SpecError as exc:
                     error = str(exc)
                 ordered = target.spec is not None and bool(
