@@ -93,9 +93,16 @@ class OwnershipRecord:
         if isinstance(entries, str):
             entries = _unpack(stack, entries)
         managed: dict[ResourceKey, str] = {}
-        for entry in entries:
-            fingerprint, *key = (str(part) for part in entry)
-            managed[tuple(key)] = fingerprint
+        for entry in entries:  # [fingerprint, kind, vhost, *identity]; 50,000 at a time
+            parts = tuple(map(str, entry))
+            if len(parts) < 2:
+                raise BrokerError(
+                    f"global parameter {record_name(stack)!r} lists an entry that names no object"
+                    f" ({entry!r}): it was changed by hand or by another tool; restore"
+                    " it from a backup of the broker's definitions, or remove it and adopt the"
+                    " stack's objects again"
+                )
+            managed[parts[1:]] = parts[0]
         return cls(stack, managed, tuple(value.get("operations", [])))
 
     def replace_managed(self, managed: Mapping[ResourceKey, str]) -> OwnershipRecord:

@@ -130,9 +130,11 @@ class BrokerState:
 
 
 def _enum_or_none(enum_type: Any, value: Any) -> Any:
+    """The member of ``enum_type`` whose value is ``value`` (or which is ``value``), or None;
+    a dictionary lookup rather than the enum's call, once per object of a large vhost."""
     try:
-        return enum_type(value)
-    except ValueError:
+        return enum_type._value2member_map_.get(value)
+    except TypeError:  # a value that cannot be hashed is no member's
         return None
 
 

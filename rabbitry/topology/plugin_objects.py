@@ -78,4 +78,9 @@ def plugin_exchange(arguments: Mapping[str, Any]) -> str | None:
 
 def reserved_queue_prefix(name: str) -> str | None:
     """The plugin prefix ``name`` starts with, if any."""
+    if not name.startswith(_PREFIXES):  # the usual answer, in one call for 50,000 queues
+        return None
     return next((p for p in RESERVED_QUEUE_PREFIXES if name.startswith(p)), None)
+
+
+_PREFIXES = tuple(RESERVED_QUEUE_PREFIXES)

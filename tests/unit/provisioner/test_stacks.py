@@ -206,3 +206,12 @@ def test_a_record_whose_list_was_damaged_stops_the_plan_naming_it() -> None:
     with pytest.raises(BrokerError) as info:
         records_from([{"name": RECORD_PREFIX + "A", "value": value}])
     assert "'rabbitry.stack.A' lists its objects in a form rabbitry cannot read" in str(info.value)
+
+
+@pytest.mark.parametrize("entry", [[], ["abc"]])
+def test_a_record_entry_that_names_no_object_stops_the_plan_naming_the_record(
+    entry: list[str],
+) -> None:
+    with pytest.raises(BrokerError) as info:
+        OwnershipRecord.from_value("A", {"format_version": 1, "managed": [entry]})
+    assert "'rabbitry.stack.A' lists an entry that names no object" in str(info.value)
