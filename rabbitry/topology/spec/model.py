@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -52,6 +52,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _amqp_name(name: str) -> str:
+    if name.isascii() and name.isprintable():  # the usual name: no control character, and
+        return name  # at most 255 bytes (max_length counts characters: one byte each here)
     size = len(name.encode("utf-8"))
     if size > 255:
         raise ValueError(
@@ -91,8 +93,9 @@ def _exchange_type(value: object) -> ExchangeType | str:
     if isinstance(value, ExchangeType):
         return value
     if isinstance(value, str):
-        if value in ExchangeType._value2member_map_:
-            return ExchangeType(value)
+        member = ExchangeType._value2member_map_.get(value)  # the enum's call, minus its cost
+        if member is not None:
+            return cast(ExchangeType, member)
         if PLUGIN_EXCHANGE_TYPE.fullmatch(value):
             return value  # a plugin's type rabbitry does not know: passed through, unchecked
     known = ", ".join(repr(t.value) for t in ExchangeType)
