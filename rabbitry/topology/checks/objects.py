@@ -469,7 +469,8 @@ def check_users(spec: Spec, findings: Findings) -> None:
 def _check_delayed_retry(args: dict[str, object], loc: Loc, findings: Findings) -> None:
     """The broker turns delayed retry off, silently, without a minimum delay; a maximum below
     the minimum is refused (rabbit_quorum_queue.erl, 4.3)."""
-    kind, low, high = (args.get(f"x-delayed-retry-{k}") for k in ("type", "min", "max"))
+    kind = args.get("x-delayed-retry-type")
+    low, high = args.get("x-delayed-retry-min"), args.get("x-delayed-retry-max")
     if kind not in (None, "disabled") and low is None:
         findings.error(
             (*loc, "x-delayed-retry-type"),

@@ -216,15 +216,19 @@ def check_policy_overlaps(spec: Spec, findings: Findings) -> None:
     for loc, vhost in vhosts_of(spec):
         for i, queue in enumerate(vhost.queues):
             qtype = effective_queue_type(queue, vhost)
-            qloc = (*loc, "queues", i)
             matching = matching_policies(vhost.policies, queue.name, qtype)
+            if not matching:  # most objects of a large spec: nothing to compare
+                continue
+            qloc = (*loc, "queues", i)
             _check_shadowed(
                 _effective(matching), queue.name, queue.arguments.as_broker_dict(), qloc, findings
             )
             _check_ties(matching, queue.name, "queue", qloc, findings)
         for i, exchange in enumerate(vhost.exchanges):
-            eloc = (*loc, "exchanges", i)
             matching = matching_policies(vhost.policies, exchange.name, None)
+            if not matching:
+                continue
+            eloc = (*loc, "exchanges", i)
             if exchange.alternate_exchange is not None:
                 policy = _effective(matching)
                 if policy is not None and policy.definition.alternate_exchange is not None:
