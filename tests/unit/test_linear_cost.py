@@ -130,3 +130,30 @@ def test_planning_against_other_stacks_records_costs_in_proportion(
     small = calls(lambda: plan(topologies[SMALL], owned_by_another_stack(topologies[SMALL])))
     large = calls(lambda: plan(topologies[LARGE], owned_by_another_stack(topologies[LARGE])))
     assert large / small <= LIMIT, (small, large)
+
+
+def test_the_version_checks_judge_each_shape_of_object_once(
+    specs: dict[int, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan judges every object against the broker's version; objects of one shape (most of
+    a large spec) share their uses, and those are judged once. What is unique to an object (a
+    retry tier's dead-letter routing key) still is judged for it."""
+    from rabbitry.provisioner import capabilities
+
+    judged: list[object] = []
+    real = capabilities.judge
+
+    def counting(uses: object, version: object) -> object:
+        judged.append(uses)
+        return real(uses, version)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(capabilities, "judge", counting)
+    for size in (SMALL, LARGE):
+        judged.clear()
+        needs = capabilities.requirements(expand(load_spec(specs[size])))
+        refused, _ = capabilities._judged(needs, (3, 10, 0))
+        objects = sum(1 for need in needs if need.kind == "version")
+        assert len(judged) * 10 < objects, (size, len(judged), objects)
+        assert [need for need, _ in refused] == [  # the same answer as judging each object
+            need for need in needs if need.kind == "version" and real(need.uses, (3, 10, 0))
+        ]
