@@ -139,9 +139,9 @@ def test_the_version_checks_judge_each_shape_of_object_once(
     a large spec) share their uses, and those are judged once. What is unique to an object (a
     retry tier's dead-letter routing key) still is judged for it."""
     from rabbitry.provisioner import capabilities
+    from rabbitry.topology.versions import judge as real
 
     judged: list[object] = []
-    real = capabilities.judge
 
     def counting(uses: object, version: object) -> object:
         judged.append(uses)
