@@ -30,6 +30,7 @@ import datetime as dt
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pamqp import commands
@@ -53,11 +54,35 @@ _QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
 
 FIRST_WAIT = 1.0
 """Seconds to wait for the first delivery of ``first``/``last`` before calling a stream empty:
-a stream that holds messages delivers its first chunk within milliseconds of ``consume-ok``."""
+a stream that holds messages delivers its first chunk within milliseconds of ``consume-ok``
+on a broker with time to spare (see ``Waits`` for a busy one)."""
 QUIET = 0.2
 """Deliveries from ``last`` that pause this long have delivered the last chunk."""
 SETTLE_LIMIT = 5.0
 """``bounds`` stops following a stream that keeps growing after this long."""
+SLOWEST_WAIT = 30.0
+"""The longest a busy broker is given to deliver a stream's first chunk."""
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long silence must last before ``bounds`` concludes, scaled to the broker's pace.
+
+    Only silence tells an empty stream from one that has not delivered yet, and a broker
+    short of CPU (sharing it with Spark executors, say) can take seconds to deliver a chunk
+    it holds: a fixed second then reads a stream of 1,000 messages as empty, and a batch read
+    of it as no rows at all. A broker that slow is as slow to answer ``basic.consume``, so
+    each wait is at least a multiple of that answer's time (``answered``, seconds)."""
+
+    first: float
+    quiet: float
+    limit: float
+
+    @classmethod
+    def after(cls, answered: float) -> Waits:
+        first = min(SLOWEST_WAIT, max(FIRST_WAIT, 20 * answered))
+        quiet = min(first, max(QUIET, 4 * answered))
+        return cls(first, quiet, max(SETTLE_LIMIT, first + quiet))
 
 
 class StreamError(BrokerError):
@@ -254,12 +279,14 @@ class StreamReader:
         pause (or its first delivery with ``first_only``); None when nothing came. All the
         streams at once, on one channel."""
         wire, session = self._connect()
+        asked = time.monotonic()
         index = {session.consume(stream, offset): stream for stream in streams}
         found: dict[str, list[int]] = {}
         quiet_from: dict[str, float] = {}
         try:
             pending = self._started(wire, session, list(index))
             started = time.monotonic()
+            waits = Waits.after(started - asked)
             while True:
                 now = time.monotonic()
                 for message in pending:
@@ -271,11 +298,11 @@ class StreamReader:
                     seen[0], seen[1] = min(seen[0], at), max(seen[1], at)
                     quiet_from[stream] = now
                 done = all(
-                    (s in found and (first_only or now - quiet_from[s] >= QUIET))
-                    or (s not in found and now - started >= FIRST_WAIT)
+                    (s in found and (first_only or now - quiet_from[s] >= waits.quiet))
+                    or (s not in found and now - started >= waits.first)
                     for s in streams
                 )
-                if done or now - started >= SETTLE_LIMIT:
+                if done or now - started >= waits.limit:
                     break
                 pending = self._poll(wire, session, 0.02)
         finally:
