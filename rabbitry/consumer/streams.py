@@ -79,8 +79,10 @@ class Waits:
     limit: float
 
     @classmethod
-    def after(cls, answered: float) -> Waits:
-        first = min(SLOWEST_WAIT, max(FIRST_WAIT, 20 * answered))
+    def after(cls, answered: float, patience: float = FIRST_WAIT) -> Waits:
+        """``patience``: the least wait for a first delivery (longer where calling a stream
+        empty by mistake would lose rows: a batch read)."""
+        first = min(SLOWEST_WAIT, max(patience, 20 * answered))
         quiet = min(first, max(QUIET, 4 * answered))
         return cls(first, quiet, max(SETTLE_LIMIT, first + quiet))
 
@@ -273,7 +275,12 @@ class StreamReader:
         return got
 
     def _collect(
-        self, streams: Sequence[str], offset: int | str | dt.datetime, *, first_only: bool
+        self,
+        streams: Sequence[str],
+        offset: int | str | dt.datetime,
+        *,
+        first_only: bool,
+        patience: float = FIRST_WAIT,
     ) -> dict[str, tuple[int, int] | None]:
         """Per stream, (lowest, highest) offset delivered from ``offset`` until its deliveries
         pause (or its first delivery with ``first_only``); None when nothing came. All the
@@ -286,7 +293,7 @@ class StreamReader:
         try:
             pending = self._started(wire, session, list(index))
             started = time.monotonic()
-            waits = Waits.after(started - asked)
+            waits = Waits.after(started - asked, patience)
             while True:
                 now = time.monotonic()
                 for message in pending:
@@ -327,11 +334,16 @@ class StreamReader:
         """(first offset, offset after the last message); (0, 0) for a stream never written."""
         return self.bounds_of([stream])[stream]
 
-    def bounds_of(self, streams: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """``bounds`` of each stream, asked of all of them at once."""
-        firsts = self._collect(streams, "first", first_only=True)
+    def bounds_of(
+        self, streams: Sequence[str], *, patience: float = FIRST_WAIT
+    ) -> dict[str, tuple[int, int]]:
+        """``bounds`` of each stream, asked of all of them at once; a stream that delivers
+        nothing for ``patience`` seconds (more on a slow broker: ``Waits``) is empty."""
+        firsts = self._collect(streams, "first", first_only=True, patience=patience)
         written = [s for s in streams if firsts[s] is not None]
-        lasts = self._collect(written, "last", first_only=False) if written else {}
+        lasts = (
+            self._collect(written, "last", first_only=False, patience=patience) if written else {}
+        )
         out: dict[str, tuple[int, int]] = {}
         for stream in streams:
             first = firsts[stream]

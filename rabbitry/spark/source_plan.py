@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamReader, offset_of
+from rabbitry.consumer.streams import (
+    FIRST_WAIT,
+    StreamError,
+    StreamNotFound,
+    StreamReader,
+    offset_of,
+)
 from rabbitry.errors import BrokerError
 from rabbitry.spark.offsets import (
     Bounds,
@@ -33,6 +39,11 @@ from rabbitry.topology.patterns.super_streams import ORDER, Partition, partition
 from rabbitry.uri import mask_text, mask_uri, split_uris
 
 MANAGEMENT_TIMEOUT = 10.0
+BATCH_PATIENCE = 10.0
+"""Seconds a batch read waits for a stream's first delivery before it calls the stream empty:
+a busy broker (sharing its cores with Spark) can take seconds, and a stream called empty by
+mistake would be a batch of no rows. A streaming trigger keeps the short wait: what it misses,
+the next trigger reads."""
 
 __all__ = ["SourcePlan", "StreamPartition", "plan_read", "read_partition"]
 
@@ -57,8 +68,8 @@ class SourcePlan:
     def reader(self) -> StreamReader:
         return open_reader(self.options)
 
-    def bounds(self, reader: StreamReader) -> dict[str, Bounds]:
-        found = _checked(reader.bounds_of, self.streams)
+    def bounds(self, reader: StreamReader, *, patience: float = FIRST_WAIT) -> dict[str, Bounds]:
+        found = _checked(lambda: reader.bounds_of(self.streams, patience=patience))
         return {stream: Bounds(*found[stream]) for stream in self.streams}
 
     def offsets(
@@ -248,7 +259,7 @@ def batch_range(plan: SourcePlan) -> tuple[dict[str, int], dict[str, int]]:
     """(start, end) offsets of a batch read, as the streams are now."""
     options = plan.options
     with plan.reader() as reader:
-        bounds = plan.bounds(reader)
+        bounds = plan.bounds(reader, patience=BATCH_PATIENCE)
         starting = options.starting(plan.streams)
         start = plan.offsets(reader, starting, bounds)
         end = plan.offsets(reader, options.ending(plan.streams), bounds)

@@ -155,3 +155,14 @@ def test_the_waits_grow_with_the_brokers_answer_and_stop_at_a_limit() -> None:
     slow = Waits.after(0.5)
     assert (slow.first, slow.quiet) == (10.0, 2.0) and slow.limit >= slow.first + slow.quiet
     assert Waits.after(60).first == SLOWEST_WAIT
+
+
+def test_a_reader_given_patience_waits_that_long_before_it_calls_a_stream_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch read gives more patience: a broker that answers consume at once but delivers
+    five seconds later has a stream the short wait would call empty."""
+    monkeypatch.setattr(streams, "time", Clock())
+    late = PacedBroker(streams.time, answer=0.002, deliver=5.0, messages=7)  # type: ignore[arg-type]
+    assert late.bounds_of(["events"]) == {"events": (0, 0)}
+    assert late.bounds_of(["events"], patience=10.0) == {"events": (0, 7)}
