@@ -71,8 +71,10 @@ class Waits:
     Only silence tells an empty stream from one that has not delivered yet, and a broker
     short of CPU (sharing it with Spark executors, say) can take seconds to deliver a chunk
     it holds: a fixed second then reads a stream of 1,000 messages as empty, and a batch read
-    of it as no rows at all. A broker that slow is as slow to answer ``basic.consume``, so
-    each wait is at least a multiple of that answer's time (``answered``, seconds)."""
+    of it as no rows at all. Each wait is at least a multiple of the time the broker took to
+    answer ``basic.consume`` (``answered``, seconds). That answer can come fast while the
+    deliveries lag (seen on 3.10 beside a starting Spark session), so a caller that cannot
+    afford a false empty also gives a longer ``patience`` (a batch read: ``BATCH_PATIENCE``)."""
 
     first: float
     quiet: float
