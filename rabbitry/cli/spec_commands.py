@@ -1,11 +1,12 @@
-"""``rabbitry validate``, ``render`` and ``schema``: the verbs that need no broker."""
+"""``rabbitry validate``, ``render``, ``schema`` and ``graph``: the verbs that need no broker.
+
+What only one verb uses (the YAML writer, the graph, the JSON Schema, Graphviz) is imported by
+that verb: ``validate`` is the one run most, from editors and pre-commit hooks."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,12 +25,9 @@ from rabbitry.cli.common import (
 from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.gcpause import collector_paused
 from rabbitry.provisioner.target import load_spec_or_definitions
-from rabbitry.topology import check_spec, expand, load_spec, topology_data
-from rabbitry.topology.document import plain_yaml
-from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
+from rabbitry.topology import check_spec, expand, load_spec
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.loader import render_spec_file
-from rabbitry.topology.spec.schema import json_schema_text
 from rabbitry.uri import mask_text
 
 _PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,}#][^,}#\n]*)""")
@@ -162,6 +160,8 @@ def render(
 
     Passwords are shown as ***. Validation errors exit 1 (warnings are printed to stderr).
     """
+    from rabbitry.topology.document import plain_yaml, topology_data
+
     pairs = parse_vars(variables)
     if template_only:
         text = render_spec_file(spec, pairs, var_files)
@@ -191,6 +191,8 @@ def schema(of_plan: bool) -> None:
 
         click.echo(plan_json_schema_text(), nl=False)
         return
+    from rabbitry.topology.spec.schema import json_schema_text
+
     click.echo(json_schema_text(), nl=False)
 
 
@@ -224,6 +226,8 @@ def graph(
     output: Path | None,
 ) -> None:
     """Draw the topology SPEC expands to: bindings, dead-letter paths, retries, delays."""
+    from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
+
     loaded = load_spec(spec, parse_vars(variables), var_files)
     check_spec(loaded, on_warning=_print_warning)
     graphs = topology_graph(expand(loaded), loaded, fold=not unfold)
@@ -241,6 +245,9 @@ def graph(
 
 
 def _svg(dot_text: str) -> str:
+    import shutil
+    import subprocess
+
     dot = shutil.which("dot")
     if dot is None:
         raise RabbitryError(

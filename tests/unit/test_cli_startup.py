@@ -26,7 +26,16 @@ HEAVY = [
 EXAMPLE = Path(__file__).parents[2] / "examples" / "shop.yaml"
 
 
-def loaded_after(*argv: str) -> list[str]:
+OTHER_VERBS = [
+    "rabbitry.topology.graph",
+    "rabbitry.topology.document",
+    "rabbitry.topology.spec.schema",
+]
+"""What ``graph``, ``render`` and ``schema`` use and ``validate`` does not."""
+
+
+def loaded_after(*argv: str, watched: list[str] | None = None) -> list[str]:
+    watched = [*HEAVY, "pydantic"] if watched is None else watched
     code = (
         "import sys\n"
         "from rabbitry.cli import cli\n"
@@ -34,7 +43,7 @@ def loaded_after(*argv: str) -> list[str]:
         f"    cli.main({list(argv)!r}, standalone_mode=False)\n"
         "except SystemExit:\n"
         "    pass\n"
-        f"print([m for m in {[*HEAVY, 'pydantic']!r} if m in sys.modules])\n"
+        f"print([m for m in {watched!r} if m in sys.modules])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return list(eval(out.stdout.strip().splitlines()[-1]))
@@ -46,6 +55,10 @@ def test_version_loads_no_model_client_or_http_library() -> None:
 
 def test_validate_loads_the_spec_model_but_no_client_or_http_library() -> None:
     assert loaded_after("validate", str(EXAMPLE)) == ["pydantic"]
+
+
+def test_validate_loads_nothing_only_the_other_spec_verbs_use() -> None:
+    assert loaded_after("validate", str(EXAMPLE), watched=OTHER_VERBS) == []
 
 
 def test_every_listed_command_resolves_under_its_name() -> None:
