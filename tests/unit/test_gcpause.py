@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from rabbitry.cli import cli
 from rabbitry.gcpause import collector_paused, pauses_collector
 
 
@@ -36,3 +39,20 @@ def test_a_collector_the_caller_disabled_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_validate_stores_the_worker_view_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, json_flag: list[str]
+) -> None:
+    # at 50,000 objects the view's allocations set the collector walking the loaded spec
+    import rabbitry.consumer.view
+
+    seen: list[bool] = []
+    monkeypatch.setattr(rabbitry.consumer.view, "remember", lambda *_: seen.append(gc.isenabled()))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nname: s\nvhosts:\n  - name: v\n    queues: [{name: q}]\n")
+    result = CliRunner().invoke(cli, ["validate", str(spec), *json_flag])
+    assert result.exit_code == 0, result.output
+    assert seen == [False]
+    assert gc.isenabled()
