@@ -78,8 +78,15 @@ def spec_text(stack: str, vhost: str, objects: int) -> str:
         for i in range(max(1, k // 100))
     ]
     later = {"name": "later", "max": "1h", "targets": [{"queue": "q.1"}]}
-    objects = {"exchanges": exchanges, "queues": queues, "bindings": bindings}
-    return one_vhost_spec(stack, vhost, **objects, policies=policies, delays=[later])
+    return one_vhost_spec(
+        stack,
+        vhost,
+        exchanges=exchanges,
+        queues=queues,
+        bindings=bindings,
+        policies=policies,
+        delays=[later],
+    )
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> tuple[float, int, str]:
@@ -119,6 +126,19 @@ def listing_once(management_url: str, vhost: str) -> float:
             for answer in answers:
                 answer.result().raise_for_status()
         return time.perf_counter() - started
+
+
+def reads_once(env: dict[str, str], vhost: str) -> float:
+    """Seconds of a process that makes a plan's reads and nothing else (bench/reads_only.py):
+    start-up, the reads, the answers decoded. The floor under a plan on these cores."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, str(HERE / "reads_only.py"), vhost],
+        env={**os.environ, **env},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - started
 
 
 def median_run(times: int, *argv: str) -> float:
@@ -213,12 +233,14 @@ def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
             figures["apply"] = run("apply", str(spec), "--auto-approve", env=env)[0]
 
             listings: list[float] = []
+            reads: list[float] = []
 
             def plans() -> list[tuple[float, int, str]]:
                 runs = []
-                for _ in range(3):  # the broker's listing of the vhost beside each plan
+                for _ in range(3):  # beside each plan: the broker's listing, the reads alone
                     runs.append(run("plan", str(spec), "--detailed-exitcode", env=env))
                     listings.append(listing_once(env["RABBITRY_MANAGEMENT_URL"], ours))
+                    reads.append(reads_once(env, ours))
                 for _, _, out in runs:
                     assert "No changes" in out, out[-2000:]
                 return runs
@@ -230,6 +252,7 @@ def one_size(objects: int, tmp: Path, versions: set[str]) -> dict[str, float]:
             figures["plan"] = statistics.median(seconds for seconds, _, _ in settled)
             figures["plan_rss_kib"] = max(rss for _, rss, _ in busy + settled)
             figures["listing"] = statistics.median(listings[3:])  # beside the settled plans
+            figures["reads"] = statistics.median(reads[3:])
 
             exported = tmp / f"{ours}.export.yaml"
             figures["export"] = run("export", "--vhost", ours, "-o", str(exported), env=env)[0]
@@ -306,6 +329,8 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
     seconds("`rabbitry plan`, nothing to do", "plan", "<= 3 s at 50k")
     seconds("the broker's listing of the vhost (beside the settled plans)", "listing")
     times("plan / listing", "plan", "listing")
+    seconds("a process making only the plan's reads (bench/reads_only.py)", "reads")
+    times("plan / reads only", "plan", "reads")
     seconds("... right after the apply (broker still settling)", "plan_busy")
     row(
         "plan peak memory per object",
@@ -327,7 +352,9 @@ def render(results: dict[int, dict[str, float]], version: str, startup: dict[str
         lines += ["", *(f"- {failure}" for failure in PEER_FAILURES)]
     lines += [
         "",
-        f"Start-up, median of 10 processes: `rabbitry --version` {startup['version']:.3f} s"
+        f"Reference loop at the end of the run: {startup['reference_end']:.3f} s."
+        " Start-up, median of 10 processes, taken at the start:"
+        f" `rabbitry --version` {startup['version']:.3f} s"
         " (target <= 0.15 s), `rabbitry validate examples/shop.yaml`"
         f" {startup['validate_shop']:.3f} s (target <= 0.35 s).",
         "",
@@ -365,6 +392,7 @@ def main() -> int:
                 spec = Path(tmp) / f"rounds-{size}-{tag}.yaml"
                 spec.write_text(spec_text(f"rounds-{tag}", f"rounds-{tag}", size))
                 more_rounds(figures, spec, f"rounds-{tag}", args.rounds - 1)
+    startup["reference_end"] = reference_seconds()  # the machine may have slowed meanwhile
     text = render(results, ", ".join(sorted(versions)), startup)
     print(text)
     if args.write_docs:

@@ -355,3 +355,24 @@ def test_settings_that_compare_equal_in_python_but_differ_on_the_wire_are_a_chan
 
 
 WORK_10 = Queue(name="work", arguments={"x-max-length": 10})
+
+
+def test_flags_nested_in_lists_and_maps_differ_from_numbers() -> None:
+    """The comparison judges values inside lists and maps as it judges top-level ones."""
+    for wanted, found in (
+        ({"x-a": [True, "b"]}, {"x-a": [1, "b"]}),
+        ({"x-a": {"b": [{"c": False}]}}, {"x-a": {"b": [{"c": 0}]}}),
+    ):
+        desired, observed = (
+            Queue(name="work", arguments=wanted),
+            Queue(name="work", arguments=found),
+        )
+        p = plan(
+            topo(queues=(desired,)),
+            state(topo(queues=(observed,)), owned(topo(queues=(observed,)))),
+        )
+        assert [c.action for c in p.changes] == [Action.REPLACE], wanted
+        same = Queue(name="work", arguments=found)
+        assert not plan(
+            topo(queues=(same,)), state(topo(queues=(observed,)), owned(topo(queues=(observed,))))
+        ).changes
