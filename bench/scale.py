@@ -11,7 +11,9 @@ fresh broker (a broker slows down as it fills, and deleting 50,000 objects to ma
 longer than creating them). For export the peer is ``GET /api/definitions/{vhost}`` plus
 writing it as YAML. ``plan`` is the median of three runs on a broker left ``SETTLE`` seconds
 after the apply (and, for information, of three right after it); its peak memory is the
-largest maximum resident set of the six, in KB (1,000 bytes) per object.
+largest maximum resident set of the six, in KB (1,000 bytes) per object. Beside each plan: the
+broker's listing of the vhost, and a process that only makes the plan's reads
+(bench/reads_only.py), the floor under a plan while the broker shares the client's cores.
 """
 
 from __future__ import annotations
