@@ -363,16 +363,9 @@ def test_flags_nested_in_lists_and_maps_differ_from_numbers() -> None:
         ({"x-a": [True, "b"]}, {"x-a": [1, "b"]}),
         ({"x-a": {"b": [{"c": False}]}}, {"x-a": {"b": [{"c": 0}]}}),
     ):
-        desired, observed = (
-            Queue(name="work", arguments=wanted),
-            Queue(name="work", arguments=found),
-        )
-        p = plan(
-            topo(queues=(desired,)),
-            state(topo(queues=(observed,)), owned(topo(queues=(observed,)))),
-        )
-        assert [c.action for c in p.changes] == [Action.REPLACE], wanted
-        same = Queue(name="work", arguments=found)
-        assert not plan(
-            topo(queues=(same,)), state(topo(queues=(observed,)), owned(topo(queues=(observed,))))
-        ).changes
+        broker = topo(queues=(Queue(name="work", arguments=found),))
+        observed = state(broker, owned(broker))
+        desired = topo(queues=(Queue(name="work", arguments=wanted),))
+        assert [c.action for c in plan(desired, observed).changes] == [Action.REPLACE], wanted
+        same = topo(queues=(Queue(name="work", arguments=found),))
+        assert not plan(same, observed).changes
