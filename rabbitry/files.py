@@ -99,13 +99,14 @@ def check_private(info: os.stat_result, what: str) -> None:
         )
 
 
-def private_directory(path: Path) -> int:
+def private_directory(path: Path, *, make: bool = True) -> int:
     """An open descriptor of the directory ``path``, made (with its missing parents) 0700
-    when it does not exist; raises ``UnsafeFileError`` when it exists but is not the user's
-    own (``check_private``) or is a symbolic link, ``OSError`` when it cannot be made."""
+    when it does not exist (``FileNotFoundError`` instead when not ``make``); raises
+    ``UnsafeFileError`` when it exists but is not the user's own (``check_private``) or is a
+    symbolic link, ``OSError`` when it cannot be made."""
     missing: list[Path] = []
     for directory in (path, *path.parents):
-        if os.path.lexists(directory):
+        if not make or os.path.lexists(directory):
             break
         missing.append(directory)
     for directory in reversed(missing):

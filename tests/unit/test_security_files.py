@@ -7,11 +7,14 @@ hand files to that user with ``chown``, as that user would have made them.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import pwd
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +164,180 @@ def test_a_file_others_may_write_or_a_symlink_is_not_read(tmp_path: Path) -> Non
             read_private(fd, "link.json", tmp_path / "d")
     finally:
         os.close(fd)
+
+
+# -- the worker view cache ------------------------------------------------------------------------
+
+SPEC = """\
+version: 1
+name: planted
+broker:
+  url: amqp://app@rabbit-1:5672/
+vhosts:
+  - name: jobs
+    queues:
+      - {name: jobs, type: quorum, retry: {attempts: 2, backoff: [1s]}}
+"""
+
+
+def warm_app(spec: Path) -> Any:
+    """What ``worker run`` makes of ``spec``: an ``App`` that reads the cached view if any."""
+    from rabbitry.consumer.app import App
+
+    App.views = True
+    return App(spec, vhost="jobs")
+
+
+def parking_queue(app: Any) -> str:
+    return str(app._place(*app._find("jobs", None)).retry.parking_queue)
+
+
+def plant(spec_text: str, cache: Path, changes: dict[str, Any]) -> Path:
+    """An entry for ``spec_text`` that names and seals itself exactly as rabbitry would (its
+    maker knows the key: it wrote the key file too), its view changed by ``changes``."""
+    from rabbitry.consumer import view
+    from rabbitry.topology.spec.loader import load_spec_text
+
+    view.remember(spec_text, load_spec_text(spec_text, "spec.yaml", environ={}))
+    where = cache / "worker-views"
+    secret = bytes.fromhex((where / view.KEY_FILE).read_text())
+    name = view._entry_name(secret, spec_text)
+    entry = json.loads((where / name).read_text())
+    body = json.loads(entry["view"])
+    retry = body["queues"]["jobs"]["jobs"]["retry"]
+    retry.update(changes.get("retry", {}))
+    body.update(changes.get("view", {}))
+    entry["view"] = json.dumps(body)
+    entry["seal"] = view._seal(secret, name, entry["view"])
+    (where / name).write_text(json.dumps(entry))
+    return where / name
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from rabbitry.consumer import view
+
+    monkeypatch.setenv("RABBITRY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(view, "_warned", False, raising=False)
+    return tmp_path / "cache"
+
+
+def test_a_planted_view_in_a_directory_another_user_owns_is_not_read(
+    tmp_path: Path, cache: Path, other_uid: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    plant(SPEC, cache, {"retry": {"parking_queue": "stolen"}})
+    cache.chmod(0o777)  # a directory anyone may write, and their own cache inside it
+    for path in (cache / "worker-views", *(cache / "worker-views").iterdir()):
+        os.chown(path, other_uid, -1)
+    (cache / "worker-views").chmod(0o777)
+
+    with caplog.at_level(logging.WARNING, logger="rabbitry.worker"):
+        app = warm_app(spec)
+        warm_app(spec)
+
+    assert app._view is None, "the spec was loaded in full"
+    assert parking_queue(app) == "jobs.parking"
+    warnings = [r.getMessage() for r in caplog.records if "worker view cache" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert f"belongs to user id {other_uid}" in warnings[0]
+
+
+def test_a_view_in_a_directory_others_may_write_is_not_read(
+    tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    plant(SPEC, cache, {"retry": {"parking_queue": "stolen"}})
+    (cache / "worker-views").chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="rabbitry.worker"):
+        app = warm_app(spec)
+    assert app._view is None and parking_queue(app) == "jobs.parking"
+    assert "written by its group or others" in caplog.text
+
+
+def test_a_view_entry_another_user_owns_is_not_read(
+    tmp_path: Path, cache: Path, other_uid: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    entry = plant(SPEC, cache, {"retry": {"parking_queue": "stolen"}})
+    os.chown(entry, other_uid, -1)
+    with caplog.at_level(logging.WARNING, logger="rabbitry.worker"):
+        app = warm_app(spec)
+    assert app._view is None and parking_queue(app) == "jobs.parking"
+    assert f"belongs to user id {other_uid}" in caplog.text
+
+
+def test_a_view_sealed_with_another_key_is_not_read(tmp_path: Path, cache: Path) -> None:
+    from rabbitry.consumer import view
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    plant(SPEC, cache, {"retry": {"parking_queue": "stolen"}})
+    write_private(cache / "worker-views" / view.KEY_FILE, os.urandom(view.KEY_BYTES).hex())
+    app = warm_app(spec)
+    assert app._view is None and parking_queue(app) == "jobs.parking"
+
+
+def test_the_broker_url_is_read_off_the_spec_never_from_the_cache(
+    tmp_path: Path, cache: Path
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    plant(SPEC, cache, {"view": {"url": "amqp://thief:pw@elsewhere/", "node_order": "in-order"}})
+    app = warm_app(spec)
+    assert app._view is not None, "our own entry, sealed with our key: read"
+    assert (app.url, app.node_order) == ("amqp://app@rabbit-1:5672/", None)
+    stored = "".join(p.read_text() for p in (cache / "worker-views").iterdir())
+    assert "rabbit-1" not in stored, "an entry holds no broker URL"
+
+
+def test_the_cache_key_is_created_owner_only(tmp_path: Path, cache: Path) -> None:
+    from rabbitry.consumer import view
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    warm_app(spec)
+    assert mode(cache / "worker-views") == 0o700
+    assert mode(cache / "worker-views" / view.KEY_FILE) == 0o600
+    assert warm_app(spec)._view is not None, "the second start reads the view"
+
+
+def test_an_entry_named_from_the_spec_text_alone_is_not_read(tmp_path: Path, cache: Path) -> None:
+    """Anyone who can read a spec could compute the name entries had (length, CRC-32 and
+    Adler-32 of its text): one planted under that name is never looked at."""
+    import zlib
+    from dataclasses import asdict
+
+    from rabbitry.consumer import view
+    from rabbitry.topology.spec.limits import SpecLimits
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    data = SPEC.encode()
+    key = {
+        "format": 1,
+        "code": view._code_stamp(),
+        "limits": asdict(SpecLimits.from_environment()),
+        "text": [len(data), zlib.crc32(data), zlib.adler32(data)],
+    }
+    name = f"{zlib.crc32(json.dumps(key, sort_keys=True).encode()):08x}-{len(data)}.json"
+    os.close(private_directory(cache / "worker-views"))
+    planted = {"vhosts": ["jobs"], "url": "amqp://thief@elsewhere/", "node_order": None}
+    planted["queues"] = {
+        "jobs": {
+            "jobs": {
+                "declared_by": "jobs",
+                "stream": False,
+                "ordered": False,
+                "retry": None,
+                "retry_error": None,
+            }
+        }
+    }
+    write_private(cache / "worker-views" / name, json.dumps({"key": key, "view": planted}))
+
+    app = warm_app(spec)
+    assert app._view is None and app.url == "amqp://app@rabbit-1:5672/"
