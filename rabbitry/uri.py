@@ -79,6 +79,27 @@ def mask_with(text: str, *uris: str) -> str:
     return masked
 
 
+def url_problem(url: str, schemes: tuple[str, ...], what: str) -> str | None:
+    """Why ``url`` (every URL of a comma-separated list) is not a URL of one of ``schemes``
+    naming a host, for a message about ``what``; None when it is one. The password never
+    appears in the answer."""
+    example = f"{schemes[0]}://user:password@host:{15672 if schemes[0] == 'http' else 5672}"
+    for one in split_uris(url) or [url]:
+        try:
+            parts = urlsplit(one)
+            parts.port  # noqa: B018 - parsing the port is the check
+        except ValueError as exc:
+            reason = mask_with(str(exc), one)
+            return f"{what} {mask_uri(one)!r} is not a URL ({reason}): write it like {example}"
+        if parts.scheme not in schemes or not parts.netloc:
+            return (
+                f"{what} {mask_uri(one)!r} must start with"
+                f" {' or '.join(s + '://' for s in schemes)} and name a host: write it like"
+                f" {example}"
+            )
+    return None
+
+
 def secrets_in(uri: str) -> list[str]:
     """The pieces of ``uri`` the rule hides (empty when it holds none)."""
     found: list[str] = []

@@ -4,7 +4,10 @@ for values known to be URLs and for free text that may quote one."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +91,103 @@ def test_a_message_quoting_a_piece_of_the_url_without_its_at_sign_is_masked_too(
 def test_urls_without_a_password_are_left_alone() -> None:
     for url in ("amqp://guest@h:5672/", "amqp://[::1]:5672/", "amqp://a,amqp://b", "plain text"):
         assert mask_uri(url) == url and mask_text(url) == url
+
+
+# -- where URLs reach a message --------------------------------------------------------------------
+
+BROKEN = [
+    "amqps//user:Pw1-secret@h",
+    "http//user:Pw1-secret@h:15672",
+    "amqp://u:ok@a,amqps//u:Pw1-secret@b",
+    "rabbit:5672@user:Pw1-secret",
+    "amqp://rabbit:5672@user:Pw1-secret",
+]
+"""Shapes whose password was printed before: no colon after the scheme, a bad later entry of
+a list, host and port before the credentials (urlsplit then names the password as a port)."""
+
+SPEC = """\
+version: 1
+name: masked
+broker:
+  url: "{url}"
+vhosts:
+  - name: v
+    queues: [{{name: q}}]
+"""
+
+
+@pytest.mark.parametrize("url", BROKEN)
+def test_validate_refuses_a_broker_url_that_does_not_parse_without_showing_its_password(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rabbitry.cli import cli
+
+    monkeypatch.setenv("RABBITRY_CACHE_DIR", str(tmp_path / "cache"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(url=url))
+    text = CliRunner().invoke(cli, ["validate", str(spec)])
+    assert text.exit_code == 1, text.output
+    assert f"{spec}:4:8: broker.url: AMQP URL" in text.output
+    as_json = CliRunner().invoke(cli, ["validate", "--json", str(spec)])
+    assert as_json.exit_code == 1
+    (problem,) = json.loads(as_json.stdout)["problems"]
+    assert problem["path"] == "broker.url" and "AMQP URL" in problem["message"]
+    assert "Pw1" not in text.output + as_json.output
+    assert not (tmp_path / "cache").exists(), "nothing of an invalid spec is cached"
+
+
+def test_validate_names_the_entry_of_a_broker_url_list(tmp_path: Path) -> None:
+    from rabbitry.cli import cli
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        SPEC.format(url="x").replace(
+            'url: "x"', "url:\n    - amqp://u:ok@a\n    - amqps//u:Pw1-secret@b"
+        )
+    )
+    result = CliRunner().invoke(cli, ["validate", str(spec)])
+    assert result.exit_code == 1 and "broker.url[1]: AMQP URL 'amqps//u:***@b'" in result.output
+    assert "Pw1" not in result.output
+
+
+@pytest.mark.parametrize("url", BROKEN)
+def test_command_errors_in_text_and_json_hide_the_password_of_a_broken_url(
+    url: str, tmp_path: Path
+) -> None:
+    from rabbitry.cli import cli
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(url="amqp://localhost"))
+    for flags in ([], ["--json"]):
+        result = CliRunner().invoke(cli, ["plan", *flags, "--url", url, str(spec)])
+        assert result.exit_code == 1, result.output
+        assert "URL" in result.output and "Pw1" not in result.output, result.output
+
+
+@pytest.mark.parametrize("url", BROKEN[::2] + BROKEN[-1:])
+def test_spark_option_errors_hide_the_password_of_a_broken_url(url: str) -> None:
+    from rabbitry.spark.options import SinkOptionError, SinkOptions
+
+    with pytest.raises(SinkOptionError) as caught:
+        SinkOptions.parse({"url": url, "exchange": "x"}, environ={})
+    assert "URL" in str(caught.value) and "Pw1" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", BROKEN[::2] + BROKEN[-1:])
+def test_client_connection_settings_errors_hide_the_password_of_a_broken_url(url: str) -> None:
+    from rabbitry.amqp.settings import ConnectionSettings
+    from rabbitry.errors import BrokerError
+
+    with pytest.raises(BrokerError) as caught:
+        ConnectionSettings.from_url(url)
+    assert "Pw1" not in str(caught.value), caught.value
+
+
+def test_management_url_errors_hide_the_password_of_a_broken_url() -> None:
+    from rabbitry.errors import BrokerError
+    from rabbitry.provisioner.management import split_credentials
+
+    for url in ("http//user:Pw1-secret@h", "http://rabbit:15672@user:Pw1-secret"):
+        with pytest.raises(BrokerError) as caught:
+            split_credentials(url)
+        assert "Pw1" not in str(caught.value), caught.value
