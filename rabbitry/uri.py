@@ -22,8 +22,9 @@ _SCHEME = r"[a-zA-Z][a-zA-Z0-9+.-]*:?//"
 _NEXT_URI = re.compile(rf"\s*,\s*(?={_SCHEME})")
 _LEADING_SCHEME = re.compile(rf"[^:@/]*?{_SCHEME}")
 """A scheme at the start of a URL, perhaps after a label (``url=``) holding no ``:@/``."""
-_TOKEN = re.compile(r"""[^\s'"<>`]+""")
+_DELIMITERS = " \t\n\r\f\v'\"<>`"
 """Free text is masked token by token: URLs hold no whitespace or quotes."""
+_NEXT_DELIMITER = re.compile(r"[ \t\n\r\f\v'\"<>`]")
 _PORT = re.compile(r"\d*")
 
 
@@ -64,9 +65,24 @@ def mask_uri(uri: str) -> str:
 
 def mask_text(text: str) -> str:
     """Mask the password of every URI found inside free text (error messages, logs)."""
-    if "@" not in text:
+    at = text.find("@")
+    if at < 0:
         return text
-    return _TOKEN.sub(lambda m: _mask_entries(m[0]), text)
+    # only the tokens around an "@" are looked at: a rendered spec of megabytes is masked
+    # in a few C scans rather than one Python call per word
+    out: list[str] = []
+    done = 0
+    while at >= 0:
+        start = max(text.rfind(mark, done, at) for mark in _DELIMITERS) + 1
+        start = max(start, done)
+        after = _NEXT_DELIMITER.search(text, at)
+        end = after.start() if after else len(text)
+        out.append(text[done:start])
+        out.append(_mask_entries(text[start:end]))
+        done = end
+        at = text.find("@", end)
+    out.append(text[done:])
+    return "".join(out)
 
 
 def mask_with(text: str, *uris: str) -> str:
