@@ -11,8 +11,11 @@ import json
 import logging
 import os
 import pwd
+import shutil
 import stat
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,16 +225,47 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def test_a_planted_view_in_a_directory_another_user_owns_is_not_read(
-    tmp_path: Path, cache: Path, other_uid: int, caplog: pytest.LogCaptureFixture
+def as_other(uid: int, *argv: str) -> None:
+    """Run ``argv`` as the second user (its own uid and group), as that user would."""
+    gid = pwd.getpwuid(uid).pw_gid
+
+    def become() -> None:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+
+    done = subprocess.run(argv, preexec_fn=become, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture()
+def shared_dir() -> Iterator[Path]:
+    """A directory every local user may write (as a shared ``/srv/cache`` would be)."""
+    where = Path(tempfile.mkdtemp(prefix="rabbitry-shared-", dir="/tmp"))
+    where.chmod(0o777)
+    yield where
+    shutil.rmtree(where)
+
+
+def test_a_view_another_user_planted_in_a_shared_cache_directory_is_not_read(
+    tmp_path: Path,
+    cache: Path,
+    shared_dir: Path,
+    other_uid: int,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
+    # the other user makes the cache rabbitry will look in, and puts there a key of their own
+    # and an entry named and sealed with it that parks failed jobs in their queue
     plant(SPEC, cache, {"retry": {"parking_queue": "stolen"}})
-    cache.chmod(0o777)  # a directory anyone may write, and their own cache inside it
-    for path in (cache / "worker-views", *(cache / "worker-views").iterdir()):
-        os.chown(path, other_uid, -1)
-    (cache / "worker-views").chmod(0o777)
+    staged = shared_dir / "staged"
+    shutil.copytree(cache / "worker-views", staged)
+    for path in (staged, *staged.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    as_other(other_uid, "/bin/cp", "-r", str(staged), str(shared_dir / "worker-views"))
+    monkeypatch.setenv("RABBITRY_CACHE_DIR", str(shared_dir))
 
     with caplog.at_level(logging.WARNING, logger="rabbitry.worker"):
         app = warm_app(spec)
@@ -242,6 +276,8 @@ def test_a_planted_view_in_a_directory_another_user_owns_is_not_read(
     warnings = [r.getMessage() for r in caplog.records if "worker view cache" in r.getMessage()]
     assert len(warnings) == 1, warnings
     assert f"belongs to user id {other_uid}" in warnings[0]
+    entries = sorted(p.name for p in (shared_dir / "worker-views").iterdir())
+    assert entries == sorted(p.name for p in staged.iterdir()), "nothing written there either"
 
 
 def test_a_view_in_a_directory_others_may_write_is_not_read(
