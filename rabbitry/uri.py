@@ -1,13 +1,31 @@
-"""Masking credentials in every URI rabbitry shows or logs."""
+"""Masking credentials in every URI rabbitry shows or logs.
+
+One rule serves every string that may hold a URL (``mask_uri`` for a value known to be one,
+``mask_text`` for free text such as an error message): wherever ``@`` follows text with a colon
+in it (``user:secret@``), everything from that colon to the last ``@`` of the URL is hidden,
+whatever comes before it (``amqp://``, ``amqps//`` with its colon forgotten, no scheme at all).
+What follows the last ``@`` is the host; a colon there not followed by a port number
+(``host:5672@user:secret``, the two halves swapped) hides all that follows it too. A comma-separated
+list is masked entry by entry, so one broken entry does not expose the next. The rule masks
+too much rather than too little: a ``user:word@`` that is no password at all is hidden too.
+"""
 
 from __future__ import annotations
 
 import re
 from urllib.parse import quote, urlsplit, urlunsplit
 
-_USERINFO = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:@/\s]*):(?P<pw>[^@/\s]*)@"
-)
+MASK = "***"
+
+_SCHEME = r"[a-zA-Z][a-zA-Z0-9+.-]*:?//"
+"""A scheme and its slashes, the colon optional: ``amqps//host`` is a URL someone mistyped."""
+_NEXT_URI = re.compile(rf"\s*,\s*(?={_SCHEME})")
+_LEADING_SCHEME = re.compile(rf"[^:@/]*?{_SCHEME}")
+"""A scheme at the start of a URL, perhaps after a label (``url=``) holding no ``:@/``."""
+_DELIMITERS = " \t\n\r\f\v'\"<>`"
+"""Free text is masked token by token: URLs hold no whitespace or quotes."""
+_NEXT_DELIMITER = re.compile(r"[ \t\n\r\f\v'\"<>`]")
+_PORT = re.compile(r"\d*")
 
 
 def with_password(uris: str | list[str], password: str | None) -> list[str]:
@@ -26,46 +44,135 @@ def with_password(uris: str | list[str], password: str | None) -> list[str]:
     return out
 
 
-_NEXT_URI = re.compile(r"\s*,\s*(?=[a-zA-Z][a-zA-Z0-9+.-]*://)")
-
-
 def split_uris(text: str) -> list[str]:
     """The URIs of a comma-separated list, e.g. one node of a cluster each:
     ``amqp://u:p@a,amqp://u:p@b`` -> two URIs.
 
-    A comma splits only where a new URI (``scheme://``) follows it, so a single URI with commas
-    in its password or query stays whole; a trailing comma is ignored."""
+    A comma splits only where a new URI (``scheme://``, or ``scheme//`` missing its colon)
+    follows it, so a single URI with commas in its password or query stays whole; a trailing
+    comma is ignored."""
     return [part for part in _NEXT_URI.split(text.strip().rstrip(",").strip()) if part]
 
 
 def mask_uri(uri: str) -> str:
     """``amqp://user:secret@host`` -> ``amqp://user:***@host``; other text is left alone.
-    A comma-separated list (``split_uris``) has every URI's password masked.
+    A comma-separated list (``split_uris``) has every entry masked on its own.
 
-    Never raises: a URI too broken to parse still gets its password masked.
+    Never raises: a URI too broken to parse still gets its password masked (the module's rule).
     """
-    listed = split_uris(uri)
-    if len(listed) > 1:
-        return ",".join(_mask_one(item) for item in listed)
-    return _mask_one(uri)
-
-
-def _mask_one(uri: str) -> str:
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return mask_text(uri)
-    if parts.password is None:
-        return uri
-    # Keep the host part exactly as written (port text, IPv6 brackets): only userinfo changes.
-    _userinfo, _, hostport = parts.netloc.rpartition("@")
-    netloc = f"{parts.username or ''}:***@{hostport}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return _mask_entries(uri)
 
 
 def mask_text(text: str) -> str:
     """Mask the password of every URI found inside free text (error messages, logs)."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    at = text.find("@")
+    if at < 0:
+        return text
+    # only the tokens around an "@" are looked at: a rendered spec of megabytes is masked
+    # in a few C scans rather than one Python call per word
+    out: list[str] = []
+    done = 0
+    while at >= 0:
+        start = max(text.rfind(mark, done, at) for mark in _DELIMITERS) + 1
+        start = max(start, done)
+        after = _NEXT_DELIMITER.search(text, at)
+        end = after.start() if after else len(text)
+        out.append(text[done:start])
+        out.append(_mask_entries(text[start:end]))
+        done = end
+        at = text.find("@", end)
+    out.append(text[done:])
+    return "".join(out)
+
+
+def mask_with(text: str, *uris: str) -> str:
+    """``text`` masked, and also every secret the rule finds in ``uris`` hidden wherever it
+    appears: for messages that quote a piece of a URL without its ``@`` (``urlsplit`` names a
+    port it cannot read, which in ``host:5672@user:secret`` is the password)."""
+    masked = mask_text(text)
+    for secret in sorted({s for uri in uris for s in secrets_in(uri)}, key=len, reverse=True):
+        masked = masked.replace(secret, MASK)
+    return masked
+
+
+def url_problem(url: str, schemes: tuple[str, ...], what: str) -> str | None:
+    """Why ``url`` (every URL of a comma-separated list) is not a URL of one of ``schemes``
+    naming a host, for a message about ``what``; None when it is one. The password never
+    appears in the answer."""
+    example = f"{schemes[0]}://user:password@host:{15672 if schemes[0] == 'http' else 5672}"
+    for one in split_uris(url) or [url]:
+        try:
+            parts = urlsplit(one)
+            parts.port  # noqa: B018 - parsing the port is the check
+        except ValueError as exc:
+            reason = mask_with(str(exc), one)
+            return f"{what} {mask_uri(one)!r} is not a URL ({reason}): write it like {example}"
+        if parts.scheme not in schemes or not parts.netloc:
+            return (
+                f"{what} {mask_uri(one)!r} must start with"
+                f" {' or '.join(s + '://' for s in schemes)} and name a host: write it like"
+                f" {example}"
+            )
+    return None
+
+
+def secrets_in(uri: str) -> list[str]:
+    """The pieces of ``uri`` the rule hides (empty when it holds none)."""
+    found: list[str] = []
+    for entry in _entries(uri):
+        _masked, hidden = _mask_one(entry)
+        found.extend(piece for piece in hidden if piece)
+    return found
+
+
+def _entries(text: str) -> list[str]:
+    return _NEXT_URI.split(text) if "," in text else [text]
+
+
+def _mask_entries(text: str) -> str:
+    if "@" not in text:
+        return text
+    if "," not in text:
+        return _mask_one(text)[0]
+    # keep the separators as written: only the entries change
+    out, last = [], 0
+    for sep in _NEXT_URI.finditer(text):
+        out.append(_mask_one(text[last : sep.start()])[0])
+        out.append(sep[0])
+        last = sep.end()
+    out.append(_mask_one(text[last:])[0])
+    return "".join(out)
+
+
+def _mask_one(entry: str) -> tuple[str, list[str]]:
+    """``entry`` masked by the rule, and the pieces it hid."""
+    at = entry.rfind("@")
+    if at < 0:
+        return entry, []
+    # the user starts after a leading scheme (``amqp://``, ``amqps//``, ``url=amqp://``), else
+    # at the start (``user:secret@host``; a ``//`` further on may be inside a password)
+    scheme = _LEADING_SCHEME.match(entry, 0, at)
+    start = scheme.end() if scheme else 0
+    hidden: list[str] = []
+    userinfo = entry[start:at]
+    colon = userinfo.find(":")
+    if colon >= 0:
+        hidden.append(userinfo[colon + 1 :])
+        userinfo = f"{userinfo[:colon]}:{MASK}"
+    rest = entry[at + 1 :]
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if 0 <= found < end:
+            end = found
+    host, after = rest[:end], rest[end:]
+    if not host.startswith("["):  # an IPv6 address keeps its colons
+        host_colon = host.find(":")
+        if host_colon >= 0 and not _PORT.fullmatch(host[host_colon + 1 :]):
+            # no port: the end of a swapped ``user:secret``, which may hold a ``/``
+            hidden.append(host[host_colon + 1 :] + after)
+            host, after = f"{host[:host_colon]}:{MASK}", ""
+    return f"{entry[:start]}{userinfo}@{host}{after}", hidden
 
 
 _SECRET_KEYS = ("password", "passphrase", "secret", "token")

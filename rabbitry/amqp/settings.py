@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from rabbitry.errors import BrokerError, TLSHandshakeError
-from rabbitry.uri import mask_text, mask_uri, split_uris
+from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
 
 if TYPE_CHECKING:  # imported when a URL asks for TLS: a plain connection never needs it
     import ssl
@@ -208,7 +208,9 @@ class ConnectionSettings:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise BrokerError(f"invalid AMQP URL {mask_uri(url)!r}: {exc}") from None
+            raise BrokerError(
+                f"invalid AMQP URL {mask_uri(url)!r}: {mask_with(str(exc), url)}"
+            ) from None
         if parts.scheme not in DEFAULT_PORTS:
             raise BrokerError(f"AMQP URL {mask_uri(url)!r} must start with amqp:// or amqps://")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}

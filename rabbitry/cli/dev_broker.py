@@ -24,6 +24,7 @@ import click
 
 from rabbitry.cli.common import group, json_option
 from rabbitry.errors import BrokerError
+from rabbitry.files import write_private
 from rabbitry.uri import mask_uri
 
 DEFAULT_NAME = "rabbitry-dev"
@@ -88,14 +89,9 @@ def env_exports(state: DevBrokerState) -> str:
 
 def _write_state(state: DevBrokerState) -> Path:
     directory = state_dirs(Path.cwd(), os.environ)[0]
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = directory / state_file_name(state.name)
-    tmp = path.with_suffix(".tmp")
-    # The password is in there: owner only.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(state.to_json())
-    tmp.replace(path)
+    write_private(path, state.to_json())  # the password is in there: owner only
     return path
 
 

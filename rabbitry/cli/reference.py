@@ -30,6 +30,12 @@ each with `severity`, `message`, `file`, `line`, `column` and `path`).
 Broker options resolve in this order: the flag, its environment variable, the spec's `broker:`
 section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other is derived from
 its host and credentials (AMQP 5672 and management 15672; amqps and https 5671 and 15671).
+
+Passwords are never printed: in every message, text or `--json`, whatever looks like
+`user:secret@` has the secret masked (`user:***@`), with or without a scheme, in each entry of
+a comma-separated list, and `host:5672@user:secret` (the halves swapped) has both masked.
+Files that may hold secrets (`plan -o`, `export -o`, `import-definitions -o`) are written
+mode 0600 under a fresh name created without following links, then renamed into place.
 """
 
 

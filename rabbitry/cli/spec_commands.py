@@ -82,10 +82,11 @@ def validate(
     """Check SPEC (or a definitions file, .json) without a broker: template, YAML, shape and
     meaning.
 
-    Warnings are printed and do not fail; any error exits 1. With --json, one object on stdout
-    lists every problem with its file, line, column and spec path (for editors and CI), valid
-    or not. A valid spec's worker view is cached, so `rabbitry worker run` on the same spec
-    starts without loading the spec model (docs/worker.md).
+    Warnings are printed and do not fail; any error exits 1 (a broker URL that does not parse
+    is one, its password masked). With --json, one object on stdout lists every problem with
+    its file, line, column and spec path (for editors and CI), valid or not. A valid spec's
+    worker view is cached, so `rabbitry worker run` on the same spec starts without loading
+    the spec model (docs/worker.md).
     """
     from rabbitry.consumer.view import remember
 

@@ -10,12 +10,18 @@ origin, whether it is a stream, whether it is consumed in order, and its retry s
 same spec (``App`` with ``WorkerView`` caching on, as ``rabbitry worker run`` has it) reads them
 back instead of validating again.
 
-An entry is keyed by what the result depends on: the rendered spec text (its length and two
-checksums, never the text: a rendered spec may hold passwords from the environment), the spec
-limits in force, the entry format, and the size and mtime of the modules that validate and
-resolve (so an upgrade of rabbitry or pydantic misses). A spec that does not load is never
-stored, so its errors come from the full loader as always; neither is one whose broker URL holds
-a password (the view would hold it: such a worker loads its spec each time).
+An entry is found by a keyed digest (BLAKE2b under a random key of the user's, kept 0600 next
+to the entries) of what the result depends on: the rendered spec text (never stored itself: a
+rendered spec may hold passwords from the environment), the spec limits in force, the entry
+format, and the size and mtime of the modules that validate and resolve (so an upgrade of
+rabbitry or pydantic misses). Without the key no one can name the entry of a spec, however
+well they know its text, and an entry whose content does not carry its digest is not read.
+The directory and its entries are used only when they are the user's own and no one else may
+write them (``rabbitry.files``); otherwise the cache is left alone with one warning and the
+spec is loaded in full. An entry holds no broker URL and no secret: the worker reads the URL and
+node order off the spec's text each time (``spec_broker``), and a spec whose ``broker:`` that
+reading does not follow is not stored. A spec that does not load is never stored, so its errors
+come from the full loader as always.
 Anything the view does not answer (a queue it does not list, ``shards=``, periodic jobs, the
 ``spec`` attribute) loads the full spec from the same text.
 """
@@ -23,8 +29,8 @@ Anything the view does not answer (a queue it does not list, ``shards=``, period
 from __future__ import annotations
 
 import json
+import logging
 import os
-import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,12 +54,17 @@ __all__ = [
     "spec_text",
 ]
 
-FORMAT = 1
+FORMAT = 2
 """Bumped when the entry's shape or meaning changes."""
+KEY_FILE = "key"
+"""The user's random key in the cache directory: entries are named and signed with it."""
+KEY_BYTES = 32
+logger = logging.getLogger("rabbitry.worker")
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
 """As ``spec.template``: text without them renders to itself."""
 CODE = {
     "rabbitry": (
+        "consumer/spec_broker.py",
         "consumer/targets.py",
         "consumer/view.py",
         "policies/delay.py",
@@ -93,6 +104,7 @@ class WorkerView:
 
     vhosts: tuple[str, ...]
     url: str | None
+    """The spec's broker URL(s): never stored in the cache, read off the spec each time."""
     node_order: str | None
     queues: Mapping[str, Mapping[str, QueueView]]
     """vhost -> queue name -> its view (the spec's work queues, shard queues, partitions)."""
@@ -125,10 +137,9 @@ class WorkerView:
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The stored form: everything but the broker's URL and node order."""
         return {
             "vhosts": list(self.vhosts),
-            "url": self.url,
-            "node_order": self.node_order,
             "queues": {
                 vhost: {
                     name: {
@@ -145,11 +156,14 @@ class WorkerView:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WorkerView:
+    def from_json(
+        cls, data: Mapping[str, Any], url: str | None, node_order: str | None
+    ) -> WorkerView:
+        """The view stored as ``data``, with the URL and node order read off the spec."""
         return cls(
             tuple(data["vhosts"]),
-            data["url"],
-            data["node_order"],
+            url,
+            node_order,
             {
                 vhost: {
                     name: QueueView(
@@ -265,50 +279,126 @@ def _code_stamp() -> list[list[object]]:
     return stamp
 
 
-def _key(text: str) -> dict[str, Any]:
-    data = text.encode("utf-8")
-    # CRC-32 and Adler-32 together: a changed spec that keeps both and its length is a 1 in
-    # 2**64 chance (hashlib would load OpenSSL into every worker for this)
-    return {
+def _digest(secret: bytes, *parts: bytes) -> str:
+    # BLAKE2b comes with CPython without OpenSSL (hashlib and hmac would map it into every
+    # worker, which loads it only for amqps URLs); its key makes it a MAC as HMAC would
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # pragma: no cover - an interpreter built without it
+        from hashlib import blake2b
+    mac = blake2b(key=secret, digest_size=32)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return mac.hexdigest()
+
+
+def _entry_name(secret: bytes, text: str) -> str:
+    stamp = {
         "format": FORMAT,
         "code": _code_stamp(),
         "limits": asdict(SpecLimits.from_environment()),
-        "text": [len(data), zlib.crc32(data), zlib.adler32(data)],
     }
+    return _digest(secret, json.dumps(stamp, sort_keys=True).encode(), text.encode()) + ".json"
 
 
-def _entry_path(key: Mapping[str, Any]) -> Path:
-    digest = zlib.crc32(json.dumps(key, sort_keys=True).encode())
-    return cache_dir() / f"{digest:08x}-{key['text'][0]}.json"
+def _seal(secret: bytes, name: str, body: str) -> str:
+    """The digest an entry named ``name`` carries of its ``body``: a file put there by another
+    hand, even under the right name, does not carry it."""
+    return _digest(secret, name.encode(), body.encode())
+
+
+_warned = False
+
+
+def _warn_once(problem: Exception) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logger.warning(
+            "not using the worker view cache: %s; the spec is loaded in full (set"
+            " RABBITRY_CACHE_DIR to a directory of your own)",
+            problem,
+        )
+
+
+def _read_key(directory: int, where: Path) -> bytes | None:
+    from rabbitry.files import read_private
+
+    try:
+        key = bytes.fromhex(read_private(directory, KEY_FILE, where).strip())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None
+    return key if len(key) == KEY_BYTES else None
 
 
 def cached(text: str) -> WorkerView | None:
-    """The view stored for the rendered spec ``text``, if one was stored under the same key."""
-    key = _key(text)
+    """The view stored for the rendered spec ``text``, if this user's rabbitry stored one for
+    the same text in a directory of the user's own (else None: the spec is loaded in full)."""
+    from rabbitry.consumer.spec_broker import broker_settings
+    from rabbitry.files import UnsafeFileError, private_directory, read_private
+
+    where = cache_dir()
     try:
-        with open(_entry_path(key), encoding="utf-8") as f:
-            entry = json.load(f)
-        if entry.get("key") != key:  # another spec, or an older rabbitry, with the same name
-            return None
-        return WorkerView.from_json(entry["view"])
-    except (OSError, ValueError, KeyError, TypeError):
+        directory = private_directory(where, make=False)
+    except FileNotFoundError:
+        return None  # nothing was ever stored
+    except UnsafeFileError as exc:
+        _warn_once(exc)
         return None
+    except OSError:
+        return None
+    try:
+        secret = _read_key(directory, where)
+        broker = broker_settings(text)
+        if secret is None or broker is None:
+            return None
+        name = _entry_name(secret, text)
+        entry = json.loads(read_private(directory, name, where))
+        body = entry["view"]
+        # a local forgery cannot know the key: == is as good as a constant-time compare here
+        if entry.get("format") != FORMAT or entry.get("seal") != _seal(secret, name, body):
+            return None
+        return WorkerView.from_json(json.loads(body), *broker)
+    except UnsafeFileError as exc:
+        _warn_once(exc)
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    finally:
+        os.close(directory)
 
 
 def remember(text: str, spec: Spec) -> None:
     """Store the view of ``spec`` (loaded from the rendered ``text``) for the next worker; a
-    cache that cannot be written is skipped (the worker then loads the spec)."""
+    cache that cannot be written, or is not the user's own (one warning), is skipped (the
+    worker then loads the spec)."""
+    from rabbitry.consumer.spec_broker import broker_settings
     from rabbitry.errors import RabbitryError
-    from rabbitry.files import write_private
-    from rabbitry.uri import mask_uri
+    from rabbitry.files import UnsafeFileError, private_directory, write_private_in
 
     try:
         view = WorkerView.of(spec)
-        if view.url is not None and mask_uri(view.url) != view.url:
-            return  # a password: never written to a cache
-        key = _key(text)
-        path = _entry_path(key)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_private(path, json.dumps({"key": key, "view": view.to_json()}))
+        if broker_settings(text) != (view.url, view.node_order):
+            return  # a reader of the text would not find the spec's broker: never cached
+        where = cache_dir()
+        directory = private_directory(where)
+        try:
+            secret = _read_key(directory, where)
+            if secret is None:
+                write_private_in(directory, KEY_FILE, os.urandom(KEY_BYTES).hex())
+                secret = _read_key(directory, where)  # another writer's, if it renamed last
+            if secret is None:
+                return
+            name = _entry_name(secret, text)
+            body = json.dumps(view.to_json())
+            entry = {"format": FORMAT, "seal": _seal(secret, name, body), "view": body}
+            write_private_in(directory, name, json.dumps(entry))
+        finally:
+            os.close(directory)
+    except UnsafeFileError as exc:
+        _warn_once(exc)
     except (OSError, RabbitryError):
         pass

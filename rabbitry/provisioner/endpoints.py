@@ -12,14 +12,13 @@ API when one does not answer. Derived URLs keep the list, one per node.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_uri, split_uris
+from rabbitry.uri import mask_uri, split_uris, url_problem
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.management import ManagementClient
@@ -132,31 +131,9 @@ def _joined(urls: str | list[str] | None) -> str | None:
 def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
     """Raise a ``BrokerError`` naming ``what`` when ``url`` (every URL of a comma-separated
     list) cannot be parsed or has another scheme; the password never appears in the message."""
-    listed = split_uris(url)
-    if len(listed) > 1:
-        for one in listed:
-            check_url(one, schemes, what)
-        return
-    example = f"{schemes[0]}://user:password@host:{15672 if schemes[0] == 'http' else 5672}"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError as exc:
-        raise BrokerError(
-            f"{what} {_shown(url)!r} is not a URL ({exc}): write it like {example}"
-        ) from None
-    if parts.scheme not in schemes or not parts.netloc:
-        raise BrokerError(
-            f"{what} {_shown(url)!r} must start with {' or '.join(s + '://' for s in schemes)}"
-            f" and name a host: write it like {example}"
-        )
-
-
-def _shown(url: str) -> str:
-    """The URL for an error message: the password masked even when the URL does not parse."""
-    if "://" in url:
-        return re.sub(r"^([^:/]*://[^:/@]*):[^@]*@", r"\1:***@", url)
-    return re.sub(r"^([^:/@]*):[^@]*@", r"\1:***@", url)
+    problem = url_problem(url, schemes, what)
+    if problem is not None:
+        raise BrokerError(problem)
 
 
 _TRUE = {"1", "true", "yes", "on"}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import ssl
 import threading
 import time
@@ -26,7 +25,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
-from rabbitry.uri import mask_text, mask_uri, split_uris
+from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -51,13 +50,12 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
         port = parts.port
     except ValueError as exc:  # an unclosed [ipv6], a port that is not a number
         raise BrokerError(
-            f"management URL {mask_uri(url)!r} is not a URL ({exc}): write it like"
+            f"management URL {mask_uri(url)!r} is not a URL ({mask_with(str(exc), url)}):"
+            " write it like"
             " http://user:password@host:15672"
         ) from None
     if parts.scheme not in ("http", "https"):
-        # without a scheme the userinfo is not parsed as such: mask what looks like it
-        shown = mask_uri(url) if "://" in url else re.sub(r"^([^:/@]*):[^@]*@", r"\1:***@", url)
-        raise BrokerError(f"management URL {shown!r} must start with http:// or https://")
+        raise BrokerError(f"management URL {mask_uri(url)!r} must start with http:// or https://")
     host = parts.hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.errors import RabbitryError
-from rabbitry.uri import mask_uri, split_uris, with_password
+from rabbitry.uri import mask_uri, mask_with, split_uris, with_password
 
 DEFAULT_URL_ENV = "RABBITRY_URL"
 DEFAULT_WINDOW = 512
@@ -233,7 +233,9 @@ def _resolve_url(
             parts = urlsplit(one)
             _ = parts.port
         except ValueError as exc:
-            raise error(f"{source}: invalid URL {mask_uri(one)!r}: {exc}") from None
+            raise error(
+                f"{source}: invalid URL {mask_uri(one)!r}: {mask_with(str(exc), one)}"
+            ) from None
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
             raise error(
                 f"{source}: {mask_uri(one)!r} is not an amqp:// or amqps:// URL with a host"

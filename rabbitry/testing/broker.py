@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_text, mask_uri
+from rabbitry.uri import mask_text, mask_uri, mask_with
 
 AMQP_DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
 MANAGEMENT_DEFAULT_PORT = 15672
@@ -128,7 +128,9 @@ def broker_from_urls(amqp_url: str, management_url: str | None = None) -> Broker
     try:
         amqp_port = parts.port or AMQP_DEFAULT_PORTS[parts.scheme]
     except ValueError as exc:
-        raise BrokerError(f"RABBITMQ_URL {mask_text(amqp_url)!r}: {exc}") from None
+        raise BrokerError(
+            f"RABBITMQ_URL {mask_text(amqp_url)!r}: {mask_with(str(exc), amqp_url)}"
+        ) from None
     username = unquote(parts.username) if parts.username is not None else None
     password = unquote(parts.password) if parts.password is not None else None
 
@@ -145,7 +147,8 @@ def broker_from_urls(amqp_url: str, management_url: str | None = None) -> Broker
             management_port = mparts.port or (443 if mparts.scheme == "https" else 80)
         except ValueError as exc:
             raise BrokerError(
-                f"RABBITRY_MANAGEMENT_URL {mask_text(management_url)!r}: {exc}"
+                f"RABBITRY_MANAGEMENT_URL {mask_text(management_url)!r}:"
+                f" {mask_with(str(exc), management_url)}"
             ) from None
         if username is None and mparts.username is not None:
             username = unquote(mparts.username)

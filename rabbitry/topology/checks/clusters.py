@@ -18,6 +18,7 @@ from rabbitry.topology.patterns.sharding import (
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.model import FederationSpec, ShardedExchangeSpec, Spec, VhostSpec
 from rabbitry.topology.spec.source_map import Loc
+from rabbitry.uri import mask_with
 
 __all__ = ["check_federation", "check_sharding", "check_sharding_and_federation"]
 
@@ -148,7 +149,7 @@ def _check_federation(
                 parts = urlsplit(uri)
                 scheme, username = parts.scheme, parts.username
             except ValueError as exc:
-                findings.error((*uloc, "uri"), f"not a URI: {exc}")
+                findings.error((*uloc, "uri"), f"not a URI: {mask_with(str(exc), uri)}")
                 continue
             if scheme not in ("amqp", "amqps"):
                 findings.error((*uloc, "uri"), "an upstream URI starts with amqp:// or amqps://")

@@ -9,6 +9,7 @@ when the spec came from a file.
 from __future__ import annotations
 
 from rabbitry.errors import SpecProblem
+from rabbitry.topology.checks.broker_urls import check_broker_urls
 from rabbitry.topology.checks.broker_version import check_broker_version
 from rabbitry.topology.checks.clusters import check_sharding_and_federation
 from rabbitry.topology.checks.findings import (
@@ -36,6 +37,7 @@ from rabbitry.topology.spec.source_map import format_path
 __all__ = ["CHECKS", "effective_queue_type", "is_builtin_exchange", "validate"]
 
 CHECKS: tuple[Check, ...] = (
+    check_broker_urls,
     check_unique_names,
     check_reserved_names,
     check_queues,
