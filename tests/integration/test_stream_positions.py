@@ -65,17 +65,19 @@ def publish(url: str, bodies: list[str]) -> None:
     connection.close()
 
 
-def start_worker(broker: Broker, record: Path) -> object:
-    return worker_process(
-        broker, "tracked_app", TRACKED_APP, {"T_OUT": str(record)}, "--prefetch", str(PREFETCH)
-    )
+def start_worker(broker: Broker, record: Path, blocking: bool) -> object:
+    flags = ["--prefetch", str(PREFETCH), *(["--sync"] if blocking else [])]
+    return worker_process(broker, "tracked_app", TRACKED_APP, {"T_OUT": str(record)}, *flags)
 
 
-def test_a_stream_worker_killed_and_started_again_skips_nothing(broker: Broker) -> None:
+@pytest.mark.parametrize("blocking", [False, True])
+def test_a_stream_worker_killed_and_started_again_skips_nothing(
+    broker: Broker, blocking: bool
+) -> None:
     broker.apply(STREAM)
     record = broker.tmp / "record.txt"
     total = 6000
-    first = start_worker(broker, record)
+    first = start_worker(broker, record, blocking)
     # the first process starts at offset="next": it is attached once a hello comes through
     hello = 0
     deadline = time.monotonic() + 30
@@ -99,7 +101,7 @@ def test_a_stream_worker_killed_and_started_again_skips_nothing(broker: Broker) 
         first.wait(timeout=10)  # type: ignore[attr-defined]
         killed_at = len([line for line in lines(record) if line.startswith("m")])
         assert killed_at < total, "killed after the end: nothing was in flight"
-        second = start_worker(broker, record)
+        second = start_worker(broker, record, blocking)
         try:
             wanted = {f"m{i}" for i in range(total)}
             wait_for(
@@ -119,6 +121,17 @@ def test_a_stream_worker_killed_and_started_again_skips_nothing(broker: Broker) 
     again = sum(n - 1 for n in counts.values())
     assert again <= WINDOW, f"{again} read twice, more than the window of {WINDOW}"
     assert "resumes at offset" in output, output
+
+    # a worker stopped gracefully records where it stopped: the next one reads nothing again
+    before = len(lines(record))
+    third = start_worker(broker, record, blocking)
+    try:
+        publish(broker.vhost_amqp_url, ["after-stop"])
+        wait_for("the message after the stop", lambda: "after-stop" in lines(record))
+    finally:
+        third.send_signal(signal.SIGTERM)  # type: ignore[attr-defined]
+        output = third.communicate(timeout=30)[0].decode()  # type: ignore[attr-defined]
+    assert lines(record)[before:] == ["after-stop"], output
 
 
 def test_the_stored_position_is_the_last_record_even_behind_markers(broker: Broker) -> None:
