@@ -281,13 +281,13 @@ class WorkerCore:
     # -- the connection ---------------------------------------------------------------------------
 
     def new_session(self, *, stopping: bool = False) -> ConsumerSession:
+        if not self._positions_read and not stopping:
+            self._read_positions()  # first: a broker out of reach leaves nothing half done
         resend = self.tracker.take_unsettled()
         if not stopping:
             resend.extend(self._seeds())
             self._next_seed = time.monotonic() + RESEED_EVERY_S
         if self._positions:
-            if not self._positions_read:
-                self._read_positions()
             self._offsets.clear()
             self._resume_streams()
         session = ConsumerSession(
