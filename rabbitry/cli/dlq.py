@@ -28,7 +28,6 @@ from rabbitry.consumer.dlq import (
 from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.topology import load_spec
 
 
 def _console(quiet: bool = False) -> Console:
@@ -69,6 +68,8 @@ def guard_options(func: Any) -> Any:
     ) -> Any:
         lots = None
         if spec is not None:
+            from rabbitry.topology import load_spec  # only when asked: the spec model is heavy
+
             lots = parking_lots_of(load_spec(spec, parse_vars(variables)), target.vhost)
         return func(target, parking_lots=lots, **options)
 
