@@ -10,7 +10,8 @@ worker's ``--metrics-port`` serves them; in your own process::
     rabbitry.metrics.register()              # into prometheus_client.REGISTRY
     prometheus_client.start_http_server(9100)
 
-Families (every worker of the process summed per label set):
+Families (every worker of the process summed per label set; the counters of workers and
+publishers that were garbage-collected stay in the sums, so no total ever goes down):
 
 - ``rabbitry_worker_messages_total{queue,outcome}``: settled deliveries by outcome: ``handled``,
   ``retried``, ``parked``, ``rejected``, ``requeued``, ``duplicate``, ``cancelled``;
@@ -41,6 +42,8 @@ from rabbitry.amqp.confirms import CONFIRM_BUCKETS
 from rabbitry.consumer import metrics as worker_metrics
 from rabbitry.consumer.metrics import LATENCY_BUCKETS, WorkerMetrics
 from rabbitry.publisher import base as publisher_base
+from rabbitry.publisher.metrics import RETIRED as RETIRED_PUBLISHERS
+from rabbitry.publisher.metrics import RetiredPublishers
 
 if TYPE_CHECKING:
     from rabbitry.publisher.base import PublisherBase
@@ -69,7 +72,8 @@ def _buckets(bounds: Sequence[float], counts: Sequence[int], total: int) -> list
 
 
 class RabbitryCollector(Collector):
-    """Reads the counters of ``workers`` and ``publishers`` (default: every one alive)."""
+    """Reads the counters of ``workers`` and ``publishers`` (default: every one of the
+    process, alive or retired)."""
 
     def __init__(
         self,
@@ -83,10 +87,16 @@ class RabbitryCollector(Collector):
         return []  # described by collecting, which is cheap
 
     def collect(self) -> Iterator[Metric]:
-        workers = list(self._workers if self._workers is not None else worker_metrics.LIVE)
-        publishers = list(self._publishers if self._publishers is not None else publisher_base.LIVE)
+        if self._workers is not None:
+            workers = list(self._workers)
+        else:
+            workers = [*worker_metrics.LIVE, worker_metrics.RETIRED]
+        if self._publishers is not None:
+            yield from _worker_families(workers)
+            yield from _publisher_families(list(self._publishers), None)
+            return
         yield from _worker_families(workers)
-        yield from _publisher_families(publishers)
+        yield from _publisher_families(list(publisher_base.LIVE), RETIRED_PUBLISHERS)
 
 
 def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
@@ -173,10 +183,17 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
     )
 
 
-def _publisher_families(publishers: list[PublisherBase]) -> Iterator[Metric]:
+def _publisher_families(
+    publishers: list[PublisherBase], retired: RetiredPublishers | None
+) -> Iterator[Metric]:
     totals: dict[str, int] = defaultdict(int)
     buckets = [0] * (len(CONFIRM_BUCKETS) + 1)
     latency_sum, latency_count = 0.0, 0
+    if retired is not None:
+        for name in ("confirmed", "nacked", "returned", "failed", "republished", "reconnects"):
+            totals[name] += getattr(retired, name)
+        buckets = list(retired.buckets)
+        latency_sum, latency_count = retired.latency_sum, retired.latency_count
     for publisher in publishers:
         tracker = publisher.tracker
         totals["confirmed"] += tracker.confirmed

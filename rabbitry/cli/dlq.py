@@ -6,6 +6,7 @@ import datetime as dt
 import functools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,13 +14,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rabbitry.cli.common import endpoint_options, group, json_option, live_progress
-from rabbitry.consumer.dlq import DlqError, Parked, ParkingLot, Selection, parse_matches
+from rabbitry.cli.common import endpoint_options, group, json_option, live_progress, parse_vars
+from rabbitry.consumer.dlq import (
+    PARKING_SUFFIXES,
+    DlqError,
+    Parked,
+    ParkingLot,
+    Selection,
+    parking_lots_of,
+    parse_matches,
+    refuse_unless_parking_lot,
+)
 from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-
-PARKING_SUFFIXES = (".parking", ".dead")
 
 
 def _console(quiet: bool = False) -> Console:
@@ -39,8 +47,49 @@ class LotTarget:
     endpoints: Endpoints
     selection: Selection
 
-    def open(self) -> ParkingLot:
-        return ParkingLot(self.endpoints.amqp_url_for(self.vhost), self.queue)
+    def open(
+        self, *, any_queue: bool = False, parking_lots: frozenset[str] | None = None
+    ) -> ParkingLot:
+        return ParkingLot(
+            self.endpoints.amqp_url_for(self.vhost),
+            self.queue,
+            any_queue=any_queue,
+            parking_lots=parking_lots,
+        )
+
+
+def guard_options(func: Any) -> Any:
+    """``--any-queue`` and ``--spec`` (with ``--var``): what may be replayed or purged, handed
+    to the command as ``parking_lots`` (None: by name) and ``any_queue``."""
+
+    @functools.wraps(func)
+    def command(
+        target: LotTarget, spec: Path | None, variables: tuple[str, ...], **options: Any
+    ) -> Any:
+        lots = None
+        if spec is not None:
+            from rabbitry.topology import load_spec  # only when asked: the spec model is heavy
+
+            lots = parking_lots_of(load_spec(spec, parse_vars(variables)), target.vhost)
+        return func(target, parking_lots=lots, **options)
+
+    decorated = click.option(
+        "--var",
+        "variables",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Template variable of --spec.",
+    )(command)
+    decorated = click.option(
+        "--spec",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The spec: its parking lots and dead-letter queues are what may be acted on.",
+    )(decorated)
+    return click.option(
+        "--any-queue",
+        is_flag=True,
+        help="Act on the queue even if it is not a parking lot (a live work queue).",
+    )(decorated)
 
 
 def vhost_option(func: Any) -> Any:
@@ -182,12 +231,15 @@ def show_command(target: LotTarget, limit: int, as_json: bool) -> None:
 
 @dlq.command("replay")
 @lot_options
+@guard_options
 @click.option("--all", "take_all", is_flag=True, help="Replay every message (no selection).")
 @click.option("--exchange", help="Publish here instead of each message's original queue.")
 @click.option("--routing-key", help="With --exchange (default: the parked message's key).")
 @json_option
 def replay_command(
     target: LotTarget,
+    parking_lots: frozenset[str] | None,
+    any_queue: bool,
     take_all: bool,
     exchange: str | None,
     routing_key: str | None,
@@ -197,13 +249,17 @@ def replay_command(
 
     At least once, never lost: a replay cut short may leave up to 256 messages (the confirm
     window) in both queues, with the same message id; the rest stay parked.
+
+    Only a parking lot (named *.parking or *.dead, or declared so by --spec) unless --any-queue.
     """
     queue, selection = target.queue, target.selection
     if selection.everything and not take_all:
         raise click.UsageError("say which messages: --count, --id, --match, or --all")
+    if not any_queue:
+        refuse_unless_parking_lot(queue, "replay", parking_lots)
     console = _console(quiet=as_json)
     with (
-        target.open() as lot,
+        target.open(any_queue=any_queue, parking_lots=parking_lots) as lot,
         Progress(
             TextColumn("replaying"),
             BarColumn(),
@@ -250,17 +306,29 @@ def replay_command(
 
 @dlq.command("purge")
 @lot_options
+@guard_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
-def purge_command(target: LotTarget, yes: bool, as_json: bool) -> None:
-    """Delete parked messages: the selected ones, or all of them."""
+def purge_command(
+    target: LotTarget,
+    parking_lots: frozenset[str] | None,
+    any_queue: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete parked messages: the selected ones, or all of them.
+
+    Only a parking lot (named *.parking or *.dead, or declared so by --spec) unless --any-queue.
+    """
     queue = target.queue
     what = "ALL messages" if target.selection.everything else "the selected messages"
     if as_json and not yes:
         raise click.UsageError("--json needs --yes: with JSON output nobody is asked")
+    if not any_queue:
+        refuse_unless_parking_lot(queue, "purge", parking_lots)
     if not yes:
         click.confirm(f"Delete {what} of {queue} in vhost {target.vhost}?", abort=True)
-    with target.open() as lot:
+    with target.open(any_queue=any_queue, parking_lots=parking_lots) as lot:
         removed = lot.purge(target.selection)
     if as_json:
         payload = {"format_version": 1, "queue": queue, "vhost": target.vhost, "deleted": removed}

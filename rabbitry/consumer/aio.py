@@ -223,7 +223,11 @@ class AsyncWorker:
         retry = Reconnect(core.settings, time.monotonic(), core.walk, after_loss=after_loss)
         while not self._stopping:
             s = retry.target
-            session = self.core.new_session()
+            try:
+                session = self.core.new_session()
+            except ConnectionError as exc:  # stored stream positions not read: try again
+                await asyncio.sleep(retry.failed(exc, time.monotonic()))
+                continue
             self._ready = asyncio.get_running_loop().create_future()
             self._lost = asyncio.Event()
             wire = Wire(self)

@@ -96,6 +96,8 @@ class Route:
     credit, a failure is logged and skipped (a stream cannot dead-letter)."""
     consumers: int = 1
     """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
+    track: str | None = None
+    """A stream handler's reader name: its position is kept on the broker (``tracking``)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class HandlerOptions(TypedDict, total=False):
     offset: StreamOffset
     """Where a stream queue is read from: ``first``, ``last``, ``next`` (the broker's
     default), an offset, or a ``datetime``; only for stream queues."""
+    track: str | None
+    """A stream handler's reader name: the worker keeps its position on the broker under it
+    and a new process resumes there (``offset=`` is then only where the first one starts)."""
     timeout: float | None
     """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
     idempotent: bool
@@ -450,6 +455,16 @@ class App:
                     f" {where or '?'!r}) is not one: drop offset="
                 )
             arguments[STREAM_OFFSET_ARGUMENT] = stream_offset(offset, queue)
+        track = options.get("track")
+        if track is not None and (not stream or not track or len(track) > 100):
+            raise AppError(
+                f"track={track!r} of queue {queue!r}: "
+                + (
+                    "track= keeps a stream reader's position, and the queue is no stream: drop it"
+                    if not stream
+                    else "give a reader name of 1 to 100 characters"
+                )
+            )
         given = retry is not None
         if retry is None:
             if place.retry_error is not None:
@@ -488,6 +503,7 @@ class App:
             vhost=where,
             stream=stream,
             consumers=target.consumers,
+            track=track,
         )
         self.routes[key] = route
         return route

@@ -10,6 +10,11 @@
   dropped) and ``x-rabbitry-replayed`` counts how often it was sent back.
 - ``purge``: delete the selected messages (or all of them).
 
+``replay`` and ``purge`` act only on a parking lot unless told otherwise (``any_queue``): a
+queue the spec declares as one (``parking_lots_of``, when the caller has the spec), else a
+queue named like the ones rabbitry declares (``<queue>.parking``, ``<queue>.dead``). A live
+work queue is never emptied by a slip of the queue name.
+
 Selection: at most ``count`` messages, only these message ids, only messages whose headers
 match every ``key=value`` given; messages are scanned once, in queue order.
 """
@@ -17,9 +22,9 @@ match every ``key=value`` given; messages are scanned once, in queue order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 
@@ -36,11 +41,62 @@ from rabbitry.policies.retry import (
 )
 from rabbitry.publisher import Publisher
 
+if TYPE_CHECKING:
+    from rabbitry.topology.spec.model import Spec
+
 _IDLE = 1.0
+PARKING_SUFFIXES = (".parking", ".dead")
+"""How rabbitry names the parking lots it declares (``parking: true``, ``dead_letter: true``)."""
 
 
 class DlqError(RabbitryError):
     """A parking-lot operation that cannot be carried out (missing queue, no destination)."""
+
+
+class NotAParkingLot(DlqError):
+    """A replay or purge of a queue that is not known to be a parking lot, without leave."""
+
+
+def parking_lots_of(spec: Spec, vhost: str) -> frozenset[str]:
+    """The parking lots and dead-letter queues the spec declares in ``vhost``."""
+    from rabbitry.topology.patterns.retries import dead_letter_queue_of, parking_queue_of
+
+    lots: set[str] = set()
+    for candidate in spec.vhosts:
+        if candidate.name != vhost:
+            continue
+        for queue in candidate.queues:
+            for name in (parking_queue_of(queue), dead_letter_queue_of(queue)):
+                if name is not None:
+                    lots.add(name)
+        lots.update(f"{delay.name}.parking" for delay in candidate.delays)
+    return frozenset(lots)
+
+
+_DONE = {"replay": "replayed", "purge": "deleted"}
+
+
+def refuse_unless_parking_lot(
+    queue: str, verb: str, parking_lots: Collection[str] | None = None
+) -> None:
+    """Raise ``NotAParkingLot`` (``verb``: ``replay`` or ``purge``) unless ``queue`` is one
+    of ``parking_lots`` (the spec's, when known) or, without them, is named ``*.parking`` or
+    ``*.dead``."""
+    if parking_lots is not None:
+        if queue in parking_lots:
+            return
+        how = "the spec given does not declare it as a parking lot or dead-letter queue"
+    else:
+        if queue.endswith(PARKING_SUFFIXES):
+            return
+        how = (
+            "its name does not end in .parking or .dead, the names rabbitry gives parking lots"
+            " (give --spec SPEC to recognise the ones a spec names otherwise)"
+        )
+    raise NotAParkingLot(
+        f"queue {queue!r} is not a parking lot: {how}; nothing was {_DONE[verb]}. To {verb} a"
+        " queue that is not a parking lot, pass --any-queue (any_queue=True from code)"
+    )
 
 
 @dataclass(frozen=True)
@@ -157,9 +213,21 @@ ProgressHook = Callable[[int, int], None]
 class ParkingLot:
     """One parking queue on one broker vhost: ``with ParkingLot(url, queue) as lot: ...``."""
 
-    def __init__(self, url: str, queue: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        any_queue: bool = False,
+        parking_lots: Collection[str] | None = None,
+    ) -> None:
+        """``replay`` and ``purge`` refuse a queue that is not a parking lot (see
+        ``refuse_unless_parking_lot``; ``parking_lots``: the spec's, ``parking_lots_of``)
+        unless ``any_queue``."""
         self.url = url
         self.queue = queue
+        self.any_queue = any_queue
+        self.parking_lots = parking_lots
         self._connection = blocking_connection(url)
         self._channel = self._connection.channel()
         try:
@@ -213,6 +281,10 @@ class ParkingLot:
         self._return_all()
         return out
 
+    def _refuse_unless_lot(self, verb: str) -> None:
+        if not self.any_queue:
+            refuse_unless_parking_lot(self.queue, verb, self.parking_lots)
+
     def _return_all(self) -> None:
         channel = self._channel
         if channel.is_open:
@@ -231,6 +303,7 @@ class ParkingLot:
         on_progress: ProgressHook | None = None,
     ) -> ReplayReport:
         """Move the selected messages back, each confirmed before its parked copy is acked."""
+        self._refuse_unless_lot("replay")
         report = ReplayReport()
         chosen: list[Parked] = []
         for parked in self._scan():
@@ -297,6 +370,7 @@ class ParkingLot:
 
     def purge(self, selection: Selection = Selection()) -> int:
         """Delete the selected messages (all of them with the empty selection); how many."""
+        self._refuse_unless_lot("purge")
         if selection.everything:
             result = self._channel.queue_purge(self.queue)
             return int(result.method.message_count)

@@ -40,6 +40,7 @@ from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")
@@ -240,6 +241,23 @@ class WorkerCore:
             if route.stream
         }
         """Stream consumers by index: where each subscribes again after a reconnect."""
+        self._tracked = {
+            index: tracking_stream(route.queue, route.track)
+            for index, route in enumerate(self.routes)
+            if route.stream and route.track
+        }
+        """Stream consumers whose position is kept on the broker, with the stream keeping it."""
+        self._records = RecordSchedule(batch=options.ack_batch)
+        self._recording: dict[Delivery, int] = {}
+        self._positions_read = not self._tracked
+        for route in self.routes:
+            if route.stream and not route.track:
+                logger.info(
+                    "stream %s: its position is kept in this process only; a new process starts"
+                    " at offset=%s again (give the handler track=NAME to keep it on the broker)",
+                    route.queue,
+                    route.consume_arguments.get(STREAM_OFFSET_ARGUMENT, "next"),
+                )
         self._offsets: dict[IncomingMessage, int] = {}
         """Stream deliveries not yet settled, with their offsets."""
         self.tracker = ConfirmTracker(on_settle=self._settled)
@@ -263,6 +281,8 @@ class WorkerCore:
     # -- the connection ---------------------------------------------------------------------------
 
     def new_session(self, *, stopping: bool = False) -> ConsumerSession:
+        if not self._positions_read and not stopping:
+            self._read_positions()  # first: a broker out of reach leaves nothing half done
         resend = self.tracker.take_unsettled()
         if not stopping:
             resend.extend(self._seeds())
@@ -293,6 +313,46 @@ class WorkerCore:
             self.subscriptions[index] = Subscription(
                 sub.queue, {**sub.arguments, STREAM_OFFSET_ARGUMENT: offset}
             )
+
+    def _read_positions(self) -> None:
+        """Start each tracked stream consumer at its stored position (once, at the first
+        connect); a broker out of reach is a lost connection (the shells try again)."""
+        from rabbitry.consumer.streams import StreamUnreachable
+        from rabbitry.consumer.tracking import stored_positions
+
+        try:
+            stored = stored_positions(self.walk.current, self._tracked)
+        except StreamUnreachable as exc:
+            raise ConnectionError(str(exc)) from None
+        for index, offset in stored.items():
+            route = self.routes[index]
+            if offset is None:
+                logger.info(
+                    "stream %s: no stored position for reader %r; starting at offset=%s",
+                    route.queue,
+                    route.track,
+                    self._positions[index].start,
+                )
+                continue
+            logger.info(
+                "stream %s: reader %r resumes at offset %d", route.queue, route.track, offset
+            )
+            self._positions[index] = StreamPosition(offset)
+            self._records.known(index, offset)
+        self._positions_read = True
+
+    def _record_positions(self, session: ConsumerSession, force: bool) -> None:
+        """Publish the position of each tracked stream consumer that is due a record."""
+        now = time.monotonic()
+        for index, stream in self._tracked.items():
+            offset = self._positions[index].committed()
+            if offset is None or not self._records.due(index, offset, now, force=force):
+                continue
+            delivery = self.builder.build(
+                record_body(offset), exchange="", routing_key=stream, mandatory=True
+            )
+            self._recording[delivery] = index
+            session.publish(delivery)
 
     def sync_generation(self) -> None:
         """Forget the delivery tags of a channel that is gone (the broker requeued them)."""
@@ -715,6 +775,17 @@ class WorkerCore:
     def _settled(self, delivery: Delivery) -> None:
         pending = self._pending.pop(delivery, None)
         if pending is None:
+            if self._recording:
+                index = self._recording.pop(delivery, None)
+                if index is not None:
+                    if delivery.status is not Status.CONFIRMED:
+                        logger.warning(
+                            "could not store the position of stream %s: %s; writing it again",
+                            self.routes[index].queue,
+                            delivery.error,
+                        )
+                        self._records.failed(index, time.monotonic())
+                    return
             scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
             if scheduled is not None:
                 self._scheduled(delivery, scheduled)
@@ -787,7 +858,7 @@ class WorkerCore:
 
     @property
     def publishing(self) -> int:
-        return len(self._pending) + len(self._scheduling)
+        return len(self._pending) + len(self._scheduling) + len(self._recording)
 
     def take_output(self, flush: bool = False) -> bytes:
         """Ack/nack frames due now, then whatever the session queued."""
@@ -799,6 +870,8 @@ class WorkerCore:
             frames = acks.take_frames(flush)
             if frames:
                 session.out += frames
+        if self._tracked and session.ready:
+            self._record_positions(session, flush or session.stopping)
         if not session.out:
             return b""
         return session.take_output()

@@ -1,14 +1,18 @@
 """Worker counters: plain integers per queue on the hot path.
 
 ``rabbitry.metrics`` turns them into Prometheus metrics (through prometheus-client) when a
-scrape asks for them, so counting costs an integer increment and no lock.
+scrape asks for them, so counting costs an integer increment and no lock. A worker's counters
+that are garbage-collected are added to ``RETIRED`` first, so the process's totals never go
+down (Prometheus counters are monotonic).
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 import weakref
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
@@ -36,6 +40,29 @@ class QueueCounters:
     latency_sum: float = 0.0
     latency_count: int = 0
 
+    def add(self, other: QueueCounters) -> None:
+        """Add ``other``'s counts to these."""
+        for name in (
+            "received",
+            "acked",
+            "failed",
+            "parked",
+            "rejected",
+            "requeued",
+            "duplicates",
+            "cancelled",
+            "timeouts",
+            "skipped",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for tier, count in list(other.retried.items()):
+            self.retried[tier] += count
+        self.latency_buckets = [
+            a + b for a, b in zip(self.latency_buckets, other.latency_buckets, strict=True)
+        ]
+        self.latency_sum += other.latency_sum
+        self.latency_count += other.latency_count
+
     def observe(self, seconds: float) -> None:
         self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self.latency_sum += seconds
@@ -48,8 +75,12 @@ class WorkerMetrics:
     def __init__(self, *, live: bool = True) -> None:
         self.queues: dict[str, QueueCounters] = defaultdict(QueueCounters)
         self.reconnects = 0
+        self.settled_only = False
+        """Counters of workers that are gone (``RETIRED``): nothing of theirs is in flight."""
         if live:  # a view over other workers' counters is not counted twice
             LIVE.add(self)
+            # the finalizer holds the attributes, not the object: it reads them as they end
+            weakref.finalize(self, _retire, self.__dict__)
 
     def __getitem__(self, queue: str) -> QueueCounters:
         return self.queues[queue]
@@ -63,5 +94,23 @@ class WorkerMetrics:
 
     def in_flight(self, queue: str) -> int:
         """Messages received and not yet settled (being handled, or their copy unconfirmed)."""
+        if self.settled_only:
+            return 0
         c = self.queues[queue]
         return max(0, c.received - c.acked - c.rejected - c.requeued)
+
+
+RETIRED = WorkerMetrics(live=False)
+"""The summed counters of this process's workers that were garbage-collected."""
+RETIRED.settled_only = True
+_retired_lock = threading.Lock()
+
+
+def _retire(attributes: Mapping[str, object]) -> None:
+    queues = attributes["queues"]
+    reconnects = attributes["reconnects"]
+    assert isinstance(queues, dict) and isinstance(reconnects, int)
+    with _retired_lock:
+        RETIRED.reconnects += reconnects
+        for queue, counters in list(queues.items()):
+            RETIRED.queues[queue].add(counters)

@@ -45,6 +45,14 @@ class StreamPosition:
         """The delivery at ``offset`` is settled (acked, skipped): it does not come again."""
         self._open.discard(offset)
 
+    def committed(self) -> int | None:
+        """The offset a new process should start at to miss nothing: the lowest offset
+        delivered and not yet handled, else the one after the highest delivered; None before
+        anything was delivered (the position is still ``start``). What ``tracking`` stores."""
+        if self._open:
+            return min(self._open)
+        return self._next
+
     def resume(self) -> Any:
         """The ``x-stream-offset`` of the next subscription; deliveries not yet handled are
         forgotten (the broker sends them again from there)."""

@@ -18,6 +18,11 @@ credit (the stream keeps its messages), and every delivery carries its offset in
   the first one held.
 - ``read(stream, start, end)``: the messages of ``[start, end)``, in offset order, the same ones
   on every call while retention keeps them.
+- ``latest(stream, accept)``: the last message of a stream that ``accept`` takes, found exactly
+  (no waiting for deliveries to pause): the reader appends a marker message of its own after
+  subscribing at ``last`` and reads until the marker comes back, then steps back a chunk at a
+  time while the stream holds nothing it accepts after a point. ``declare_stream`` and
+  ``append`` make and write the small streams this is meant for (``consumer.tracking``).
 
 A missing stream, a queue that is not a stream and a refused login raise ``StreamError``
 naming the stream, the vhost and what to do.
@@ -29,8 +34,9 @@ import contextlib
 import datetime as dt
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pamqp import commands
@@ -47,7 +53,14 @@ from rabbitry.consumer.session import CONSUMER_TAG_PREFIX, ConsumerSession, Subs
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
-__all__ = ["OFFSET_HEADER", "StreamError", "StreamNotFound", "StreamReader", "StreamSession"]
+__all__ = [
+    "OFFSET_HEADER",
+    "StreamError",
+    "StreamNotFound",
+    "StreamReader",
+    "StreamSession",
+    "StreamUnreachable",
+]
 
 OFFSET_HEADER = "x-stream-offset"
 _QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
@@ -97,6 +110,10 @@ class StreamNotFound(StreamError):
     """No queue of that name in the vhost (404 NOT_FOUND)."""
 
 
+class StreamUnreachable(StreamError):
+    """No connection to the broker, or it was lost: trying again later may succeed."""
+
+
 class StreamSession(ConsumerSession):
     """A ``ConsumerSession`` whose consumers are started one by one (``consume``) with a
     stream offset; a channel the broker closes is not reopened: ``refused`` says why."""
@@ -111,6 +128,20 @@ class StreamSession(ConsumerSession):
         )
         self.refused: tuple[int, str, str] | None = None
         """(reply code, reply text, queue) of the consume the broker refused."""
+        self.declared: set[str] = set()
+        """Queues the broker answered ``declare-ok`` for."""
+
+    def declare(self, queue: str, arguments: Mapping[str, Any]) -> None:
+        """Declare a durable queue (``declared`` names it once the broker answered)."""
+        self.out += frames.method_frame(
+            CHANNEL, commands.Queue.Declare(queue=queue, durable=True, arguments=dict(arguments))
+        )
+
+    def _other(self, channel: int, frame: Any) -> None:
+        if isinstance(frame, commands.Queue.DeclareOk):
+            self.declared.add(frame.queue or "")
+        else:
+            super()._other(channel, frame)
 
     def consume(self, queue: str, offset: int | str | dt.datetime) -> int:
         """Start a consumer at ``offset``; its index (``IncomingMessage.consumer``)."""
@@ -156,18 +187,26 @@ class StreamReader:
 
     def __init__(
         self,
-        url: str,
+        url: str | ConnectionSettings,
         *,
         prefetch: int = 2000,
         connection_name: str = "rabbitry-stream-reader",
         connect_timeout: float = 10.0,
     ) -> None:
-        self.settings = ConnectionSettings.from_url(
-            url,
-            connection_name=connection_name,
-            connect_timeout=connect_timeout,
-            backoff=Backoff(give_up_after=0.0),
-        )
+        if isinstance(url, ConnectionSettings):
+            self.settings = replace(
+                url,
+                connection_name=connection_name,
+                connect_timeout=connect_timeout,
+                backoff=Backoff(give_up_after=0.0),
+            )
+        else:
+            self.settings = ConnectionSettings.from_url(
+                url,
+                connection_name=connection_name,
+                connect_timeout=connect_timeout,
+                backoff=Backoff(give_up_after=0.0),
+            )
         self.prefetch = prefetch
         self._wire: SocketWire | None = None
         self._session: StreamSession | None = None
@@ -186,7 +225,7 @@ class StreamReader:
         try:
             wire = SocketWire(self.settings)
         except OSError as exc:
-            raise StreamError(
+            raise StreamUnreachable(
                 f"cannot reach the broker at {shown}: {mask_text(str(exc)) or type(exc).__name__};"
                 " check the URL (host, port) and that the broker runs"
             ) from None
@@ -195,7 +234,7 @@ class StreamReader:
             wire.handshake(session)
         except Disconnected as exc:
             wire.close()
-            raise StreamError(f"no AMQP connection to {shown}: {exc}") from None
+            raise StreamUnreachable(f"no AMQP connection to {shown}: {exc}") from None
         except BrokerError as exc:
             wire.close()
             raise StreamError(str(exc)) from None
@@ -231,11 +270,11 @@ class StreamReader:
         except Disconnected as exc:
             self._wire = self._session = None
             wire.close()
-            raise StreamError(f"connection to {self.settings.display} lost: {exc}") from None
+            raise StreamUnreachable(f"connection to {self.settings.display} lost: {exc}") from None
         if session.refused is not None:
             self._refusal(session.refused)
         if not session.tick(time.monotonic()):
-            raise StreamError(f"no heartbeat from {self.settings.display}")
+            raise StreamUnreachable(f"no heartbeat from {self.settings.display}")
         inbox = session.inbox
         if inbox:
             session.inbox = []
@@ -415,6 +454,118 @@ class StreamReader:
                         " removed them?"
                     )
                 pending = self._poll(wire, session, 0.5)
+        finally:
+            if self._session is session and session.refused is None:
+                session.cancel(index)
+                self._ack(session)
+
+    def declare_stream(self, stream: str, arguments: Mapping[str, Any]) -> None:
+        """Declare the stream queue ``stream`` (``x-queue-type: stream`` among ``arguments``);
+        one that exists with other arguments is refused by the broker (``StreamError``)."""
+        wire, session = self._connect()
+        session.declare(stream, arguments)
+        deadline = time.monotonic() + self.settings.connect_timeout
+        while stream not in session.declared:
+            if time.monotonic() > deadline:
+                raise StreamError(f"{self.settings.display} did not answer queue.declare")
+            self._poll(wire, session, 0.05)
+
+    def append(self, stream: str, body: bytes, *, message_id: str | None = None) -> None:
+        """Publish ``body`` to ``stream`` (through the default exchange); not waited for."""
+        _, session = self._connect()
+        session.publish(
+            session.builder.build(
+                body, exchange="", routing_key=stream, message_id=message_id, persistent=True
+            )
+        )
+
+    def latest(
+        self,
+        stream: str,
+        accept: Callable[[IncomingMessage], bool],
+        *,
+        idle_timeout: float = 30.0,
+    ) -> tuple[int, IncomingMessage] | None:
+        """(offset, message) of the last message of ``stream`` that ``accept`` takes; None
+        when it holds none. Appends one marker message to ``stream`` (a message with an id
+        and an empty body, which ``accept`` should refuse)."""
+        wire, session = self._connect()
+        index = session.consume(stream, "last")
+        pending = self._started(wire, session, [index])
+        marker = f"rabbitry-marker-{uuid.uuid4().hex}"
+        self.append(stream, b"", message_id=marker)
+        found: tuple[int, IncomingMessage] | None = None
+        lowest: int | None = None
+        end: int | None = None
+        last_seen = time.monotonic()
+        try:
+            while end is None:
+                for message in pending:
+                    if message.consumer != index:
+                        continue
+                    at = offset_of(message)
+                    lowest = at if lowest is None else min(lowest, at)
+                    if message.message_id == marker:
+                        end = lowest  # the chunk at "last" read whole, up to the marker
+                        break
+                    if accept(message):
+                        found = (at, message)
+                if end is not None:
+                    break
+                now = time.monotonic()
+                if pending:
+                    last_seen = now
+                elif now - last_seen > idle_timeout:
+                    raise StreamError(
+                        f"stream {stream!r}: a message appended to it did not come back"
+                        f" within {idle_timeout:g} s (at {self.settings.display})"
+                    )
+                pending = self._poll(wire, session, 0.05)
+        finally:
+            if self._session is session and session.refused is None:
+                session.cancel(index)
+                self._ack(session)
+        assert end is not None
+        while found is None and end > 0:
+            found, end = self._chunk_before(stream, end, accept, idle_timeout)
+        return found
+
+    def _chunk_before(
+        self,
+        stream: str,
+        end: int,
+        accept: Callable[[IncomingMessage], bool],
+        idle_timeout: float,
+    ) -> tuple[tuple[int, IncomingMessage] | None, int]:
+        """The last accepted message of the chunk that holds offset ``end - 1``, and the
+        chunk's first offset (0 when the stream holds nothing before ``end``: retention)."""
+        wire, session = self._connect()
+        index = session.consume(stream, end - 1)
+        pending = self._started(wire, session, [index])
+        found: tuple[int, IncomingMessage] | None = None
+        lowest: int | None = None
+        last_seen = time.monotonic()
+        try:
+            while True:
+                for message in pending:
+                    if message.consumer != index:
+                        continue
+                    at = offset_of(message)
+                    if at >= end:
+                        # nothing delivered below ``end``: retention removed what was there
+                        return found, (0 if lowest is None else lowest)
+                    lowest = at if lowest is None else min(lowest, at)
+                    if accept(message):
+                        found = (at, message)
+                now = time.monotonic()
+                if pending:
+                    last_seen = now
+                elif now - last_seen > idle_timeout:
+                    raise StreamError(
+                        f"stream {stream!r}: offsets before {end} did not come within"
+                        f" {idle_timeout:g} s (at {self.settings.display})"
+                    )
+                pending = self._poll(wire, session, 0.05)
         finally:
             if self._session is session and session.refused is None:
                 session.cancel(index)

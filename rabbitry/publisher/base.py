@@ -20,6 +20,7 @@ from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import DEFAULT_URL, ConnectionOptions, ConnectionSettings
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
+from rabbitry.publisher.metrics import LivePublishers
 
 if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
     from rabbitry.publisher.routing import DelayLevels
@@ -97,7 +98,7 @@ class PublisherStats:
     in_flight: int
 
 
-LIVE: weakref.WeakSet[PublisherBase] = weakref.WeakSet()
+LIVE: weakref.WeakSet[PublisherBase] = LivePublishers()
 """Every publisher alive in this process (what ``rabbitry.metrics`` reads at a scrape)."""
 
 

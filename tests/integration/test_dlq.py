@@ -172,3 +172,54 @@ def test_replay_and_purge_report_as_json_for_programs(parked: Broker) -> None:
     purged = on_work_parking(parked, "purge", "--yes", "--json")
     assert purged.exit_code == 0, purged.output
     assert json.loads(purged.stdout)["deleted"] == 5
+
+
+def publish_to(broker: Broker, queue: str, count: int) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for i in range(count):
+        channel.basic_publish("", queue, f"{queue}-{i}".encode(), pika.BasicProperties())
+    connection.close()
+
+
+def test_purge_and_replay_refuse_a_work_queue_unless_told_it_is_meant(parked: Broker) -> None:
+    publish_to(parked, "work", 4)
+    for verb, flag in (("purge", "--yes"), ("replay", "--all")):
+        refused = cli(parked, verb, "work", "--vhost", parked.vhost, flag)
+        assert refused.exit_code == 1, refused.output
+        assert "'work' is not a parking lot" in refused.output, refused.output
+        assert "--any-queue" in refused.output and "nothing was" in refused.output
+        assert parked.count("work") == 4, f"{verb} touched a live work queue"
+    with ParkingLot(parked.vhost_amqp_url, "work") as lot, pytest.raises(Exception) as caught:
+        lot.purge()
+    assert type(caught.value).__name__ == "NotAParkingLot"
+    assert parked.count("work") == 4
+
+    meant = cli(parked, "purge", "work", "--vhost", parked.vhost, "--yes", "--any-queue")
+    assert meant.exit_code == 0, meant.output
+    assert "deleted 4" in meant.output
+    assert parked.count("work") == 0
+    lot = cli(parked, "purge", "work.parking", "--vhost", parked.vhost, "--yes")
+    assert lot.exit_code == 0 and "deleted 10" in lot.output, lot.output
+    assert parked.count("work.parking") == 0
+
+
+def test_a_parking_lot_named_otherwise_is_known_from_the_spec(broker: Broker) -> None:
+    path = broker.spec(
+        one_vhost_spec("""
+        queues:
+          - {name: jobs, type: quorum, retry: {attempts: 2, backoff: [1s]}, parking: held}
+""")
+    )
+    broker.apply(path.read_text())
+    publish_to(broker, "held", 3)
+    by_name = cli(broker, "purge", "held", "--vhost", broker.vhost, "--yes")
+    assert by_name.exit_code == 1 and "--spec" in by_name.output, by_name.output
+    assert broker.count("held") == 3
+    spec_args = ["--spec", str(path), "--var", f"vhost={broker.vhost}", "--var", "stack=s"]
+    jobs = cli(broker, "purge", "jobs", "--vhost", broker.vhost, "--yes", *spec_args)
+    assert jobs.exit_code == 1 and "the spec given does not declare it" in jobs.output
+    held = cli(broker, "purge", "held", "--vhost", broker.vhost, "--yes", *spec_args)
+    assert held.exit_code == 0 and "deleted 3" in held.output, held.output
+    assert broker.count("held") == 0
