@@ -2,13 +2,16 @@
 traceback, nothing changed on the broker, and no secret in any output or file.
 
 The inputs: YAML alias bombs, deep nesting, control characters, oversized files, template loops
-and string bombs, non-plain YAML tags, names over 255 bytes, non-ASCII vhost names, malformed
-URLs and options, ports that accept and never answer, and secrets in every place a spec or a URL
-can hold one.
+and string bombs, non-plain YAML tags, names over 255 bytes, non-ASCII vhost names, definitions
+files with what JSON cannot carry, keys written twice and password hashes no password matches,
+malformed URLs and options (TLS options on a plain URL among them), ports that accept and never
+answer, and secrets in every place a spec or a URL can hold one.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import socket
 import threading
 import time
@@ -132,6 +135,85 @@ def test_a_hostile_spec_is_refused_by_every_command_and_changes_nothing(
         code, output, took = run(broker, [verb, str(spec)], tmp_path)
         assert_refused(code, output, took)
     assert definitions(broker) == before
+
+
+def hostile_definitions(vhost: str, user: str) -> dict[str, tuple[str, str]]:
+    """Definitions files (text) that the broker's import would refuse or read otherwise than
+    they say, each with the error rabbitry names it by. ``vhost`` does not exist: an apply
+    that went ahead would make it first."""
+
+    def queue(arguments: str) -> str:
+        return (
+            f'{{"vhosts": [{{"name": "{vhost}"}}], "queues": [{{"name": "jobs", "vhost":'
+            f' "{vhost}", "durable": true, "auto_delete": false, "arguments": {arguments}}}]}}'
+        )
+
+    def users(entry: str) -> str:
+        return (
+            f'{{"vhosts": [{{"name": "{vhost}"}}],'
+            f' "users": [{{"name": "{user}", "tags": "", {entry}}}]}}'
+        )
+
+    sha512 = base64.b64encode(b"salt" + hashlib.sha512(b"Us3r-s3cret").digest()).decode()
+    return {
+        "NaN": (queue('{"x-message-ttl": NaN}'), "NaN is not a JSON number"),
+        "Infinity": (queue('{"x-max-length": Infinity}'), "Infinity is not a JSON number"),
+        "1e400": (queue('{"x-message-ttl": 1e400}'), "1e400 is past the largest number"),
+        "key written twice": (
+            queue('{"x-queue-type": "quorum", "x-queue-type": "classic"}'),
+            "queues[0].arguments.x-queue-type: the key 'x-queue-type' is written twice",
+        ),
+        "hash not base64": (
+            users('"password_hash": "Us3r-s3cret!"'),
+            "users[0].password_hash: password_hash is not base64",
+        ),
+        "hash too short": (
+            users('"password_hash": "c2FsdHNob3J0"'),
+            "password_hash decodes to 9 bytes, not the 36",
+        ),
+        "hash of another algorithm": (
+            users(
+                f'"password_hash": "{sha512}",'
+                ' "hashing_algorithm": "rabbit_password_hashing_sha256"'
+            ),
+            "68 bytes is a rabbit_password_hashing_sha512 hash",
+        ),
+        "empty hash": (users('"password_hash": ""'), "the user has no password hash"),
+        "plain password": (users('"password": "Us3r-s3cret"'), "a plain `password` is not read"),
+        "deep nesting": (
+            f'{{"vhosts": [{{"name": "{vhost}"}}], "global_parameters": [{{"name": "x",'
+            f' "value": {"[" * 5000 + "]" * 5000}}}]}}',
+            "nested deeper than 100 levels",
+        ),
+    }
+
+
+DEFINITIONS_COMMANDS = ["validate", "import-definitions", "plan", "apply"]
+
+
+@pytest.mark.parametrize("name", sorted(hostile_definitions("v", "u")))
+def test_a_hostile_definitions_file_is_refused_before_any_change(
+    broker: Broker, tmp_path: Path, name: str
+) -> None:
+    vhost, user = f"{broker.vhost}-defs", f"{broker.stack}-defs-u"
+    text, expected = hostile_definitions(vhost, user)[name]
+    source = tmp_path / f"{broker.stack}-defs.json"  # the stack is named after the file
+    source.write_text(text)
+    before = definitions(broker)
+    for verb in DEFINITIONS_COMMANDS:
+        argv = [verb, str(source)]
+        if verb in ("plan", "apply"):
+            argv += ["--management-url", broker.management_url, "--url", broker.amqp_url]
+        if verb == "apply":
+            argv.append("--auto-approve")
+        started = time.monotonic()
+        result = CliRunner().invoke(cli, argv, prog_name="rabbitry")
+        output = result.stdout + result.stderr
+        assert_refused(result.exit_code, output, time.monotonic() - started)
+        assert f"{source}: " in output and expected in output, (verb, output[-2000:])
+    after = definitions(broker)
+    assert after == before  # no vhost, no user, no stack record, no lock left behind
+    assert vhost not in {v["name"] for v in after["vhosts"]}
 
 
 def bad_broker_inputs(silent: int) -> dict[str, list[str]]:
