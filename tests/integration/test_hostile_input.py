@@ -18,11 +18,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
+from rabbitry.errors import BrokerError
+from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker
@@ -224,6 +227,11 @@ def bad_broker_inputs(silent: int) -> dict[str, list[str]]:
         "silent management port": ["--management-url", f"http://u:Mgmt-s3cret@127.0.0.1:{silent}"],
         "amqp URL option": ["--url", "amqp://u:Br0ker-s3cret@localhost/?heartbeat=soon"],
         "missing CA file": ["--url", "amqps://u:Br0ker-s3cret@localhost/?cacertfile=/no/ca.pem"],
+        "TLS option on amqp://": [
+            "--url",
+            "amqp://u:Br0ker-s3cret@localhost/?cacertfile=/no/ca.pem&verify=verify_peer",
+        ],
+        "unknown amqp URL option": ["--url", "amqp://u:Br0ker-s3cret@localhost/?ssl=true"],
         "contradicting TLS flags": ["--insecure", "--ca-file", "/etc/hostname"],
     }
 
@@ -240,7 +248,12 @@ BROKER_COMMANDS = {
 }
 # The commands each input reaches: management URL problems the management commands, AMQP URL
 # problems those that open AMQP connections.
-AMQP_ONLY = {"amqp URL option", "missing CA file"}
+AMQP_ONLY = {
+    "amqp URL option",
+    "missing CA file",
+    "TLS option on amqp://",
+    "unknown amqp URL option",
+}
 
 
 @pytest.mark.parametrize("name", sorted(bad_broker_inputs(0)))
@@ -270,6 +283,31 @@ def test_bad_broker_inputs_are_refused_by_every_command_and_change_nothing(
             continue
         code, output, took = run(broker, argv, tmp_path)
         assert_refused(code, output, took)
+    assert definitions(broker) == before
+
+
+def test_tls_asked_of_a_plain_url_is_refused_by_the_publisher_and_the_cli(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The broker's own address, with a TLS option on amqp://: refused before any connection,
+    never a plaintext one, and the broker's password is not shown."""
+    parts = urlsplit(broker.vhost_amqp_url)
+    password = parts.password or ""
+    url = urlunsplit((*parts[:3], "cacertfile=/missing.pem&verify=verify_peer", ""))
+    with pytest.raises(BrokerError) as caught:
+        Publisher(url)
+    text = str(caught.value)
+    assert "connects without TLS (amqp://), but asks for TLS with cacertfile, verify" in text
+    assert "use amqps://" in text and f"{parts.username}:***@" in text
+    assert password not in text
+
+    spec = broker.spec(vhost_with("    queues: [{name: work, retry: {attempts: 2}}]\n"))
+    broker.apply(spec.read_text())
+    before = definitions(broker)
+    argv = ["dlq", "replay", "work.parking", "--all", "--vhost", broker.vhost, "--url", url]
+    code, output, took = run(broker, argv, tmp_path)
+    assert_refused(code, output, took)
+    assert "asks for TLS with cacertfile, verify" in output and password not in output
     assert definitions(broker) == before
 
 
