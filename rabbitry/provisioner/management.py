@@ -58,6 +58,14 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
         # without a scheme the userinfo is not parsed as such: mask what looks like it
         shown = mask_uri(url) if "://" in url else re.sub(r"^([^:/@]*):[^@]*@", r"\1:***@", url)
         raise BrokerError(f"management URL {shown!r} must start with http:// or https://")
+    if parts.query or parts.fragment:
+        # dropped, they would be ignored: a TLS option there would leave the API in plaintext
+        raise BrokerError(
+            f"management URL {mask_uri(url)!r} has a query or fragment"
+            f" ({'?' + parts.query if parts.query else '#' + parts.fragment}): the management"
+            " API client takes no URL options; for TLS use https:// with --ca-file"
+            " (RABBITRY_CA_FILE) or --insecure (RABBITRY_INSECURE)"
+        )
     host = parts.hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"

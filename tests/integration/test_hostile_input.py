@@ -233,6 +233,16 @@ def bad_broker_inputs(silent: int) -> dict[str, list[str]]:
         ],
         "unknown amqp URL option": ["--url", "amqp://u:Br0ker-s3cret@localhost/?ssl=true"],
         "contradicting TLS flags": ["--insecure", "--ca-file", "/etc/hostname"],
+        "management URL option": [
+            "--management-url",
+            "http://u:Mgmt-s3cret@localhost:15672/?cacertfile=/etc/hostname",
+        ],
+        "CA file for a plaintext management URL": [
+            "--management-url",
+            "http://u:Mgmt-s3cret@127.0.0.1:15672",
+            "--ca-file",
+            "/etc/hostname",
+        ],
     }
 
 
