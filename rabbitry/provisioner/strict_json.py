@@ -46,36 +46,45 @@ class _Duplicated(dict[str, Any]):
     duplicated: list[str]
 
 
-def _constant(literal: str) -> _NotANumber:
-    return _NotANumber(literal)
+class _Reading:
+    """The parser's hooks for one document, and whether any of them met a problem (so that
+    the walk that finds where runs only then)."""
 
+    def __init__(self) -> None:
+        self.found = False
 
-def _float(literal: str) -> float | _NotANumber:
-    value = float(literal)
-    return value if math.isfinite(value) else _NotANumber(literal)
+    def constant(self, literal: str) -> _NotANumber:
+        self.found = True
+        return _NotANumber(literal)
 
+    def number(self, literal: str) -> float | _NotANumber:
+        value = float(literal)
+        if math.isfinite(value):
+            return value
+        self.found = True
+        return _NotANumber(literal)
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) == len(pairs):
-        return out
-    seen: set[str] = set()
-    duplicated = _Duplicated(out)
-    duplicated.duplicated = []
-    for key, _ in pairs:
-        if key in seen and key not in duplicated.duplicated:
-            duplicated.duplicated.append(key)
-        seen.add(key)
-    return duplicated
+    def object(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) == len(pairs):
+            return out
+        self.found = True
+        seen: set[str] = set()
+        duplicated = _Duplicated(out)
+        duplicated.duplicated = []
+        for key, _ in pairs:
+            if key in seen and key not in duplicated.duplicated:
+                duplicated.duplicated.append(key)
+            seen.add(key)
+        return duplicated
 
 
 def _too_deep(limit: int, file: str | None) -> SpecError:
     return SpecError(
         SpecProblem(
             f"the document is nested deeper than {limit} levels of objects and lists: a"
-            " broker's export is a few levels deep (a file nested this far is a"
-            " mistake or an attack);"
-            f" if this one does, raise the limit with {env_name('max_depth')}",
+            " broker's export is a few levels deep (a file nested this far is a mistake or an"
+            f" attack); if this one does, raise the limit with {env_name('max_depth')}",
             file=file,
         )
     )
@@ -86,51 +95,64 @@ def loads(text: str, file: str | None = None, limits: SpecLimits | None = None) 
     a number JSON cannot carry or a key written twice, or a document nested deeper than
     ``limits.max_depth``; ``ValueError`` (``json.JSONDecodeError``) when it is not JSON."""
     limits = limits or SpecLimits.from_environment()
+    reading = _Reading()
     try:
         data = json.loads(
-            text, object_pairs_hook=_object, parse_constant=_constant, parse_float=_float
+            text,
+            object_pairs_hook=reading.object,
+            parse_constant=reading.constant,
+            parse_float=reading.number,
         )
     except RecursionError:
         raise _too_deep(limits.max_depth, file) from None
-    problems: list[SpecProblem] = []
-    # one walk over the containers, without recursion: depth is what is being checked
-    level: list[tuple[Any, str]] = [(data, "")]
+    # level by level, without recursion: depth is what is being checked
+    level: list[Any] = [data]
     depth = 0
-    while level and len(problems) < _MAX_PROBLEMS:
+    while level:
         depth += 1
         if depth > limits.max_depth:
             raise _too_deep(limits.max_depth, file)
+        below: list[Any] = []
+        for value in level:
+            children = value.values() if isinstance(value, dict) else value
+            below.extend([child for child in children if isinstance(child, dict | list)])
+        level = below
+    if reading.found:
+        raise SpecError(_problems(data, file))
+    return data
+
+
+def _problems(data: Any, file: str | None) -> list[SpecProblem]:
+    """Where ``data`` holds what the parser's hooks marked, by path (the first 20)."""
+    if isinstance(data, _NotANumber):
+        return [_not_a_number(data.literal, "", file)]
+    problems: list[SpecProblem] = []
+    level: list[tuple[Any, str]] = [(data, "")]
+    while level and len(problems) < _MAX_PROBLEMS:
         below: list[tuple[Any, str]] = []
         for value, path in level:
             items: Any
             if isinstance(value, dict):
                 if isinstance(value, _Duplicated):
-                    for key in value.duplicated:
-                        problems.append(
-                            SpecProblem(
-                                f"the key {key!r} is written twice in one object: JSON keeps"
-                                " only the last, so the file would not mean what it says;"
-                                " keep one",
-                                path=_join(path, key),
-                                file=file,
-                            )
+                    problems.extend(
+                        SpecProblem(
+                            f"the key {key!r} is written twice in one object: JSON keeps only"
+                            " the last, so the file would not mean what it says; keep one",
+                            path=_join(path, key),
+                            file=file,
                         )
+                        for key in value.duplicated
+                    )
                 items = ((_join(path, str(key)), item) for key, item in value.items())
-            elif isinstance(value, list):
-                items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
             else:
-                continue
+                items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
             for where, item in items:
                 if isinstance(item, dict | list):
                     below.append((item, where))
                 elif isinstance(item, _NotANumber):
                     problems.append(_not_a_number(item.literal, where, file))
         level = below
-    if isinstance(data, _NotANumber):
-        problems.append(_not_a_number(data.literal, "", file))
-    if problems:
-        raise SpecError(problems[:_MAX_PROBLEMS])
-    return data
+    return problems[:_MAX_PROBLEMS]
 
 
 def _not_a_number(literal: str, path: str, file: str | None) -> SpecProblem:
