@@ -81,5 +81,6 @@ async def open_wire(settings: ConnectionSettings, attach: Callable[[], Wire]) ->
         s.host,
         s.port,
         ssl=s.tls,
-        server_hostname=(s.server_hostname or s.host) if s.tls else None,
+        # asyncio reads None as "the host" and "" as "no name" (server_name_indication=disable)
+        server_hostname=None if s.tls is None else s.tls_server_name or "",
     )

@@ -124,7 +124,7 @@ def open_socket(settings: ConnectionSettings) -> socket.socket:
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if s.tls is not None:
-            sock = s.tls.wrap_socket(sock, server_hostname=s.server_hostname or s.host)
+            sock = s.tls.wrap_socket(sock, server_hostname=s.tls_server_name)
         sock.setblocking(False)
     except Exception as exc:
         sock.close()

@@ -56,8 +56,9 @@ def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConne
     (a port that accepts and never answers included), failures as ``BrokerError``.
 
     The URL is read as rabbitry's own client reads it (``ConnectionSettings.from_url``): the
-    same query options (``cacertfile``, ``certfile``, ``keyfile``, ``verify``, ``heartbeat``,
-    ``connection_name``, ``auth_mechanism``) work on every connection rabbitry makes. Several
+    same query options (``amqp.url_options``: TLS files, ``verify``, ``server_name_indication``,
+    ``heartbeat``, ``channel_max``, ``frame_max``, ``connection_name``, ``auth_mechanism``) work
+    on every connection rabbitry makes. Several
     URLs (a cluster's nodes) are tried one after the other, in the walk's order."""
     import pika
     import pika.credentials
@@ -79,8 +80,10 @@ def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConne
                 port=node.port,
                 virtual_host=node.vhost,
                 credentials=credentials,
-                ssl_options=(pika.SSLOptions(node.tls, node.server_hostname) if node.tls else None),
+                ssl_options=(pika.SSLOptions(node.tls, node.tls_server_name) if node.tls else None),
                 heartbeat=node.heartbeat,
+                frame_max=node.frame_max,
+                channel_max=node.channel_max or pika.ConnectionParameters.DEFAULT_CHANNEL_MAX,
                 client_properties=(
                     {"connection_name": node.connection_name} if node.connection_name else None
                 ),

@@ -252,10 +252,13 @@ class Session:
         heartbeat = 0 if wanted == 0 else (min(wanted, server) if server else wanted)
         self.heartbeat = heartbeat
         self.builder.frame_max = frame_max
+        channel_max = frame.channel_max or 2047
+        if s.channel_max:  # the URL's channel_max: the lower of the two
+            channel_max = min(channel_max, s.channel_max)
         self.out += frames.method_frame(
             0,
             commands.Connection.TuneOk(
-                channel_max=frame.channel_max or 2047, frame_max=frame_max, heartbeat=heartbeat
+                channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat
             ),
         )
         self.out += frames.method_frame(0, commands.Connection.Open(virtual_host=s.vhost))

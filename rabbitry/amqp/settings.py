@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypedDict, Unpack
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
+from rabbitry.amqp.url_options import mask_query, plaintext_refusal, url_options
 from rabbitry.errors import BrokerError, TLSHandshakeError
 from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
 
@@ -17,6 +18,9 @@ if TYPE_CHECKING:  # imported when a URL asks for TLS: a plain connection never 
     import ssl
 
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
+
+_TLS_KEYWORDS = ("ca_file", "cert_file", "key_file", "ssl_context", "verify")
+"""Keyword options only a TLS connection uses: given with an amqp:// URL, they are an error."""
 
 _HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 
@@ -98,18 +102,6 @@ class Backoff:
         return float(base * (1 + random.uniform(-self.jitter, self.jitter)))
 
 
-def _number(url: str, option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise BrokerError(
-            f"AMQP URL {url!r}: option {option}={text!r} must be a number of seconds (0 or more)"
-        )
-    return value
-
-
 def _tls_context(
     url: str, ca_file: str | None, cert_file: str | None, key_file: str | None
 ) -> ssl.SSLContext:
@@ -146,8 +138,15 @@ class ConnectionSettings:
     password: str = field(default="guest", repr=False)
     tls: ssl.SSLContext | None = None
     server_hostname: str | None = None
+    """The name sent as SNI and checked against the broker's certificate: the host's, or the
+    URL's ``server_name_indication``; None with ``server_name_indication=disable``."""
+    server_name_fixed: bool = False
+    """Whether ``server_hostname`` came from ``server_name_indication`` (the same for every
+    node of a cluster) rather than from the host."""
     heartbeat: int = 60
     frame_max: int = 131072
+    channel_max: int = 0
+    """The most channels the client asks for (0: as many as the broker allows)."""
     connection_name: str | None = None
     connect_timeout: float = 10.0
     backoff: Backoff = field(default_factory=Backoff)
@@ -204,37 +203,41 @@ class ConnectionSettings:
         cert_file, key_file = options.get("cert_file"), options.get("key_file")
         connect_timeout, backoff = options.get("connect_timeout"), options.get("backoff")
         ssl_context = options.get("ssl_context")
+        shown = mask_query(mask_uri(url))
         try:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise BrokerError(
-                f"invalid AMQP URL {mask_uri(url)!r}: {mask_with(str(exc), url)}"
-            ) from None
+            raise BrokerError(f"invalid AMQP URL {shown!r}: {mask_with(str(exc), url)}") from None
         if parts.scheme not in DEFAULT_PORTS:
-            raise BrokerError(f"AMQP URL {mask_uri(url)!r} must start with amqp:// or amqps://")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            raise BrokerError(f"AMQP URL {shown!r} must start with amqp:// or amqps://")
         vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-        shown = mask_uri(url)
+        query = url_options(parts.query, shown, parts.scheme)
+        verify = options.get("verify")
+        if parts.scheme == "amqp":
+            # never plaintext where TLS was asked for: amqps:// is what turns it on
+            given = [name for name in _TLS_KEYWORDS if options.get(name) is not None]
+            if given:
+                raise plaintext_refusal(shown, given)
         tls = ssl_context
         if parts.scheme == "amqps" and tls is None:
-            tls = _tls_context(
-                shown,
-                ca_file or query.get("cacertfile"),
-                cert_file or query.get("certfile"),
-                key_file or query.get("keyfile"),
-            )
-            if not options.get("verify", True) or query.get("verify") == "verify_none":
+            key = key_file or query.keyfile
+            cert = cert_file or query.certfile
+            if key and not cert:
+                raise BrokerError(
+                    f"AMQP URL {shown!r}: a key file (keyfile / key_file) without its"
+                    " certificate: give certfile (cert_file) too"
+                )
+            tls = _tls_context(shown, ca_file or query.cacertfile, cert, key)
+            if verify is False or (verify is None and query.verify is False):
                 import ssl
 
                 tls.check_hostname = False
                 tls.verify_mode = ssl.CERT_NONE
-        hb = heartbeat
-        if hb is None:
-            hb = int(_number(shown, "heartbeat", query.get("heartbeat", "60")))
-        timeout = connect_timeout
-        if timeout is None:
-            timeout = _number(shown, "connection_timeout", query.get("connection_timeout", "10"))
+            elif query.sni_disabled:
+                tls.check_hostname = False  # no name sent, none checked: the chain still is
+        hb = query.heartbeat if heartbeat is None else heartbeat
+        timeout = query.connect_timeout if connect_timeout is None else connect_timeout
         return cls(
             host=parts.hostname or "localhost",
             port=port or DEFAULT_PORTS[parts.scheme],
@@ -242,12 +245,15 @@ class ConnectionSettings:
             username=unquote(parts.username) if parts.username is not None else "guest",
             password=unquote(parts.password) if parts.password is not None else "guest",
             tls=tls,
-            server_hostname=parts.hostname,
-            heartbeat=hb,
-            connection_name=options.get("connection_name") or query.get("connection_name"),
-            connect_timeout=timeout,
+            server_hostname=None if query.sni_disabled else query.server_name or parts.hostname,
+            server_name_fixed=query.sni_disabled or query.server_name is not None,
+            heartbeat=60 if hb is None else hb,
+            frame_max=query.frame_max or cls.frame_max,
+            channel_max=query.channel_max or 0,
+            connection_name=options.get("connection_name") or query.connection_name,
+            connect_timeout=10.0 if timeout is None else timeout,
             backoff=backoff or Backoff(),
-            external_auth=query.get("auth_mechanism", "").upper() == "EXTERNAL",
+            external_auth=query.external_auth,
         )
 
     @property
@@ -259,7 +265,16 @@ class ConnectionSettings:
         """The settings of one connection to ``node`` (itself when there is one node)."""
         if not self.nodes:
             return self
-        return replace(self, host=node.host, port=node.port, server_hostname=node.host, nodes=())
+        name = self.server_hostname if self.server_name_fixed else node.host
+        return replace(self, host=node.host, port=node.port, server_hostname=name, nodes=())
+
+    @property
+    def tls_server_name(self) -> str | None:
+        """What a TLS connection sends as SNI and checks the certificate against (None: no
+        TLS, or ``server_name_indication=disable``)."""
+        if self.tls is None:
+            return None
+        return self.server_hostname if self.server_name_fixed else self.server_hostname or self.host
 
     def tls_failure(self, exc: BaseException) -> TLSHandshakeError | None:
         """The error to raise at once for a TLS failure that retrying cannot heal: a broker

@@ -17,7 +17,6 @@ metadata at the top of the entry or under ``metadata``, vhost limits in the vhos
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,9 +28,10 @@ from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.lock import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
+from rabbitry.provisioner.strict_json import loads
 from rabbitry.topology.plugin_objects import MQTT_QOS0_QUEUE_TYPE
 from rabbitry.topology.primitives import GlobalParameter, QueueType, Topology, User
-from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_problem
 
 if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
@@ -56,9 +56,10 @@ class Imported:
 
 
 def read_definitions(path: Path) -> JSONDict:
-    """The JSON of a definitions file; clear errors for anything else."""
+    """The JSON of a definitions file; clear errors for anything else (``strict_json``: what
+    JSON cannot carry, keys written twice, nesting past the limit)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads(path.read_text(encoding="utf-8"), str(path))
     except OSError as exc:
         raise SpecError(
             SpecProblem(f"cannot read {path}: {exc.strerror}", file=str(path))
@@ -111,8 +112,62 @@ def _queue_type_problem(entry: JSONDict) -> str | None:
     return None
 
 
+PASSWORDLESS = "passwordless"
+"""The key of a user entry that says the user has no password on purpose (it logs in by an x509
+certificate or another backend): the broker's own import ignores it."""
+
+
+def _credential_problems(entry: JSONDict) -> list[tuple[str, str]]:
+    """What is wrong with a user entry's credentials, as (path below the entry, why): a hash
+    the broker could never match, or no password where the entry does not say it means that."""
+    passwordless = entry.get(PASSWORDLESS, False)
+    if not isinstance(passwordless, bool):
+        return [(f".{PASSWORDLESS}", f"`{PASSWORDLESS}` is true or false, not {passwordless!r}")]
+    password_hash = entry.get("password_hash")
+    if "password" in entry:
+        # the broker hashes a plain password on import; rabbitry does not read it (yet), and
+        # a user made without it would have no password at all
+        return [
+            (
+                ".password",
+                "a plain `password` is not read from a definitions file: give the user's"
+                " `password_hash` instead (rabbitmqctl hash_password, or GET"
+                " /api/auth/hash_password/PASSWORD)",
+            )
+        ]
+    if password_hash is None or password_hash == "":
+        if passwordless:
+            return []
+        return [
+            (
+                ".password_hash",
+                "the user has no password hash, so it would have no password: it could log in"
+                " only by an x509 certificate (EXTERNAL) or another backend. If that is meant,"
+                f' add `"{PASSWORDLESS}": true` to the entry; else give its password_hash',
+            )
+        ]
+    if passwordless:
+        return [
+            (
+                f".{PASSWORDLESS}",
+                f"the entry says `{PASSWORDLESS}` and gives a password_hash: keep one",
+            )
+        ]
+    if not isinstance(password_hash, str):
+        return [(".password_hash", "password_hash is a base64 string")]
+    algorithm = entry.get("hashing_algorithm") or DEFAULT_ALGORITHM
+    if not isinstance(algorithm, str):
+        return [(".hashing_algorithm", "hashing_algorithm is a string")]
+    why = hash_problem(password_hash, algorithm)
+    if why is None:
+        return []
+    where = ".hashing_algorithm" if why.startswith("unknown") else ".password_hash"
+    return [(where, why)]
+
+
 def check_definitions(data: JSONDict, file: str | None = None) -> None:
-    """A SpecError naming every entry that is not an object or lacks what it must hold."""
+    """A SpecError naming every entry that is not an object or lacks what it must hold, and
+    every user whose credentials the broker could never match (``_credential_problems``)."""
     problems = []
     for kind, needed in REQUIRED.items():
         entries = data.get(kind) or []
@@ -132,6 +187,11 @@ def check_definitions(data: JSONDict, file: str | None = None) -> None:
                 )
             elif kind == "queues" and (why := _queue_type_problem(entry)):
                 problems.append(SpecProblem(why, path=f"queues[{index}]", file=file))
+            elif kind == "users":
+                problems.extend(
+                    SpecProblem(why, path=f"users[{index}]{where}", file=file)
+                    for where, why in _credential_problems(entry)
+                )
     if problems:
         raise SpecError(problems)
 

@@ -10,7 +10,6 @@ on purpose: the HTTP client is imported only by ``read_early``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,13 +122,20 @@ def definitions_in(path: Path) -> dict[str, Any] | None:
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     if _definitions is not None and _definitions[0] == key:
         return _definitions[1]
+    from rabbitry.provisioner.strict_json import loads
     from rabbitry.topology.spec.loader import read_spec  # its size limit and errors
 
     try:
-        data = json.loads(read_spec(path))
+        # strict for a spec written as JSON too: what JSON cannot carry, a key written twice
+        # and nesting past the limit are SpecErrors here, before anything reads the broker
+        data = loads(read_spec(path), str(path))
     except ValueError:
-        return None  # the spec loader says what is wrong with it
+        return None  # not JSON: the spec loader says what is wrong with it
     if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
+        from rabbitry.provisioner.definitions import check_definitions
+
+        # every entry checked before an apply claims its lock: a refused file changes nothing
+        check_definitions(data, str(path))
         _definitions = (key, data)
         return data
     return None

@@ -118,6 +118,14 @@ def resolve_endpoints(
         mgmt = management_from_amqp(amqp)
     if amqp is None:
         amqp = amqp_from_management(mgmt)
+    if isinstance(verify, str) and not any(
+        one.lower().startswith("https://") for one in split_uris(mgmt)
+    ):
+        raise BrokerError(
+            f"--ca-file (RABBITRY_CA_FILE) {verify!r} is for the management API's TLS, but the"
+            f" management URL {mask_uri(mgmt)!r} is plaintext (http://): use https:// (port"
+            " 15671), or leave the CA file out"
+        )
     return Endpoints(amqp, mgmt, verify)
 
 

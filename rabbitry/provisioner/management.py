@@ -43,6 +43,14 @@ def _api_url(node: str, path: str) -> httpx.URL:
     return base.copy_with(raw_path=base.raw_path + httpx.URL(path).raw_path.lstrip(b"/"))
 
 
+def _named_options(query: str, fragment: str) -> str:
+    """What an error shows of a URL's query or fragment: the option names, never their values
+    (a value may be a secret)."""
+    if not query:
+        return "a #fragment"
+    return "?" + "&".join(piece.partition("=")[0] for piece in query.split("&") if piece)
+
+
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     """``http://u:p@h:15672/`` -> (``http://h:15672``, u, p)."""
     try:
@@ -56,6 +64,14 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
         ) from None
     if parts.scheme not in ("http", "https"):
         raise BrokerError(f"management URL {mask_uri(url)!r} must start with http:// or https://")
+    if parts.query or parts.fragment:
+        # dropped, they would be ignored: a TLS option there would leave the API in plaintext
+        raise BrokerError(
+            f"management URL {mask_uri(url)!r} has a query or fragment"
+            f" ({_named_options(parts.query, parts.fragment)}): the management"
+            " API client takes no URL options; for TLS use https:// with --ca-file"
+            " (RABBITRY_CA_FILE) or --insecure (RABBITRY_INSECURE)"
+        )
     host = parts.hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"

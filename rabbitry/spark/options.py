@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from rabbitry.errors import RabbitryError
+from rabbitry.amqp.url_options import mask_query, url_options
+from rabbitry.errors import BrokerError, RabbitryError
 from rabbitry.uri import mask_uri, mask_with, split_uris, with_password
 
 DEFAULT_URL_ENV = "RABBITRY_URL"
@@ -240,6 +241,10 @@ def _resolve_url(
             raise error(
                 f"{source}: {mask_uri(one)!r} is not an amqp:// or amqps:// URL with a host"
             )
+        try:  # its query options, as each partition's connection reads them (no file read)
+            url_options(parts.query, mask_query(mask_uri(one)), parts.scheme)
+        except BrokerError as exc:
+            raise error(f"{source}: {exc}") from None
     password_env = given.get("password_env")
     if password_env:
         password = env.get(password_env)

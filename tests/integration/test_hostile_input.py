@@ -2,24 +2,30 @@
 traceback, nothing changed on the broker, and no secret in any output or file.
 
 The inputs: YAML alias bombs, deep nesting, control characters, oversized files, template loops
-and string bombs, non-plain YAML tags, names over 255 bytes, non-ASCII vhost names, malformed
-URLs and options, ports that accept and never answer, and secrets in every place a spec or a URL
-can hold one.
+and string bombs, non-plain YAML tags, names over 255 bytes, non-ASCII vhost names, definitions
+files with what JSON cannot carry, keys written twice and password hashes no password matches,
+malformed URLs and options (TLS options on a plain URL among them), ports that accept and never
+answer, and secrets in every place a spec or a URL can hold one.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
+from rabbitry.errors import BrokerError
+from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker
 
 pytestmark = pytest.mark.broker
@@ -134,6 +140,97 @@ def test_a_hostile_spec_is_refused_by_every_command_and_changes_nothing(
     assert definitions(broker) == before
 
 
+def hostile_definitions(vhost: str, user: str) -> dict[str, tuple[str, str]]:
+    """Definitions files (text) that the broker's import would refuse or read otherwise than
+    they say, each with the error rabbitry names it by. ``vhost`` does not exist: an apply
+    that went ahead would make it first."""
+
+    def queue(arguments: str) -> str:
+        return (
+            f'{{"vhosts": [{{"name": "{vhost}"}}], "queues": [{{"name": "jobs", "vhost":'
+            f' "{vhost}", "durable": true, "auto_delete": false, "arguments": {arguments}}}]}}'
+        )
+
+    def users(entry: str) -> str:
+        return (
+            f'{{"vhosts": [{{"name": "{vhost}"}}],'
+            f' "users": [{{"name": "{user}", "tags": "", {entry}}}]}}'
+        )
+
+    sha512 = base64.b64encode(b"salt" + hashlib.sha512(b"Us3r-s3cret").digest()).decode()
+    return {
+        "NaN": (queue('{"x-message-ttl": NaN}'), "NaN is not a JSON number"),
+        "Infinity": (queue('{"x-max-length": Infinity}'), "Infinity is not a JSON number"),
+        "1e400": (queue('{"x-message-ttl": 1e400}'), "1e400 is past the largest number"),
+        "key written twice": (
+            queue('{"x-queue-type": "quorum", "x-queue-type": "classic"}'),
+            "queues[0].arguments.x-queue-type: the key 'x-queue-type' is written twice",
+        ),
+        "hash not base64": (
+            users('"password_hash": "Us3r-s3cret!"'),
+            "users[0].password_hash: password_hash is not base64",
+        ),
+        "hash too short": (
+            users('"password_hash": "c2FsdHNob3J0"'),
+            "password_hash decodes to 9 bytes, not the 36",
+        ),
+        "hash of another algorithm": (
+            users(
+                f'"password_hash": "{sha512}",'
+                ' "hashing_algorithm": "rabbit_password_hashing_sha256"'
+            ),
+            "68 bytes is a rabbit_password_hashing_sha512 hash",
+        ),
+        "empty hash": (users('"password_hash": ""'), "the user has no password hash"),
+        "plain password": (users('"password": "Us3r-s3cret"'), "a plain `password` is not read"),
+        "deep nesting": (
+            f'{{"vhosts": [{{"name": "{vhost}"}}], "global_parameters": [{{"name": "x",'
+            f' "value": {"[" * 5000 + "]" * 5000}}}]}}',
+            "nested deeper than 100 levels",
+        ),
+    }
+
+
+DEFINITIONS_COMMANDS = ["validate", "import-definitions", "plan", "apply"]
+
+
+@pytest.mark.parametrize("name", sorted(hostile_definitions("v", "u")))
+def test_a_hostile_definitions_file_is_refused_before_any_change(
+    broker: Broker, tmp_path: Path, name: str
+) -> None:
+    vhost, user = f"{broker.vhost}-defs", f"{broker.stack}-defs-u"
+    text, expected = hostile_definitions(vhost, user)[name]
+    source = tmp_path / f"{broker.stack}-defs.json"  # the stack is named after the file
+    source.write_text(text)
+
+    def touched() -> list[Any]:
+        """What an apply of the file would make: the vhost, the user, the stack's record and
+        lock (only these: other tests change the shared broker meanwhile)."""
+        everything = definitions(broker)
+        stack = source.stem
+        return [
+            [v for v in everything["vhosts"] if v["name"] == vhost],
+            [u for u in everything["users"] if u["name"] == user],
+            [p for p in everything["global_parameters"] if stack in p["name"]],
+            [q for q in everything["queues"] if q["vhost"] == vhost],
+        ]
+
+    before = touched()
+    assert before == [[], [], [], []]
+    for verb in DEFINITIONS_COMMANDS:
+        argv = [verb, str(source)]
+        if verb in ("plan", "apply"):
+            argv += ["--management-url", broker.management_url, "--url", broker.amqp_url]
+        if verb == "apply":
+            argv.append("--auto-approve")
+        started = time.monotonic()
+        result = CliRunner().invoke(cli, argv, prog_name="rabbitry")
+        output = result.stdout + result.stderr
+        assert_refused(result.exit_code, output, time.monotonic() - started)
+        assert f"{source}: " in output and expected in output, (verb, output[-2000:])
+    assert touched() == before  # no vhost, no user, no stack record, no lock left behind
+
+
 def bad_broker_inputs(silent: int) -> dict[str, list[str]]:
     return {
         "unclosed IPv6": ["--management-url", "http://u:Mgmt-s3cret@[::1"],
@@ -142,7 +239,22 @@ def bad_broker_inputs(silent: int) -> dict[str, list[str]]:
         "silent management port": ["--management-url", f"http://u:Mgmt-s3cret@127.0.0.1:{silent}"],
         "amqp URL option": ["--url", "amqp://u:Br0ker-s3cret@localhost/?heartbeat=soon"],
         "missing CA file": ["--url", "amqps://u:Br0ker-s3cret@localhost/?cacertfile=/no/ca.pem"],
+        "TLS option on amqp://": [
+            "--url",
+            "amqp://u:Br0ker-s3cret@localhost/?cacertfile=/no/ca.pem&verify=verify_peer",
+        ],
+        "unknown amqp URL option": ["--url", "amqp://u:Br0ker-s3cret@localhost/?ssl=true"],
         "contradicting TLS flags": ["--insecure", "--ca-file", "/etc/hostname"],
+        "management URL option": [
+            "--management-url",
+            "http://u:Mgmt-s3cret@localhost:15672/?cacertfile=/etc/hostname",
+        ],
+        "CA file for a plaintext management URL": [
+            "--management-url",
+            "http://u:Mgmt-s3cret@127.0.0.1:15672",
+            "--ca-file",
+            "/etc/hostname",
+        ],
     }
 
 
@@ -158,7 +270,12 @@ BROKER_COMMANDS = {
 }
 # The commands each input reaches: management URL problems the management commands, AMQP URL
 # problems those that open AMQP connections.
-AMQP_ONLY = {"amqp URL option", "missing CA file"}
+AMQP_ONLY = {
+    "amqp URL option",
+    "missing CA file",
+    "TLS option on amqp://",
+    "unknown amqp URL option",
+}
 
 
 @pytest.mark.parametrize("name", sorted(bad_broker_inputs(0)))
@@ -189,6 +306,31 @@ def test_bad_broker_inputs_are_refused_by_every_command_and_change_nothing(
         code, output, took = run(broker, argv, tmp_path)
         assert_refused(code, output, took)
     assert definitions(broker) == before
+
+
+def test_tls_asked_of_a_plain_url_is_refused_by_the_publisher_and_the_cli(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The broker's own address, with a TLS option on amqp://: refused before any connection,
+    never a plaintext one, and the broker's password is not shown."""
+    parts = urlsplit(broker.vhost_amqp_url)
+    password = parts.password or ""
+    url = urlunsplit((*parts[:3], "cacertfile=/missing.pem&verify=verify_peer", ""))
+    with pytest.raises(BrokerError) as caught:
+        Publisher(url)
+    text = str(caught.value)
+    assert "connects without TLS (amqp://), but asks for TLS with cacertfile, verify" in text
+    assert "use amqps://" in text and f"{parts.username}:***@" in text
+    assert password not in text
+
+    spec = broker.spec(vhost_with("    queues: [{name: work, retry: {attempts: 2}}]\n"))
+    broker.apply(spec.read_text())
+    before = broker.get("/definitions/{vhost}")  # the test's vhost: the broker is shared
+    argv = ["dlq", "replay", "work.parking", "--all", "--vhost", broker.vhost, "--url", url]
+    code, output, took = run(broker, argv, tmp_path)
+    assert_refused(code, output, took)
+    assert "asks for TLS with cacertfile, verify" in output and password not in output
+    assert broker.get("/definitions/{vhost}") == before
 
 
 SECRET_SPEC = (

@@ -286,7 +286,14 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
         json.dumps(
             {
                 "rabbit_version": "3.8.9",
-                "users": [{"name": "app", "password_hash": "", "tags": "management,monitoring"}],
+                "users": [
+                    {
+                        "name": "app",
+                        "password_hash": "",
+                        "passwordless": True,
+                        "tags": "management,monitoring",
+                    }
+                ],
                 "vhosts": [{"name": "/"}],
                 "permissions": [],
                 "parameters": [

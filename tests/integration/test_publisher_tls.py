@@ -352,3 +352,51 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
         assert "CERTIFICATE_VERIFY_FAILED" in str(exc.value) and PASSWORD not in str(exc.value)
 
     asyncio.run(run_async())
+
+
+def test_every_tls_option_of_the_url_is_honoured_by_the_sync_and_async_clients(
+    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+) -> None:
+    """The broker's certificate names localhost and 127.0.0.1 and is signed by ``ca``; the
+    client connects to 127.0.0.1 and says, in the URL only, what to send and check."""
+    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=True)
+    declare(container, "options")
+    files = {
+        "cacertfile": str(certs.ca),
+        "certfile": str(certs.client_cert),
+        "keyfile": str(certs.client_key),
+    }
+    fast = Backoff(initial=0.05, maximum=0.2, give_up_after=3.0)
+
+    def publish(name: str, look: bool = False, **query: str) -> None:
+        url = amqps_url(container, connection_name=name, **query)
+        with Publisher(url, backoff=fast) as pub:
+            assert pub.publish(b"m", routing_key="options").ok
+            if look:  # the management API's view of it, while it is open
+                seen = tls_connection(container, name)
+                assert seen["ssl"] is True and seen.get("peer_cert_subject"), seen
+
+        async def publish_async() -> None:
+            url = amqps_url(container, connection_name=f"{name}-async", **query)
+            async with AsyncPublisher(url, backoff=fast) as pub:
+                assert (await pub.publish(b"m", routing_key="options")).ok
+
+        asyncio.run(publish_async())
+
+    # the certificate names localhost: sent and checked instead of 127.0.0.1
+    publish("sni", True, **files, verify="verify_peer", server_name_indication="localhost")
+    publish("no-sni", **files, server_name_indication="disable")  # the chain is still checked
+    publish("checks", **files, fail_if_no_peer_cert="true", customize_hostname_check="https")
+    # no CA that signed it, and no check of it
+    publish("none", certfile=files["certfile"], keyfile=files["keyfile"], verify="verify_none")
+
+    # a name the certificate does not hold is refused at once, naming it
+    wrong = amqps_url(container, **files, server_name_indication="rabbit.invalid")
+    with pytest.raises(TLSHandshakeError) as exc:
+        Publisher(wrong, backoff=fast).connect()
+    assert "does not name 'rabbit.invalid'" in str(exc.value) and PASSWORD not in str(exc.value)
+    # without the CA, verify_peer (the default) refuses the broker's certificate
+    with pytest.raises(TLSHandshakeError):
+        Publisher(amqps_url(container, certfile=files["certfile"], keyfile=files["keyfile"]),
+                  backoff=fast).connect()  # fmt: skip
+    assert len(drain_ids(container, "options")) == 8

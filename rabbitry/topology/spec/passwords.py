@@ -45,3 +45,40 @@ def password_matches(password: str, password_hash: str, algorithm: str = DEFAULT
         return False
     expected = hash_password(password, algorithm, raw[:SALT_BYTES])
     return hmac.compare_digest(expected, password_hash)
+
+
+def hash_problem(password_hash: str, algorithm: str = DEFAULT_ALGORITHM) -> str | None:
+    """Why the broker could never match a password against ``password_hash`` labelled
+    ``algorithm``, or None. The broker stores the hash as given (base64-decoded) and, at each
+    login, splits off the 4-byte salt and compares the rest with the digest
+    (rabbit_auth_backend_internal:user_login_authentication): a hash that is not base64 stops
+    an import half way, and one of another length than salt + digest makes a user who can
+    never log in."""
+    digest_name = _DIGESTS.get(algorithm)
+    if digest_name is None:
+        return f"unknown hashing_algorithm {algorithm!r}: use one of {', '.join(sorted(_DIGESTS))}"
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except (binascii.Error, ValueError):
+        return (
+            "password_hash is not base64: give the hash as the broker exports it"
+            " (rabbitmqctl hash_password, or GET /api/auth/hash_password/PASSWORD)"
+        )
+    expected = SALT_BYTES + hashlib.new(digest_name).digest_size
+    if len(raw) == expected:
+        return None
+    fits = [
+        name
+        for name, other in _DIGESTS.items()
+        if len(raw) == SALT_BYTES + hashlib.new(other).digest_size
+    ]
+    hint = (
+        f"; {len(raw)} bytes is a {fits[0]} hash: is hashing_algorithm right?"
+        if fits
+        else ": give the hash as the broker exports it"
+    )
+    return (
+        f"password_hash decodes to {len(raw)} bytes, not the {expected} of a {algorithm} hash"
+        f" ({SALT_BYTES}-byte salt + {expected - SALT_BYTES}-byte {digest_name.upper()} digest):"
+        f" no password would ever match it{hint}"
+    )

@@ -3,6 +3,9 @@ refuse is an error naming the entry, never a silent default."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import pytest
 
 from rabbitry.errors import SpecError
@@ -46,3 +49,90 @@ def test_known_queue_types_are_read_in_either_shape(
     imported = topology_from_definitions(queue(**entry), "defs")
     (made,) = [r for r in imported.topology.resources().values() if isinstance(r, Queue)]
     assert made.type is expected
+
+
+def hashed(digest: str, size: int | None = None) -> str:
+    raw = b"salt" + hashlib.new(digest, b"password").digest()
+    return base64.b64encode(raw if size is None else raw[:size]).decode()
+
+
+def user(**entry: object) -> dict[str, object]:
+    return {"vhosts": [], "users": [{"name": "app", "tags": "", **entry}]}
+
+
+def refused(entry: dict[str, object]) -> str:
+    with pytest.raises(SpecError) as caught:
+        check_definitions(user(**entry), "defs.json")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "digest", "length"),
+    [
+        ("rabbit_password_hashing_sha256", "sha256", 36),
+        ("rabbit_password_hashing_sha512", "sha512", 68),
+        ("rabbit_password_hashing_md5", "md5", 20),
+    ],
+)
+def test_a_hash_of_the_length_its_algorithm_makes_is_taken(
+    algorithm: str, digest: str, length: int
+) -> None:
+    password_hash = hashed(digest)
+    assert len(base64.b64decode(password_hash)) == length
+    check_definitions(user(password_hash=password_hash, hashing_algorithm=algorithm))
+    (made,) = topology_from_definitions(
+        user(password_hash=password_hash, hashing_algorithm=algorithm), "defs"
+    ).topology.users
+    assert (made.password_hash, made.hashing_algorithm) == (password_hash, algorithm)
+
+
+def test_a_hash_that_is_not_base64_is_refused() -> None:
+    text = refused({"password_hash": "not base64!"})
+    assert "defs.json: users[0].password_hash: password_hash is not base64" in text
+
+
+def test_a_hash_too_short_for_its_algorithm_is_refused() -> None:
+    text = refused({"password_hash": hashed("sha256", 20)})
+    assert "users[0].password_hash: password_hash decodes to 20 bytes, not the 36" in text
+    assert "no password would ever match it" in text
+    # 20 bytes is an MD5 hash's length: the message says so
+    assert "rabbit_password_hashing_md5 hash: is hashing_algorithm right?" in text
+
+
+def test_a_hash_labelled_with_the_wrong_algorithm_is_refused_naming_the_right_one() -> None:
+    text = refused(
+        {"password_hash": hashed("sha512"), "hashing_algorithm": "rabbit_password_hashing_sha256"}
+    )
+    assert "decodes to 68 bytes, not the 36 of a rabbit_password_hashing_sha256 hash" in text
+    assert "68 bytes is a rabbit_password_hashing_sha512 hash" in text
+    # no label: the broker's default, SHA-256
+    assert "not the 36" in refused({"password_hash": hashed("sha512")})
+
+
+def test_an_unknown_algorithm_is_refused() -> None:
+    text = refused({"password_hash": hashed("sha256"), "hashing_algorithm": "bcrypt"})
+    assert "users[0].hashing_algorithm: unknown hashing_algorithm 'bcrypt'" in text
+
+
+@pytest.mark.parametrize("entry", [{"password_hash": ""}, {}, {"password_hash": None}])
+def test_a_user_without_a_hash_is_refused_unless_the_entry_says_passwordless(
+    entry: dict[str, object],
+) -> None:
+    text = refused(entry)
+    assert "users[0].password_hash: the user has no password hash" in text
+    assert '"passwordless": true' in text
+    said = user(**entry, passwordless=True)
+    check_definitions(said)
+    (made,) = topology_from_definitions(said, "defs").topology.users
+    assert made.password_hash is None and made.password is None
+
+
+def test_passwordless_with_a_hash_or_not_a_boolean_is_refused() -> None:
+    assert "keep one" in refused({"password_hash": hashed("sha256"), "passwordless": True})
+    assert "`passwordless` is true or false" in refused({"passwordless": "yes"})
+
+
+def test_a_plain_password_is_refused_rather_than_making_a_user_without_one() -> None:
+    text = refused({"password": "s3cret"})
+    assert "users[0].password: a plain `password` is not read" in text
+    assert "s3cret" not in text

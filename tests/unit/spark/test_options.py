@@ -117,3 +117,23 @@ def test_a_bad_url_in_a_list_is_named_and_an_unknown_node_order_refused() -> Non
         parse(url="amqp://u:pw@r1,http://u:pw@r2")
     with pytest.raises(SinkOptionError, match="node_order='random'"):
         parse(url="amqp://u:pw@r1", node_order="random")
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("cacertfile=/ca.pem&verify=verify_peer", "asks for TLS with cacertfile, verify"),
+        ("ssl=true", "unknown option 'ssl'"),
+        ("heartbeat=soon", "heartbeat='soon' must be a whole number"),
+    ],
+)
+def test_the_urls_query_is_checked_on_the_driver_as_each_connection_reads_it(
+    query: str, says: str
+) -> None:
+    with pytest.raises(SinkOptionError) as caught:
+        parse(url=f"amqp://app:s3cret@rabbit:5672/orders?{query}")
+    text = str(caught.value)
+    assert "option url: AMQP URL 'amqp://app:***@rabbit:5672/orders?" in text
+    assert says in text and "s3cret" not in text
+    # the files a TLS URL names are read where it connects, not on the driver
+    assert parse(url="amqps://app:s3cret@rabbit/orders?cacertfile=/on/executors.pem").url
