@@ -14,11 +14,21 @@ the same TTL, so expiry order is arrival order):
   (or rejected past the last). The routing key is ``<level index>.<address>``.
 
 Delays are rounded up to whole units: a message is never delivered early.
+
+A routing key is only right for the layout it was made for: a binary key carries exactly N bits,
+and the level patterns count words from the left. A key of another layout lands in the wrong
+level or matches nothing at all (level 0 then reads the address as a bit), and a quorum level
+dead-lettering at-least-once to an exchange where nothing matches keeps the message for ever.
+So every layout has a fingerprint (``layout``) that names a marker exchange
+(``<prefix>.layout.<fingerprint>``, declared with the levels): a client passively declares it
+before its first delay, and the planner compares it with what the broker holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,6 +118,16 @@ class BinaryDelays:
     def delivery_exchange(self) -> str:
         return f"{self.prefix}.deliver"
 
+    @property
+    def layout(self) -> str:
+        """What the routing keys depend on (the unit and the number of levels), as a name."""
+        return f"binary-{self.unit_ms}ms-{self.levels}"
+
+    @property
+    def layout_exchange(self) -> str:
+        """The marker exchange that says the broker's levels have this layout."""
+        return layout_exchange(self.prefix, self.layout)
+
     def ticks(self, delay: float | timedelta) -> int:
         """Whole units, rounded up (never early); errors past the largest representable delay."""
         ms = to_ms(delay)
@@ -190,6 +210,17 @@ class FixedDelays:
     def delivery_exchange(self) -> str:
         return f"{self.prefix}.deliver"
 
+    @property
+    def layout(self) -> str:
+        """What the routing keys and TTLs depend on (the list of levels), as a short name."""
+        text = ",".join(str(ms) for ms in self.levels_ms)
+        return f"fixed-{len(self.levels_ms)}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+    @property
+    def layout_exchange(self) -> str:
+        """The marker exchange that says the broker's levels have this layout."""
+        return layout_exchange(self.prefix, self.layout)
+
     def level_queue(self, index: int) -> str:
         return f"{self.prefix}.{index:02d}"
 
@@ -223,6 +254,35 @@ class FixedDelays:
 
 
 DelayScheme = BinaryDelays | FixedDelays
+
+LAYOUT_WORD = "layout"
+_LAYOUT_NAME = re.compile(
+    r"(?P<prefix>.+)\.layout\.(?P<layout>binary-\d+ms-\d+|fixed-\d+-[0-9a-f]{12})"
+)
+
+
+def layout_exchange(prefix: str, layout: str) -> str:
+    """The name of the marker exchange of delay ``prefix`` laid out as ``layout``."""
+    return f"{prefix}.{LAYOUT_WORD}.{layout}"
+
+
+def parse_layout_exchange(name: str) -> tuple[str, str] | None:
+    """(prefix, layout) of a marker exchange's name; None for any other name."""
+    found = _LAYOUT_NAME.fullmatch(name)
+    return (found["prefix"], found["layout"]) if found else None
+
+
+_LEVEL_SUFFIX = re.compile(r"\d{2}")
+
+
+def is_level_object(prefix: str, name: str) -> bool:
+    """Whether ``name`` is one of delay ``prefix``'s level exchanges or queues (``<prefix>.NN``)
+    or its fixed entry exchange (``<prefix>``): what a routing key's layout must match."""
+    if name == prefix:
+        return True
+    head, dot, tail = name.rpartition(".")
+    return bool(dot) and head == prefix and _LEVEL_SUFFIX.fullmatch(tail) is not None
+
 
 CLASSIC_FIXED_LEVELS_MS: tuple[int, ...] = tuple(
     s * 1000

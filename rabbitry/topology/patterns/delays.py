@@ -12,6 +12,9 @@
   ``<name>.unroutable``, to ``<name>.parking``: never dropped, never wedging a level queue.
   Quorum levels dead-letter at-least-once (``x-overflow: reject-publish``), so a delayed message
   survives losing a node.
+- a marker exchange ``<name>.layout.<fingerprint>`` (fanout, internal, never bound): its name
+  says which layout the levels have, so a publisher or worker can check over AMQP alone that
+  its spec's routing keys fit the broker's levels, and the planner can tell a relayout.
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ def declare_delays(draft: VhostDraft) -> None:
             )
         )
         draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
+        draft.exchanges.append(
+            Exchange(name=scheme.layout_exchange, type=ExchangeType.FANOUT, internal=True)
+        )
         draft.queues.append(holding_queue(parking, qtype))
         draft.bindings.append(Binding(source=unroutable, destination=parking))
 

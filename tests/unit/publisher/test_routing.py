@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,6 +165,8 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
     path = tmp_path / "spec.yaml"
     path.write_text(DELAYS_SPEC.replace("name: app", "name: '{{ vars.vhost }}'"))
     from_path = Publisher.from_spec(path, variables={"vhost": "app"}, vhost="app")
+    assert from_path.router.layout_check is not None  # asks the broker: none here
+    from_path.router.layout_check = None
     delivery = from_path.prepare(b"x", routing_key="reminders", delay=2.0)
     assert delivery.exchange == "fast.04" and delivery.mandatory
     with pytest.raises(DelayError, match="declared max of 10000 ms"):
@@ -173,6 +176,7 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
 
     spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
     named = AsyncPublisher.from_spec(spec, url="amqp://u:p@h/app", delays="slow")
+    named.router.layout_check = None
     assert named.prepare(b"x", routing_key="both", delay=2.0).exchange == "slow.01"
 
     levels = BinaryDelays("fast", unit_ms=100, levels=7)
@@ -185,6 +189,39 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
         Publisher.from_spec(topology, vhost="app", delays="slow")
     with pytest.raises(PublishError, match=r"delay= needs delay levels: make the publisher"):
         Publisher.from_spec(topology, vhost="app").prepare(b"x", routing_key="x", delay=1)
+
+
+def test_a_spec_publisher_checks_each_delay_layout_once_before_its_first_delay() -> None:
+    spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
+    publisher = Publisher.from_spec(spec, vhost="app")
+    checked: list[str] = []
+    publisher.router.layout_check = lambda scheme: checked.append(scheme.layout_exchange)
+    publisher.prepare(b"x", routing_key="app.plain")
+    assert checked == []  # no delay, no check
+    for _ in range(3):
+        publisher.prepare(b"x", routing_key="reminders", delay=2.0)
+    assert checked == ["fast.layout.binary-100ms-7"]
+    publisher.router.delays = publisher.router.delays.named("slow")  # type: ignore[union-attr]
+    publisher.prepare(b"x", routing_key="both", delay=2.0)
+    assert checked == ["fast.layout.binary-100ms-7", "slow.layout.binary-1000ms-28"]
+
+
+def test_a_refused_layout_publishes_nothing_and_is_asked_again_next_time() -> None:
+    from rabbitry.publisher.layout import DelayLayoutMismatch, mismatch_message
+
+    spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
+    publisher = Publisher.from_spec(spec, vhost="app")
+    asked: list[str] = []
+
+    def refuse(scheme: Any) -> None:
+        asked.append(scheme.prefix)
+        raise DelayLayoutMismatch(mismatch_message(scheme, "amqp://h/app"))
+
+    publisher.router.layout_check = refuse
+    for _ in range(2):
+        with pytest.raises(DelayLayoutMismatch, match=r"no exchange 'fast.layout.binary-100ms-7'"):
+            publisher.prepare(b"x", routing_key="reminders", delay=2.0)
+    assert asked == ["fast", "fast"]
 
 
 def test_publish_options_name_exactly_what_prepare_and_the_message_builder_accept() -> None:
