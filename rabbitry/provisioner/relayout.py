@@ -128,11 +128,12 @@ class DelayRelayout:
 
 def _level_names(key: ResourceKey) -> tuple[str, ...]:
     """The names in ``key`` that could be level objects: a queue's or exchange's own name, a
-    binding's source (patterns live on the source) and destination."""
+    binding's source (the patterns that read a key live on their source; the mark's bindings
+    into the levels belong to its layout alone)."""
     if key[0] in ("queue", "exchange"):
         return (key[2],)
     if key[0] == "binding":
-        return (key[2], key[4])
+        return (key[2],)
     return ()
 
 

@@ -9,6 +9,7 @@ import time
 import pika
 import pytest
 
+from rabbitry.errors import PublishError
 from rabbitry.publisher import DelayLayoutMismatch, Publisher
 from tests.integration.conftest import Broker, one_vhost_spec
 
@@ -120,30 +121,42 @@ def test_a_publisher_holding_the_old_spec_refuses_to_delay_into_the_new_levels(
 ) -> None:
     broker.apply(SHORT)
     long_spec = broker.spec(LONG, "long.yaml")
-    old = publisher(broker, "spec.yaml")
+    running = publisher(broker, "spec.yaml")  # publishes before and after the relayout
     ahead = publisher(broker, "long.yaml")  # the new spec, before it is applied
     try:
-        with pytest.raises(DelayLayoutMismatch) as before:
+        sent = publish_delayed(running, 1.0, b"before")  # checks the layout: it fits
+        [(arrived, body)] = arrivals(broker, 1, timeout=1 + 10)
+        assert body == b"before"
+        assert_on_time(sent, 1.0, arrived)
+
+        with pytest.raises(DelayLayoutMismatch) as early:
             ahead.publish(b"early", routing_key="due", delay=3)
-        assert "laid out as binary-500ms-6" in str(before.value)
-        assert "no exchange 'later.layout.binary-500ms-6'" in str(before.value)
+        assert "laid out as binary-500ms-6" in str(early.value)
+        assert "no exchange 'later.layout.binary-500ms-6'" in str(early.value)
 
         applied = broker.run("apply", str(long_spec), "--auto-approve", "--prune")
         assert applied.exit_code == 0, applied.output
 
-        with pytest.raises(DelayLayoutMismatch) as stale:
-            old.publish(b"stale", routing_key="due", delay=3)
-        message = str(stale.value)
+        # checked before the relayout, it publishes into the old layout's entry: gone
+        with pytest.raises(PublishError, match=r"later\.layout\.binary-500ms-5") as gone:
+            running.publish(b"stale", routing_key="due", delay=3)
+        assert "404" in str(gone.value) or "NOT_FOUND" in str(gone.value)
+        assert running.stats.confirmed == 1  # only "before"
+
+        with publisher(broker, "spec.yaml") as stale:  # started after: refused before sending
+            with pytest.raises(DelayLayoutMismatch) as refused:
+                stale.publish(b"stale", routing_key="due", delay=3)
+            assert stale.stats.confirmed == 0 and stale.stats.in_flight == 0
+        message = str(refused.value)
         assert "delay 'later' of the spec is laid out as binary-500ms-5" in message
         assert "rabbitry apply SPEC" in message
-        assert old.stats.confirmed == 0 and old.stats.in_flight == 0
         # nothing was published: every level, the target and the parking lot are empty
         assert sum(level_counts(broker, 6).values()) == 0
         assert broker.count("due") == 0 and broker.count("later.parking") == 0
 
         sent = publish_delayed(ahead, 3.0, b"fresh")  # the same publisher, now that it fits
     finally:
-        old.close()
+        running.close()
         ahead.close()
     [(arrived, body)] = arrivals(broker, 1, timeout=3 + 10)
     assert body == b"fresh"

@@ -36,7 +36,10 @@ def topic_matches(pattern: str, key: str) -> bool:
 def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[int]:
     """Follow bindings from ``entry``: returns the levels whose queue the message sits in."""
     visited: list[int] = []
-    exchange = entry
+    assert entry == scheme.layout_exchange  # every delayed message enters through the mark
+    entries = [scheme.level_exchange(k) for k in range(scheme.levels)] + [scheme.delivery_exchange]
+    patterns = [scheme.entry_pattern(k) for k in range(scheme.levels)] + [scheme.no_delay_pattern]
+    [exchange] = [e for e, p in zip(entries, patterns, strict=True) if topic_matches(p, key)]
     while exchange != scheme.delivery_exchange:
         level = int(exchange.rsplit(".", 1)[1])
         in_queue = topic_matches(scheme.queue_pattern(level), key)
@@ -80,8 +83,10 @@ def test_rounding_is_never_early_and_under_one_unit_late(ms: float) -> None:
 
 def test_zero_delay_goes_straight_to_delivery_and_limits_are_enforced() -> None:
     scheme = BinaryDelays("d", unit_ms=1000, levels=3)
-    assert scheme.route(0, "q").exchange == "d.deliver"
-    assert scheme.route(7, "q").exchange == "d.02"
+    assert scheme.route(0, "q").exchange == "d.layout.binary-1000ms-3"
+    assert topic_matches(scheme.no_delay_pattern, scheme.route(0, "q").routing_key)
+    assert scheme.route(7, "q").exchange == "d.layout.binary-1000ms-3"
+    assert topic_matches(scheme.entry_pattern(2), scheme.route(7, "q").routing_key)
     with pytest.raises(DelayError, match="at most 7000 ms"):
         scheme.route(7.5, "q")
     with pytest.raises(DelayError, match="negative"):

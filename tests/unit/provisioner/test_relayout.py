@@ -45,13 +45,17 @@ def unmarked(t: Topology) -> Topology:
     """``t`` as an older rabbitry applied it: levels without a layout mark."""
     vhost = t.vhosts[0]
     kept = tuple(e for e in vhost.exchanges if ".layout." not in e.name)
-    return t.model_copy(update={"vhosts": (vhost.model_copy(update={"exchanges": kept}),)})
+    bound = tuple(b for b in vhost.bindings if ".layout." not in b.source)
+    older = vhost.model_copy(update={"exchanges": kept, "bindings": bound})
+    return t.model_copy(update={"vhosts": (older,)})
 
 
 def test_the_levels_are_marked_with_their_layout() -> None:
     names = {e.name: e for e in topology().vhosts[0].exchanges}
     mark = names["later.layout.binary-1000ms-22"]
-    assert mark.internal and str(mark.type) == "fanout"
+    assert str(mark.type) == "topic"  # delayed messages enter through it
+    entries = [b for b in topology().vhosts[0].bindings if b.source == mark.name]
+    assert len(entries) == 22 + 1  # one per level, and no delay straight to delivery
     assert "later.layout.binary-1000ms-23" in {e.name for e in topology("60d").vhosts[0].exchanges}
 
 
@@ -109,7 +113,10 @@ def test_the_same_layout_or_a_first_declaration_is_no_relayout() -> None:
 def test_levels_an_older_rabbitry_made_get_their_mark_without_a_relayout() -> None:
     p = plan(topology("30d"), applied(unmarked(topology("30d")), {"later.03": 2}))
     assert p.relayouts == ()
-    assert [c.key for c in p.changes] == [("exchange", "shop", "later.layout.binary-1000ms-22")]
+    mark = "later.layout.binary-1000ms-22"
+    assert [c.key[:3] for c in p.changes] == [("exchange", "shop", mark)] + [
+        ("binding", "shop", mark)
+    ] * 23
     # unmarked levels laid out anew are a relayout from an unknown layout
     [relayout] = plan(
         topology("60d"), applied(unmarked(topology("30d")), {"later.03": 2})

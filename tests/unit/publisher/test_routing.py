@@ -86,7 +86,9 @@ def test_delays_route_through_the_levels() -> None:
     delays = BinaryDelays("delay", unit_ms=1000, levels=4)
     target = Router(delays=delays).resolve("", "orders", delay=5)
     assert (
-        target.exchange == "delay.02" and target.routing_key == "0.1.0.1.orders" and target.delayed
+        target.exchange == "delay.layout.binary-1000ms-4"
+        and target.routing_key == "0.1.0.1.orders"
+        and target.delayed
     )
     with pytest.raises(PublishError, match="delays="):
         Router().resolve("", "orders", delay=5)
@@ -143,7 +145,8 @@ def test_spec_delays_pick_the_delay_that_delivers_to_the_address() -> None:
     assert delays.scheme_for("invoices").prefix == "slow"
     assert delays.scheme_for("mail").prefix == "slow"  # a queue retrying via the delay
     route = delays.route(2, "reminders")
-    assert route.exchange == "fast.04" and route.routing_key.endswith(".reminders")
+    assert route.exchange == "fast.layout.binary-100ms-7"
+    assert route.routing_key.endswith(".reminders")
     assert delays.named("slow").prefix == "slow"
 
 
@@ -168,7 +171,7 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
     assert from_path.router.layout_check is not None  # asks the broker: none here
     from_path.router.layout_check = None
     delivery = from_path.prepare(b"x", routing_key="reminders", delay=2.0)
-    assert delivery.exchange == "fast.04" and delivery.mandatory
+    assert delivery.exchange == "fast.layout.binary-100ms-7" and delivery.mandatory
     with pytest.raises(DelayError, match="declared max of 10000 ms"):
         from_path.prepare(b"x", routing_key="reminders", delay=12.0)
     with pytest.raises(PublishError, match="several delays"):
@@ -177,12 +180,13 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
     spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
     named = AsyncPublisher.from_spec(spec, url="amqp://u:p@h/app", delays="slow")
     named.router.layout_check = None
-    assert named.prepare(b"x", routing_key="both", delay=2.0).exchange == "slow.01"
+    slow = named.prepare(b"x", routing_key="both", delay=2.0)
+    assert slow.exchange == "slow.layout.binary-1000ms-28"
 
     levels = BinaryDelays("fast", unit_ms=100, levels=7)
     given = Publisher.from_spec(spec, vhost="app", delays=levels)
     assert given.router.delays is levels
-    assert given.prepare(b"x", routing_key="both", delay=12.0).exchange == "fast.06"
+    assert given.prepare(b"x", routing_key="both", delay=12.0).exchange == levels.layout_exchange
 
     topology = expand(spec)
     with pytest.raises(PublishError, match="from_spec was given a Topology"):
