@@ -35,7 +35,7 @@ from rabbitry.provisioner.migration import (
     temp_name,
 )
 from rabbitry.provisioner.ownership import PENDING, SHARED_KINDS, OwnershipRecord, digest
-from rabbitry.provisioner.relayout import DelayRelayout, delay_relayouts
+from rabbitry.provisioner.relayout import DelayRelayout, delay_relayouts, touched_by
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     KIND_ORDER,
@@ -536,10 +536,12 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
             if need in by_key and need not in selected:
                 selected.add(need)
                 frontier.append(need)
+    changes = tuple(c for c in the_plan.changes if c.key in selected)
     return replace(
         the_plan,
-        changes=tuple(c for c in the_plan.changes if c.key in selected),
+        changes=changes,
         excluded=frozenset(k for k in by_key if k not in selected),
+        relayouts=touched_by(the_plan.relayouts, changes),
     )
 
 

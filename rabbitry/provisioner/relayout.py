@@ -193,6 +193,13 @@ def delay_relayouts(
     return out
 
 
+def touched_by(
+    relayouts: Iterable[DelayRelayout], changes: Sequence[PlannedChange]
+) -> tuple[DelayRelayout, ...]:
+    """The relayouts ``changes`` still make (a plan cut down by ``--target``)."""
+    return tuple(r for r in relayouts if any(_touches_levels(c, r.vhost, r.delay) for c in changes))
+
+
 def _marks(names: Iterable[str]) -> list[tuple[str, str]]:
     return [mark for mark in map(parse_layout_exchange, names) if mark is not None]
 
@@ -231,4 +238,4 @@ def relayout_refusals(
     return problems
 
 
-__all__ = ["ALLOW_FLAG", "DelayRelayout", "delay_relayouts", "relayout_refusals"]
+__all__ = ["ALLOW_FLAG", "DelayRelayout", "delay_relayouts", "relayout_refusals", "touched_by"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rabbitry.provisioner.applier import ApplyOptions, refusals
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.planfile import SavedPlan
-from rabbitry.provisioner.planner import Plan, plan
+from rabbitry.provisioner.planner import Plan, plan, targeted
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState, QueueStats
 from rabbitry.topology import expand, load_spec_text
@@ -153,3 +153,9 @@ def test_other_vhosts_and_exchanges_that_only_look_like_marks_are_left_alone() -
     observed = applied(topology("30d"), {"later.03": 2})
     [relayout] = plan(desired, observed).relayouts
     assert relayout.vhost == "shop"
+
+
+def test_a_target_that_leaves_the_levels_alone_leaves_the_relayout_out() -> None:
+    p = plan(topology("60d"), applied(topology("30d"), {"later.03": 2}))
+    assert targeted(p, ["queue/shop/later.22"]).relayouts == p.relayouts  # the new level
+    assert targeted(p, ["queue/shop/work"]).relayouts == ()
