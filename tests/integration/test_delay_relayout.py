@@ -116,6 +116,27 @@ def test_a_relayout_is_refused_while_a_message_waits_in_the_levels_and_it_arrive
     assert sum(level_counts(broker, 6).values()) == 0 and broker.count("later.parking") == 0
 
 
+def test_the_flag_lays_the_levels_out_anew_and_the_apply_says_what_it_gives_up(
+    broker: Broker,
+) -> None:
+    broker.apply(SHORT)
+    with publisher(broker, "spec.yaml") as pub:
+        pub.publish(b"given up", routing_key="due", delay=7.5)
+    long_spec = broker.spec(LONG, "long.yaml")
+    without_prune = broker.run("apply", str(long_spec), "--auto-approve", "--allow-delay-relayout")
+    assert without_prune.exit_code == 1, without_prune.output
+    assert "apply with --prune" in without_prune.output
+    assert not exists(broker, "later.layout.binary-500ms-6")
+
+    applied = broker.run(
+        "apply", str(long_spec), "--auto-approve", "--prune", "--allow-delay-relayout"
+    )
+    assert applied.exit_code == 0, applied.output
+    assert "while 1 message(s) wait in its level queues" in applied.output
+    assert exists(broker, "later.layout.binary-500ms-6")
+    assert not exists(broker, "later.layout.binary-500ms-5")
+
+
 def test_a_publisher_holding_the_old_spec_refuses_to_delay_into_the_new_levels(
     broker: Broker,
 ) -> None:
