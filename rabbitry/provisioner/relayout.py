@@ -126,18 +126,10 @@ class DelayRelayout:
         )
 
 
-def _level_names(key: ResourceKey) -> tuple[str, ...]:
-    """The names in ``key`` that could be level objects: a queue's or exchange's own name, a
-    binding's source (the patterns that read a key live on their source; the mark's bindings
-    into the levels belong to its layout alone)."""
-    if key[0] in ("queue", "exchange"):
-        return (key[2],)
-    if key[0] == "binding":
-        return (key[2],)
-    return ()
-
-
 def _touches_levels(change: PlannedChange, vhost: str, delay: str) -> bool:
+    """Whether ``change`` makes, replaces or deletes one of ``delay``'s level queues or
+    exchanges, or a binding from one of them (the patterns that read a key live on their
+    source; the mark's own bindings into the levels belong to its layout alone)."""
     key = change.key
     if key[1] != vhost or key[0] not in ("queue", "exchange", "binding"):
         return False
@@ -145,7 +137,7 @@ def _touches_levels(change: PlannedChange, vhost: str, delay: str) -> bool:
         return False
     if str(change.action) == "create" and change.drift:
         return False  # put back after a hand deletion: the layout it had
-    return any(is_level_object(delay, name) for name in _level_names(key))
+    return is_level_object(delay, key[2])  # a queue's or exchange's name, a binding's source
 
 
 def delay_relayouts(

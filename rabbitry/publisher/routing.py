@@ -104,11 +104,6 @@ class SpecDelays:
         """Entry exchange and routing key through the delay that delivers to ``address``."""
         return self.scheme_for(address).route(delay, address)
 
-    @property
-    def schemes(self) -> tuple[DelayScheme, ...]:
-        """Every delay's levels."""
-        return tuple(scheme for scheme, _ in self.patterns)
-
 
 DelayLevels = DelayScheme | SpecDelays
 """What a router delays messages with: one delay's levels, or a spec's delays by target."""
