@@ -15,14 +15,17 @@ if TYPE_CHECKING:
     import pika
 
 
-def connect_error(url: str, exc: BaseException) -> BrokerError:
+def connect_error(url: str | ConnectionSettings, exc: BaseException) -> BrokerError:
     """The ``BrokerError`` for a pika connection to ``url`` that failed with ``exc``."""
     import pika.exceptions
 
-    try:
-        settings = ConnectionSettings.from_url(url)
-    except (ValueError, BrokerError):
-        return BrokerError(f"cannot connect to {mask_uri(url)}: {mask_text(str(exc))}")
+    if isinstance(url, ConnectionSettings):
+        settings = url
+    else:
+        try:
+            settings = ConnectionSettings.from_url(url)
+        except (ValueError, BrokerError):
+            return BrokerError(f"cannot connect to {mask_uri(url)}: {mask_text(str(exc))}")
     # pika wraps what happened in AMQPConnectionError(s); the broker's own refusal is inside
     cause: BaseException = exc
     while True:
@@ -51,7 +54,9 @@ def connect_error(url: str, exc: BaseException) -> BrokerError:
     )
 
 
-def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConnection:
+def blocking_connection(
+    url: str | ConnectionSettings, *, timeout: float = 8.0
+) -> pika.BlockingConnection:
     """A pika ``BlockingConnection`` to ``url``, one attempt of at most ``timeout`` seconds
     (a port that accepts and never answers included), failures as ``BrokerError``.
 
@@ -63,7 +68,7 @@ def blocking_connection(url: str, *, timeout: float = 8.0) -> pika.BlockingConne
     import pika
     import pika.credentials
 
-    settings = ConnectionSettings.from_url(url)
+    settings = url if isinstance(url, ConnectionSettings) else ConnectionSettings.from_url(url)
     credentials: pika.credentials.PlainCredentials | pika.credentials.ExternalCredentials
     if settings.external_auth:
         credentials = pika.credentials.ExternalCredentials()

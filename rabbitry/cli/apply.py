@@ -47,6 +47,13 @@ if TYPE_CHECKING:
     help="Allow deleting or replacing queues that hold messages or have consumers.",
 )
 @click.option(
+    "--allow-delay-relayout",
+    is_flag=True,
+    help="Lay a delay's levels out anew (another unit, max, count or levels) although messages"
+    " wait in them: those messages are given up (routed for the old layout, they are never"
+    " delivered). Without it, apply refuses such a change while the levels hold messages.",
+)
+@click.option(
     "--take-over",
     "take_over",
     multiple=True,
@@ -82,6 +89,7 @@ def _apply(
     allow_replace: bool,
     prune: bool,
     force: bool,
+    allow_delay_relayout: bool,
     take_over: tuple[str, ...],
     as_json: bool,
     lock_timeout: float,
@@ -103,7 +111,11 @@ def _apply(
     if as_json and not auto_approve and saved is None:
         raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
     options = ApplyOptions(
-        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+        allow_replace=allow_replace,
+        prune=prune,
+        force=force,
+        take_over=frozenset(take_over),
+        allow_delay_relayout=allow_delay_relayout,
     )
     if saved is not None:
         stack = saved.plan.stack

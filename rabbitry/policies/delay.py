@@ -8,17 +8,30 @@ the same TTL, so expiry order is arrival order):
   target address. Level k's queue is bound with a pattern matching "bit k set"; level k's exchange
   is bound to level k-1's exchange with "bit k clear", so a message skips the levels whose bit is
   0. Level 0 dead-letters into the delivery exchange, where each target is bound by its address.
-  A message enters at the exchange of its highest set bit; any delay up to
+  A message is published to the layout's mark exchange, which passes it on to the exchange of
+  its highest set bit (or, for no delay, to the delivery exchange); any delay up to
   ``unit * (2**N - 1)`` is reachable with at most N hops.
 - ``FixedDelays``: a list of delays, one TTL queue each; a delay is rounded up to the next level
   (or rejected past the last). The routing key is ``<level index>.<address>``.
 
 Delays are rounded up to whole units: a message is never delivered early.
+
+A routing key is only right for the layout it was made for: a binary key carries exactly N bits,
+and the level patterns count words from the left. A key of another layout lands in the wrong
+level or matches nothing at all (level 0 then reads the address as a bit), and a quorum level
+dead-lettering at-least-once to an exchange where nothing matches keeps the message for ever.
+So every layout has a fingerprint (``layout``) that names a marker exchange
+(``<prefix>.layout.<fingerprint>``, declared with the levels): a client passively declares it
+before its first delay, and the planner compares it with what the broker holds. A binary delay's
+messages are published to that exchange, so once a relayout deletes it, a client still holding
+the old layout gets NOT_FOUND from the broker instead of a confirm for a message that would
+never arrive.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -108,6 +121,16 @@ class BinaryDelays:
     def delivery_exchange(self) -> str:
         return f"{self.prefix}.deliver"
 
+    @property
+    def layout(self) -> str:
+        """What the routing keys depend on (the unit and the number of levels), as a name."""
+        return f"binary-{self.unit_ms}ms-{self.levels}"
+
+    @property
+    def layout_exchange(self) -> str:
+        """The marker exchange that says the broker's levels have this layout."""
+        return layout_exchange(self.prefix, self.layout)
+
     def ticks(self, delay: float | timedelta) -> int:
         """Whole units, rounded up (never early); errors past the largest representable delay."""
         ms = to_ms(delay)
@@ -132,11 +155,9 @@ class BinaryDelays:
         return "".join(f"{b}." for b in bits) + address
 
     def route(self, delay: float | timedelta, address: str) -> Route:
-        """Entry exchange and routing key for ``delay`` towards ``address``."""
+        """Entry exchange (the layout's mark) and routing key for ``delay`` towards ``address``."""
         ticks = self.ticks(delay)
-        key = self.routing_key(ticks, address)
-        exchange = self.level_exchange(ticks.bit_length() - 1) if ticks else self.delivery_exchange
-        return Route(exchange, key, ticks * self.unit_ms)
+        return Route(self.layout_exchange, self.routing_key(ticks, address), ticks * self.unit_ms)
 
     def decode(self, routing_key: str) -> tuple[int, str]:
         """(ticks, address) from a routing key made by ``routing_key``."""
@@ -162,6 +183,15 @@ class BinaryDelays:
         """Binding key of a target on the delivery exchange."""
         _check_address(address)
         return "*." * self.levels + address
+
+    def entry_pattern(self, level: int) -> str:
+        """Binding key from the mark exchange to level ``level``'s: its bit is the highest set."""
+        return "0." * (self.levels - 1 - level) + "1.#"
+
+    @property
+    def no_delay_pattern(self) -> str:
+        """Binding key from the mark exchange to the delivery exchange: no bit set."""
+        return "0." * self.levels + "#"
 
 
 @dataclass(frozen=True)
@@ -189,6 +219,19 @@ class FixedDelays:
     @property
     def delivery_exchange(self) -> str:
         return f"{self.prefix}.deliver"
+
+    @property
+    def layout(self) -> str:
+        """What the routing keys and TTLs depend on (the list of levels), as a short name."""
+        import hashlib  # here: a worker that never reads a fixed layout keeps OpenSSL unloaded
+
+        text = ",".join(str(ms) for ms in self.levels_ms)
+        return f"fixed-{len(self.levels_ms)}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+    @property
+    def layout_exchange(self) -> str:
+        """The marker exchange that says the broker's levels have this layout."""
+        return layout_exchange(self.prefix, self.layout)
 
     def level_queue(self, index: int) -> str:
         return f"{self.prefix}.{index:02d}"
@@ -223,6 +266,35 @@ class FixedDelays:
 
 
 DelayScheme = BinaryDelays | FixedDelays
+
+LAYOUT_WORD = "layout"
+_LAYOUT_NAME = re.compile(
+    r"(?P<prefix>.+)\.layout\.(?P<layout>binary-\d+ms-\d+|fixed-\d+-[0-9a-f]{12})"
+)
+
+
+def layout_exchange(prefix: str, layout: str) -> str:
+    """The name of the marker exchange of delay ``prefix`` laid out as ``layout``."""
+    return f"{prefix}.{LAYOUT_WORD}.{layout}"
+
+
+def parse_layout_exchange(name: str) -> tuple[str, str] | None:
+    """(prefix, layout) of a marker exchange's name; None for any other name."""
+    found = _LAYOUT_NAME.fullmatch(name)
+    return (found["prefix"], found["layout"]) if found else None
+
+
+_LEVEL_SUFFIX = re.compile(r"\d{2}")
+
+
+def is_level_object(prefix: str, name: str) -> bool:
+    """Whether ``name`` is one of delay ``prefix``'s level exchanges or queues (``<prefix>.NN``)
+    or its fixed entry exchange (``<prefix>``): what a routing key's layout must match."""
+    if name == prefix:
+        return True
+    head, dot, tail = name.rpartition(".")
+    return bool(dot) and head == prefix and _LEVEL_SUFFIX.fullmatch(tail) is not None
+
 
 CLASSIC_FIXED_LEVELS_MS: tuple[int, ...] = tuple(
     s * 1000

@@ -39,6 +39,7 @@ from rabbitry.provisioner.migration import (
 )
 from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, record_name
 from rabbitry.provisioner.planner import Action, Change, Plan, managed_after
+from rabbitry.provisioner.relayout import relayout_refusals
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
     Binding,
@@ -70,6 +71,8 @@ class ApplyOptions:
     force: bool = False
     take_over: frozenset[str] = frozenset()
     """Stacks whose objects this apply may act on: they move to this apply's stack."""
+    allow_delay_relayout: bool = False
+    """Lay a delay's levels out anew although messages wait in them (they are given up)."""
     import_chunk: int = 2000
     """Objects per definitions import. A small broker creates about 500 objects a second from
     an import and answers only when done: chunks of 2,000 answer within seconds, so no HTTP
@@ -186,6 +189,9 @@ def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) ->
     management API's); empty means go."""
     problems = self_harm(plan, connected, options.prune)
     problems += ownership_refusals(plan, options)
+    problems += relayout_refusals(
+        plan.relayouts, prune=options.prune, allow_delay_relayout=options.allow_delay_relayout
+    )
     for change in plan.changes:
         if change.action is Action.REPLACE:
             why = "; ".join(change.reasons)

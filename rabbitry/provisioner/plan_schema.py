@@ -73,6 +73,35 @@ class Summary(_Document):
     adopt: int
 
 
+class HeldDocument(_Document):
+    """A level queue and the messages waiting in it."""
+
+    queue: str
+    messages: int
+
+
+class DelayRelayoutDocument(_Document):
+    """A delay whose levels the plan lays out anew (another unit, max, count or levels)."""
+
+    vhost: str
+    delay: str
+    """The delay's name (``vhosts[].delays[].name``)."""
+    layout: str
+    """The spec's layout, as its marker exchange ``<delay>.layout.<layout>`` names it."""
+    previous: list[str]
+    """The layouts the broker's levels are marked with (empty: unmarked levels)."""
+    messages: int
+    """Messages waiting in the delay's level queues: apply refuses the relayout while there
+    are any unless `--allow-delay-relayout` (routed for the old layout, they would never be
+    delivered)."""
+    held: list[HeldDocument]
+    uncounted: list[str]
+    """Level queues whose count is not exact, with why: apply refuses as if they held some."""
+    needs_prune: bool
+    """The old layout leaves bindings and its marker that only `--prune` deletes: apply
+    refuses the relayout without it."""
+
+
 class PlanDocument(_Document):
     """A plan: the changes that bring the broker to the spec, in the order apply makes them."""
 
@@ -82,6 +111,8 @@ class PlanDocument(_Document):
     changes: list[ChangeDocument]
     summary: Summary
     warnings: list[str]
+    delay_relayouts: list[DelayRelayoutDocument] | None = None
+    """Delays whose levels the plan lays out anew (absent when none)."""
     created: str | None = Field(None, description="`show --json` only: when the plan was made.")
     broker: str | None = Field(
         None, description="`show --json` only: the management API it was made against."

@@ -30,6 +30,7 @@ from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import Action, Change, Plan, owners_of
+from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     Binding,
@@ -193,6 +194,7 @@ class SavedPlan:
             "summary": plan.counts(),
             "changes": [_change_json(c) for c in plan.changes],
             "warnings": list(plan.warnings),
+            "delay_relayouts": [r.to_json() for r in plan.relayouts],
             "seen": [[then, *key] for key, then in self.seen.items()],
             "excluded": sorted(list(key) for key in plan.excluded),
             "record": plan.record.to_value(),
@@ -245,7 +247,8 @@ class SavedPlan:
             seen = {tuple(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
             excluded = frozenset(tuple(str(p) for p in key) for key in data.get("excluded", ()))
             warnings = tuple(str(w) for w in data.get("warnings", ()))
-            plan = Plan(stack, changes, record, warnings, topology, excluded)
+            relayouts = tuple(DelayRelayout.from_json(r) for r in data.get("delay_relayouts", ()))
+            plan = Plan(stack, changes, record, warnings, topology, excluded, relayouts)
             return cls(
                 plan,
                 str(data["cluster"]),

@@ -13,7 +13,9 @@ Rules the broker imposes, and what the plan does about them:
 - an object that exists but is not recorded yet is ``adopt``-ed when it already matches;
 - a change to an object another stack's record lists (adopt, create, update, replace or delete)
   names that stack in ``owners``: apply refuses it unless told to take the object over. A vhost
-  is the exception while it is only declared or adopted: stacks share vhosts.
+  is the exception while it is only declared or adopted: stacks share vhosts;
+- a change to how a delay's levels route (``relayout``) is listed with the messages that wait
+  in its level queues: routed for the old layout, they would never be delivered.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rabbitry.provisioner.migration import (
     temp_name,
 )
 from rabbitry.provisioner.ownership import PENDING, SHARED_KINDS, OwnershipRecord, digest
+from rabbitry.provisioner.relayout import DelayRelayout, delay_relayouts, touched_by
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
     KIND_ORDER,
@@ -140,6 +143,9 @@ class Plan:
     excluded: frozenset[ResourceKey] = frozenset()
     """Changes left out by ``--target``: their objects stay as they are, and so does what the
     ownership record says of them."""
+    relayouts: tuple[DelayRelayout, ...] = ()
+    """Delays whose levels the plan lays out anew, with what waits in them: apply refuses
+    them while messages wait unless allowed (``provisioner.relayout``)."""
 
     @functools.cached_property
     def desired_digests(self) -> dict[ResourceKey, str]:
@@ -181,13 +187,16 @@ class Plan:
         return "Plan: " + ", ".join(parts) + "."
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format_version": 1,
             "stack": self.stack,
             "changes": [c.to_json() for c in self.changes],
             "summary": self.counts(),
             "warnings": list(self.warnings),
         }
+        if self.relayouts:
+            out["delay_relayouts"] = [r.to_json() for r in self.relayouts]
+        return out
 
 
 def _same_json_types(a: Any, b: Any) -> bool:
@@ -425,12 +434,15 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         ]
         warnings.extend(ownership_warnings(changes))
     warnings.extend(quorum_placement_warnings(desired, state.node_count))
+    relayouts = delay_relayouts(desired, state.topology, changes, state.queue_stats)
+    warnings.extend(r.describe() for r in relayouts)
     return Plan(
         stack=desired.name,
         changes=tuple(sorted(changes, key=_order)),
         record=record,
         warnings=tuple(warnings),
         desired=desired,
+        relayouts=tuple(relayouts),
     )
 
 
@@ -524,10 +536,12 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
             if need in by_key and need not in selected:
                 selected.add(need)
                 frontier.append(need)
+    changes = tuple(c for c in the_plan.changes if c.key in selected)
     return replace(
         the_plan,
-        changes=tuple(c for c in the_plan.changes if c.key in selected),
+        changes=changes,
         excluded=frozenset(k for k in by_key if k not in selected),
+        relayouts=touched_by(the_plan.relayouts, changes),
     )
 
 

@@ -1,7 +1,8 @@
 """Plan and apply a spec from Python: what ``rabbitry plan`` and ``rabbitry apply`` do.
 
 ``plan(spec)`` reads the broker and returns the ``Plan``; ``apply(spec)`` makes the broker match,
-with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``force``). Both
+with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``force``,
+``allow_delay_relayout``). Both
 check first that the broker can hold the spec (plugins, feature flags, version) and change
 nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL`` /
 ``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost.
@@ -213,12 +214,14 @@ def apply(
     allow_replace: bool = False,
     prune: bool = False,
     force: bool = False,
+    allow_delay_relayout: bool = False,
     take_over: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
     lock_timeout: float = 0.0,
 ) -> ApplyResult:
     """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
-    needs a replace, prune or force the arguments do not allow, or acts on objects another
+    needs a replace, prune or force the arguments do not allow, lays a delay's levels out anew
+    while messages wait in them (``allow_delay_relayout``), or acts on objects another
     stack owns that ``take_over`` does not name, and ``LockHeld`` when another run applies the
     same stack, or one named in ``take_over`` (after waiting up to ``lock_timeout`` seconds)."""
     target = target_of(
@@ -230,7 +233,11 @@ def apply(
         lock=True,
     )
     options = ApplyOptions(
-        allow_replace=allow_replace, prune=prune, force=force, take_over=frozenset(take_over)
+        allow_replace=allow_replace,
+        prune=prune,
+        force=force,
+        take_over=frozenset(take_over),
+        allow_delay_relayout=allow_delay_relayout,
     )
     topology = target.topology
     with (

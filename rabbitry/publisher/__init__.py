@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rabbitry.publisher.aio import AsyncPublisher
     from rabbitry.publisher.base import PublisherStats
     from rabbitry.publisher.errors import PublisherClosed
+    from rabbitry.publisher.layout import DelayLayoutMismatch, check_delay_layouts
     from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
     from rabbitry.publisher.sync import Publisher
 
@@ -38,6 +39,7 @@ __all__ = [
     "ConfirmTracker",
     "ConnectionLost",
     "ConnectionSettings",
+    "DelayLayoutMismatch",
     "Delivery",
     "ExchangeNotFound",
     "JsonCodec",
@@ -54,6 +56,7 @@ __all__ = [
     "TLSHandshakeError",
     "UnknownExchange",
     "Unroutable",
+    "check_delay_layouts",
 ]
 
 _LAZY = {
@@ -79,6 +82,8 @@ _LAZY = {
     "AsyncPublisher": "rabbitry.publisher.aio",
     "PublisherStats": "rabbitry.publisher.base",
     "PublisherClosed": "rabbitry.publisher.errors",
+    "DelayLayoutMismatch": "rabbitry.publisher.layout",
+    "check_delay_layouts": "rabbitry.publisher.layout",
     "NoRoute": "rabbitry.publisher.routing",
     "Router": "rabbitry.publisher.routing",
     "UnknownExchange": "rabbitry.publisher.routing",

@@ -178,7 +178,9 @@ class PublisherBase:
         template ``variables``, or a loaded ``Spec``) or an expanded ``Topology``, and delays
         from the spec's ``delays``: a delayed message goes through the delay whose targets
         include its address. ``delays=`` names the delay to use instead (or gives its levels;
-        a ``Topology`` keeps no delays, so with one ``delays=`` levels are the only way)."""
+        a ``Topology`` keeps no delays, so with one ``delays=`` levels are the only way).
+        Before the first message through one of the spec's delays, the publisher checks once
+        that the broker's levels have that delay's layout (``DelayLayoutMismatch`` if not)."""
         from rabbitry.publisher.routing import SpecDelays
         from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec
 
@@ -206,6 +208,9 @@ class PublisherBase:
             chosen = next(v for v in model.vhosts if v.name == publisher.router.vhost)
             found = SpecDelays.of(chosen)
             publisher.router.delays = found if named is None else found.named(named)
+            from rabbitry.publisher.layout import layout_check_for
+
+            publisher.router.layout_check = layout_check_for(publisher.settings)
         return publisher
 
     @property

@@ -1,11 +1,13 @@
 """Where a message goes, as the spec says: exchanges, shard keys, delays, reachable queues.
 
-Pure: reads a ``Topology`` (or nothing, then every exchange name is taken as given).
+Pure: reads a ``Topology`` (or nothing, then every exchange name is taken as given). The one
+door to the broker is ``Router.layout_check``, a callable the publisher may set: it is called
+once per delay, before that delay's first message (``rabbitry.publisher.layout``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
@@ -135,6 +137,9 @@ class Router:
         delays: DelayLevels | None = None,
     ) -> None:
         self.delays = delays
+        self.layout_check: Callable[[DelayScheme], None] | None = None
+        """Called with a delay's levels before its first message (raises to refuse it)."""
+        self._checked_layouts: set[DelayScheme] = set()
         self._vhost: Vhost | None = None
         self._exchanges: dict[str, Exchange] = {}
         self._bindings: dict[str, list[Binding]] = {}
@@ -208,7 +213,12 @@ class Router:
                     " FixedDelays, e.g. rabbitry.topology.patterns.delays.delay_scheme of a"
                     " spec's delay)"
                 )
-            route = self.delays.route(delay, routing_key)
+            delays = self.delays
+            scheme = delays.scheme_for(routing_key) if isinstance(delays, SpecDelays) else delays
+            if self.layout_check is not None and scheme not in self._checked_layouts:
+                self.layout_check(scheme)
+                self._checked_layouts.add(scheme)
+            route = scheme.route(delay, routing_key)
             return Target(route.exchange, route.routing_key, headers, delayed=True)
         self.check_exchange(exchange)
         return Target(exchange, routing_key, headers)

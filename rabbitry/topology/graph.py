@@ -72,6 +72,7 @@ def _folds(spec: VhostSpec) -> dict[str, tuple[str, str, str]]:
             label = f"{delay.name}: {len(scheme.levels_ms)} fixed levels"
             names = [scheme.level_queue(i) for i in range(len(scheme.levels_ms))]
             names.append(scheme.entry_exchange)
+        names.append(scheme.layout_exchange)  # a binary delay's entry: part of the box
         for name in names:
             out[name] = (box, label, "delay")
     for stream in spec.super_streams:

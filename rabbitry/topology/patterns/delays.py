@@ -12,6 +12,13 @@
   ``<name>.unroutable``, to ``<name>.parking``: never dropped, never wedging a level queue.
   Quorum levels dead-letter at-least-once (``x-overflow: reject-publish``), so a delayed message
   survives losing a node.
+- a marker exchange ``<name>.layout.<fingerprint>``: its name says which layout the levels
+  have, so a publisher or worker can check over AMQP alone that its spec's routing keys fit the
+  broker's levels, and the planner can tell a relayout. A binary delay's messages enter through
+  it (a topic exchange bound to each level's exchange by "highest set bit" and to the delivery
+  exchange by "no bit set"): deleted by a relayout, it turns a publish keyed for the old layout
+  into a NOT_FOUND error. A fixed delay's mark is a fanout nothing is bound to (its keys name a
+  level by index, which no relayout strands).
 """
 
 from __future__ import annotations
@@ -86,6 +93,19 @@ def declare_delays(draft: VhostDraft) -> None:
             )
         )
         draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
+        mark = scheme.layout_exchange
+        if isinstance(scheme, BinaryDelays):
+            draft.exchanges.append(Exchange(name=mark, type=ExchangeType.TOPIC))
+            draft.bindings.append(
+                Binding(
+                    source=mark,
+                    destination=deliver,
+                    destination_type=DestinationType.EXCHANGE,
+                    routing_key=scheme.no_delay_pattern,
+                )
+            )
+        else:
+            draft.exchanges.append(Exchange(name=mark, type=ExchangeType.FANOUT, internal=True))
         draft.queues.append(holding_queue(parking, qtype))
         draft.bindings.append(Binding(source=unroutable, destination=parking))
 
@@ -116,6 +136,14 @@ def declare_delays(draft: VhostDraft) -> None:
                         destination=below,
                         destination_type=DestinationType.EXCHANGE,
                         routing_key=scheme.skip_pattern(level),
+                    )
+                )
+                draft.bindings.append(
+                    Binding(
+                        source=mark,
+                        destination=name,
+                        destination_type=DestinationType.EXCHANGE,
+                        routing_key=scheme.entry_pattern(level),
                     )
                 )
         else:

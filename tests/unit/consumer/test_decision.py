@@ -124,7 +124,7 @@ def test_error_text_in_headers_is_bounded() -> None:
 def test_retries_via_delay_levels_route_to_the_queue_address() -> None:
     verdict = decide(VIA_DELAY, "mail", {ATTEMPT_HEADER: 1}, RuntimeError("smtp down"))
     assert verdict.action is Action.RETRY and verdict.delay_ms == 4000
-    assert verdict.exchange == "delay.02"
+    assert verdict.exchange == "delay.layout.binary-1000ms-8"  # the layout's entry
     assert verdict.routing_key.endswith(".mail")
     assert BinaryDelays("delay", 1000, 8).decode(verdict.routing_key) == (4, "mail")
 

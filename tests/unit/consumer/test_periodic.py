@@ -176,7 +176,8 @@ def test_binary_levels_carry_an_occurrence_to_its_time_rounded_up() -> None:
     levels = BinaryDelays("timers", unit_ms=1000, levels=12)
     route = delay_route(levels, "jobs", 2500)
     assert route.delay_ms == 3000 and route.routing_key.endswith(".jobs")
-    assert delay_route(levels, "jobs", -40).exchange == "timers.deliver"
+    at_once = delay_route(levels, "jobs", -40)
+    assert at_once.exchange == "timers.layout.binary-1000ms-12" and at_once.delay_ms == 0
 
 
 def test_a_wait_past_the_levels_goes_as_far_as_they_reach() -> None:

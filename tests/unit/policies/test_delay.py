@@ -13,7 +13,10 @@ from rabbitry.policies.delay import (
     BinaryDelays,
     DelayError,
     FixedDelays,
+    is_level_object,
+    layout_exchange,
     levels_for,
+    parse_layout_exchange,
 )
 
 
@@ -33,7 +36,10 @@ def topic_matches(pattern: str, key: str) -> bool:
 def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[int]:
     """Follow bindings from ``entry``: returns the levels whose queue the message sits in."""
     visited: list[int] = []
-    exchange = entry
+    assert entry == scheme.layout_exchange  # every delayed message enters through the mark
+    entries = [scheme.level_exchange(k) for k in range(scheme.levels)] + [scheme.delivery_exchange]
+    patterns = [scheme.entry_pattern(k) for k in range(scheme.levels)] + [scheme.no_delay_pattern]
+    [exchange] = [e for e, p in zip(entries, patterns, strict=True) if topic_matches(p, key)]
     while exchange != scheme.delivery_exchange:
         level = int(exchange.rsplit(".", 1)[1])
         in_queue = topic_matches(scheme.queue_pattern(level), key)
@@ -77,8 +83,10 @@ def test_rounding_is_never_early_and_under_one_unit_late(ms: float) -> None:
 
 def test_zero_delay_goes_straight_to_delivery_and_limits_are_enforced() -> None:
     scheme = BinaryDelays("d", unit_ms=1000, levels=3)
-    assert scheme.route(0, "q").exchange == "d.deliver"
-    assert scheme.route(7, "q").exchange == "d.02"
+    assert scheme.route(0, "q").exchange == "d.layout.binary-1000ms-3"
+    assert topic_matches(scheme.no_delay_pattern, scheme.route(0, "q").routing_key)
+    assert scheme.route(7, "q").exchange == "d.layout.binary-1000ms-3"
+    assert topic_matches(scheme.entry_pattern(2), scheme.route(7, "q").routing_key)
     with pytest.raises(DelayError, match="at most 7000 ms"):
         scheme.route(7.5, "q")
     with pytest.raises(DelayError, match="negative"):
@@ -128,3 +136,45 @@ def test_a_delay_past_the_declared_max_is_refused_though_the_levels_reach_furthe
         assert "raise its `max`" in str(e.value)
     with pytest.raises(DelayError, match="max must be positive"):
         BinaryDelays("later", max_ms=0)
+
+
+def test_a_key_of_one_more_level_matches_no_way_out_of_level_zero_of_the_old_layout() -> None:
+    # why a relayout strands: a 3 s delay keyed for 22 levels, dead-lettered into level 0 of
+    # 23 levels, reads its address as bit 0; nothing matches and at-least-once keeps it
+    old, new = BinaryDelays("d", levels=22), BinaryDelays("d", levels=23)
+    key = old.route(3, "work").routing_key
+    assert not topic_matches(new.queue_pattern(0), key)
+    assert not topic_matches(new.skip_pattern(0), key)
+    assert not topic_matches(new.delivery_pattern("work"), key)
+
+
+def test_the_layout_names_what_the_routing_keys_depend_on_and_nothing_else() -> None:
+    base = BinaryDelays("d", unit_ms=1000, levels=22, max_ms=30 * 86_400_000)
+    assert base.layout == "binary-1000ms-22"
+    assert base.layout_exchange == "d.layout.binary-1000ms-22"
+    # another max within the same levels routes alike
+    assert BinaryDelays("d", unit_ms=1000, levels=22, max_ms=1000).layout == base.layout
+    assert BinaryDelays("d", unit_ms=1000, levels=23).layout != base.layout  # 30d -> 60d
+    assert BinaryDelays("d", unit_ms=500, levels=22).layout != base.layout
+    fixed = FixedDelays("f", (1000, 2000))
+    assert fixed.layout.startswith("fixed-2-") and len(fixed.layout) == len("fixed-2-") + 12
+    assert FixedDelays("f", (1000, 2000), round_up=False).layout == fixed.layout
+    assert FixedDelays("f", (1000, 3000)).layout != fixed.layout
+    assert FixedDelays("f", CLASSIC_FIXED_LEVELS_MS).layout != fixed.layout
+
+
+def test_a_marker_exchange_name_reads_back_as_its_delay_and_layout() -> None:
+    for scheme in (BinaryDelays("a.b", levels=5), FixedDelays("retry", (1000,))):
+        assert parse_layout_exchange(scheme.layout_exchange) == (scheme.prefix, scheme.layout)
+    assert parse_layout_exchange(layout_exchange("x", "binary-1ms-1")) == ("x", "binary-1ms-1")
+    for other in ("d.00", "d.deliver", "d.layout", "d.layout.v2", "d.layout.binary-1ms-"):
+        assert parse_layout_exchange(other) is None
+
+
+def test_level_objects_are_the_numbered_levels_and_a_fixed_entry_exchange() -> None:
+    assert is_level_object("d", "d.00") and is_level_object("d", "d.27")
+    assert is_level_object("d", "d")  # a fixed delay's entry exchange
+    for other in ("d.deliver", "d.parking", "d.unroutable", "d.to.x", "d.layout.binary-1ms-1"):
+        assert not is_level_object("d", other)
+    assert not is_level_object("d", "e.00") and not is_level_object("d", "d.x.00")
+    assert not is_level_object("d", "d.1") and not is_level_object("d", "dd.01")

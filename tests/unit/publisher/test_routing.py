@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,9 @@ def test_delays_route_through_the_levels() -> None:
     delays = BinaryDelays("delay", unit_ms=1000, levels=4)
     target = Router(delays=delays).resolve("", "orders", delay=5)
     assert (
-        target.exchange == "delay.02" and target.routing_key == "0.1.0.1.orders" and target.delayed
+        target.exchange == "delay.layout.binary-1000ms-4"
+        and target.routing_key == "0.1.0.1.orders"
+        and target.delayed
     )
     with pytest.raises(PublishError, match="delays="):
         Router().resolve("", "orders", delay=5)
@@ -142,7 +145,8 @@ def test_spec_delays_pick_the_delay_that_delivers_to_the_address() -> None:
     assert delays.scheme_for("invoices").prefix == "slow"
     assert delays.scheme_for("mail").prefix == "slow"  # a queue retrying via the delay
     route = delays.route(2, "reminders")
-    assert route.exchange == "fast.04" and route.routing_key.endswith(".reminders")
+    assert route.exchange == "fast.layout.binary-100ms-7"
+    assert route.routing_key.endswith(".reminders")
     assert delays.named("slow").prefix == "slow"
 
 
@@ -164,8 +168,10 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
     path = tmp_path / "spec.yaml"
     path.write_text(DELAYS_SPEC.replace("name: app", "name: '{{ vars.vhost }}'"))
     from_path = Publisher.from_spec(path, variables={"vhost": "app"}, vhost="app")
+    assert from_path.router.layout_check is not None  # asks the broker: none here
+    from_path.router.layout_check = None
     delivery = from_path.prepare(b"x", routing_key="reminders", delay=2.0)
-    assert delivery.exchange == "fast.04" and delivery.mandatory
+    assert delivery.exchange == "fast.layout.binary-100ms-7" and delivery.mandatory
     with pytest.raises(DelayError, match="declared max of 10000 ms"):
         from_path.prepare(b"x", routing_key="reminders", delay=12.0)
     with pytest.raises(PublishError, match="several delays"):
@@ -173,18 +179,53 @@ def test_a_publisher_from_a_spec_delays_through_the_spec_delays(tmp_path: Path) 
 
     spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
     named = AsyncPublisher.from_spec(spec, url="amqp://u:p@h/app", delays="slow")
-    assert named.prepare(b"x", routing_key="both", delay=2.0).exchange == "slow.01"
+    named.router.layout_check = None
+    slow = named.prepare(b"x", routing_key="both", delay=2.0)
+    assert slow.exchange == "slow.layout.binary-1000ms-28"
 
     levels = BinaryDelays("fast", unit_ms=100, levels=7)
     given = Publisher.from_spec(spec, vhost="app", delays=levels)
     assert given.router.delays is levels
-    assert given.prepare(b"x", routing_key="both", delay=12.0).exchange == "fast.06"
+    assert given.prepare(b"x", routing_key="both", delay=12.0).exchange == levels.layout_exchange
 
     topology = expand(spec)
     with pytest.raises(PublishError, match="from_spec was given a Topology"):
         Publisher.from_spec(topology, vhost="app", delays="slow")
     with pytest.raises(PublishError, match=r"delay= needs delay levels: make the publisher"):
         Publisher.from_spec(topology, vhost="app").prepare(b"x", routing_key="x", delay=1)
+
+
+def test_a_spec_publisher_checks_each_delay_layout_once_before_its_first_delay() -> None:
+    spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
+    publisher = Publisher.from_spec(spec, vhost="app")
+    checked: list[str] = []
+    publisher.router.layout_check = lambda scheme: checked.append(scheme.layout_exchange)
+    publisher.prepare(b"x", routing_key="app.plain")
+    assert checked == []  # no delay, no check
+    for _ in range(3):
+        publisher.prepare(b"x", routing_key="reminders", delay=2.0)
+    assert checked == ["fast.layout.binary-100ms-7"]
+    publisher.router.delays = publisher.router.delays.named("slow")  # type: ignore[union-attr]
+    publisher.prepare(b"x", routing_key="both", delay=2.0)
+    assert checked == ["fast.layout.binary-100ms-7", "slow.layout.binary-1000ms-28"]
+
+
+def test_a_refused_layout_publishes_nothing_and_is_asked_again_next_time() -> None:
+    from rabbitry.publisher.layout import DelayLayoutMismatch, mismatch_message
+
+    spec = load_spec_text(DELAYS_SPEC, "spec.yaml", environ={})
+    publisher = Publisher.from_spec(spec, vhost="app")
+    asked: list[str] = []
+
+    def refuse(scheme: Any) -> None:
+        asked.append(scheme.prefix)
+        raise DelayLayoutMismatch(mismatch_message(scheme, "amqp://h/app"))
+
+    publisher.router.layout_check = refuse
+    for _ in range(2):
+        with pytest.raises(DelayLayoutMismatch, match=r"no exchange 'fast.layout.binary-100ms-7'"):
+            publisher.prepare(b"x", routing_key="reminders", delay=2.0)
+    assert asked == ["fast", "fast"]
 
 
 def test_publish_options_name_exactly_what_prepare_and_the_message_builder_accept() -> None:

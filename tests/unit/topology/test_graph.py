@@ -24,9 +24,9 @@ def test_delay_levels_fold_into_one_box_each() -> None:
     folded, unfolded = graph(), graph(fold=False)
     boxes = [n.label for n in folded.nodes.values() if n.kind == "delay"]
     assert sorted(boxes) == ["delay: 22 levels, 1000 ms x 2^k", "fixed: 18 fixed levels"]
-    # 22 binary levels (exchange + queue each) and 18 fixed queues + their entry exchange
-    # become 2 boxes.
-    assert len(unfolded.nodes) - len(folded.nodes) == 22 * 2 + 18 + 1 - 2
+    # 22 binary levels (exchange + queue each) and 18 fixed queues + their entry exchange,
+    # and each delay's layout mark, become 2 boxes.
+    assert len(unfolded.nodes) - len(folded.nodes) == 22 * 2 + 18 + 1 + 2 - 2
     assert not any(n.kind == "delay" for n in unfolded.nodes.values())
 
 
