@@ -30,7 +30,7 @@ from rabbitry.provisioner.capabilities import notices as version_notices
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
+from rabbitry.provisioner.ownership import SHARED_KINDS, StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
@@ -50,11 +50,14 @@ def plan_topology(
     topology: Topology,
     counter: Counter | None = None,
     target_version: Version | None = None,
+    *,
+    applying: bool = False,
 ) -> Plan:
     """Check the broker can hold ``topology``, then plan against what it has; message counts
     of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
     when it reaches them, from the management statistics otherwise. With ``target_version``,
-    the plan's warnings also say what the broker at that version would refuse or change."""
+    the plan's warnings also say what the broker at that version would refuse or change.
+    ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
     report = check_capabilities(client, topology)
     _refuse(report, report.problems, "spec", "changed")
     state = _state_for(client, topology, topology.name, counter=counter)
@@ -62,6 +65,8 @@ def plan_topology(
     # change: a read after the apply must reach the broker
     client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
+    if applying:
+        refuse_unknown_owners(the_plan, state)
     declared = declared_by(the_plan)
     _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
@@ -70,6 +75,7 @@ def plan_topology(
         *report.notes,
         *upgrade_warnings(report, target_version),
     )
+    version_warnings += unknown_owner_warnings(state)
     if harm or version_warnings:
         warnings = tuple(f"apply will refuse: {h}" for h in harm)
         the_plan = replace(the_plan, warnings=the_plan.warnings + warnings + version_warnings)
@@ -80,6 +86,42 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+def unknown_owner_warnings(state: BrokerState) -> tuple[str, ...]:
+    """One line per other stack whose ownership record cannot be read: the plan goes on (it
+    changes nothing), but cannot mark that stack's objects."""
+    return tuple(
+        f"the ownership record of stack {stack!r} cannot be read, so its objects are not"
+        f" marked; apply refuses to adopt or change objects this stack does not own until it"
+        f" is repaired or removed: {problem}"
+        for stack, problem in sorted(state.unreadable.items())
+    )
+
+
+def refuse_unknown_owners(the_plan: Plan, state: BrokerState) -> None:
+    """Refuse, changing nothing, a plan that adopts or changes objects this stack does not own
+    while another stack's record cannot be read: they may be that stack's. Creations and
+    changes to this stack's own objects go on (a broken record of one stack stops no other)."""
+    if not state.unreadable:
+        return
+    touched = [
+        change.title
+        for change in the_plan.changes
+        if change.observed is not None
+        and change.key not in state.record.managed
+        and not (change.kind in SHARED_KINDS and change.action in (Action.CREATE, Action.ADOPT))
+    ]
+    if touched:
+        stacks = ", ".join(map(repr, sorted(state.unreadable)))
+        shown = ", ".join(touched[:5]) + (
+            f" and {len(touched) - 5} more" if len(touched) > 5 else ""
+        )
+        raise PlanError(
+            f"nothing was applied: the ownership record of stack {stacks} cannot be read, so"
+            f" whether it owns objects this plan adopts or changes is unknown ({shown}):\n  "
+            + "\n  ".join(str(problem) for _, problem in sorted(state.unreadable.items()))
+        )
 
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
@@ -146,6 +188,7 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
             " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
             " -o FILE), review it, and apply that"
         )
+    refuse_unknown_owners(saved.plan, state)
 
 
 @contextlib.contextmanager
@@ -238,7 +281,7 @@ def apply(
         locked_plan(
             target,
             topology.name,
-            lambda client: plan_topology(client, topology, counter),
+            lambda client: plan_topology(client, topology, counter, applying=True),
             lock_timeout,
             options.take_over,
         ) as (client, the_plan),
