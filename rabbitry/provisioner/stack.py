@@ -31,7 +31,7 @@ from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import SHARED_KINDS, StacksOnBroker, stacks_on
-from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
+from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, broker_identity
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
@@ -172,16 +172,20 @@ def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[s
 
 
 def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
-    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster,
-    objects it touches changed, appeared or vanished, another apply of the stack ran since,
-    or the broker lost something the plan needs (a plugin, a feature flag)."""
+    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster
+    or management URL, objects it touches changed, appeared or vanished, another apply of the
+    stack ran since, or the broker lost something the plan needs (a plugin, a feature flag)."""
     desired = saved.plan.desired
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
+    broker = broker_identity(client)
+    elsewhere = saved.elsewhere(broker)
+    if elsewhere is not None:  # before anything else is read: this broker's state is not it
+        raise PlanError(f"nothing was applied: {elsewhere}")
     report = check_capabilities(client, desired)
     _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
     state = _state_for(client, desired, saved.plan.stack, with_stats=False)
-    problems = saved.stale(state, cluster_name(client))
+    problems = saved.stale(state, broker)
     if problems:
         raise PlanError(
             "the broker no longer matches what the plan was made against; nothing was"
