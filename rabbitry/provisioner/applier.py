@@ -581,7 +581,11 @@ class Applier:
             more = f"\n  ... and {len(done) - DONE_SHOWN} more" if len(done) > DONE_SHOWN else ""
             raise ApplyError(
                 f"apply stopped: {exc}\nrun apply again to converge; done before the failure"
-                f" ({len(done)} change(s)):" + "".join(f"\n  {line}" for line in shown) + more,
+                f" ({len(done)} change(s)):"
+                + "".join(f"\n  {line}" for line in shown)
+                + more
+                + f"\nnot done: the plan's changes after those ({len(todo) + len(deletions)}"
+                " planned in all)",
                 done,
             ) from None
         still_present = {k for k in record.managed if k not in self.deleted}
