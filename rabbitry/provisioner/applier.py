@@ -575,6 +575,8 @@ class Applier:
             self._take_over(stack, keys)
         try:
             self._run(todo, deletions, options)
+            still_present = {k for k in record.managed if k not in self.deleted}
+            self._write_record(managed_after(plan, self.deleted, still_present))
         except BrokerError as exc:
             done = self.result.done
             shown = done[:DONE_SHOWN] or ["(nothing)"]
@@ -588,8 +590,6 @@ class Applier:
                 " planned in all)",
                 done,
             ) from None
-        still_present = {k for k in record.managed if k not in self.deleted}
-        self._write_record(managed_after(plan, self.deleted, still_present))
         return self.result
 
     def _write_record(self, managed: dict[ResourceKey, str]) -> None:

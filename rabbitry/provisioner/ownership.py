@@ -21,7 +21,7 @@ A record is broker state anyone with write access to global parameters can set, 
 with bounds: it is inflated at most ``MAX_RECORD_BYTES`` (a few MB of zlib can inflate to GBs)
 and parsed only when it stays below that. A record past a bound is ``RecordUnreadable``, naming
 the stack and the bound; ``records_from`` can set such records aside, so that a plan of one stack
-goes on past another stack's broken record (``provisioner.stack`` says what it then refuses).
+goes on past another stack's broken record (``provisioner.unreadable`` says what it then refuses).
 """
 
 from __future__ import annotations

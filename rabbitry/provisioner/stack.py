@@ -30,13 +30,14 @@ from rabbitry.provisioner.capabilities import notices as version_notices
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.ownership import SHARED_KINDS, StacksOnBroker, stacks_on
+from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, broker_identity
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
+from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
 from rabbitry.topology.primitives import ResourceKey, Topology
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.versions import Version, format_version, release
@@ -86,42 +87,6 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
-
-
-def unknown_owner_warnings(state: BrokerState) -> tuple[str, ...]:
-    """One line per other stack whose ownership record cannot be read: the plan goes on (it
-    changes nothing), but cannot mark that stack's objects."""
-    return tuple(
-        f"the ownership record of stack {stack!r} cannot be read, so its objects are not"
-        f" marked; apply refuses to adopt or change objects this stack does not own until it"
-        f" is repaired or removed: {problem}"
-        for stack, problem in sorted(state.unreadable.items())
-    )
-
-
-def refuse_unknown_owners(the_plan: Plan, state: BrokerState) -> None:
-    """Refuse, changing nothing, a plan that adopts or changes objects this stack does not own
-    while another stack's record cannot be read: they may be that stack's. Creations and
-    changes to this stack's own objects go on (a broken record of one stack stops no other)."""
-    if not state.unreadable:
-        return
-    touched = [
-        change.title
-        for change in the_plan.changes
-        if change.observed is not None
-        and change.key not in state.record.managed
-        and not (change.kind in SHARED_KINDS and change.action in (Action.CREATE, Action.ADOPT))
-    ]
-    if touched:
-        stacks = ", ".join(map(repr, sorted(state.unreadable)))
-        shown = ", ".join(touched[:5]) + (
-            f" and {len(touched) - 5} more" if len(touched) > 5 else ""
-        )
-        raise PlanError(
-            f"nothing was applied: the ownership record of stack {stacks} cannot be read, so"
-            f" whether it owns objects this plan adopts or changes is unknown ({shown}):\n  "
-            + "\n  ".join(str(problem) for _, problem in sorted(state.unreadable.items()))
-        )
 
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:

@@ -8,6 +8,7 @@ reach the other tests' plans on a shared one."""
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import subprocess
 import sys
@@ -37,13 +38,17 @@ SPEC = one_vhost_spec("""
 
 
 def bomb_record(stack: str) -> dict[str, object]:
+    return {"format_version": 2, "stack": stack, "managed": bomb(), "operations": []}
+
+
+@functools.cache
+def bomb() -> str:
     packer = zlib.compressobj(9)
     chunk = b" " * (1 << 20)
     packed = [packer.compress(b"[")]
     packed += [packer.compress(chunk) for _ in range(INFLATED // len(chunk))]
     packed.append(packer.compress(b"]") + packer.flush())
-    managed = base64.b64encode(b"".join(packed)).decode("ascii")
-    return {"format_version": 2, "stack": stack, "managed": managed, "operations": []}
+    return base64.b64encode(b"".join(packed)).decode("ascii")
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +85,10 @@ def run_measured(broker: Broker, *argv: str) -> tuple[int, str, int]:
         "from rabbitry.cli import main\n"
         "main()\n"
     )
-    command = [*argv, "--management-url", broker.management_url, "--url", broker.amqp_url]
-    command += ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
+    command = [*argv, "--management-url", broker.management_url]
+    if argv[0] != "stacks":  # it reads no spec
+        command += ["--url", broker.amqp_url]
+        command += ["--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
     done = subprocess.run(
         [sys.executable, "-c", code, *command],
         env={**os.environ, "NO_COLOR": "1"},
@@ -119,3 +126,11 @@ def test_apply_refuses_to_adopt_what_the_unreadable_record_may_own(bombed: Broke
     assert code == 1, output
     assert "nothing was applied" in output and f"queue {bombed.vhost}/work" in output
     assert f"'{bombed.stack}-evil'" in output and "16 MiB" in output
+
+
+def test_stacks_names_the_record_past_the_bound_and_stays_small(bombed: Broker) -> None:
+    code, output, peak = run_measured(bombed, "stacks")
+    assert code == 1, output
+    assert f"'rabbitry.stack.{bombed.stack}-evil' inflates past 16 MiB" in output
+    assert "MemoryError" not in output
+    assert peak < MEMORY_BOUND_KIB, f"stacks peaked at {peak // 1024} MiB"

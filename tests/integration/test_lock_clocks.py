@@ -15,8 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from rabbitry.errors import ApplyError
+from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import LockHeld, StackLock, lock_name
 from rabbitry.provisioner.management import ManagementClient
+from rabbitry.provisioner.stack import plan_topology
+from rabbitry.topology import load_topology
+from rabbitry.topology.primitives import Topology
 from tests.integration.conftest import Broker, one_vhost_spec
 
 pytestmark = pytest.mark.broker
@@ -132,3 +137,54 @@ def test_a_run_whose_clock_is_two_minutes_fast_does_not_take_over_a_live_lock(
             assert client.global_parameter(lock_name(broker.stack))["token"] == holder.token
             holder.check()  # the holder still holds it, and would go on writing
         assert client.global_parameter(lock_name(broker.stack)) is None, "released"
+
+
+MIDWAY_SPEC = """
+version: 1
+name: "{{ vars.stack }}"
+users:
+  - {name: "{{ vars.stack }}-app", tags: [monitoring]}
+vhosts:
+  - name: "{{ vars.vhost }}"
+    permissions:
+      - {user: "{{ vars.stack }}-app"}
+    queues:
+      - {name: work}
+"""
+
+
+def test_an_apply_that_loses_its_lock_midway_says_what_it_did_and_did_not(
+    broker: Broker,
+) -> None:
+    topology = load_topology(
+        broker.spec(MIDWAY_SPEC), {"vhost": broker.vhost, "stack": broker.stack}
+    )
+    paused = [1000.0]  # the holder's monotonic clock: it jumps as a SIGSTOP would make it
+    try:
+        message = str(apply_losing_its_lock(broker, topology, paused))
+        lost = f"the lock of stack {broker.stack!r} was lost: no renewal of it was confirmed"
+        assert lost in message
+        done = f"done before the failure (1 change(s)):\n  created user {broker.stack}-app"
+        assert done in message
+        assert "not done: the plan's changes after those" in message
+        assert broker.get(f"/users/{broker.stack}-app") is not None
+        assert broker.queue_names() == set(), "nothing after the lock was lost"
+        assert broker.get("/permissions/{vhost}/" + f"{broker.stack}-app") is None
+    finally:
+        broker.http.delete(f"/users/{broker.stack}-app")
+
+
+def apply_losing_its_lock(broker: Broker, topology: Topology, paused: list[float]) -> ApplyError:
+    """Apply ``topology`` under the stack's lock whose holder's clock jumps past the lock's
+    ttl after each change made: the error it stopped with."""
+    with ManagementClient(broker.management_url) as client:
+        holder = StackLock(client, broker.stack, settle=0.05, monotonic=lambda: paused[0])
+        with holder.held():
+            the_plan = plan_topology(client, topology)
+
+            def pause_after_each_change(_line: str) -> None:
+                paused[0] += holder.ttl
+
+            with pytest.raises(ApplyError) as stopped:
+                apply_plan(client, the_plan, ApplyOptions(), progress=pause_after_each_change)
+    return stopped.value

@@ -21,8 +21,8 @@ from rabbitry.provisioner.ownership import (
     records_from,
 )
 from rabbitry.provisioner.planner import plan
-from rabbitry.provisioner.stack import refuse_unknown_owners, unknown_owner_warnings
 from rabbitry.provisioner.state import BrokerState
+from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
 from rabbitry.topology.primitives import Queue, Topology, Vhost
 
 
