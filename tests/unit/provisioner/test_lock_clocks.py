@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
+from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.lease import HOLD_SHARE, Lease, Watch, holder_ttl
-from rabbitry.provisioner.lock import LockHeld, LockLost, StackLock, lock_name
+from rabbitry.provisioner.lock import (
+    DEFAULT_TTL,
+    LockHeld,
+    LockLost,
+    StackLock,
+    default_ttl,
+    lock_name,
+)
 
 
 class Clock:
@@ -193,3 +201,25 @@ def test_a_holder_whose_renewer_finds_another_value_stops_every_write_after() ->
             register.write_guard()
     assert register.write_guard is None, "the guard goes with the lock"
     assert register.values[lock_name("shop")]["token"] == "theirs", "not released: not ours"
+
+
+def test_the_ttl_comes_from_the_environment_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RABBITRY_LOCK_TTL", raising=False)
+    assert default_ttl() == DEFAULT_TTL
+    monkeypatch.setenv("RABBITRY_LOCK_TTL", "2.5")
+    assert default_ttl() == 2.5
+    for wrong in ("0", "nan", "soon", "99999"):
+        monkeypatch.setenv("RABBITRY_LOCK_TTL", wrong)
+        with pytest.raises(RabbitryError, match="not a number of seconds from 1 to 3600"):
+            default_ttl()
+
+
+def test_a_lock_value_written_by_hand_is_watched_and_taken_over_not_crashed_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    register = Register()
+    register.values[lock_name("shop")] = {"token": "x", "since": 1e300, "expires": "never"}
+    waiter = lock_of(register, Clock())
+    waiter.acquire(timeout=0)
+    assert register.values[lock_name("shop")]["token"] == waiter.token
+    assert "? held it since ? and has not renewed it for 8 s" in caplog.text
