@@ -31,7 +31,12 @@ from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
-from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, broker_identity
+from rabbitry.provisioner.planfile import (
+    BrokerIdentity,
+    SavedPlan,
+    SavedTarget,
+    broker_identity,
+)
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
@@ -143,10 +148,7 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
     desired = saved.plan.desired
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
-    broker = broker_identity(client)
-    elsewhere = saved.elsewhere(broker)
-    if elsewhere is not None:  # before anything else is read: this broker's state is not it
-        raise PlanError(f"nothing was applied: {elsewhere}")
+    broker = refuse_elsewhere(client, saved)
     report = check_capabilities(client, desired)
     _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
     state = _state_for(client, desired, saved.plan.stack, with_stats=False)
@@ -158,6 +160,15 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
             " -o FILE), review it, and apply that"
         )
     refuse_unknown_owners(saved.plan, state)
+
+
+def refuse_elsewhere(client: ManagementClient, saved: SavedPlan) -> BrokerIdentity:
+    """Refuse a saved plan on a broker other than the one it was made against; the broker."""
+    broker = broker_identity(client)
+    elsewhere = saved.elsewhere(broker)
+    if elsewhere is not None:
+        raise PlanError(f"nothing was applied: {elsewhere}")
+    return broker
 
 
 @contextlib.contextmanager
@@ -177,6 +188,11 @@ def locked_plan(
     in ``take_over`` are held too."""
     early = target.client if isinstance(target, Target) else None
     client = early or target.endpoints.management()
+    if isinstance(target, SavedTarget):  # refused before its lock is written on that broker
+        with contextlib.ExitStack() as closing:
+            closing.callback(client.close)
+            refuse_elsewhere(client, target.saved)
+            closing.pop_all()
     lock = (target.lock if isinstance(target, Target) else None) or StackLock(client, stack)
     if take_over:
         # several locks are taken in name order (two runs never hold one each while waiting

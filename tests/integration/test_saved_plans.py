@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.provisioner.lock import lock_name
 from rabbitry.provisioner.plan_schema import PlanDocument
 from rabbitry.testing.broker import Broker as ContainerBroker
 from rabbitry.testing.containers import start_broker
@@ -238,6 +240,11 @@ def test_a_plan_is_refused_on_another_broker_that_shares_its_cluster_name(
         planfile, _ = saved_plan(broker)
         made_on = broker.get("/global-parameters/internal_cluster_id")["value"]
         elsewhere = other.get("/global-parameters/internal_cluster_id")["value"]
+        # an apply running there: the plan is refused before its lock would be written there
+        running = {"token": "t", "holder": "ops@prod (pid 1)", "since": time.time(),
+                   "expires": time.time() + 600, "ttl": 600}  # fmt: skip
+        lock = f"/global-parameters/{lock_name(broker.stack)}"
+        other.http.put(lock, json={"name": lock_name(broker.stack), "value": running})
         refused = apply_file(other, planfile)
         assert refused.exit_code == 1, refused.output
         assert "nothing was applied" in refused.output
@@ -249,7 +256,9 @@ def test_a_plan_is_refused_on_another_broker_that_shares_its_cluster_name(
         assert password and password not in refused.output
         assert other.get("/queues/{vhost}") == [], "nothing was made there"
         assert other.get(f"/users/{broker.stack}-app") is None
+        assert other.get(lock)["value"]["token"] == "t", "the lock there was not touched"
     finally:
+        other.http.delete(f"/global-parameters/{lock_name(broker.stack)}")
         delete_vhost(other_broker, broker.vhost)
 
 
