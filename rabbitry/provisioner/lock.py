@@ -339,9 +339,16 @@ class StackLock:
             with contextlib.suppress(BrokerError):
                 self.release()
 
+    def _next_renewal(self) -> float:
+        """Seconds until the next renewal: ``ttl / 4`` after the last one that landed (an
+        early claim may be some time old when the lock is acquired), at least ``ttl / 16``
+        (a broker that refused the last one is not asked again at once)."""
+        since = self.monotonic() - (self.lease.renewed or 0.0)
+        return min(self.ttl / 4, max(self.ttl / 16, self.ttl / 4 - since))
+
     def _renew(self, stop: threading.Event) -> None:
         with self._renew_client() as client:
-            while not stop.wait(self.ttl / 4):
+            while not stop.wait(self._next_renewal()):
                 try:
                     if self._lost(self.lease.problem(self.monotonic())):
                         return

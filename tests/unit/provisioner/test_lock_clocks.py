@@ -223,3 +223,15 @@ def test_a_lock_value_written_by_hand_is_watched_and_taken_over_not_crashed_on(
     waiter.acquire(timeout=0)
     assert register.values[lock_name("shop")]["token"] == waiter.token
     assert "? held it since ? and has not renewed it for 8 s" in caplog.text
+
+
+def test_the_first_renewal_comes_a_quarter_ttl_after_the_claim_not_after_the_acquire() -> None:
+    register = Register()
+    clock = Clock()
+    holder = lock_of(register, clock, ttl=8.0)
+    holder.claim()  # early: the spec loads meanwhile
+    clock.now += 3.0
+    holder.acquire()
+    assert holder._next_renewal() == pytest.approx(0.5)  # the floor, ttl / 16: 2 s were due
+    holder.lease.confirm(clock.now)
+    assert holder._next_renewal() == pytest.approx(2.0)
