@@ -94,8 +94,7 @@ def plan_command(
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
         click.echo(plan_text(target, the_plan, prune=True))
-    if out is not None:
-        assert made_against is not None
+    if out is not None and made_against is not None:
         broker = mask_uri(target.endpoints.management_url)
         write_private(out, SavedPlan.of(the_plan, made_against, broker).to_text())
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
