@@ -273,6 +273,8 @@ class StacksOnBroker:
     contested: Mapping[ResourceKey, tuple[str, ...]]
     """Objects (vhosts aside) that more than one stack's record lists: each of those stacks
     may change or delete them under the others (records written before rabbitry refused)."""
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+    """Stacks whose records cannot be read (what they own is unknown) -> why."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -282,12 +284,21 @@ class StacksOnBroker:
                 {"key": list(key), "title": describe_key(key), "stacks": list(stacks)}
                 for key, stacks in sorted(self.contested.items())
             ],
+            "unreadable": [
+                {"stack": stack, "problem": problem}
+                for stack, problem in sorted(self.unreadable.items())
+            ],
         }
 
 
-def stacks_on(records: Mapping[str, OwnershipRecord], vhosts: Iterable[str] = ()) -> StacksOnBroker:
+def stacks_on(
+    records: Mapping[str, OwnershipRecord],
+    vhosts: Iterable[str] = (),
+    unreadable: Mapping[str, RecordUnreadable] | None = None,
+) -> StacksOnBroker:
     """What ``records`` (every stack's, ``records_from``) say each stack owns; with ``vhosts``,
-    only the stacks owning something there, counted there."""
+    only the stacks owning something there, counted there. ``unreadable``: the records
+    ``records_from`` set aside, named whatever ``vhosts`` says (they may own anything)."""
     only = set(vhosts)
     held = [holdings(records[name], only) for name in sorted(records)]
     if only:
@@ -299,4 +310,5 @@ def stacks_on(records: Mapping[str, OwnershipRecord], vhosts: Iterable[str] = ()
         and key[0] not in SHARED_KINDS
         and (not only or key[1] in only or not key[1])
     }
-    return StacksOnBroker(tuple(held), contested)
+    broken = {stack: str(problem) for stack, problem in (unreadable or {}).items()}
+    return StacksOnBroker(tuple(held), contested, broken)

@@ -30,7 +30,7 @@ from rabbitry.provisioner.capabilities import notices as version_notices
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
+from rabbitry.provisioner.ownership import RecordUnreadable, StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import (
     BrokerIdentity,
     SavedPlan,
@@ -289,4 +289,5 @@ def stacks(
     what each owns, read from their ownership records in one request."""
     endpoints = resolve_endpoints(url, management_url)
     with endpoints.management() as client:
-        return stacks_on(read_records(client), vhosts)
+        unreadable: dict[str, RecordUnreadable] = {}
+        return stacks_on(read_records(client, unreadable), vhosts, unreadable)

@@ -388,9 +388,12 @@ def read_state(
     )
 
 
-def read_records(client: ManagementClient) -> dict[str, OwnershipRecord]:
-    """Every stack's ownership record on the broker, by stack name (one read)."""
-    return records_from(client.global_parameters())
+def read_records(
+    client: ManagementClient, unreadable: dict[str, RecordUnreadable] | None = None
+) -> dict[str, OwnershipRecord]:
+    """Every stack's ownership record on the broker, by stack name (one read); with
+    ``unreadable``, those that cannot be read go there (``records_from``)."""
+    return records_from(client.global_parameters(), unreadable)
 
 
 __all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_records", "read_state"]

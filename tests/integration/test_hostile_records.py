@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -128,9 +129,15 @@ def test_apply_refuses_to_adopt_what_the_unreadable_record_may_own(bombed: Broke
     assert f"'{bombed.stack}-evil'" in output and "16 MiB" in output
 
 
-def test_stacks_names_the_record_past_the_bound_and_stays_small(bombed: Broker) -> None:
-    code, output, peak = run_measured(bombed, "stacks")
-    assert code == 1, output
+def test_stacks_lists_the_others_and_names_the_record_past_the_bound(bombed: Broker) -> None:
+    bombed.apply(SPEC)
+    code, output, peak = run_measured(bombed, "stacks", "--vhost", bombed.vhost)
+    assert code == 0, output
+    assert f"stack {bombed.stack}: 2 object(s)" in output, "the readable stacks are listed"
+    assert f"warning: stack {bombed.stack}-evil: its ownership record cannot be read" in output
     assert f"'rabbitry.stack.{bombed.stack}-evil' inflates past 16 MiB" in output
-    assert "MemoryError" not in output
     assert peak < MEMORY_BOUND_KIB, f"stacks peaked at {peak // 1024} MiB"
+    code, output, _ = run_measured(bombed, "stacks", "--vhost", bombed.vhost, "--json")
+    listed = json.loads(output[: output.rindex("}") + 1])
+    assert [s["stack"] for s in listed["stacks"]] == [bombed.stack]
+    assert [u["stack"] for u in listed["unreadable"]] == [f"{bombed.stack}-evil"]
