@@ -131,7 +131,9 @@ def _apply(
                 check_saved(client, saved)
                 the_plan = saved.plan
             else:
-                the_plan = targeted_plan(plan_topology(client, topology, counter), targets)
+                the_plan = targeted_plan(
+                    plan_topology(client, topology, counter, applying=True), targets
+                )
         if not as_json:  # drawn now: a large plan takes a while, and the lock settles meanwhile
             drawn[:] = [plan_text(target, the_plan, prune)]
         return the_plan

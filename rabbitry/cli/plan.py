@@ -75,7 +75,7 @@ def plan_command(
     definitions file (.json), read as the spec import-definitions would make of it."""
     from rabbitry.cli.provision import plan_text, targeted_plan
     from rabbitry.files import write_private
-    from rabbitry.provisioner.planfile import SavedPlan, cluster_name
+    from rabbitry.provisioner.planfile import SavedPlan, broker_identity
     from rabbitry.provisioner.queue_counter import AmqpQueueCounter
     from rabbitry.provisioner.stack import plan_topology
     from rabbitry.uri import mask_uri
@@ -89,14 +89,14 @@ def plan_command(
     ):
         plan = plan_topology(client, topology, counter, target_version)
         the_plan = targeted_plan(plan, targets)
-        cluster = cluster_name(client) if out is not None else ""
+        made_against = broker_identity(client) if out is not None else None
     if as_json:
         click.echo(json.dumps(the_plan.to_json(), indent=2))
     else:
         click.echo(plan_text(target, the_plan, prune=True))
-    if out is not None:
+    if out is not None and made_against is not None:
         broker = mask_uri(target.endpoints.management_url)
-        write_private(out, SavedPlan.of(the_plan, cluster, broker).to_text())
+        write_private(out, SavedPlan.of(the_plan, made_against, broker).to_text())
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
     if detailed_exitcode and the_plan.has_changes:
         return EXIT_CHANGES

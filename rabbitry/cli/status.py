@@ -19,7 +19,7 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import SpecError
 from rabbitry.provisioner.endpoints import Endpoints
-from rabbitry.provisioner.ownership import StackHoldings, stacks_on
+from rabbitry.provisioner.ownership import RecordUnreadable, StackHoldings, stacks_on
 from rabbitry.provisioner.state import read_records
 from rabbitry.provisioner.status import (
     LinkStatus,
@@ -238,7 +238,8 @@ def stacks_command(endpoints: Endpoints, vhosts: tuple[str, ...], as_json: bool)
     """List the stacks on the broker (per vhost) with what each owns, from their ownership
     records; objects several stacks own are listed last. Reads no spec."""
     with endpoints.management() as client:
-        found = stacks_on(read_records(client), vhosts)
+        unreadable: dict[str, RecordUnreadable] = {}
+        found = stacks_on(read_records(client, unreadable), vhosts, unreadable)
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2))
         return EXIT_OK
@@ -257,4 +258,9 @@ def stacks_command(endpoints: Endpoints, vhosts: tuple[str, ...], as_json: bool)
                 " but one spec, or move it with apply --take-over STACK",
                 fg="yellow" if color_enabled() else None,
             )
+    for stack, problem in sorted(found.unreadable.items()):
+        click.secho(
+            f"warning: stack {stack}: its ownership record cannot be read: {problem}",
+            fg="yellow" if color_enabled() else None,
+        )
     return EXIT_OK

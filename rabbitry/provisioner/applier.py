@@ -581,17 +581,21 @@ class Applier:
             self._take_over(stack, keys)
         try:
             self._run(todo, deletions, options)
+            still_present = {k for k in record.managed if k not in self.deleted}
+            self._write_record(managed_after(plan, self.deleted, still_present))
         except BrokerError as exc:
             done = self.result.done
             shown = done[:DONE_SHOWN] or ["(nothing)"]
             more = f"\n  ... and {len(done) - DONE_SHOWN} more" if len(done) > DONE_SHOWN else ""
             raise ApplyError(
                 f"apply stopped: {exc}\nrun apply again to converge; done before the failure"
-                f" ({len(done)} change(s)):" + "".join(f"\n  {line}" for line in shown) + more,
+                f" ({len(done)} change(s)):"
+                + "".join(f"\n  {line}" for line in shown)
+                + more
+                + f"\nnot done: the plan's changes after those ({len(todo) + len(deletions)}"
+                " planned in all)",
                 done,
             ) from None
-        still_present = {k for k in record.managed if k not in self.deleted}
-        self._write_record(managed_after(plan, self.deleted, still_present))
         return self.result
 
     def _write_record(self, managed: dict[ResourceKey, str]) -> None:

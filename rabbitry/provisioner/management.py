@@ -134,6 +134,9 @@ class ManagementClient:
         self._switching = threading.Lock()
         self._ahead: dict[str, Future[Any]] = {}
         self.username = username or url_user or "guest"
+        self.write_guard: Callable[[], None] | None = None
+        """Called before every request that may change the broker; raises to stop it (an
+        apply's lock holder checks it still holds the lock: ``provisioner.lock``)."""
         password = password if password is not None else url_password
         self._settings = (username, password, timeout, verify)
         self._client = httpx.Client(
@@ -191,6 +194,8 @@ class ManagementClient:
             found, ahead = self._taken_ahead(f"GET {path}")
             if found:
                 return self._checked(method, path, ahead, allow)
+        if method != "GET" and self.write_guard is not None:
+            self.write_guard()
         first = not self._answered and method == "GET"
         short = timeout is None and first
         if short:

@@ -16,6 +16,12 @@ entries, zlib-deflated, base64): a stack of 50,000 objects lists 2.9 MB of neste
 broker turns into Erlang terms on every write and back into JSON on every read (0.3-0.7 s each
 on two cores); as one 1 MB string it takes the broker 0.03-0.05 s. ``rabbitry stacks`` shows
 what a record holds; records of format 1 (plain lists) are still read.
+
+A record is broker state anyone with write access to global parameters can set, so it is read
+with bounds: it is inflated at most ``MAX_RECORD_BYTES`` (a few MB of zlib can inflate to GBs)
+and parsed only when it stays below that. A record past a bound is ``RecordUnreadable``, naming
+the stack and the bound; ``records_from`` can set such records aside, so that a plan of one stack
+goes on past another stack's broken record (``provisioner.unreadable`` says what it then refuses).
 """
 
 from __future__ import annotations
@@ -35,6 +41,19 @@ from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json,
 RECORD_PREFIX = "rabbitry.stack."
 FORMAT_VERSION = 2
 READABLE_FORMATS = frozenset({1, 2})
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+"""The most a record's object list may inflate to (16 MiB: about 280,000 objects; a stack of
+50,000 lists 2.9 MB). Bounds what reading one record costs: parsing it takes about ten times its
+size in memory."""
+
+
+class RecordUnreadable(BrokerError):
+    """A stack's ownership record on the broker cannot be read (another tool's, hand-edited, or
+    past a bound); ``stack`` names it."""
+
+    def __init__(self, stack: str, message: str) -> None:
+        self.stack = stack
+        super().__init__(message)
 
 
 def record_name(stack: str) -> str:
@@ -82,12 +101,13 @@ class OwnershipRecord:
         if not isinstance(value, dict) or value.get("format_version") not in READABLE_FORMATS:
             # every plan reads every stack's record: one it cannot read could hide objects
             # another stack owns, so it stops rather than guess
-            raise BrokerError(
+            raise RecordUnreadable(
+                stack,
                 f"global parameter {record_name(stack)!r} is not a rabbitry record of a format"
                 f" this rabbitry reads ({', '.join(map(str, sorted(READABLE_FORMATS)))});"
                 " it was written by another tool or a newer rabbitry:"
                 " upgrade rabbitry if a newer one wrote it; otherwise remove that parameter"
-                f" (or, if stack {stack!r} is the one you apply, choose another stack name)"
+                f" (or, if stack {stack!r} is the one you apply, choose another stack name)",
             )
         entries = value.get("managed", [])
         if isinstance(entries, str):
@@ -96,11 +116,12 @@ class OwnershipRecord:
         for entry in entries:  # [fingerprint, kind, vhost, *identity]; 50,000 at a time
             parts = tuple(map(str, entry))
             if len(parts) < 2:
-                raise BrokerError(
+                raise RecordUnreadable(
+                    stack,
                     f"global parameter {record_name(stack)!r} lists an entry that names no object"
                     f" ({entry!r}): it was changed by hand or by another tool; restore"
                     " it from a backup of the broker's definitions, or remove it and adopt the"
-                    " stack's objects again"
+                    " stack's objects again",
                 )
             managed[parts[1:]] = parts[0]
         return cls(stack, managed, tuple(value.get("operations", [])))
@@ -119,28 +140,65 @@ def _pack(entries: list[list[str]]) -> str:
 
 
 def _unpack(stack: str, packed: str) -> Any:
+    """The entries of a packed record, inflated and parsed within ``MAX_RECORD_BYTES``."""
+    name = record_name(stack)
+    fix = (
+        "it was changed by hand or by another tool: restore it from a backup of the broker's"
+        f" definitions, or remove it (rabbitmqctl clear_global_parameter {name}) and adopt"
+        f" stack {stack!r}'s objects again"
+    )
+    limit = f"{MAX_RECORD_BYTES // (1024 * 1024)} MiB"
+    if len(packed) > MAX_RECORD_BYTES:
+        raise RecordUnreadable(
+            stack,
+            f"global parameter {name!r} is {len(packed)} characters long, over the"
+            f" {limit} rabbitry reads of an ownership record; {fix}",
+        )
     try:
-        entries = json.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
+        inflater = zlib.decompressobj()
+        text = inflater.decompress(base64.b64decode(packed, validate=True), MAX_RECORD_BYTES)
+        if not inflater.eof and (inflater.unconsumed_tail or len(text) >= MAX_RECORD_BYTES):
+            raise RecordUnreadable(
+                stack,
+                f"global parameter {name!r} inflates past {limit}, the most rabbitry"
+                f" reads of an ownership record (it was not inflated further); {fix}",
+            )
+        if not inflater.eof:
+            raise ValueError("the compressed list ends early")
+        entries = json.loads(text)
     except (ValueError, zlib.error) as exc:
-        raise BrokerError(
-            f"global parameter {record_name(stack)!r} lists its objects in a form rabbitry cannot"
-            f" read ({exc}); it was changed by hand or by another tool: restore it from a backup"
-            " of the broker's definitions, or remove it and adopt the stack's objects again"
-        ) from exc
+        raise RecordUnreadable(
+            stack,
+            f"global parameter {name!r} lists its objects in a form rabbitry cannot"
+            f" read ({exc}); {fix}",
+        ) from None
+    except RecursionError:
+        raise RecordUnreadable(
+            stack, f"global parameter {name!r} nests its object list too deeply to read; {fix}"
+        ) from None
     if not isinstance(entries, list) or not all(isinstance(e, list) for e in entries):
-        raise BrokerError(f"global parameter {record_name(stack)!r}: its object list is not a list")
+        raise RecordUnreadable(stack, f"global parameter {name!r}: its object list is not a list")
     return entries
 
 
-def records_from(parameters: Iterable[Mapping[str, Any]]) -> dict[str, OwnershipRecord]:
+def records_from(
+    parameters: Iterable[Mapping[str, Any]], unreadable: dict[str, RecordUnreadable] | None = None
+) -> dict[str, OwnershipRecord]:
     """Every stack's record among the broker's global parameters (``GET
-    /api/global-parameters``), by stack name."""
+    /api/global-parameters``), by stack name. A record that cannot be read raises
+    ``RecordUnreadable``, unless ``unreadable`` is given: then it goes there, by stack name, and
+    the others are read on."""
     records = {}
     for item in parameters:
         name = str(item.get("name", ""))
         if name.startswith(RECORD_PREFIX):
             stack = name[len(RECORD_PREFIX) :]
-            records[stack] = OwnershipRecord.from_value(stack, item.get("value"))
+            try:
+                records[stack] = OwnershipRecord.from_value(stack, item.get("value"))
+            except RecordUnreadable as exc:
+                if unreadable is None:
+                    raise
+                unreadable[stack] = exc
     return records
 
 
@@ -215,6 +273,8 @@ class StacksOnBroker:
     contested: Mapping[ResourceKey, tuple[str, ...]]
     """Objects (vhosts aside) that more than one stack's record lists: each of those stacks
     may change or delete them under the others (records written before rabbitry refused)."""
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+    """Stacks whose records cannot be read (what they own is unknown) -> why."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -224,12 +284,21 @@ class StacksOnBroker:
                 {"key": list(key), "title": describe_key(key), "stacks": list(stacks)}
                 for key, stacks in sorted(self.contested.items())
             ],
+            "unreadable": [
+                {"stack": stack, "problem": problem}
+                for stack, problem in sorted(self.unreadable.items())
+            ],
         }
 
 
-def stacks_on(records: Mapping[str, OwnershipRecord], vhosts: Iterable[str] = ()) -> StacksOnBroker:
+def stacks_on(
+    records: Mapping[str, OwnershipRecord],
+    vhosts: Iterable[str] = (),
+    unreadable: Mapping[str, RecordUnreadable] | None = None,
+) -> StacksOnBroker:
     """What ``records`` (every stack's, ``records_from``) say each stack owns; with ``vhosts``,
-    only the stacks owning something there, counted there."""
+    only the stacks owning something there, counted there. ``unreadable``: the records
+    ``records_from`` set aside, named whatever ``vhosts`` says (they may own anything)."""
     only = set(vhosts)
     held = [holdings(records[name], only) for name in sorted(records)]
     if only:
@@ -241,4 +310,5 @@ def stacks_on(records: Mapping[str, OwnershipRecord], vhosts: Iterable[str] = ()
         and key[0] not in SHARED_KINDS
         and (not only or key[1] in only or not key[1])
     }
-    return StacksOnBroker(tuple(held), contested)
+    broken = {stack: str(problem) for stack, problem in (unreadable or {}).items()}
+    return StacksOnBroker(tuple(held), contested, broken)

@@ -3,23 +3,30 @@
 The review workflow Terraform taught: a plan is made, read (``rabbitry show FILE``), approved,
 and what is applied is that plan, not whatever the spec and the broker say by then. A plan file
 holds the changes, the topology they come from, and what the broker held of every object they
-touch when the plan was made (a digest of its settings, or "absent"), with the stack's ownership
-record and the cluster's name. ``apply FILE`` reads those objects again and refuses, changing
-nothing, when one changed, appeared or vanished since, when another apply of the stack ran, or
-when the broker is another cluster. A checksum over the content catches a file edited by hand
-(an edit, not a forgery: keep plan files where only the people who apply can write).
+touch when the plan was made (a fingerprint of its settings, or "absent"), with the stack's
+ownership record and the broker it was made against: the cluster's ``internal_cluster_id`` (a
+random id the broker makes on its first start; the cluster's name is ``rabbit@<hostname>`` by
+default, which staging and production made from one chart share) and the management URL. ``apply
+FILE`` refuses, changing nothing, on another cluster or at another URL; it reads the objects
+again and refuses when one changed, appeared or vanished since, or when another apply of the
+stack ran. A checksum over the content catches a file edited by hand (an edit, not a forgery:
+keep plan files where only the people who apply can write).
 
 What apply sends is in the file: user passwords are stored as the broker's salted hash, never in
-the clear; a parameter's URI keeps its password (a federation upstream needs it), so the file is
-written readable by its owner only.
+the clear; a parameter's URI keeps the spec's password (a federation upstream needs it), so the
+file is written readable by its owner only. What the broker holds now is never stored in the
+clear: the parameters as observed are kept without their values, and the fingerprints are keyed
+by a random salt of the plan's own (they tell a change, not the value).
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import hmac
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +60,9 @@ from rabbitry.topology.primitives import (
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_password
 
 FORMAT = "rabbitry-plan"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: pinned to the cluster's id and management URLs, salted fingerprints, observed parameters
+without their values (1 held the broker's current secrets: it is refused, to be made again)."""
 
 KINDS: dict[str, type[Primitive]] = {
     cls.kind: cls
@@ -73,11 +82,13 @@ KINDS: dict[str, type[Primitive]] = {
 }
 
 
-def fingerprint(resource: Primitive | None) -> str | None:
-    """What the broker held of one object, as a plan compares it (None: absent)."""
+def fingerprint(resource: Primitive | None, salt: str) -> str | None:
+    """What the broker held of one object, as a plan compares it (None: absent): keyed by the
+    plan's ``salt``, so that a secret in its settings cannot be looked up from it."""
     if resource is None:
         return None
-    return hashlib.sha256(canonical_json(resource.settings()).encode()).hexdigest()[:32]
+    settings = canonical_json(resource.settings()).encode()
+    return hmac.new(salt.encode(), settings, hashlib.sha256).hexdigest()[:32]
 
 
 def record_fingerprint(record: OwnershipRecord) -> str:
@@ -105,14 +116,20 @@ def _bare(vhost: Vhost) -> Vhost:
     )
 
 
-def _primitive_json(resource: Primitive | None) -> dict[str, Any] | None:
+def _primitive_json(resource: Primitive | None, observed: bool = False) -> dict[str, Any] | None:
+    """One object as the file keeps it; ``observed``: as the broker holds it now. A parameter's
+    value may hold the broker's current secrets (an upstream's URI password) and apply needs
+    only its name (to delete it): the file keeps no value of it."""
     if resource is None:
         return None
     if isinstance(resource, User):
         resource = _without_password(resource)
     if isinstance(resource, Vhost):
         resource = _bare(resource)
-    return {"kind": resource.kind, **resource.model_dump(mode="json")}
+    data = {"kind": resource.kind, **resource.model_dump(mode="json")}
+    if observed and isinstance(resource, Parameter | GlobalParameter):
+        data["value"] = None
+    return data
 
 
 def _primitive(data: Any, where: str) -> Primitive | None:
@@ -130,30 +147,74 @@ def _topology_json(topology: Topology) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class BrokerIdentity:
+    """Which broker a plan is made against, or applied to."""
+
+    cluster_id: str
+    """The cluster's ``internal_cluster_id``: made at random on its first start, kept for its
+    life, and not carried by a definitions export ('' on a broker without one)."""
+    cluster: str
+    """The cluster's name, for people (``rabbit@<hostname>`` unless set: not unique)."""
+    urls: tuple[str, ...]
+    """The management API's URLs, credentials left out, in name order."""
+
+    def describe(self) -> str:
+        return f"cluster {self.cluster_id or '(no id)'} ({self.cluster}) at {', '.join(self.urls)}"
+
+
+def broker_identity(client: ManagementClient) -> BrokerIdentity:
+    """The identity of the broker ``client`` speaks to (two reads)."""
+    cluster_id = client.global_parameter("internal_cluster_id")
+    return BrokerIdentity(
+        str(cluster_id) if cluster_id is not None else "",
+        cluster_name(client),
+        tuple(sorted(client.base_urls)),
+    )
+
+
+@dataclass(frozen=True)
 class SavedPlan:
     """A plan as saved: the plan, and what the broker held when it was made."""
 
     plan: Plan
-    cluster: str
-    """The cluster's name when the plan was made: a plan applies to that cluster only."""
+    made_against: BrokerIdentity
+    """The broker the plan was made against: it applies there only."""
     broker: str
     """The management API the plan was made against (credentials masked), for people."""
     seen: Mapping[ResourceKey, str | None]
     """The fingerprint of every object the plan touches, as it was (None: absent)."""
+    salt: str
+    """The key of those fingerprints: the plan's own, random."""
     record: str
     """The fingerprint of the stack's ownership record as it was."""
     created: str
 
-    @classmethod
-    def of(cls, plan: Plan, cluster: str, broker: str) -> SavedPlan:
-        seen = {change.key: fingerprint(change.observed) for change in plan.changes}
-        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        return cls(plan, cluster, broker, seen, record_fingerprint(plan.record), now)
+    @property
+    def cluster(self) -> str:
+        return self.made_against.cluster
 
-    def stale(self, state: BrokerState, cluster: str) -> list[str]:
+    @classmethod
+    def of(cls, plan: Plan, made_against: BrokerIdentity, broker: str) -> SavedPlan:
+        salt = secrets.token_hex(16)
+        seen = {change.key: fingerprint(change.observed, salt) for change in plan.changes}
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        return cls(plan, made_against, broker, seen, salt, record_fingerprint(plan.record), now)
+
+    def elsewhere(self, broker: BrokerIdentity) -> str | None:
+        """Why ``broker`` is not the one this plan was made against (None: it is)."""
+        made = self.made_against
+        if broker.cluster_id == made.cluster_id and set(broker.urls) == set(made.urls):
+            return None
+        return (
+            f"the plan was made against {made.describe()}; this broker is {broker.describe()}:"
+            " apply it to the broker it was made against, or make a plan against this one"
+        )
+
+    def stale(self, state: BrokerState, broker: BrokerIdentity) -> list[str]:
         """Why the broker no longer matches what this plan was made against (empty: it does)."""
-        if cluster != self.cluster:
-            return [f"the plan was made for cluster {self.cluster!r}; this broker is {cluster!r}"]
+        elsewhere = self.elsewhere(broker)
+        if elsewhere is not None:
+            return [elsewhere]
         problems = []
         if record_fingerprint(state.record) != self.record:
             problems.append(
@@ -169,7 +230,7 @@ class SavedPlan:
                 )
         now = state.topology.resources()
         for key, then in self.seen.items():
-            current = fingerprint(now.get(key))
+            current = fingerprint(now.get(key), self.salt)
             if current == then:
                 continue
             if then is None:
@@ -190,6 +251,9 @@ class SavedPlan:
             "created": self.created,
             "broker": self.broker,
             "cluster": self.cluster,
+            "cluster_id": self.made_against.cluster_id,
+            "management_urls": list(self.made_against.urls),
+            "salt": self.salt,
             "stack": plan.stack,
             "summary": plan.counts(),
             "changes": [_change_json(c) for c in plan.changes],
@@ -249,11 +313,17 @@ class SavedPlan:
             warnings = tuple(str(w) for w in data.get("warnings", ()))
             relayouts = tuple(DelayRelayout.from_json(r) for r in data.get("delay_relayouts", ()))
             plan = Plan(stack, changes, record, warnings, topology, excluded, relayouts)
+            made_against = BrokerIdentity(
+                str(data["cluster_id"]),
+                str(data["cluster"]),
+                tuple(str(url) for url in data["management_urls"]),
+            )
             return cls(
                 plan,
-                str(data["cluster"]),
+                made_against,
                 str(data.get("broker", "")),
                 seen,
+                str(data["salt"]),
                 str(data["record_fingerprint"]),
                 str(data.get("created", "")),
             )
@@ -313,7 +383,7 @@ def _change_json(change: Change) -> dict[str, Any]:
         "action": change.action.value,
         "key": list(change.key),
         "desired": _primitive_json(change.desired),
-        "observed": _primitive_json(change.observed),
+        "observed": _primitive_json(change.observed, observed=True),
         "reasons": list(change.reasons),
         "drift": change.drift,
         "messages": change.messages,
@@ -347,8 +417,10 @@ def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Ch
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "BrokerIdentity",
     "SavedPlan",
     "SavedTarget",
+    "broker_identity",
     "cluster_name",
     "is_plan_file",
 ]

@@ -31,13 +31,19 @@ from rabbitry.provisioner.capabilities import notices as version_notices
 from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
 from rabbitry.provisioner.management import ManagementClient
-from rabbitry.provisioner.ownership import StacksOnBroker, stacks_on
-from rabbitry.provisioner.planfile import SavedPlan, SavedTarget, cluster_name
+from rabbitry.provisioner.ownership import RecordUnreadable, StacksOnBroker, stacks_on
+from rabbitry.provisioner.planfile import (
+    BrokerIdentity,
+    SavedPlan,
+    SavedTarget,
+    broker_identity,
+)
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
+from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
 from rabbitry.topology.primitives import ResourceKey, Topology
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.versions import Version, format_version, release
@@ -51,11 +57,14 @@ def plan_topology(
     topology: Topology,
     counter: Counter | None = None,
     target_version: Version | None = None,
+    *,
+    applying: bool = False,
 ) -> Plan:
     """Check the broker can hold ``topology``, then plan against what it has; message counts
     of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
     when it reaches them, from the management statistics otherwise. With ``target_version``,
-    the plan's warnings also say what the broker at that version would refuse or change."""
+    the plan's warnings also say what the broker at that version would refuse or change.
+    ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
     report = check_capabilities(client, topology)
     _refuse(report, report.problems, "spec", "changed")
     state = _state_for(client, topology, topology.name, counter=counter)
@@ -63,6 +72,8 @@ def plan_topology(
     # change: a read after the apply must reach the broker
     client.forget_read_ahead()
     the_plan = plan_changes(topology, state)
+    if applying:
+        refuse_unknown_owners(the_plan, state)
     declared = declared_by(the_plan)
     _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
@@ -71,6 +82,7 @@ def plan_topology(
         *report.notes,
         *upgrade_warnings(report, target_version),
     )
+    version_warnings += unknown_owner_warnings(state)
     if harm or version_warnings:
         warnings = tuple(f"apply will refuse: {h}" for h in harm)
         the_plan = replace(the_plan, warnings=the_plan.warnings + warnings + version_warnings)
@@ -131,22 +143,33 @@ def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[s
 
 
 def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
-    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster,
-    objects it touches changed, appeared or vanished, another apply of the stack ran since,
-    or the broker lost something the plan needs (a plugin, a feature flag)."""
+    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster
+    or management URL, objects it touches changed, appeared or vanished, another apply of the
+    stack ran since, or the broker lost something the plan needs (a plugin, a feature flag)."""
     desired = saved.plan.desired
     if desired is None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
+    broker = refuse_elsewhere(client, saved)
     report = check_capabilities(client, desired)
     _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
     state = _state_for(client, desired, saved.plan.stack, with_stats=False)
-    problems = saved.stale(state, cluster_name(client))
+    problems = saved.stale(state, broker)
     if problems:
         raise PlanError(
             "the broker no longer matches what the plan was made against; nothing was"
             " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
             " -o FILE), review it, and apply that"
         )
+    refuse_unknown_owners(saved.plan, state)
+
+
+def refuse_elsewhere(client: ManagementClient, saved: SavedPlan) -> BrokerIdentity:
+    """Refuse a saved plan on a broker other than the one it was made against; the broker."""
+    broker = broker_identity(client)
+    elsewhere = saved.elsewhere(broker)
+    if elsewhere is not None:
+        raise PlanError(f"nothing was applied: {elsewhere}")
+    return broker
 
 
 @contextlib.contextmanager
@@ -166,6 +189,11 @@ def locked_plan(
     in ``take_over`` are held too."""
     early = target.client if isinstance(target, Target) else None
     client = early or target.endpoints.management()
+    if isinstance(target, SavedTarget):  # refused before its lock is written on that broker
+        with contextlib.ExitStack() as closing:
+            closing.callback(client.close)
+            refuse_elsewhere(client, target.saved)
+            closing.pop_all()
     lock = (target.lock if isinstance(target, Target) else None) or StackLock(client, stack)
     if take_over:
         # several locks are taken in name order (two runs never hold one each while waiting
@@ -245,7 +273,7 @@ def apply(
         locked_plan(
             target,
             topology.name,
-            lambda client: plan_topology(client, topology, counter),
+            lambda client: plan_topology(client, topology, counter, applying=True),
             lock_timeout,
             options.take_over,
         ) as (client, the_plan),
@@ -268,4 +296,5 @@ def stacks(
     what each owns, read from their ownership records in one request."""
     endpoints = resolve_endpoints(url, management_url)
     with endpoints.management() as client:
-        return stacks_on(read_records(client), vhosts)
+        unreadable: dict[str, RecordUnreadable] = {}
+        return stacks_on(read_records(client, unreadable), vhosts, unreadable)

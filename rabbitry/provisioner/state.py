@@ -13,7 +13,12 @@ from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.provisioner.management import ManagementClient, q
-from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
+from rabbitry.provisioner.ownership import (
+    OwnershipRecord,
+    RecordUnreadable,
+    owners_by_key,
+    records_from,
+)
 from rabbitry.topology.plugin_objects import plugin_exchange, plugin_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
@@ -124,6 +129,8 @@ class BrokerState:
     """Nodes in the cluster (None when not read): quorum queues need enough of them."""
     other_owners: Mapping[ResourceKey, tuple[str, ...]] = field(default_factory=dict)
     """Key -> the other stacks whose ownership records list it."""
+    unreadable: Mapping[str, RecordUnreadable] = field(default_factory=dict)
+    """Other stacks whose records cannot be read (what they own is unknown), by stack name."""
 
     def resources(self) -> dict[ResourceKey, Any]:
         return self.topology.resources()
@@ -310,7 +317,10 @@ def read_state(
     queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
     # one read gives every stack's record (and the global parameters the spec declares)
     parameters = client.global_parameters()
-    records = records_from(parameters)
+    unreadable: dict[str, RecordUnreadable] = {}
+    records = records_from(parameters, unreadable)
+    if stack in unreadable:  # what this stack owns must be known to plan it
+        raise unreadable.pop(stack)
     record = records.get(stack) or OwnershipRecord(stack)
     wanted_vhosts = set(vhosts) | record.vhosts()
     wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
@@ -374,12 +384,16 @@ def read_state(
         password_hashes=hashes,
         node_count=len(client.get("/nodes", params={"columns": "name"})),
         other_owners=owners_by_key(records, but=stack),
+        unreadable=unreadable,
     )
 
 
-def read_records(client: ManagementClient) -> dict[str, OwnershipRecord]:
-    """Every stack's ownership record on the broker, by stack name (one read)."""
-    return records_from(client.global_parameters())
+def read_records(
+    client: ManagementClient, unreadable: dict[str, RecordUnreadable] | None = None
+) -> dict[str, OwnershipRecord]:
+    """Every stack's ownership record on the broker, by stack name (one read); with
+    ``unreadable``, those that cannot be read go there (``records_from``)."""
+    return records_from(client.global_parameters(), unreadable)
 
 
 __all__ = ["GLOBAL", "BrokerState", "QueueStats", "observed_vhost", "read_records", "read_state"]

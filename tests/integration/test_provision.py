@@ -545,10 +545,13 @@ def test_the_lock_of_a_killed_apply_expires_and_is_taken_over(
     with ManagementClient(broker.management_url) as client:
         long_ago = time.time() - 3600
         killed = {"token": "t", "holder": "ci@runner-7 (pid 4242)", "since": long_ago,
-                  "expires": long_ago + 60}  # fmt: skip
+                  "expires": long_ago + 2, "ttl": 2}  # fmt: skip
         client.put_global_parameter(lock_name(broker.stack), killed)
+        # it looks abandoned by the clock, so it is watched for its ttl, unchanged, and taken
+        started = time.monotonic()
         result = broker.run("apply", str(broker.spec(SPEC)), "--auto-approve")
         assert result.exit_code == 0, result.output
+        assert time.monotonic() - started >= 2.0
         assert "taking over the lock" in caplog.text and "ci@runner-7" in caplog.text
         assert client.global_parameter(lock_name(broker.stack)) is None
 

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import json
 import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pika
 import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.provisioner.lock import lock_name
 from rabbitry.provisioner.plan_schema import PlanDocument
+from rabbitry.testing.broker import Broker as ContainerBroker
+from rabbitry.testing.containers import start_broker
+from rabbitry.testing.vhosts import create_test_vhost, delete_vhost
 
 from .conftest import Broker, with_credentials
 
@@ -213,3 +220,90 @@ def test_apply_never_demotes_or_deletes_the_user_it_is_connected_as(broker: Brok
         assert broker.get(f"/users/{ops}")["tags"] == ["management"]
     finally:
         broker.http.delete(f"/users/{ops}")
+
+
+@pytest.fixture(scope="module")
+def other_broker() -> Iterator[ContainerBroker]:
+    """A second broker: another cluster, as production is to staging."""
+    with start_broker() as container:
+        yield container.broker
+
+
+def test_a_plan_is_refused_on_another_broker_that_shares_its_cluster_name(
+    broker: Broker, other_broker: ContainerBroker, tmp_path: Path
+) -> None:
+    # staging and production made from one chart share the default cluster name
+    name = broker.get("/cluster-name")["name"]
+    other = Broker(create_test_vhost(other_broker, broker.vhost), tmp_path)
+    try:
+        other.http.put("/cluster-name", json={"name": name}).raise_for_status()
+        planfile, _ = saved_plan(broker)
+        made_on = broker.get("/global-parameters/internal_cluster_id")["value"]
+        elsewhere = other.get("/global-parameters/internal_cluster_id")["value"]
+        # an apply running there: the plan is refused before its lock would be written there
+        running = {"token": "t", "holder": "ops@prod (pid 1)", "since": time.time(),
+                   "expires": time.time() + 600, "ttl": 600}  # fmt: skip
+        lock = f"/global-parameters/{lock_name(broker.stack)}"
+        other.http.put(lock, json={"name": lock_name(broker.stack), "value": running})
+        refused = apply_file(other, planfile)
+        assert refused.exit_code == 1, refused.output
+        assert "nothing was applied" in refused.output
+        assert f"the plan was made against cluster {made_on} ({name}) at" in refused.output
+        assert f"this broker is cluster {elsewhere} ({name}) at" in refused.output
+        assert urlsplit(other.management_url).port is not None
+        assert f":{urlsplit(other.management_url).port}" in refused.output
+        password = urlsplit(broker.management_url).password
+        assert password and password not in refused.output
+        assert other.get("/queues/{vhost}") == [], "nothing was made there"
+        assert other.get(f"/users/{broker.stack}-app") is None
+        assert other.get(lock)["value"]["token"] == "t", "the lock there was not touched"
+    finally:
+        other.http.delete(f"/global-parameters/{lock_name(broker.stack)}")
+        delete_vhost(other_broker, broker.vhost)
+
+
+FEDERATED = """
+version: 1
+name: "{{ vars.stack }}"
+vhosts:
+  - name: "{{ vars.vhost }}"
+    federation:
+      upstreams:
+        - name: dc2
+          uri: amqp://federator@dc2.invalid:5672/%2F
+          password: "{{ env.FED_PASSWORD }}"
+"""
+
+
+def test_a_plan_file_holds_no_secret_the_broker_holds_and_apply_sends_the_new_one(
+    broker: Broker,
+) -> None:
+    spec = str(broker.spec(FEDERATED))
+    old, new = "0ld-upstream-pw", "N3w-upstream-pw"
+    applied = broker.run("apply", spec, "--auto-approve", env={"FED_PASSWORD": old})
+    assert applied.exit_code == 0, applied.output
+    planfile = broker.tmp / "rotate.plan"
+    made = broker.run("plan", spec, "-o", str(planfile), env={"FED_PASSWORD": new})
+    assert made.exit_code == 0, made.output
+    text = planfile.read_text()
+    assert old not in text, "the password the broker holds now"
+    assert new in text, "apply sends the spec's new password"
+
+    assert apply_file(broker, planfile).exit_code == 0
+    upstream = broker.get("/parameters/federation-upstream/{vhost}/dc2")
+    assert f"federator:{new}@dc2.invalid" in upstream["value"]["uri"]
+
+    # a password changed on the broker after the plan is seen, though the file never held it
+    planfile = broker.tmp / "again.plan"
+    made = broker.run("plan", spec, "-o", str(planfile), env={"FED_PASSWORD": old})
+    assert made.exit_code == 0, made.output
+    by_hand = {**upstream["value"], "uri": "amqp://federator:by-hand@dc2.invalid:5672/%2F"}
+    broker.http.put(
+        f"/parameters/federation-upstream/{broker.vhost}/dc2",
+        json={"component": "federation-upstream", "vhost": broker.vhost, "name": "dc2",
+              "value": by_hand},
+    ).raise_for_status()  # fmt: skip
+    refused = apply_file(broker, planfile)
+    assert refused.exit_code == 1, refused.output
+    assert "changed since the plan was made" in refused.output
+    assert "by-hand" not in refused.output

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from rabbitry.errors import PlanError
 from rabbitry.files import write_private
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
-from rabbitry.provisioner.planfile import SavedPlan, is_plan_file
+from rabbitry.provisioner.planfile import BrokerIdentity, SavedPlan, is_plan_file
 from rabbitry.provisioner.planner import Action, plan
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
@@ -64,10 +64,13 @@ OLD_WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limi
 OBSERVED = topo(ORDERS, OLD_WORK)
 
 
-def saved(tmp_path: Path) -> tuple[SavedPlan, Path]:
-    made = plan(DESIRED, state(OBSERVED, owned(OBSERVED)))
+STAGING = BrokerIdentity("rabbitmq-cluster-id-staging", "rabbit@a", ("http://a:15672",))
+
+
+def saved(tmp_path: Path, observed: Topology = OBSERVED) -> tuple[SavedPlan, Path]:
+    made = plan(DESIRED, state(observed, owned(observed)))
     path = tmp_path / "shop.plan"
-    write_private(path, SavedPlan.of(made, cluster="rabbit@a", broker="http://a:15672").to_text())
+    write_private(path, SavedPlan.of(made, STAGING, "http://admin:***@a:15672").to_text())
     return SavedPlan.read(path), path
 
 
@@ -113,32 +116,76 @@ def test_an_edited_plan_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_plan_is_stale_once_what_it_touches_changes(tmp_path: Path) -> None:
     again, _ = saved(tmp_path)
-    assert again.stale(state(OBSERVED, owned(OBSERVED)), "rabbit@a") == []
+    assert again.stale(state(OBSERVED, owned(OBSERVED)), STAGING) == []
     # objects the plan does not touch may change
     extra = topo(ORDERS, OLD_WORK, Queue(name="other"))
-    assert again.stale(state(extra, owned(OBSERVED)), "rabbit@a") == []
+    assert again.stale(state(extra, owned(OBSERVED)), STAGING) == []
 
     changed = topo(ORDERS, Queue(name="work", type=QueueType.QUORUM))
-    assert again.stale(state(changed, owned(OBSERVED)), "rabbit@a") == [
+    assert again.stale(state(changed, owned(OBSERVED)), STAGING) == [
         "queue shop/work changed since the plan was made"
     ]
     vanished = topo(ORDERS)
     assert "queue shop/work vanished since the plan was made" in again.stale(
-        state(vanished, owned(OBSERVED)), "rabbit@a"
+        state(vanished, owned(OBSERVED)), STAGING
     )
     appeared = topo(ORDERS, OLD_WORK, UPSTREAM)
     assert any(
         "appeared since the plan was made" in p
-        for p in again.stale(state(appeared, owned(OBSERVED)), "rabbit@a")
+        for p in again.stale(state(appeared, owned(OBSERVED)), STAGING)
     )
-    applied = again.stale(state(OBSERVED, owned(DESIRED)), "rabbit@a")
+    applied = again.stale(state(OBSERVED, owned(DESIRED)), STAGING)
     assert applied == [
         "stack 'shop' was applied since the plan was made (its ownership record changed)"
     ]
-    assert (
-        "made for cluster 'rabbit@a'"
-        in again.stale(state(OBSERVED, owned(OBSERVED)), "rabbit@b")[0]
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        # production made from the same chart: the same cluster name, another cluster id
+        BrokerIdentity("rabbitmq-cluster-id-prod", "rabbit@a", ("http://a:15672",)),
+        BrokerIdentity("rabbitmq-cluster-id-staging", "rabbit@a", ("http://b:15672",)),
+    ],
+    ids=["another-cluster-id", "another-url"],
+)
+def test_a_plan_is_refused_on_another_broker_naming_both(
+    tmp_path: Path, elsewhere: BrokerIdentity
+) -> None:
+    again, _ = saved(tmp_path)
+    (problem,) = again.stale(state(OBSERVED, owned(OBSERVED)), elsewhere)
+    assert problem.startswith(
+        "the plan was made against cluster rabbitmq-cluster-id-staging (rabbit@a) at"
+        f" http://a:15672; this broker is {elsewhere.describe()}"
     )
+    assert again.elsewhere(STAGING) is None
+
+
+def test_a_plan_file_holds_no_secret_the_broker_holds_now_yet_sees_it_change(
+    tmp_path: Path,
+) -> None:
+    on_broker = Parameter(
+        component="federation-upstream", name="dc2", value={"uri": "amqp://fed:Old-pw@dc2"}
+    )
+    again, path = saved(tmp_path, topo(ORDERS, OLD_WORK, on_broker))
+    text = path.read_text()
+    assert "Old-pw" not in text, "the password on the broker now"
+    assert text.count("Upstr3am-pw") >= 1, "the spec's new password, which apply sends"
+    (update,) = [c for c in again.plan.changes if c.kind == "parameter"]
+    assert isinstance(update.desired, Parameter) and "Upstr3am-pw" in str(update.desired.value)
+    assert update.observed is not None and update.observed.name == "dc2"
+    # the salted fingerprint still tells that the broker's password changed since
+    same = topo(ORDERS, OLD_WORK, on_broker)
+    assert again.stale(state(same, owned(same)), STAGING) == []
+    rotated = on_broker.model_copy(update={"value": {"uri": "amqp://fed:Rotated-pw@dc2"}})
+    moved = topo(ORDERS, OLD_WORK, rotated)
+    assert again.stale(state(moved, owned(same)), STAGING) == [
+        "parameter shop/federation-upstream/dc2 changed since the plan was made"
+    ]
+    # and it is keyed by the plan's own salt: no plain digest of the settings is in the file
+    from rabbitry.provisioner.ownership import digest as plain_digest
+
+    assert plain_digest(on_broker) not in text
 
 
 def test_plan_json_is_what_docs_plan_schema_json_describes(tmp_path: Path) -> None:

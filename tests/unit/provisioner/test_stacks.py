@@ -20,7 +20,7 @@ from rabbitry.provisioner.ownership import (
     stacks_on,
 )
 from rabbitry.provisioner.plan_schema import PlanDocument
-from rabbitry.provisioner.planfile import SavedPlan
+from rabbitry.provisioner.planfile import BrokerIdentity, SavedPlan
 from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import Queue, ResourceKey, Topology, User, Vhost
@@ -110,13 +110,14 @@ def test_plan_json_and_text_name_the_owner() -> None:
 
 def test_a_saved_plan_keeps_the_owner_and_is_stale_when_ownership_moves() -> None:
     p = b_plan(topology("B", "qshared"), A_RECORD, record("B"))
-    saved = SavedPlan.of(p, "cluster", "http://broker")
+    broker = BrokerIdentity("rabbitmq-cluster-id-x", "cluster", ("http://broker",))
+    saved = SavedPlan.of(p, broker, "http://broker")
     again = SavedPlan.from_json(json.loads(saved.to_text()), "plan.json")
     assert [c.owners for c in again.plan.changes] == [c.owners for c in p.changes]
     observed = topology("broker", "qshared", "qb")
-    assert again.stale(state_of(observed, record("B"), A_RECORD), "cluster") == []
+    assert again.stale(state_of(observed, record("B"), A_RECORD), broker) == []
     # stack A let go of the queue since: the reviewed plan no longer says what apply would do
-    moved = again.stale(state_of(observed, record("B"), record("A", VHOST)), "cluster")
+    moved = again.stale(state_of(observed, record("B"), record("A", VHOST)), broker)
     assert moved == [
         "queue shared/qshared changed hands since the plan was made (now owned by no other stack)"
     ]
