@@ -119,7 +119,7 @@ class PublisherBase:
         window: int = DEFAULT_WINDOW,
         confirm_timeout: float | None = 30.0,
         exchange: str = "",
-        mandatory: bool = False,
+        mandatory: bool = True,
         persistent: bool = True,
         content_type: str | None = None,
         codec: Codec | None = None,
