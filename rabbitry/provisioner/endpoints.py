@@ -1,7 +1,13 @@
 """Where the broker is: flags, then environment, then the spec, then localhost defaults.
 
 One URL is enough: the other is derived from its host and credentials (AMQP 5672 <-> management
-15672; amqps/https use 5671/15671).
+15672; amqps/https use 5671/15671), and the log says so (``-v``).
+
+The two URLs of one command name one broker: a URL given as an argument (``--url``) never pairs
+with a management URL from the environment that names another host, nor the other way round;
+that is an error, not a plan made against another broker. URLs from one source (both given,
+both in the environment, both in the spec) may name different hosts (a load balancer in front
+of the management API).
 
 A cluster without a load balancer is given as several URLs, comma-separated in one value
 (``RABBITRY_URL=amqp://u:p@node1,amqp://u:p@node2``) or listed in the spec's ``broker.url``:
@@ -11,6 +17,7 @@ API when one does not answer. Derived URLs keep the list, one per node.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -23,6 +30,8 @@ from rabbitry.uri import mask_uri, split_uris
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.management import ManagementClient
+
+logger = logging.getLogger("rabbitry.endpoints")
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
 DEFAULT_MANAGEMENT_URL = "http://guest:guest@localhost:15672"
@@ -97,13 +106,18 @@ def resolve_endpoints(
     insecure: bool | None = None,
 ) -> Endpoints:
     """The broker's endpoints: arguments, then ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL``
-    (and ``RABBITRY_CA_FILE`` / ``RABBITRY_INSECURE``), then the spec, then localhost."""
+    (and ``RABBITRY_CA_FILE`` / ``RABBITRY_INSECURE``), then the spec, then localhost. An
+    argument and an environment variable naming different hosts are a ``BrokerError``."""
     env = os.environ if environ is None else environ
     verify = _verify(ca_file or env.get("RABBITRY_CA_FILE") or None, insecure, env)
-    amqp = url or env.get("RABBITRY_URL") or None
-    mgmt = management_url or env.get("RABBITRY_MANAGEMENT_URL") or None
+    amqp, amqp_from = _first((url, "--url"), (env.get("RABBITRY_URL"), "RABBITRY_URL"))
+    mgmt, mgmt_from = _first(
+        (management_url, "--management-url"),
+        (env.get("RABBITRY_MANAGEMENT_URL"), "RABBITRY_MANAGEMENT_URL"),
+    )
     if amqp is None and mgmt is None:
         amqp, mgmt = _joined(spec_url), _joined(spec_management_url)
+        amqp_from, mgmt_from = "the spec's broker.url", "the spec's broker.management_url"
     if amqp is not None:
         check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
     if mgmt is not None:
@@ -113,13 +127,83 @@ def resolve_endpoints(
             "management URL (--management-url, RABBITRY_MANAGEMENT_URL, broker.management_url)",
         )
     if amqp is None and mgmt is None:
+        logger.info(
+            "no broker given (--url, RABBITRY_URL, broker.url): AMQP %s, management %s",
+            mask_uri(DEFAULT_AMQP_URL),
+            mask_uri(DEFAULT_MANAGEMENT_URL),
+        )
         return Endpoints(DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, verify)
-    if mgmt is None:
+    if amqp is not None and mgmt is not None:
+        check_pairing(amqp, amqp_from, mgmt, mgmt_from)
+        logger.info(
+            "AMQP URL %s (%s), management URL %s (%s)",
+            mask_uri(amqp),
+            amqp_from,
+            mask_uri(mgmt),
+            mgmt_from,
+        )
+    elif mgmt is None:
         assert amqp is not None
         mgmt = management_from_amqp(amqp)
-    if amqp is None:
+        logger.info(
+            "management URL %s derived from the AMQP URL %s (%s): give --management-url"
+            " (RABBITRY_MANAGEMENT_URL) if the management API listens elsewhere",
+            mask_uri(mgmt),
+            mask_uri(amqp),
+            amqp_from,
+        )
+    else:
         amqp = amqp_from_management(mgmt)
+        logger.info(
+            "AMQP URL %s derived from the management URL %s (%s): give --url (RABBITRY_URL)"
+            " if AMQP listens elsewhere",
+            mask_uri(amqp),
+            mask_uri(mgmt),
+            mgmt_from,
+        )
     return Endpoints(amqp, mgmt, verify)
+
+
+def _first(*candidates: tuple[str | None, str]) -> tuple[str | None, str]:
+    """The first value given (an empty one is not) and where it came from."""
+    for value, source in candidates:
+        if value:
+            return value, source
+    return None, ""
+
+
+_ENVIRONMENT = ("RABBITRY_URL", "RABBITRY_MANAGEMENT_URL")
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def hosts_of(url: str) -> set[str]:
+    """The hosts a URL (every URL of a list) names, loopback names as one."""
+    hosts = set()
+    for one in split_uris(url):
+        host = (urlsplit(one).hostname or "localhost").lower()
+        hosts.add("localhost" if host in _LOOPBACK else host)
+    return hosts
+
+
+def check_pairing(amqp: str, amqp_from: str, mgmt: str, mgmt_from: str) -> None:
+    """Refuse an AMQP and a management URL of different sources, one given as an argument and
+    the other from the environment, that share no host: they would pair two brokers (a plan
+    made against one, its messages counted on the other)."""
+    if (amqp_from in _ENVIRONMENT) == (mgmt_from in _ENVIRONMENT):
+        return  # one source: both given, or both set in the environment
+    amqp_hosts, mgmt_hosts = hosts_of(amqp), hosts_of(mgmt)
+    if amqp_hosts & mgmt_hosts:
+        return
+    given, other = (
+        (amqp_from, mgmt_from) if amqp_from not in _ENVIRONMENT else (mgmt_from, amqp_from)
+    )
+    raise BrokerError(
+        f"the AMQP URL {mask_uri(amqp)!r} ({amqp_from}) and the management URL"
+        f" {mask_uri(mgmt)!r} ({mgmt_from}) name different hosts"
+        f" ({', '.join(sorted(amqp_hosts))} and {', '.join(sorted(mgmt_hosts))}): one command"
+        f" works on one broker; give the other URL of the broker of {given} as well, or unset"
+        f" {other} to derive it from {given}"
+    )
 
 
 def _joined(urls: str | list[str] | None) -> str | None:
