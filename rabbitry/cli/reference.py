@@ -32,7 +32,8 @@ section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other
 its host and credentials (AMQP 5672 and management 15672; amqps and https 5671 and 15671), and
 `-v` says so. The two URLs name one broker: a flag (`--url`) with the other URL from the
 environment (`RABBITRY_MANAGEMENT_URL`) naming another host is an error; give both flags, or
-unset the variable to derive it.
+unset the variable to derive it. A management URL derived from an AMQP URL on another port than
+5672 (5671) is only a guess: commands that need the management API refuse it.
 """
 
 

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -46,6 +46,9 @@ class Endpoints:
     amqp_url: str
     management_url: str
     verify: bool | str = True
+    unknown_management: str = field(default="", compare=False, repr=False)
+    """Why ``management_url`` is only a guess (derived from an AMQP URL on a port that is not
+    the default); ``management()`` refuses it then rather than reach another broker."""
 
     def __repr__(self) -> str:
         amqp, mgmt = mask_uri(self.amqp_url), mask_uri(self.management_url)
@@ -56,6 +59,8 @@ class Endpoints:
         """A management API client for this broker (the HTTP client loads only here)."""
         from rabbitry.provisioner.management import ManagementClient
 
+        if self.unknown_management:
+            raise BrokerError(self.unknown_management)
         return ManagementClient(self.management_url, verify=self.verify, **options)
 
     def amqp_url_for(self, vhost: str) -> str:
@@ -133,6 +138,7 @@ def resolve_endpoints(
             mask_uri(DEFAULT_MANAGEMENT_URL),
         )
         return Endpoints(DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, verify)
+    unknown = ""
     if amqp is not None and mgmt is not None:
         check_pairing(amqp, amqp_from, mgmt, mgmt_from)
         logger.info(
@@ -145,12 +151,24 @@ def resolve_endpoints(
     elif mgmt is None:
         assert amqp is not None
         mgmt = management_from_amqp(amqp)
+        # an AMQP port moved (a container's mapped port) says nothing of where the management
+        # API went: 15672 on that host may be another broker's
+        moved = not _default_ports(amqp)
+        if moved:
+            unknown = (
+                f"the management URL {mask_uri(mgmt)!r} would be a guess: the AMQP URL"
+                f" {mask_uri(amqp)!r} ({amqp_from}) is not on port 5672 (5671), so where its"
+                " broker's management API listens is not known (15672 on that host may be"
+                " another broker's): give --management-url (RABBITRY_MANAGEMENT_URL,"
+                " management_url=) as well"
+            )
         logger.info(
-            "management URL %s derived from the AMQP URL %s (%s): give --management-url"
+            "management URL %s derived from the AMQP URL %s (%s)%s: give --management-url"
             " (RABBITRY_MANAGEMENT_URL) if the management API listens elsewhere",
             mask_uri(mgmt),
             mask_uri(amqp),
             amqp_from,
+            ", whose port is not the default" if moved else "",
         )
     else:
         amqp = amqp_from_management(mgmt)
@@ -161,7 +179,15 @@ def resolve_endpoints(
             mask_uri(mgmt),
             mgmt_from,
         )
-    return Endpoints(amqp, mgmt, verify)
+    return Endpoints(amqp, mgmt, verify, unknown)
+
+
+def _default_ports(url: str) -> bool:
+    """Whether every AMQP URL of a list uses its scheme's default port."""
+    return all(
+        urlsplit(one).port in (None, {"amqp": 5672, "amqps": 5671}.get(urlsplit(one).scheme))
+        for one in split_uris(url)
+    )
 
 
 def _first(*candidates: tuple[str | None, str]) -> tuple[str | None, str]:

@@ -107,10 +107,33 @@ def test_the_cli_pairs_flags_given_together(runner: CliRunner) -> None:
 def test_the_cli_says_in_verbose_mode_that_the_management_url_was_derived(
     runner: CliRunner,
 ) -> None:
-    closed = f"amqp://admin:{SECRET}@127.0.0.1:1/"
+    closed = f"amqp://admin:{SECRET}@127.0.0.1/"  # nothing listens on 127.0.0.1:15672 here
     result = runner.invoke(cli, ["stacks", "-v", "--url", closed])
     assert result.exit_code == 1
     assert "management URL http://admin:***@127.0.0.1:15672 derived from the AMQP URL" in (
         result.stderr
     )
     assert SECRET not in result.stderr
+
+
+def test_a_management_url_guessed_from_a_moved_amqp_port_is_never_used(
+    runner: CliRunner,
+) -> None:
+    # a container's mapped AMQP port: 15672 on that host is not its management API
+    endpoints = resolve_endpoints("amqp://u:pw@127.0.0.1:32771/", environ={})
+    with pytest.raises(BrokerError, match=r"would be a guess.*give --management-url"):
+        endpoints.management()
+    given = resolve_endpoints("amqp://u:pw@127.0.0.1:32771/", "http://u:pw@127.0.0.1:32772")
+    with given.management() as client:
+        assert client.base_url == "http://127.0.0.1:32772"
+    result = runner.invoke(cli, ["stacks", "--url", f"amqp://u:{SECRET}@127.0.0.1:32771/"])
+    assert result.exit_code == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "would be a guess" in last and SECRET not in result.stderr
+
+
+def test_the_library_refuses_the_guess_too(runner: CliRunner) -> None:
+    import rabbitry
+
+    with pytest.raises(BrokerError, match="would be a guess"):
+        rabbitry.plan(SPEC, url="amqp://u:pw@127.0.0.1:32771/")
