@@ -3,6 +3,8 @@ follow it: the publishers (``from_spec`` included), the workers and the Spark si
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,29 @@ def test_the_spark_sink_follows_the_rule() -> None:
     assert SinkOptions.parse(given, {}).url_vhost == "shop"
     with pytest.raises(SinkOptionError, match=r"option vhost: .*names vhost '/'"):
         SinkOptions.parse({**given, "url": "amqp://u:s3cret@h:5672/%2F"}, {})
+
+
+def test_rabbitry_worker_run_refuses_a_url_naming_another_vhost_before_connecting(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "spec.yaml").write_text(SHOP_SPEC)
+    (tmp_path / "shop_app.py").write_text(
+        "from pathlib import Path\n"
+        "from rabbitry.consumer import App\n"
+        "app = App(Path(__file__).with_name('spec.yaml'))\n"
+        "app.add('orders', lambda m: None)\n"
+    )
+    url = "amqp://u:s3cret@127.0.0.1:1/%2F"  # nothing listens there: refused before any connect
+    # a process of its own, bounded: a worker that went on would retry connecting for ever
+    command = ["worker", "run", f"{tmp_path / 'shop_app.py'}:app", "--url", url]
+    done = subprocess.run(
+        [sys.executable, "-c", "from rabbitry.cli import main; main()", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "names vhost '/'" in last and "'shop'" in last
+    assert "s3cret" not in done.stdout + done.stderr
