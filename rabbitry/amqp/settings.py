@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypedDict, Unpack
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from rabbitry.amqp.url_options import mask_query, plaintext_refusal, url_options
 from rabbitry.errors import BrokerError, TLSHandshakeError
@@ -316,3 +316,66 @@ class ConnectionSettings:
         vhost = quote(self.vhost, safe="")
         where = ",".join(str(node) for node in self.addresses)
         return f"{scheme}://{self.username}@{where}/{vhost}"
+
+
+NO_VHOST_URL = "amqp://guest:guest@localhost:5672"
+"""``DEFAULT_URL``'s broker naming no vhost: where a client asked for a vhost and given no URL
+connects."""
+
+
+def named_vhost(url: str | Sequence[str]) -> str | None:
+    """The vhost a URL names in its path (percent-decoded: ``%2F`` is ``/``); None when it
+    names none (no path, or a bare ``/``). Of a cluster's list, the first one any URL names."""
+    urls = split_uris(url) if isinstance(url, str) else list(url)
+    for one in urls:
+        try:
+            path = urlsplit(one.strip()).path
+        except ValueError:
+            continue  # from_url reports the broken URL
+        if len(path) > 1:
+            return unquote(path[1:])
+    return None
+
+
+def url_for_vhost(url: str | None, vhost: str | None) -> str:
+    """The URL (every URL of a cluster's list) of a client asked for ``vhost`` at ``url``: the
+    one rule of every client (``Publisher``, ``AsyncPublisher``, ``from_spec``, workers, the
+    Spark sink, ``rabbitry worker run``).
+
+    A URL naming no vhost (no path, or a bare ``/``) is given ``vhost``; a URL naming ``vhost``
+    stays as it is; a URL naming another vhost is a ``BrokerError`` naming both (the password
+    masked): a message meant for one vhost must never be published into or consumed from
+    another. ``vhost`` None: the URL as it is (its vhost, ``/`` when it names none). No URL is
+    a local broker naming no vhost."""
+    given = url or NO_VHOST_URL
+    named = named_vhost(given)
+    if vhost is None or vhost == named:
+        return given
+    if named is not None:
+        raise BrokerError(
+            f"the AMQP URL {mask_uri(given)!r} names vhost {named!r}, but vhost {vhost!r} was"
+            " asked for: drop the vhost from the URL (its path) or make it"
+            f" /{quote(vhost, safe='')}"
+        )
+    path = "/" + quote(vhost, safe="")
+    return ",".join(
+        urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+        for parts in map(urlsplit, split_uris(given))
+    )
+
+
+def settings_for_vhost(
+    url: str | ConnectionSettings | None,
+    vhost: str | None,
+    **options: Unpack[ConnectionOptions],
+) -> ConnectionSettings:
+    """``url_for_vhost``'s rule for clients that also take ready ``ConnectionSettings`` (which
+    name their ``vhost``): the settings to connect with, ``options`` applied to a URL."""
+    if not isinstance(url, ConnectionSettings):
+        return ConnectionSettings.from_url(url_for_vhost(url, vhost), **options)
+    if vhost is not None and vhost != url.vhost:
+        raise BrokerError(
+            f"the connection settings name vhost {url.vhost!r} ({url.display}), but vhost"
+            f" {vhost!r} was asked for: give settings of vhost {vhost!r} or a URL"
+        )
+    return url

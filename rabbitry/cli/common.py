@@ -329,6 +329,20 @@ def broker_options(func: F, *, spec: bool = True) -> F:
 BROKER_PARAMS = ("url", "management_url", "ca_file", "insecure")
 
 
+def broker_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """The broker options, taken out of a command's ``options``. A URL click read from
+    ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL`` is left for ``resolve_endpoints`` to read
+    there, so that it knows which URL was given and which came from the environment (a
+    ``--url`` never pairs with an environment's management URL of another host)."""
+    broker = {name: options.pop(name) for name in BROKER_PARAMS}
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        for name in ("url", "management_url"):
+            if context.get_parameter_source(name) is click.core.ParameterSource.ENVIRONMENT:
+                broker[name] = None
+    return broker
+
+
 def endpoint_options(func: F) -> F:
     """The broker options, handed to the command as one resolved ``endpoints``."""
 
@@ -336,7 +350,7 @@ def endpoint_options(func: F) -> F:
     def command(**options: Any) -> Any:
         from rabbitry.provisioner.endpoints import resolve_endpoints
 
-        broker = {name: options.pop(name) for name in BROKER_PARAMS}
+        broker = broker_arguments(options)
         return func(endpoints=resolve_endpoints(**broker), **options)
 
     return broker_options(command, spec=False)  # type: ignore[return-value]
@@ -373,7 +387,7 @@ def target_options(
         var_files: tuple[Path, ...],
         **options: Any,
     ) -> Any:
-        broker = {name: options.pop(name) for name in BROKER_PARAMS}
+        broker = broker_arguments(options)
         claimed = reader = None
         if lock:  # before the spec model loads (a quarter second): the lock settles meanwhile
             from rabbitry.provisioner.lock import claim_early

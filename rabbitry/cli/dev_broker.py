@@ -48,9 +48,11 @@ class DevBrokerState:
     username: str
     password: str
 
-    def amqp_url(self, vhost: str = "/") -> str:
+    def amqp_url(self, vhost: str | None = "/") -> str:
+        """With ``vhost`` None the URL names no vhost: each client gives it the one it uses."""
         userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
-        return f"amqp://{userinfo}@{self.host}:{self.amqp_port}/{quote(vhost, safe='')}"
+        path = "" if vhost is None else f"/{quote(vhost, safe='')}"
+        return f"amqp://{userinfo}@{self.host}:{self.amqp_port}{path}"
 
     def management_url(self) -> str:
         """With credentials as userinfo: rabbitry's management client reads them from there."""
@@ -82,7 +84,9 @@ def state_dirs(cwd: Path, environ: Mapping[str, str]) -> list[Path]:
 
 def env_exports(state: DevBrokerState) -> str:
     """Shell line for ``eval "$(rabbitry dev-broker env)"``, secrets included."""
-    amqp = shlex.quote(state.amqp_url())
+    # naming no vhost: a spec's workers and publishers use the spec's (a URL naming another
+    # vhost than the one a client is asked for is an error)
+    amqp = shlex.quote(state.amqp_url(None))
     mgmt = shlex.quote(state.management_url())
     return f"export RABBITMQ_URL={amqp} RABBITRY_URL={amqp} RABBITRY_MANAGEMENT_URL={mgmt}"
 

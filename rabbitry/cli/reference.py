@@ -29,7 +29,11 @@ each with `severity`, `message`, `file`, `line`, `column` and `path`).
 
 Broker options resolve in this order: the flag, its environment variable, the spec's `broker:`
 section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other is derived from
-its host and credentials (AMQP 5672 and management 15672; amqps and https 5671 and 15671).
+its host and credentials (AMQP 5672 and management 15672; amqps and https 5671 and 15671), and
+`-v` says so. The two URLs name one broker: a flag (`--url`) with the other URL from the
+environment (`RABBITRY_MANAGEMENT_URL`) naming another host is an error; give both flags, or
+unset the variable to derive it. A management URL derived from an AMQP URL on another port than
+5672 (5671) is only a guess: commands that need the management API refuse it.
 
 Passwords are never printed: in every message, text or `--json`, whatever looks like
 `user:secret@` has the secret masked (`user:***@`), with or without a scheme, in each entry of

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, Unpack
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from rabbitry.amqp.codecs import JSON, Codec
 from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
@@ -678,16 +677,11 @@ def stream_offset(offset: StreamOffset, queue: str) -> StreamOffset:
 
 
 def url_for_app(url: str, app: App) -> str:
-    """``url`` pointed at the vhost of the app's spec, when it has one.
+    """``url`` pointed at the vhost of the app's spec by the rule of every client
+    (``rabbitry.amqp.settings.url_for_vhost``): a URL naming no vhost is given the app's, a URL
+    naming another vhost is an error before anything starts. An app of several vhosts keeps
+    the URL, checked against each (its workers point it at each vhost)."""
+    from rabbitry.amqp.settings import url_for_vhost
 
-    As for plan and apply, RABBITRY_URL says where the broker is and the spec says which vhost:
-    a URL naming the default vhost (``/%2F``, as ``rabbitry dev-broker env`` writes it) must not
-    send the workers of a spec's vhost to ``/``. Every URL of a cluster's list is pointed so.
-    """
-    if len(app.vhost_names) != 1:
-        return url
-    path = "/" + quote(app.vhost_names[0], safe="")
-    return ",".join(
-        urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
-        for parts in map(urlsplit, split_uris(url))
-    )
+    pointed = [url_for_vhost(url, name) for name in app.vhost_names]
+    return pointed[0] if len(pointed) == 1 else url

@@ -20,7 +20,7 @@ from rabbitry.amqp import tracing
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
 from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
-from rabbitry.amqp.settings import DEFAULT_URL, Backoff, ConnectionSettings, NodeOrder
+from rabbitry.amqp.settings import Backoff, ConnectionSettings, NodeOrder, settings_for_vhost
 from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import STREAM_OFFSET_ARGUMENT, App, Route
 from rabbitry.consumer.decision import (
@@ -56,17 +56,22 @@ _KEPT_PROPERTIES = (
 
 
 def worker_settings(
-    app: App, url: str | ConnectionSettings | None, keywords: WorkerKeywords
+    app: App,
+    url: str | ConnectionSettings | None,
+    keywords: WorkerKeywords,
+    vhost: str | None = None,
 ) -> ConnectionSettings:
     """Connection settings of a worker: given ones, or from the URL (or a cluster's URLs), the
-    app's, or localhost; several URLs are walked in ``node_order``, else the spec's.
+    app's, or localhost; several URLs are walked in ``node_order``, else the spec's. The vhost
+    is ``vhost``, else the app's one vhost, by the rule of every client
+    (``settings_for_vhost``: a URL naming another vhost is an error).
 
     Workers reconnect for as long as they run, so their back-off never gives up by default.
     """
-    if isinstance(url, ConnectionSettings):
-        return url
-    return ConnectionSettings.from_url(
-        url or app.url or DEFAULT_URL,
+    names = app.vhost_names
+    return settings_for_vhost(
+        url or app.url,
+        vhost or (names[0] if len(names) == 1 else None),
         heartbeat=keywords.get("heartbeat"),
         connection_name=keywords.get("connection_name") or "rabbitry worker",
         backoff=keywords.get("backoff") or Backoff(give_up_after=None),
@@ -119,7 +124,6 @@ def vhost_parts(
     AMQP binds a connection to one vhost, so a worker of several opens one per vhost."""
     if len(app.vhost_names) <= 1:
         return []
-    settings = worker_settings(app, url, keywords)
     parts = app.parts()
     if not parts:
         raise ValueError("the app has no handlers: add one with @app.handler(queue)")
@@ -127,16 +131,9 @@ def vhost_parts(
     for part in parts:
         assert part.vhost is not None
         name = part.vhost.name
-        out.append(
-            (
-                part,
-                replace(
-                    settings,
-                    vhost=name,
-                    connection_name=f"{settings.connection_name or 'rabbitry worker'} ({name})",
-                ),
-            )
-        )
+        settings = worker_settings(app, url, keywords, name)
+        named = f"{settings.connection_name or 'rabbitry worker'} ({name})"
+        out.append((part, replace(settings, connection_name=named)))
     return out
 
 

@@ -1,7 +1,13 @@
 """Where the broker is: flags, then environment, then the spec, then localhost defaults.
 
 One URL is enough: the other is derived from its host and credentials (AMQP 5672 <-> management
-15672; amqps/https use 5671/15671).
+15672; amqps/https use 5671/15671), and the log says so (``-v``).
+
+The two URLs of one command name one broker: a URL given as an argument (``--url``) never pairs
+with a management URL from the environment that names another host, nor the other way round;
+that is an error, not a plan made against another broker. URLs from one source (both given,
+both in the environment, both in the spec) may name different hosts (a load balancer in front
+of the management API).
 
 A cluster without a load balancer is given as several URLs, comma-separated in one value
 (``RABBITRY_URL=amqp://u:p@node1,amqp://u:p@node2``) or listed in the spec's ``broker.url``:
@@ -11,9 +17,10 @@ API when one does not answer. Derived URLs keep the list, one per node.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -22,6 +29,8 @@ from rabbitry.uri import mask_uri, split_uris, url_problem
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.management import ManagementClient
+
+logger = logging.getLogger("rabbitry.endpoints")
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
 DEFAULT_MANAGEMENT_URL = "http://guest:guest@localhost:15672"
@@ -36,6 +45,9 @@ class Endpoints:
     amqp_url: str
     management_url: str
     verify: bool | str = True
+    unknown_management: str = field(default="", compare=False, repr=False)
+    """Why ``management_url`` is only a guess (derived from an AMQP URL on a port that is not
+    the default); ``management()`` refuses it then rather than reach another broker."""
 
     def __repr__(self) -> str:
         amqp, mgmt = mask_uri(self.amqp_url), mask_uri(self.management_url)
@@ -46,6 +58,8 @@ class Endpoints:
         """A management API client for this broker (the HTTP client loads only here)."""
         from rabbitry.provisioner.management import ManagementClient
 
+        if self.unknown_management:
+            raise BrokerError(self.unknown_management)
         return ManagementClient(self.management_url, verify=self.verify, **options)
 
     def amqp_url_for(self, vhost: str) -> str:
@@ -96,13 +110,18 @@ def resolve_endpoints(
     insecure: bool | None = None,
 ) -> Endpoints:
     """The broker's endpoints: arguments, then ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL``
-    (and ``RABBITRY_CA_FILE`` / ``RABBITRY_INSECURE``), then the spec, then localhost."""
+    (and ``RABBITRY_CA_FILE`` / ``RABBITRY_INSECURE``), then the spec, then localhost. An
+    argument and an environment variable naming different hosts are a ``BrokerError``."""
     env = os.environ if environ is None else environ
     verify = _verify(ca_file or env.get("RABBITRY_CA_FILE") or None, insecure, env)
-    amqp = url or env.get("RABBITRY_URL") or None
-    mgmt = management_url or env.get("RABBITRY_MANAGEMENT_URL") or None
+    amqp, amqp_from = _first((url, "--url"), (env.get("RABBITRY_URL"), "RABBITRY_URL"))
+    mgmt, mgmt_from = _first(
+        (management_url, "--management-url"),
+        (env.get("RABBITRY_MANAGEMENT_URL"), "RABBITRY_MANAGEMENT_URL"),
+    )
     if amqp is None and mgmt is None:
         amqp, mgmt = _joined(spec_url), _joined(spec_management_url)
+        amqp_from, mgmt_from = "the spec's broker.url", "the spec's broker.management_url"
     if amqp is not None:
         check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
     if mgmt is not None:
@@ -112,12 +131,53 @@ def resolve_endpoints(
             "management URL (--management-url, RABBITRY_MANAGEMENT_URL, broker.management_url)",
         )
     if amqp is None and mgmt is None:
+        logger.info(
+            "no broker given (--url, RABBITRY_URL, broker.url): AMQP %s, management %s",
+            mask_uri(DEFAULT_AMQP_URL),
+            mask_uri(DEFAULT_MANAGEMENT_URL),
+        )
         return Endpoints(DEFAULT_AMQP_URL, DEFAULT_MANAGEMENT_URL, verify)
-    if mgmt is None:
+    unknown = ""
+    if amqp is not None and mgmt is not None:
+        check_pairing(amqp, amqp_from, mgmt, mgmt_from)
+        logger.info(
+            "AMQP URL %s (%s), management URL %s (%s)",
+            mask_uri(amqp),
+            amqp_from,
+            mask_uri(mgmt),
+            mgmt_from,
+        )
+    elif mgmt is None:
         assert amqp is not None
         mgmt = management_from_amqp(amqp)
-    if amqp is None:
+        # an AMQP port moved (a container's mapped port) says nothing of where the management
+        # API went: 15672 on that host may be another broker's
+        moved = not _default_ports(amqp)
+        if moved:
+            unknown = (
+                f"the management URL {mask_uri(mgmt)!r} would be a guess: the AMQP URL"
+                f" {mask_uri(amqp)!r} ({amqp_from}) is not on port 5672 (5671), so where its"
+                " broker's management API listens is not known (15672 on that host may be"
+                " another broker's): give --management-url (RABBITRY_MANAGEMENT_URL,"
+                " management_url=) as well"
+            )
+        logger.info(
+            "management URL %s derived from the AMQP URL %s (%s)%s: give --management-url"
+            " (RABBITRY_MANAGEMENT_URL) if the management API listens elsewhere",
+            mask_uri(mgmt),
+            mask_uri(amqp),
+            amqp_from,
+            ", whose port is not the default" if moved else "",
+        )
+    else:
         amqp = amqp_from_management(mgmt)
+        logger.info(
+            "AMQP URL %s derived from the management URL %s (%s): give --url (RABBITRY_URL)"
+            " if AMQP listens elsewhere",
+            mask_uri(amqp),
+            mask_uri(mgmt),
+            mgmt_from,
+        )
     if isinstance(verify, str) and not any(
         one.lower().startswith("https://") for one in split_uris(mgmt)
     ):
@@ -126,7 +186,57 @@ def resolve_endpoints(
             f" management URL {mask_uri(mgmt)!r} is plaintext (http://): use https:// (port"
             " 15671), or leave the CA file out"
         )
-    return Endpoints(amqp, mgmt, verify)
+    return Endpoints(amqp, mgmt, verify, unknown)
+
+
+def _default_ports(url: str) -> bool:
+    """Whether every AMQP URL of a list uses its scheme's default port."""
+    return all(
+        urlsplit(one).port in (None, {"amqp": 5672, "amqps": 5671}.get(urlsplit(one).scheme))
+        for one in split_uris(url)
+    )
+
+
+def _first(*candidates: tuple[str | None, str]) -> tuple[str | None, str]:
+    """The first value given (an empty one is not) and where it came from."""
+    for value, source in candidates:
+        if value:
+            return value, source
+    return None, ""
+
+
+_ENVIRONMENT = ("RABBITRY_URL", "RABBITRY_MANAGEMENT_URL")
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def hosts_of(url: str) -> set[str]:
+    """The hosts a URL (every URL of a list) names, loopback names as one."""
+    hosts = set()
+    for one in split_uris(url):
+        host = (urlsplit(one).hostname or "localhost").lower()
+        hosts.add("localhost" if host in _LOOPBACK else host)
+    return hosts
+
+
+def check_pairing(amqp: str, amqp_from: str, mgmt: str, mgmt_from: str) -> None:
+    """Refuse an AMQP and a management URL of different sources, one given as an argument and
+    the other from the environment, that share no host: they would pair two brokers (a plan
+    made against one, its messages counted on the other)."""
+    if (amqp_from in _ENVIRONMENT) == (mgmt_from in _ENVIRONMENT):
+        return  # one source: both given, or both set in the environment
+    amqp_hosts, mgmt_hosts = hosts_of(amqp), hosts_of(mgmt)
+    if amqp_hosts & mgmt_hosts:
+        return
+    given, other = (
+        (amqp_from, mgmt_from) if amqp_from not in _ENVIRONMENT else (mgmt_from, amqp_from)
+    )
+    raise BrokerError(
+        f"the AMQP URL {mask_uri(amqp)!r} ({amqp_from}) and the management URL"
+        f" {mask_uri(mgmt)!r} ({mgmt_from}) name different hosts"
+        f" ({', '.join(sorted(amqp_hosts))} and {', '.join(sorted(mgmt_hosts))}): one command"
+        f" works on one broker; give the other URL of the broker of {given} as well, or unset"
+        f" {other} to derive it from {given}"
+    )
 
 
 def _joined(urls: str | list[str] | None) -> str | None:

@@ -5,7 +5,10 @@ with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``fo
 ``allow_delay_relayout``). Both
 check first that the broker can hold the spec (plugins, feature flags, version) and change
 nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL`` /
-``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost.
+``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost; the two URLs
+name one broker (``provisioner.endpoints``): a ``url`` with an environment's management URL of
+another host, or a management URL guessed from an AMQP URL on a moved port, is refused. The
+pytest plugin's fixtures give both URLs (``amqp_url``, ``management_url_with_credentials``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,12 @@ from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.session import Session
-from rabbitry.amqp.settings import DEFAULT_URL, ConnectionOptions, ConnectionSettings
+from rabbitry.amqp.settings import (
+    ConnectionOptions,
+    ConnectionSettings,
+    named_vhost,
+    settings_for_vhost,
+)
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.metrics import LivePublishers
@@ -115,7 +120,7 @@ class PublisherBase:
         window: int = DEFAULT_WINDOW,
         confirm_timeout: float | None = 30.0,
         exchange: str = "",
-        mandatory: bool = False,
+        mandatory: bool = True,
         persistent: bool = True,
         content_type: str | None = None,
         codec: Codec | None = None,
@@ -131,10 +136,12 @@ class PublisherBase:
             raise ValueError(f"window must be at least 1, got {window}")
         if confirm_timeout is not None and confirm_timeout <= 0:
             raise ValueError("confirm_timeout must be positive (or None to wait forever)")
-        if isinstance(url, ConnectionSettings):
-            settings = url
-        else:
-            settings = ConnectionSettings.from_url(url or DEFAULT_URL, **connection)
+        from rabbitry.publisher.routing import Router
+
+        if topology is not None and vhost is None:  # the URL's vhost picks the topology's
+            vhost = url.vhost if isinstance(url, ConnectionSettings) else named_vhost(url or "")
+        router = Router(topology, vhost, delays=delays)
+        settings = settings_for_vhost(url, router.vhost or vhost, **connection)
         self.settings = settings
         self.walk = NodeWalk(settings)
         """Which of the cluster's nodes (one or more) the next connect goes to."""
@@ -143,11 +150,7 @@ class PublisherBase:
         self.confirm_timeout = confirm_timeout
         self.default_exchange = exchange
         self.default_mandatory = mandatory
-        from rabbitry.publisher.routing import Router
-
-        self.router = Router(
-            topology, vhost or (settings.vhost if topology else None), delays=delays
-        )
+        self.router = router
         self.builder = MessageBuilder(
             app_id=app_id,
             content_type=content_type,

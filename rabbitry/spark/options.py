@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
+from rabbitry.amqp.settings import url_for_vhost
 from rabbitry.amqp.url_options import mask_query, url_options
 from rabbitry.errors import BrokerError, RabbitryError
 from rabbitry.uri import mask_uri, mask_with, split_uris, with_password
@@ -63,7 +64,8 @@ OPTIONS: dict[str, str] = {
     "delays": "name of the spec's delays entry for delay_column (default: the only one)",
     "spec": "rabbitry spec: exchanges and delays are resolved and checked against it",
     "spec_vars": "template variables of the spec: name=value pairs, comma-separated",
-    "vhost": "vhost of the spec to use (default: the URL's vhost)",
+    "vhost": "vhost to publish into and of the spec to use (default: the URL's vhost); a URL"
+    " naming another vhost is an error",
     "window": f"unconfirmed messages in flight per task (default {DEFAULT_WINDOW})",
     "mandatory": "true/false: an unroutable row fails its task (default false)",
     "confirm_timeout": "seconds to wait for a confirm before the task fails (default 30)",
@@ -140,6 +142,10 @@ class SinkOptions:
         env = os.environ if environ is None else environ
         given = known_options(options, OPTIONS, "sink", SinkOptionError)
         url = _resolve_url(given, env)
+        try:  # the rule of every client: the URL names the vhost asked for, or none
+            url = url_for_vhost(url, given.get("vhost") or None)
+        except RabbitryError as exc:
+            raise SinkOptionError(f"option vhost: {exc}") from None
         if "routing_key" in given and "routing_key_column" in given:
             raise SinkOptionError("give routing_key or routing_key_column, not both")
         delay_column = _column(given, "delay_column")

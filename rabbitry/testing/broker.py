@@ -80,6 +80,15 @@ class Broker:
         return f"http://{_netloc(self.host, self.management_port)}"
 
     @property
+    def management_url_with_credentials(self) -> str:
+        """``management_url`` with the broker's user as userinfo (``http://user:pass@host:port``):
+        what ``rabbitry.plan``/``apply(management_url=...)`` and ``--management-url`` take, so
+        that, given with ``amqp_url()``, they reach this broker and no other."""
+        parts = urlsplit(self.management_url)
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return urlunsplit((parts.scheme, f"{userinfo}@{parts.netloc}", parts.path, "", ""))
+
+    @property
     def auth(self) -> tuple[str, str]:
         return (self.username, self.password)
 

@@ -34,6 +34,12 @@ class TestVhost:
         return self.broker.management_url
 
     @property
+    def management_url_with_credentials(self) -> str:
+        """The management API's URL with credentials: with ``amqp_url``, what
+        ``rabbitry.apply(spec, url=..., management_url=...)`` takes to work on this broker."""
+        return self.broker.management_url_with_credentials
+
+    @property
     def username(self) -> str:
         return self.broker.username
 

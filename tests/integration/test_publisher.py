@@ -106,7 +106,8 @@ def test_unroutable_mandatory_message_raises(rabbitmq_vhost: Any, channel: Any) 
         assert pub.publish(b"x", routing_key="order.created", mandatory=True).ok
         with pytest.raises(Unroutable, match=r"user\.created.*312 NO_ROUTE"):
             pub.publish(b"x", routing_key="user.created", mandatory=True)
-        assert pub.publish(b"x", routing_key="user.created").ok  # not mandatory: dropped, confirmed
+        # mandatory off, on purpose: dropped by the broker, confirmed
+        assert pub.publish(b"x", routing_key="user.created", mandatory=False).ok
 
     async def main() -> None:
         async with AsyncPublisher(rabbitmq_vhost.amqp_url, exchange="events") as pub:

@@ -383,8 +383,8 @@ def test_dev_broker_state_round_trips() -> None:
 def test_dev_broker_env_is_quoted_for_eval() -> None:
     line = env_exports(DEV)
     assert line == (
-        "export RABBITMQ_URL=amqp://rabbitry:pa%20ss@127.0.0.1:5672/%2F"
-        " RABBITRY_URL=amqp://rabbitry:pa%20ss@127.0.0.1:5672/%2F"
+        "export RABBITMQ_URL=amqp://rabbitry:pa%20ss@127.0.0.1:5672"
+        " RABBITRY_URL=amqp://rabbitry:pa%20ss@127.0.0.1:5672"
         " RABBITRY_MANAGEMENT_URL=http://rabbitry:pa%20ss@127.0.0.1:15672"
     )
 

@@ -15,6 +15,7 @@ from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, AppError, url_for_app
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.errors import BrokerError
 
 
 def delivery(tag: int, body: bytes, consumer: str = "rabbitry.1", frame_max: int = 0) -> bytes:
@@ -120,15 +121,27 @@ def test_app_binds_handlers_to_spec_queues(tmp_path: Path) -> None:
         app.add("nope", lambda m: None)
 
 
-def test_workers_go_to_the_spec_vhost_whatever_vhost_the_url_names(tmp_path: Path) -> None:
+def test_workers_go_to_the_spec_vhost_when_the_url_names_none(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC)
     app = App(path)
     assert app.vhost is not None
     expected = f"amqp://u:p@h:5672/{app.vhost.name}"
-    # `rabbitry dev-broker env` writes the default vhost explicitly, as %2F
-    assert url_for_app("amqp://u:p@h:5672/%2F", app) == expected
     assert url_for_app("amqp://u:p@h:5672", app) == expected
+    assert url_for_app("amqp://u:p@h:5672/", app) == expected
+    assert url_for_app(expected, app) == expected
+
+
+def test_a_worker_url_naming_another_vhost_than_the_spec_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC)
+    app = App(path)
+    assert app.vhost is not None
+    with pytest.raises(BrokerError) as caught:
+        url_for_app("amqp://u:secret@h:5672/%2F", app)
+    message = str(caught.value)
+    assert "names vhost '/'" in message and repr(app.vhost.name) in message
+    assert "secret" not in message and "u:***@h" in message
 
 
 def test_a_broker_shutting_down_ends_a_connection_that_was_ready() -> None:
@@ -147,6 +160,6 @@ def test_every_url_of_a_clusters_list_goes_to_the_spec_vhost(tmp_path: Path) -> 
     app = App(path)
     assert app.vhost is not None
     name = app.vhost.name
-    assert url_for_app("amqp://u:p@a/%2F,amqp://u:p@b:5673", app) == (
+    assert url_for_app("amqp://u:p@a/,amqp://u:p@b:5673", app) == (
         f"amqp://u:p@a/{name},amqp://u:p@b:5673/{name}"
     )

@@ -131,7 +131,7 @@ def test_a_worker_of_several_vhosts_connects_to_each_with_its_own_handlers(
     app = App(spec_path)
     app.add("invoices", lambda m: None)
     app.add("events", lambda m: None)
-    parts = vhost_parts(app, "amqp://u:p@h:5672/%2F", {})
+    parts = vhost_parts(app, "amqp://u:p@h:5672", {})
     assert [(s.vhost, list(p.routes)) for p, s in parts] == [
         ("shop", ["events"]),
         ("billing", ["invoices"]),
