@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rabbitry.provisioner.applier import ApplyOptions, refusals
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
-from rabbitry.provisioner.planfile import SavedPlan
+from rabbitry.provisioner.planfile import BrokerIdentity, SavedPlan
 from rabbitry.provisioner.planner import Plan, plan, targeted
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState, QueueStats
@@ -141,7 +141,11 @@ def test_a_level_binding_put_back_after_a_hand_deletion_is_no_relayout() -> None
 
 def test_a_saved_plan_keeps_its_relayouts_and_its_refusal() -> None:
     p = plan(topology("60d"), applied(topology("30d"), {"later.03": 2}))
-    saved = SavedPlan.of(p, "rabbit@node", "http://broker:15672")
+    saved = SavedPlan.of(
+        p,
+        BrokerIdentity("cluster-id", "rabbit@node", ("http://broker:15672",)),
+        "http://broker:15672",
+    )
     again = SavedPlan.from_json(saved.to_json(), "plan.json").plan
     assert isinstance(again, Plan) and again.relayouts == p.relayouts
     assert refusals(again, ApplyOptions(prune=True))
