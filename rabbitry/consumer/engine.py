@@ -752,6 +752,9 @@ class WorkerCore:
         self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
     ) -> None:
         what = f"{type(error).__name__}: {mask_text(str(error))}"
+        if verdict.requeue is not None:
+            self._log_returned(message, route, verdict, what)
+            return
         if verdict.action is Action.RETRY:
             logger.warning(
                 "handler of %s failed on message %s (attempt %d): %s; retry in %d ms",
@@ -782,6 +785,36 @@ class WorkerCore:
                     "action": verdict.action.value,
                 },
             )
+
+    def _log_returned(
+        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
+    ) -> None:
+        """A ``via: broker`` failure: the worker only hands the message back (reject, with or
+        without requeue); the delay and the dead-lettering are the broker's to do, so the
+        line says what the worker did, not what the broker is expected to do next."""
+        if verdict.requeue and verdict.action is Action.RETRY:
+            done = "returned to the broker for retry (reject with requeue)"
+        elif verdict.requeue:
+            done = (
+                "returned to the broker (reject with requeue) at its last attempt, for the"
+                " broker to dead-letter past the queue's delivery limit"
+            )
+        else:
+            done = f"rejected without requeue, for the broker to dead-letter ({verdict.reason})"
+        log = logger.warning if verdict.action is Action.RETRY else logger.error
+        log(
+            "handler of %s failed on message %s (attempt %d): %s; %s",
+            route.queue,
+            message.message_id,
+            verdict.attempt,
+            what,
+            done,
+            extra={
+                **self._log_fields(message, route.queue),
+                "attempt": verdict.attempt,
+                "action": "requeue" if verdict.requeue else "reject",
+            },
+        )
 
     # -- output -----------------------------------------------------------------------------------
 
