@@ -39,6 +39,7 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
 from rabbitry.consumer.positions import StreamPosition
+from rabbitry.consumer.preflight import StartCheck
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.uri import mask_text
 
@@ -259,6 +260,8 @@ class WorkerCore:
         self.clock = time.time
         """Wall-clock seconds: when occurrences are due (tests replace it)."""
         self._next_seed = 0.0
+        self.start_check = StartCheck(self.routes, app.spec_file)
+        """What the broker must hold before the first consumer starts (``preflight``)."""
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -278,6 +281,7 @@ class WorkerCore:
             prefetch=self.options.prefetch,
             resend=resend,
             generation=self.generation,
+            start_check=self.start_check,
         )
         session.stopping = stopping
         self.session = session

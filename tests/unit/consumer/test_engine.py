@@ -42,6 +42,7 @@ def core_with(handler_queue: str = "work") -> WorkerCore:
     app = App()
     app.add(handler_queue, lambda m: None, retry=RETRY)
     core = WorkerCore(app, ConnectionSettings(), WorkerOptions(prefetch=10))
+    core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
