@@ -140,7 +140,7 @@ def retry_mechanism(routes: Sequence[Route], broker: BrokerFacts) -> Iterator[Ne
 def _broker_retry(queue: str, broker: BrokerFacts) -> Iterator[Need]:
     """The broker's delayed retry, judged by the version table (loaded only here: a worker
     that retries through queues never holds it)."""
-    from rabbitry.topology.primitives import QueueType
+    from rabbitry.topology.queue_types import QueueType
     from rabbitry.topology.versions import RETRY_VIA_BROKER, Kind, Use, judge
 
     if not broker.version:

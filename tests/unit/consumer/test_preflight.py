@@ -156,6 +156,28 @@ def test_a_worker_without_retries_needs_only_its_queues_and_no_version_table() -
     assert out.stdout.split() == ["['a']", "False"]
 
 
+def test_a_retry_via_the_broker_loads_the_version_table_but_not_the_topology_models() -> None:
+    """Judging the broker's version is a few milliseconds, not pydantic's tens (a warm worker
+    holds no spec model: ``test_worker_footprint``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rabbitry.consumer.app import App\n"
+        "from rabbitry.consumer.preflight import BrokerFacts, needs_of\n"
+        "from rabbitry.policies.retry import Backoff, RetryPolicy\n"
+        "from rabbitry.topology.patterns.retry_setup import BrokerRetry, QueueRetry\n"
+        "policy = RetryPolicy(attempts=2, backoff=Backoff(tiers_ms=(1000,)))\n"
+        "app = App()\n"
+        "app.add('a', lambda m: None, retry=QueueRetry('a', policy, 'a.p', broker=BrokerRetry(1, 1, 1)))\n"
+        "needs = needs_of(list(app.routes.values()), BrokerFacts('RabbitMQ', (4, 0, 5)))\n"
+        "print(needs[0].kind, 'rabbitry.topology.versions' in sys.modules, 'pydantic' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["broker", "True", "False"]
+
+
 def test_one_more_step_is_one_more_entry() -> None:
     def fingerprint(routes: Any, broker: BrokerFacts) -> Iterator[Need]:
         yield Need(Needed.EXCHANGE, "delay.layout.abc", "layout of delay 'delay'")
