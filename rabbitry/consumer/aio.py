@@ -297,6 +297,7 @@ class AsyncWorker:
                     await open_wire(s, attach)
                     await self._ready
                 session.last_received = time.monotonic()
+                self.core.log_started(session)
                 if retry.attempt or self.core.metrics.reconnects:
                     logger.info("connected to %s", s.display)
                 return

@@ -305,6 +305,15 @@ class WorkerCore:
             self.generation = session.generation
             self.acks.forget()
 
+    def log_started(self, session: ConsumerSession) -> None:
+        """Say that the worker consumes, once its start-up check passed on ``session``."""
+        if session.checked is not None:
+            logger.info(
+                "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
+                session.checked,
+                ", ".join(dict.fromkeys(route.queue for route in self.routes)),
+            )
+
     def connection_lost(self) -> None:
         self.acks.forget()
         self._holds.clear()  # their messages go back to the queue with the channel

@@ -76,6 +76,8 @@ class ConsumerSession(Session):
         self.start_refused: TopologyMissing | None = None
         """Why the start-up check refused the worker (the connection is then closed)."""
         self._probe: Probe | None = None
+        self.checked: int | None = None
+        """The objects the start-up check found on this connection (None: it did not run)."""
         self.subscriptions = list(subscriptions)
         self.prefetch = prefetch
         self.inbox: list[IncomingMessage] = []
@@ -130,6 +132,7 @@ class ConsumerSession(Session):
             self.close()
             return
         check.passed = True
+        self.checked = len(probe.asked)
         self._become_ready()
 
     def cancel_consumers(self) -> None:

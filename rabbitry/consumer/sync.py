@@ -240,6 +240,7 @@ class Worker:
                 raise
             self._drop()  # the start-up check closed the connection: nothing to retry
             raise session.start_refused from None
+        self.core.log_started(session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:

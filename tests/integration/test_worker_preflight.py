@@ -7,6 +7,7 @@ AMQP counts (passive declares)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def test_worker_run_refuses_with_one_error_line_and_exit_1(broker: Broker) -> No
     assert process.returncode == 1, text
     errors = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "needs RabbitMQ 4.3" in errors[0], text
-    assert "retry in" not in text and "parked" not in text, text
+    assert "retry in" not in text and "parked" not in text and "consuming" not in text, text
     assert depth(broker, "work") == 5
 
 
@@ -234,8 +235,9 @@ def test_after_apply_the_same_workers_start_and_handle_the_message(broker: Broke
 
 
 def test_async_with_runs_the_worker_for_the_block_and_await_stop_waits_for_it(
-    broker: Broker,
+    broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "rabbitry.worker")
     path = broker.spec(LADDER)
     broker.apply(LADDER)
     app = app_of(broker, path)
@@ -261,6 +263,8 @@ def test_async_with_runs_the_worker_for_the_block_and_await_stop_waits_for_it(
 
     asyncio.run(main())
     assert calls == [b"in the block", b"second"] and depth(broker, "work") == 0
+    started = "the broker holds what the handlers need (4 queues and exchanges): consuming work"
+    assert [r.getMessage() for r in caplog.records].count(started) == 2
 
 
 def test_async_with_raises_the_refusal_on_entry(broker: Broker) -> None:
