@@ -55,6 +55,11 @@ _KEPT_PROPERTIES = (
 )
 
 
+def failure_text(error: BaseException) -> str:
+    """How a handler failed, as log lines give it (secrets in URLs masked)."""
+    return f"{type(error).__name__}: {mask_text(str(error))}"
+
+
 def worker_settings(
     app: App, url: str | ConnectionSettings | None, keywords: WorkerKeywords
 ) -> ConnectionSettings:
@@ -179,13 +184,16 @@ class WorkerOptions:
 
 
 class _Pending:
-    """A worker publish (retry or park) waiting for its confirm before the ack."""
+    """A worker publish (retry or park) waiting for its confirm before the ack and the log
+    line that says it happened."""
 
-    __slots__ = ("message", "verdict")
+    __slots__ = ("failure", "message", "verdict")
 
-    def __init__(self, message: IncomingMessage, verdict: Verdict) -> None:
+    def __init__(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
         self.message = message
         self.verdict = verdict
+        self.failure = failure
+        """How the handler failed, as the log line gives it."""
 
 
 class _Scheduled:
@@ -608,7 +616,9 @@ class WorkerCore:
         verdict = after_failure(
             route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
         )
-        self._log_failure(message, route, verdict, error)
+        failure = failure_text(error)
+        if not verdict.publishes:  # a retry or a parking is logged once the broker stored it
+            self._log_failure(message, route, verdict, failure)
         span = message.span
         if span is not None:
             outcome = {Action.RETRY: "retried", Action.PARK: "parked"}.get(
@@ -639,7 +649,7 @@ class WorkerCore:
         if verdict.requeue is not None:
             self._return_failed(message, verdict, verdict.requeue)
             return verdict
-        self._republish(message, verdict)
+        self._republish(message, verdict, failure)
         return verdict
 
     def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
@@ -647,7 +657,7 @@ class WorkerCore:
         offset = self._offsets.get(message)
         verdict = after_stream_failure(route.queue, offset, error)
         self.metrics.queues[route.queue].skipped += 1
-        self._log_failure(message, route, verdict, error)
+        self._log_failure(message, route, verdict, failure_text(error))
         if message.span is not None:
             tracing.finish(message.span, "skipped", error, attempt=1, reason=verdict.reason)
         if self.middleware:
@@ -693,7 +703,7 @@ class WorkerCore:
                 if offset is not None:
                     self._positions[message.consumer].handled(offset)
 
-    def _republish(self, message: IncomingMessage, verdict: Verdict) -> None:
+    def _republish(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
         props: dict[str, Any] = {}
         if message._flags:
             all_props = message.properties
@@ -714,7 +724,7 @@ class WorkerCore:
             message_id=message.message_id,
             **props,
         )
-        self._pending[delivery] = _Pending(message, verdict)
+        self._pending[delivery] = _Pending(message, verdict, failure)
         self._send(delivery)
 
     def _send(self, delivery: Delivery) -> None:
@@ -739,17 +749,29 @@ class WorkerCore:
                 counters.parked += 1
             else:
                 counters.retried[verdict.tier_label] += 1
+            self._log_failure(message, self.routes[message.consumer], verdict, pending.failure)
             self._ack(message)
             return
-        logger.error(
-            "could not store the %s copy of message %s from %s: %s",
-            verdict.action.value,
-            message.message_id,
-            message.queue,
-            delivery.error,
-        )
         route = self.routes[message.consumer]
-        if verdict.action is Action.RETRY and route.retry is not None:
+        parks = verdict.action is Action.RETRY and route.retry is not None
+        logger.error(
+            "handler of %s failed on message %s (attempt %d): %s; could not store its %s copy"
+            " (%s): %s",
+            message.queue,
+            message.message_id,
+            verdict.attempt,
+            pending.failure,
+            verdict.action.value,
+            delivery.error,
+            "parking it instead" if parks else "returned to its queue",
+            extra={
+                **self._log_fields(message, message.queue),
+                "attempt": verdict.attempt,
+                "action": "park" if parks else "requeue",
+            },
+        )
+        if parks:
+            assert route.retry is not None
             park = Verdict(
                 Action.PARK,
                 attempt=verdict.attempt,
@@ -757,14 +779,15 @@ class WorkerCore:
                 headers={**(verdict.headers or {}), "x-rabbitry-parked-reason": "retry failed"},
                 reason=f"the retry could not be published: {delivery.error}",
             )
-            self._republish(message, park)
+            self._republish(message, park, pending.failure)
         else:
             self.requeue(message)
 
     def _log_failure(
-        self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
+        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
     ) -> None:
-        what = f"{type(error).__name__}: {mask_text(str(error))}"
+        """The line of a failure, once its outcome happened (a retry or parked copy is
+        confirmed; a reject or a via-broker return is sent)."""
         if verdict.requeue is not None:
             self._log_returned(message, route, verdict, what)
             return
