@@ -145,13 +145,16 @@ def test_a_worker_retrying_via_the_broker_refuses_a_broker_older_than_4_3_and_co
     assert depth(broker, "work") == 5
 
 
-def test_worker_run_refuses_with_one_error_line_and_exit_1(broker: Broker) -> None:
+@pytest.mark.parametrize("flags", [(), ("--sync",)], ids=["asyncio", "blocking"])
+def test_worker_run_refuses_with_one_error_line_and_exit_1(
+    broker: Broker, flags: tuple[str, ...]
+) -> None:
     if broker.version >= (4, 3):
         pytest.skip("the suite's broker has the delayed retry: the refusal needs one older")
     broker.spec(VIA_BROKER)
     declare_quorum_queue(broker, "work")
     publish(broker, "work", [f"order-{i}".encode() for i in range(5)])
-    process = worker_process(broker, "handlers", HANDLERS, {}, "--sync")
+    process = worker_process(broker, "handlers", HANDLERS, {}, *flags)
     try:
         output, _ = process.communicate(timeout=30)
     except subprocess.TimeoutExpired:
