@@ -304,15 +304,12 @@ class AsyncWorker:
             except (OSError, ConnectionError, TimeoutError) as exc:
                 if self._failure is not None:
                     raise self._failure from None
-                if session.start_refused is not None:  # the start-up check closed the connection
-                    if self._wire is not None:
-                        self._wire.abort()
-                    self._wire = None
-                    raise session.start_refused from None
                 if self._wire is not None:
                     self._wire.abort()
                 self._wire = None
                 self.core.connection_lost()
+                if session.start_refused is not None:  # the start-up check closed the connection
+                    raise session.start_refused from None
                 await asyncio.sleep(retry.failed(exc, time.monotonic()))
 
     async def _shutdown(self) -> None:

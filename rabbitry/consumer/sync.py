@@ -239,6 +239,7 @@ class Worker:
             if session.start_refused is None:
                 raise
             self._drop()  # the start-up check closed the connection: nothing to retry
+            self.core.connection_lost()
             raise session.start_refused from None
         self.core.log_started(session)
         return session
