@@ -200,6 +200,8 @@ def retry_path(url: str, qt: str, n: int) -> Result:
     if qt == "quorum":
         arguments |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
     channel.queue_declare(tier, durable=True, arguments=arguments)
+    # the worker checks at start that its parking lot exists (no message reaches it here)
+    channel.queue_declare(f"{queue}.parking", durable=True, arguments={"x-queue-type": qt})
     connection.close()
     retry = QueueRetry(
         queue=queue,

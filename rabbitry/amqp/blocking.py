@@ -15,7 +15,7 @@ import socket
 import time
 
 from rabbitry.amqp.reconnect import refusal_error
-from rabbitry.amqp.session import ConnectionRefused, Session
+from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.uri import mask_text
 
@@ -52,6 +52,8 @@ class SocketWire:
         session.last_received = time.monotonic()
         end = time.monotonic() + s.connect_timeout
         while not session.ready:
+            if session.state is State.CLOSED:  # closed by the client (a worker's start-up check)
+                raise Disconnected(f"the connection to {s.display} was closed during its handshake")
             left = end - time.monotonic()
             if left <= 0:
                 raise Disconnected(f"no AMQP handshake with {s.display} in {s.connect_timeout} s")

@@ -170,7 +170,7 @@ def run(
         )
         if metrics_port is not None:
             serve_metrics(metrics_port)
-        log.info("consuming %s (blocking worker)", ", ".join(app.queues))
+        log.info("starting the blocking worker of %s", ", ".join(app.queues))
         sync_worker.run(handle_signals=True)
     else:
         import asyncio
@@ -187,7 +187,7 @@ def run(
         )
         if metrics_port is not None:
             serve_metrics(metrics_port)
-        log.info("consuming %s", ", ".join(app.queues))
+        log.info("starting the worker of %s", ", ".join(app.queues))
         started = time.monotonic()
         asyncio.run(async_worker.run(handle_signals=True))
         log.debug("ran for %.1f s", time.monotonic() - started)

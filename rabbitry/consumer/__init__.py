@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer.metrics import WorkerMetrics
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
+    from rabbitry.consumer.preflight import TopologyMissing
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -64,6 +65,7 @@ __all__ = [
     "Occurrence",
     "PeriodicJob",
     "Route",
+    "TopologyMissing",
     "Verdict",
     "Worker",
     "WorkerMetrics",
@@ -90,6 +92,7 @@ _LAZY = {
     "Middleware": "rabbitry.consumer.middleware",
     "Occurrence": "rabbitry.consumer.periodic",
     "PeriodicJob": "rabbitry.consumer.periodic",
+    "TopologyMissing": "rabbitry.consumer.preflight",
     "CancelStore": "rabbitry.consumer.stores",
     "IdempotencyStore": "rabbitry.consumer.stores",
     "MemoryCancelStore": "rabbitry.consumer.stores",

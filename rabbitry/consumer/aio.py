@@ -16,7 +16,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Coroutine, Generator
-from typing import Any, Unpack, cast
+from typing import Any, Self, Unpack, cast
 
 from rabbitry.amqp.aio import Wire, open_wire
 from rabbitry.amqp.reconnect import Reconnect
@@ -74,11 +74,26 @@ class _Resume:
                     return stop.value
 
 
+class Stopping:
+    """What ``AsyncWorker.stop()`` returns: the shutdown has begun; awaiting it waits until
+    the worker's ``run`` has returned. Not awaiting it is fine (no coroutine is left)."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: AsyncWorker) -> None:
+        self.worker = worker
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self.worker.wait_stopped().__await__()
+
+
 class AsyncWorker:
     """Runs the handlers of an ``App`` until stopped: ``await AsyncWorker(app, url).run()``.
 
     ``run`` returns after ``stop()`` (or SIGTERM/SIGINT with ``handle_signals=True``) once the
-    in-flight messages are settled or returned, within ``shutdown_timeout``. An app of several
+    in-flight messages are settled or returned, within ``shutdown_timeout``; ``await
+    worker.stop()`` waits for that. ``async with AsyncWorker(app, url) as worker:`` runs it in
+    a task for the block: entered once it consumes, left once it stopped. An app of several
     vhosts runs one connection per vhost on the same loop (``workers``; ``concurrency`` and
     ``prefetch`` hold for each), and ``metrics`` are keyed ``vhost/queue``.
     """
@@ -117,6 +132,10 @@ class AsyncWorker:
         self._write_scheduled = False
         self._ticker: asyncio.TimerHandle | None = None
         self._failure: BaseException | None = None
+        self._finished: asyncio.Event | None = None
+        """Set when ``run`` returns (``wait_stopped``)."""
+        self._task: asyncio.Future[None] | None = None
+        """``run``, when started by ``async with``."""
 
     @property
     def metrics(self) -> WorkerMetrics:
@@ -133,26 +152,67 @@ class AsyncWorker:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Begin a graceful shutdown (safe to call from a signal handler)."""
-        if self._stopping:
-            return
-        self._stopping = True
-        for worker in self.workers:
-            worker.stop()
-        if self.workers:
-            return
-        logger.info("stopping: no new messages; finishing %d in flight", self.in_flight)
-        if self._stopped is not None:
-            self._stopped.set()
+    def stop(self) -> Stopping:
+        """Begin a graceful shutdown (safe to call from a signal handler or a plain function);
+        ``await worker.stop()`` also waits until ``run`` has returned. Not from a handler:
+        the shutdown waits for the handlers."""
+        if not self._stopping:
+            self._stopping = True
+            for worker in self.workers:
+                worker.stop()
+            if not self.workers:
+                logger.info("stopping: no new messages; finishing %d in flight", self.in_flight)
+                if self._stopped is not None:
+                    self._stopped.set()
+        return Stopping(self)
+
+    async def wait_stopped(self) -> None:
+        """Wait until ``run`` has returned (at once when it is not running)."""
+        finished = self._finished
+        if finished is not None:
+            await finished.wait()
+
+    async def __aenter__(self) -> Self:
+        """Start ``run`` in a task and return once the worker consumes (its start-up check
+        passed); its error if it cannot start."""
+        ready = asyncio.Event()
+        task = self._task = asyncio.ensure_future(self.run(ready=ready))
+        waiting = asyncio.ensure_future(ready.wait())
+        try:
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if task.done():
+            task.result()  # the refusal, or the error it stopped on
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop gracefully and wait for ``run`` to return; its error, if the block had none."""
+        await self.stop()
+        task, self._task = self._task, None
+        if task is not None:
+            await asyncio.wait({task})
+            if exc_info[0] is None:
+                task.result()
 
     async def run(
         self, *, handle_signals: bool = False, ready: asyncio.Event | None = None
     ) -> None:
-        """Consume until ``stop()``; reconnects with back-off whenever the connection drops."""
-        if self.workers:
-            await self._run_workers(handle_signals=handle_signals, ready=ready)
-            return
+        """Consume until ``stop()``; reconnects with back-off whenever the connection drops.
+
+        On its first connection it checks that the broker holds what the handlers need
+        (``rabbitry.consumer.preflight``) and raises ``TopologyMissing`` if not, before it
+        consumes anything."""
+        self._finished = asyncio.Event()
+        try:
+            if self.workers:
+                await self._run_workers(handle_signals=handle_signals, ready=ready)
+            else:
+                await self._run_one(handle_signals=handle_signals, ready=ready)
+        finally:
+            self._finished.set()
+
+    async def _run_one(self, *, handle_signals: bool, ready: asyncio.Event | None) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         if self._stopping:
@@ -241,6 +301,7 @@ class AsyncWorker:
                     await open_wire(s, attach)
                     await self._ready
                 session.last_received = time.monotonic()
+                self.core.log_started(session)
                 if retry.attempt or self.core.metrics.reconnects:
                     logger.info("connected to %s", s.display)
                 return
@@ -251,6 +312,8 @@ class AsyncWorker:
                     self._wire.abort()
                 self._wire = None
                 self.core.connection_lost()
+                if session.start_refused is not None:  # the start-up check closed the connection
+                    raise session.start_refused from None
                 await asyncio.sleep(retry.failed(exc, time.monotonic()))
 
     async def _shutdown(self) -> None:

@@ -97,6 +97,8 @@ class Route:
     """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
     track: str | None = None
     """A stream handler's reader name: its position is kept on the broker (``tracking``)."""
+    sharded_exchange: bool = False
+    """``queue`` is a modulus-sharded exchange's name, which the sharding plugin consumes from."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,14 @@ class App:
         """The app's one vhost (None without a spec, or with several vhosts)."""
         self._load()
         return self._vhost
+
+    @property
+    def spec_file(self) -> str | None:
+        """The file the spec was read from (None: a spec built in code, or no spec)."""
+        if self._source is not None:
+            return str(self._source[0])
+        source = self._spec.source if self._spec is not None else None
+        return source.file if source is not None else None
 
     @property
     def vhost_names(self) -> tuple[str, ...]:
@@ -503,6 +513,7 @@ class App:
             stream=stream,
             consumers=target.consumers,
             track=track,
+            sharded_exchange=target.sharded_exchange,
         )
         self.routes[key] = route
         return route

@@ -39,6 +39,7 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
 from rabbitry.consumer.positions import StreamPosition
+from rabbitry.consumer.preflight import StartCheck
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
@@ -53,6 +54,11 @@ _KEPT_PROPERTIES = (
     "reply_to",
     "priority",
 )
+
+
+def failure_text(error: BaseException) -> str:
+    """How a handler failed, as log lines give it (secrets in URLs masked)."""
+    return f"{type(error).__name__}: {mask_text(str(error))}"
 
 
 def worker_settings(
@@ -176,13 +182,16 @@ class WorkerOptions:
 
 
 class _Pending:
-    """A worker publish (retry or park) waiting for its confirm before the ack."""
+    """A worker publish (retry or park) waiting for its confirm before the ack and the log
+    line that says it happened."""
 
-    __slots__ = ("message", "verdict")
+    __slots__ = ("failure", "message", "verdict")
 
-    def __init__(self, message: IncomingMessage, verdict: Verdict) -> None:
+    def __init__(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
         self.message = message
         self.verdict = verdict
+        self.failure = failure
+        """How the handler failed, as the log line gives it."""
 
 
 class _Scheduled:
@@ -274,6 +283,8 @@ class WorkerCore:
         self.clock = time.time
         """Wall-clock seconds: when occurrences are due (tests replace it)."""
         self._next_seed = 0.0
+        self.start_check = StartCheck(self.routes, app.spec_file)
+        """What the broker must hold before the first consumer starts (``preflight``)."""
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -295,6 +306,7 @@ class WorkerCore:
             prefetch=self.options.prefetch,
             resend=resend,
             generation=self.generation,
+            start_check=self.start_check,
         )
         session.stopping = stopping
         self.session = session
@@ -357,6 +369,15 @@ class WorkerCore:
         if session is not None and session.generation != self.generation:
             self.generation = session.generation
             self.acks.forget()
+
+    def log_started(self, session: ConsumerSession) -> None:
+        """Say that the worker consumes, once its start-up check passed on ``session``."""
+        if session.checked is not None:
+            logger.info(
+                "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
+                session.checked,
+                ", ".join(dict.fromkeys(route.queue for route in self.routes)),
+            )
 
     def connection_lost(self) -> None:
         self.acks.forget()
@@ -652,7 +673,9 @@ class WorkerCore:
         verdict = after_failure(
             route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
         )
-        self._log_failure(message, route, verdict, error)
+        failure = failure_text(error)
+        if not verdict.publishes:  # a retry or a parking is logged once the broker stored it
+            self._log_failure(message, route, verdict, failure)
         span = message.span
         if span is not None:
             outcome = {Action.RETRY: "retried", Action.PARK: "parked"}.get(
@@ -683,7 +706,7 @@ class WorkerCore:
         if verdict.requeue is not None:
             self._return_failed(message, verdict, verdict.requeue)
             return verdict
-        self._republish(message, verdict)
+        self._republish(message, verdict, failure)
         return verdict
 
     def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
@@ -691,7 +714,7 @@ class WorkerCore:
         offset = self._offsets.get(message)
         verdict = after_stream_failure(route.queue, offset, error)
         self.metrics.queues[route.queue].skipped += 1
-        self._log_failure(message, route, verdict, error)
+        self._log_failure(message, route, verdict, failure_text(error))
         if message.span is not None:
             tracing.finish(message.span, "skipped", error, attempt=1, reason=verdict.reason)
         if self.middleware:
@@ -737,7 +760,7 @@ class WorkerCore:
                 if offset is not None:
                     self._positions[message.consumer].handled(offset)
 
-    def _republish(self, message: IncomingMessage, verdict: Verdict) -> None:
+    def _republish(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
         props: dict[str, Any] = {}
         if message._flags:
             all_props = message.properties
@@ -758,7 +781,7 @@ class WorkerCore:
             message_id=message.message_id,
             **props,
         )
-        self._pending[delivery] = _Pending(message, verdict)
+        self._pending[delivery] = _Pending(message, verdict, failure)
         self._send(delivery)
 
     def _send(self, delivery: Delivery) -> None:
@@ -794,17 +817,29 @@ class WorkerCore:
                 counters.parked += 1
             else:
                 counters.retried[verdict.tier_label] += 1
+            self._log_failure(message, self.routes[message.consumer], verdict, pending.failure)
             self._ack(message)
             return
-        logger.error(
-            "could not store the %s copy of message %s from %s: %s",
-            verdict.action.value,
-            message.message_id,
-            message.queue,
-            delivery.error,
-        )
         route = self.routes[message.consumer]
-        if verdict.action is Action.RETRY and route.retry is not None:
+        parks = verdict.action is Action.RETRY and route.retry is not None
+        logger.error(
+            "handler of %s failed on message %s (attempt %d): %s; could not store its %s copy"
+            " (%s): %s",
+            message.queue,
+            message.message_id,
+            verdict.attempt,
+            pending.failure,
+            verdict.action.value,
+            delivery.error,
+            "parking it instead" if parks else "returned to its queue",
+            extra={
+                **self._log_fields(message, message.queue),
+                "attempt": verdict.attempt,
+                "action": "park" if parks else "requeue",
+            },
+        )
+        if parks:
+            assert route.retry is not None
             park = Verdict(
                 Action.PARK,
                 attempt=verdict.attempt,
@@ -812,14 +847,18 @@ class WorkerCore:
                 headers={**(verdict.headers or {}), "x-rabbitry-parked-reason": "retry failed"},
                 reason=f"the retry could not be published: {delivery.error}",
             )
-            self._republish(message, park)
+            self._republish(message, park, pending.failure)
         else:
             self.requeue(message)
 
     def _log_failure(
-        self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
+        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
     ) -> None:
-        what = f"{type(error).__name__}: {mask_text(str(error))}"
+        """The line of a failure, once its outcome happened (a retry or parked copy is
+        confirmed; a reject or a via-broker return is sent)."""
+        if verdict.requeue is not None:
+            self._log_returned(message, route, verdict, what)
+            return
         if verdict.action is Action.RETRY:
             logger.warning(
                 "handler of %s failed on message %s (attempt %d): %s; retry in %d ms",
@@ -850,6 +889,36 @@ class WorkerCore:
                     "action": verdict.action.value,
                 },
             )
+
+    def _log_returned(
+        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
+    ) -> None:
+        """A ``via: broker`` failure: the worker only hands the message back (reject, with or
+        without requeue); the delay and the dead-lettering are the broker's to do, so the
+        line says what the worker did, not what the broker is expected to do next."""
+        if verdict.requeue and verdict.action is Action.RETRY:
+            done = "returned to the broker for retry (reject with requeue)"
+        elif verdict.requeue:
+            done = (
+                "returned to the broker (reject with requeue) at its last attempt, for the"
+                " broker to dead-letter past the queue's delivery limit"
+            )
+        else:
+            done = f"rejected without requeue, for the broker to dead-letter ({verdict.reason})"
+        log = logger.warning if verdict.action is Action.RETRY else logger.error
+        log(
+            "handler of %s failed on message %s (attempt %d): %s; %s",
+            route.queue,
+            message.message_id,
+            verdict.attempt,
+            what,
+            done,
+            extra={
+                **self._log_fields(message, route.queue),
+                "attempt": verdict.attempt,
+                "action": "requeue" if verdict.requeue else "reject",
+            },
+        )
 
     # -- output -----------------------------------------------------------------------------------
 

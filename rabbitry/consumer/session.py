@@ -1,6 +1,11 @@
 """One worker connection as a state machine without I/O: the publisher's ``Session`` plus
 consuming.
 
+Before it consumes anything on its first connection, a worker's session checks the broker
+(``start_check``): the broker's server properties from connection.start, then passive declares
+on a side channel (``probe``). Only when nothing is missing does it become ready and consume;
+otherwise ``start_refused`` holds the error and the session closes the connection.
+
 The channel stays in confirm mode (retries and parking are confirmed publishes on the same
 channel: ``basic.ack`` from the broker confirms a publish, ``basic.ack`` from the client
 settles a delivery; the two never mix up). After the handshake it sets the prefetch and starts
@@ -26,6 +31,8 @@ from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.preflight import BrokerFacts, StartCheck, TopologyMissing
+from rabbitry.consumer.probe import PROBE_CHANNEL, Probe
 
 _HEAD = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
@@ -60,8 +67,17 @@ class ConsumerSession(Session):
         prefetch: int,
         resend: list[Delivery] | None = None,
         generation: int = 0,
+        start_check: StartCheck | None = None,
     ) -> None:
         super().__init__(settings, tracker, builder, confirms=True, resend=resend)
+        self.start_check = start_check
+        """Run before the first consumer starts, unless it passed on an earlier connection."""
+        self.server_properties: dict[str, Any] = {}
+        self.start_refused: TopologyMissing | None = None
+        """Why the start-up check refused the worker (the connection is then closed)."""
+        self._probe: Probe | None = None
+        self.checked: int | None = None
+        """The objects the start-up check found on this connection (None: it did not run)."""
         self.subscriptions = list(subscriptions)
         self.prefetch = prefetch
         self.inbox: list[IncomingMessage] = []
@@ -79,6 +95,15 @@ class ConsumerSession(Session):
     # -- consuming --------------------------------------------------------------------------------
 
     def _become_ready(self) -> None:
+        check = self.start_check
+        if check is not None and not check.passed and not self.stopping:
+            # not ready yet: nothing is resent, seeded or consumed before the check passes
+            probe = self._probe = Probe(check.needs(BrokerFacts.of(self.server_properties)))
+            self.out += probe.start()
+            if not probe.done:
+                return
+            self._checked(probe)
+            return
         super()._become_ready()
         self.generation += 1
         self.consuming.clear()
@@ -96,6 +121,19 @@ class ConsumerSession(Session):
                     arguments=dict(sub.arguments),
                 ),
             )
+
+    def _checked(self, probe: Probe) -> None:
+        """The probe has every answer: consume, or refuse and close the connection."""
+        check = self.start_check
+        assert check is not None
+        if probe.missing:
+            broker = self.settings.display.rsplit("/", 1)[0]  # the vhost is named apart
+            self.start_refused = check.refusal(probe.missing, self.settings.vhost, broker)
+            self.close()
+            return
+        check.passed = True
+        self.checked = len(probe.asked)
+        self._become_ready()
 
     def cancel_consumers(self) -> None:
         """Ask the broker to stop delivering (graceful shutdown); in-flight ones stay ours."""
@@ -186,6 +224,13 @@ class ConsumerSession(Session):
         inbox.append(message)
 
     def _other(self, channel: int, frame: Any) -> None:
+        if channel == PROBE_CHANNEL:
+            probe = self._probe
+            if probe is not None and not probe.done:
+                self.out += probe.receive(frame)
+                if probe.done:
+                    self._checked(probe)
+            return  # the side channel's close-ok
         if isinstance(frame, commands.Basic.ConsumeOk):
             self.consuming.add(_consumer_index(frame.consumer_tag))
         elif isinstance(frame, commands.Basic.CancelOk):
@@ -198,6 +243,8 @@ class ConsumerSession(Session):
         elif isinstance(frame, commands.Basic.QosOk):
             pass
         else:
+            if isinstance(frame, commands.Connection.Start):
+                self.server_properties = dict(frame.server_properties or {})
             self._frame(channel, frame)
 
 

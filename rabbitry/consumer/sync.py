@@ -233,7 +233,15 @@ class Worker:
     def _connect(self) -> ConsumerSession:
         self._wire = wire = SocketWire(self.core.walk.current)
         session = self.core.new_session()
-        wire.handshake(session)
+        try:
+            wire.handshake(session)
+        except Disconnected:
+            if session.start_refused is None:
+                raise
+            self._drop()  # the start-up check closed the connection: nothing to retry
+            self.core.connection_lost()
+            raise session.start_refused from None
+        self.core.log_started(session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:

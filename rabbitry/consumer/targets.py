@@ -42,6 +42,8 @@ class Target:
     stream: bool = False
     consumers: int = 1
     """Consumers to open on ``queue`` (one per plugin shard for a modulus-sharded exchange)."""
+    sharded_exchange: bool = False
+    """``queue`` names a modulus-sharded exchange, not a queue: the plugin picks the shard."""
 
 
 def _is_stream(vhost: VhostSpec, spec: QueueSpec) -> bool:
@@ -136,7 +138,8 @@ def group_of(vhost: VhostSpec, name: str, *, nodes: int = 1) -> list[Target]:
     for modulus in vhost.modulus_sharding:
         if modulus.name == name:
             consumers = modulus.shards_per_node * max(1, nodes)
-            return [Target(name, f"modulus_sharding {name!r}", consumers=consumers)]
+            origin = f"modulus_sharding {name!r}"
+            return [Target(name, origin, consumers=consumers, sharded_exchange=True)]
     groups = [
         *(s.name for s in vhost.sharded_exchanges),
         *(s.name for s in vhost.super_streams),

@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Self, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import PydanticUndefined
 
+from rabbitry.topology.queue_types import QueueType as QueueType  # defined apart: see there
 from rabbitry.uri import mask_value
 
 JSON: TypeAlias = Any
@@ -37,14 +38,6 @@ class ExchangeType(enum.StrEnum):
 AnyExchangeType: TypeAlias = Annotated[ExchangeType | str, Field(union_mode="left_to_right")]
 """A known exchange type as its ``ExchangeType``; a type rabbitry does not know (a plugin's,
 such as ``x-local-random``) as its name, declared and compared as it is."""
-
-
-class QueueType(enum.StrEnum):
-    """Queue types; the broker cannot change one into another in place."""
-
-    CLASSIC = "classic"
-    QUORUM = "quorum"
-    STREAM = "stream"
 
 
 class DestinationType(enum.StrEnum):

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from rabbitry.topology.primitives import QueueType
+from rabbitry.topology.queue_types import QueueType
 
 __all__ = [
     "FACTS",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 
+import pytest
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
@@ -42,6 +44,7 @@ def core_with(handler_queue: str = "work") -> WorkerCore:
     app = App()
     app.add(handler_queue, lambda m: None, retry=RETRY)
     core = WorkerCore(app, ConnectionSettings(), WorkerOptions(prefetch=10))
+    core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
@@ -93,6 +96,29 @@ def test_a_nacked_retry_is_parked_instead() -> None:
     session.receive(pamqp_frame.marshal(commands.Basic.Ack(2, False), 1))
     assert client_acks(core.take_output()) == [(80, 1, False)]
     assert core.metrics["work"].parked == 1
+
+
+def test_a_retry_or_parking_is_logged_once_stored_and_a_refused_one_says_what_happened(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The line never claims an outcome the broker did not confirm: a retry copy the broker
+    refused is no 'retry in', a parking only counts once its copy is stored."""
+    caplog.set_level(logging.INFO, "rabbitry.worker")
+    core = core_with()
+    session = core.session
+    assert session is not None
+    session.receive(delivery(1, b"payload", consumer="rabbitry.0"))
+    (message,) = session.inbox
+    core.admit(message)
+    core.conclude(message, RuntimeError("boom"), 0.001)
+    assert caplog.records == [], "nothing is stored yet"
+    session.receive(pamqp_frame.marshal(commands.Basic.Nack(1, False), 1))
+    (refused,) = [r.getMessage() for r in caplog.records]
+    assert "RuntimeError: boom; could not store its retry copy" in refused
+    assert refused.endswith(": parking it instead") and "retry in" not in refused
+    session.receive(pamqp_frame.marshal(commands.Basic.Ack(2, False), 1))
+    parked = caplog.records[-1].getMessage()
+    assert "RuntimeError: boom; parked (the retry could not be published" in parked
 
 
 def test_tags_of_a_lost_channel_are_never_acked() -> None:

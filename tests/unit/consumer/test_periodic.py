@@ -274,6 +274,7 @@ def test_periodic_jobs_need_a_spec_with_a_periodic_queue() -> None:
 def ready_core(app: App, now_s: float) -> WorkerCore:
     core = WorkerCore(app, ConnectionSettings(), WorkerOptions(prefetch=10))
     core.clock = lambda: now_s
+    core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))

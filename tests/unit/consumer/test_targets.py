@@ -193,6 +193,7 @@ def stream_delivery(tag: int, offset: int) -> bytes:
 
 
 def ready(core: WorkerCore) -> None:
+    core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
