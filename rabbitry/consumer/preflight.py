@@ -176,7 +176,8 @@ def delay_levels(routes: Sequence[Route], broker: BrokerFacts) -> Iterator[Need]
 
 
 def level_needs(scheme: DelayScheme, what: str) -> Iterator[Need]:
-    """Every exchange and queue a message published into ``scheme`` may pass through."""
+    """Every exchange and queue a message published into ``scheme`` may pass through, and the
+    marker of its layout (``policies.delay.layout_exchange``)."""
     from rabbitry.policies.delay import BinaryDelays
 
     why = f"delay level carrying {what}"
@@ -189,6 +190,13 @@ def level_needs(scheme: DelayScheme, what: str) -> Iterator[Need]:
         for index in range(len(scheme.levels_ms)):
             yield Need(Needed.QUEUE, scheme.level_queue(index), why)
     yield Need(Needed.EXCHANGE, scheme.delivery_exchange, f"delivery exchange carrying {what}")
+    # the marker names the layout: without it the levels are laid out otherwise (or not yet
+    # marked), and a message routed by the spec's layout would strand in them
+    yield Need(
+        Needed.EXCHANGE,
+        scheme.layout_exchange,
+        f"layout marker of the delay carrying {what}: the broker's levels have another layout",
+    )
 
 
 STEPS: tuple[Step, ...] = (

@@ -72,7 +72,9 @@ def test_a_ladder_needs_its_queue_its_tier_queues_and_its_parking_lot() -> None:
     ]
 
 
-def test_a_retry_via_a_delay_needs_every_level_and_the_delivery_exchange() -> None:
+def test_a_retry_via_a_delay_needs_every_level_the_delivery_exchange_and_the_layout_marker() -> (
+    None
+):
     needs = needs_of([route("mail", VIA_DELAY)], RABBITMQ_4_0)
     levels = [(k, n) for k, n in named(needs) if n.startswith("delay")]
     assert levels == [
@@ -83,6 +85,8 @@ def test_a_retry_via_a_delay_needs_every_level_and_the_delivery_exchange() -> No
         ("exchange", "delay.02"),
         ("queue", "delay.02"),
         ("exchange", "delay.deliver"),
+        # the marker of the spec's layout: levels laid out otherwise would strand a retry
+        ("exchange", "delay.layout.binary-100ms-3"),
     ]
     assert ("queue", "mail.parking") in named(needs)
 
@@ -96,6 +100,7 @@ def test_a_periodic_queue_needs_the_levels_of_the_delay_that_carries_its_occurre
         ("queue", "every.00"),
         ("queue", "every.01"),
         ("exchange", "every.deliver"),
+        ("exchange", FixedDelays("every", (1000, 5000)).layout_exchange),
     ]
 
 
