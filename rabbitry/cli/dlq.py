@@ -93,7 +93,22 @@ def guard_options(func: Any) -> Any:
 
 
 def vhost_option(func: Any) -> Any:
-    return click.option("--vhost", default="/", show_default=True, help="The vhost.")(func)
+    return click.option("--vhost", help="The vhost (default: the one the AMQP URL names, else /).")(
+        func
+    )
+
+
+def lot_vhost(endpoints: Endpoints, vhost: str | None) -> str:
+    """The vhost a command acts on: ``--vhost``, else the one the AMQP URL names, else ``/``.
+    A URL naming another vhost than ``--vhost`` is an error, as in every client
+    (``amqp.settings.url_for_vhost``): a parking lot of one vhost is never replayed or purged
+    in another."""
+    from rabbitry.amqp.settings import named_vhost, url_for_vhost
+
+    if vhost is None:
+        return named_vhost(endpoints.amqp_url) or "/"
+    url_for_vhost(endpoints.amqp_url, vhost)  # raises when the URL names another vhost
+    return vhost
 
 
 def lot_options(func: Any) -> Any:
@@ -104,7 +119,7 @@ def lot_options(func: Any) -> Any:
     def command(
         queue: str,
         endpoints: Endpoints,
-        vhost: str,
+        vhost: str | None,
         count: int | None,
         ids: tuple[str, ...],
         match: tuple[str, ...],
@@ -114,7 +129,8 @@ def lot_options(func: Any) -> Any:
             selection = Selection(count=count, ids=frozenset(ids), match=parse_matches(match))
         except DlqError as exc:
             raise click.UsageError(str(exc)) from None
-        return func(LotTarget(queue, vhost, endpoints, selection), **options)
+        target = LotTarget(queue, lot_vhost(endpoints, vhost), endpoints, selection)
+        return func(target, **options)
 
     decorated = click.option(
         "--match", multiple=True, metavar="KEY=VALUE", help="Only messages with this header."
@@ -157,8 +173,9 @@ def dlq() -> None:
 @endpoint_options
 @vhost_option
 @json_option
-def list_command(endpoints: Endpoints, vhost: str, as_json: bool) -> None:
+def list_command(endpoints: Endpoints, vhost: str | None, as_json: bool) -> None:
     """Parking lots (queues named *.parking or *.dead) and how many messages each holds."""
+    vhost = lot_vhost(endpoints, vhost)
     with endpoints.management() as client:
         queues = client.queue_stats(vhost)
     # management statistics lag by seconds: ask each parking lot itself for its count

@@ -174,3 +174,32 @@ def test_rabbitry_worker_run_refuses_a_url_naming_another_vhost_before_connectin
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "names vhost '/'" in last and "'shop'" in last
     assert "s3cret" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", [["purge", "work.parking", "--yes"], ["list"]])
+def test_the_dlq_tools_refuse_a_vhost_other_than_the_one_their_url_names(
+    command: list[str],
+) -> None:
+    from click.testing import CliRunner
+
+    from rabbitry.cli import cli
+
+    url = "amqp://app:s3cret@127.0.0.1:1/shop"
+    args = ["dlq", *command, "--url", url, "--management-url", "http://app:s3cret@127.0.0.1:1"]
+    result = CliRunner().invoke(cli, [*args, "--vhost", "billing"])
+    assert result.exit_code == 1
+    assert "names vhost 'shop', but vhost 'billing' was asked for" in result.output
+    assert "s3cret" not in result.output
+
+
+def test_the_dlq_tools_act_on_the_vhost_their_url_names_without_vhost() -> None:
+    from rabbitry.cli.dlq import lot_vhost
+    from rabbitry.provisioner.endpoints import Endpoints
+
+    def endpoints(url: str) -> Endpoints:
+        return Endpoints(url, "http://127.0.0.1:15672", True)
+
+    assert lot_vhost(endpoints("amqp://u:p@h/shop"), None) == "shop"
+    assert lot_vhost(endpoints("amqp://u:p@h/"), None) == "/"
+    assert lot_vhost(endpoints("amqp://u:p@h"), "billing") == "billing"
+    assert lot_vhost(endpoints("amqp://u:p@h/shop"), "shop") == "shop"
