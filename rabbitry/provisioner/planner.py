@@ -404,10 +404,12 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
     changes.extend(guard_changes(want, have, record, wanted_guards, {c.key for c in changes}))
 
     # A migrated queue is unbound and bound again by its migration, with the desired bindings.
-    migrating = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "queue"}
+    # (a protected one is not: apply refuses it, and its bindings stay as they are)
+    replacing = [c for c in changes if c.action is Action.REPLACE and not c.protected]
+    migrating = {c.key for c in replacing if c.kind == "queue"}
     changes = [c for c in changes if not _binds_into(c, migrating)]
     # Deleting an exchange drops every binding that touches it: declare them again.
-    replaced = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "exchange"}
+    replaced = {c.key for c in replacing if c.kind == "exchange"}
     if replaced:
         planned = {c.key for c in changes}
         for key, resource in want.items():

@@ -14,12 +14,14 @@ into Prometheus metrics and ``serve_health`` serves them over HTTP with the heal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,11 +32,13 @@ from prometheus_client import Counter as PromCounter
 
 from rabbitry.errors import RabbitryError
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+from rabbitry.provisioner.lock import StackLock
+from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.relayout import touched_by
 from rabbitry.provisioner.stack import locked_plan, plan_topology
-from rabbitry.provisioner.target import target_of
+from rabbitry.provisioner.target import Target, target_of
 from rabbitry.uri import mask_text
 
 __all__ = [
@@ -172,6 +176,11 @@ class Reconciler:
         self.running = False
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._lock_token = uuid.uuid4().hex
+        """Every pass holds the stack's lock under this one token: a lock an earlier pass left
+        behind (the broker went away mid-apply, so it could not let go) is this loop's own,
+        taken again at once instead of after its ttl. Passes never overlap, so that earlier
+        pass is over."""
 
     # -- control, from any thread (a signal handler, the HTTP endpoint) -----------------------
 
@@ -241,16 +250,32 @@ class Reconciler:
             if not cut.has_changes:
                 return drift, [], refused
             # under the lock, from fresh reads: another run may have applied meanwhile
-            with locked_plan(
-                target,
-                topology.name,
-                lambda c: plan_topology(c, topology, counter, applying=True),
-            ) as (client, again):
+            with self._locked(target, topology.name, counter) as (client, again):
                 cut, refused = allowed(again, options, client.username)
                 if not cut.has_changes:
                     return drift, [], refused
                 result = apply_plan(client, cut, options, counter)
         return drift, list(result.done), refused
+
+    @contextlib.contextmanager
+    def _locked(
+        self, target: Target, stack: str, counter: AmqpQueueCounter
+    ) -> Iterator[tuple[ManagementClient, Plan]]:
+        """The plan made under the stack's lock (and those of ``take_over``), and its client."""
+        topology = target.topology
+
+        def make_plan(client: ManagementClient) -> Plan:
+            return plan_topology(client, topology, counter, applying=True)
+
+        if self.options.take_over:
+            with locked_plan(target, stack, make_plan, 0.0, self.options.take_over) as held:
+                yield held
+            return
+        with target.endpoints.management() as client:
+            lock = StackLock(client, stack)
+            lock.token = self._lock_token
+            with lock.held():
+                yield client, make_plan(client)
 
 
 def _log(report: PassReport) -> None:

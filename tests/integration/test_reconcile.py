@@ -160,7 +160,7 @@ def test_a_broker_stopped_and_started_again_is_waited_for_and_reconciled(
         wait_for("the broker answers", lambda: has_queue(), 60)
         http.delete("/queues/v/work").raise_for_status()
         wait_for("the queue is back", has_queue, 30)
-        assert reconciler.last is not None and reconciler.last.ok
+        wait_for("a good pass", lambda: reconciler.last is not None and reconciler.last.ok, 30)
     assert any(not r.ok for r in reports)
 
 
@@ -218,3 +218,40 @@ def test_the_health_endpoint_answers_while_the_loop_runs(broker: Broker) -> None
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_lock_is_taken_only_to_apply_and_a_leftover_of_the_loop_s_own_at_once(
+    broker: Broker,
+) -> None:
+    from rabbitry.provisioner.lock import StackLock
+    from rabbitry.provisioner.management import ManagementClient
+
+    spec = broker.spec(SPEC)
+    reconciler = Reconciler(
+        spec,
+        ReconcileOptions(interval=INTERVAL),
+        url=broker.amqp_url,
+        management_url=broker.management_url,
+        variables={"vhost": broker.vhost, "stack": broker.stack},
+    )
+    with ManagementClient(broker.management_url) as client:
+        other = StackLock(client, broker.stack, settle=0.05)
+        with other.held():  # another apply of the stack runs: the pass reports it, changes nothing
+            report = reconciler.run_once()
+        assert not report.ok and "is being applied by" in report.error, report
+        assert "work" not in broker.queue_names()
+        assert reconciler.run_once().ok  # the lock is free between passes
+        assert "work" in broker.queue_names()
+
+        # a pass that lost the broker mid-apply could not let go of its lock: the next pass
+        # takes it again at once (its own token), not after the lock's ttl
+        leftover = StackLock(client, broker.stack, settle=0.05)
+        leftover.token = reconciler._lock_token
+        leftover.acquire()
+        broker.http.delete(f"/queues/{quote(broker.vhost, safe='')}/work").raise_for_status()
+        started = time.monotonic()
+        report = reconciler.run_once()
+        assert report.ok, report
+        assert time.monotonic() - started < 10
+        assert "work" in broker.queue_names()
+        assert client.global_parameter(f"rabbitry.lock.{broker.stack}") is None
