@@ -255,3 +255,23 @@ def test_the_lock_is_taken_only_to_apply_and_a_leftover_of_the_loop_s_own_at_onc
         assert time.monotonic() - started < 10
         assert "work" in broker.queue_names()
         assert client.global_parameter(f"rabbitry.lock.{broker.stack}") is None
+
+
+def test_a_protected_queue_is_not_replaced_even_with_allow_replace(broker: Broker) -> None:
+    guarded = SPEC.replace("{name: work}", "{name: work, protect: true}")
+    spec = broker.spec(guarded)
+    reconciler = Reconciler(
+        spec,
+        ReconcileOptions(interval=INTERVAL, allow_replace=True, prune=True, force=True),
+        url=broker.amqp_url,
+        management_url=broker.management_url,
+        variables={"vhost": broker.vhost, "stack": broker.stack},
+    )
+    assert reconciler.run_once().ok
+    broker.publish("work", 2)
+    broker.spec(guarded.replace("protect: true", "protect: true, type: quorum"))
+    report = reconciler.run_once()
+    assert report.ok, report
+    assert any(f"queue {broker.vhost}/work is protected" in line for line in report.refused)
+    assert broker.get(f"/queues/{quote(broker.vhost, safe='')}/work")["type"] == "classic"
+    assert broker.count("work") == 2
