@@ -2,7 +2,8 @@
 ``GET /api/definitions``, any RabbitMQ from 3.8 on) turned into the topology a spec declares.
 
 ``rabbitry import-definitions FILE`` writes that topology as a spec (passwords inside URIs as
-environment references, as ``rabbitry export`` does); applying it to an empty broker makes the
+environment references, as ``rabbitry export`` does; a user's plain ``password`` as the hash the
+broker would make of it); applying it to an empty broker makes the
 same definitions. Exchanges of types rabbitry does not know (a plugin's, such as
 ``x-local-random``) are kept, passed through unchecked. What a spec cannot hold is left out by
 name, never silently: what the broker made for its plugins (``topology.plugin_objects``:
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.lock import LOCK_PREFIX
@@ -31,7 +34,7 @@ from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.provisioner.strict_json import loads
 from rabbitry.topology.plugin_objects import MQTT_QOS0_QUEUE_TYPE
 from rabbitry.topology.primitives import GlobalParameter, QueueType, Topology, User
-from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_problem
+from rabbitry.topology.spec.passwords import ALGORITHMS, DEFAULT_ALGORITHM, hash_problem
 
 if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
@@ -124,17 +127,11 @@ def _credential_problems(entry: JSONDict) -> list[tuple[str, str]]:
     if not isinstance(passwordless, bool):
         return [(f".{PASSWORDLESS}", f"`{PASSWORDLESS}` is true or false, not {passwordless!r}")]
     password_hash = entry.get("password_hash")
+    algorithm = entry.get("hashing_algorithm") or DEFAULT_ALGORITHM
+    if not isinstance(algorithm, str):
+        return [(".hashing_algorithm", "hashing_algorithm is a string")]
     if "password" in entry:
-        # the broker hashes a plain password on import; rabbitry does not read it (yet), and
-        # a user made without it would have no password at all
-        return [
-            (
-                ".password",
-                "a plain `password` is not read from a definitions file: give the user's"
-                " `password_hash` instead (rabbitmqctl hash_password, or GET"
-                " /api/auth/hash_password/PASSWORD)",
-            )
-        ]
+        return _plain_password_problems(entry, password_hash, algorithm, passwordless)
     if password_hash is None or password_hash == "":
         if passwordless:
             return []
@@ -155,14 +152,43 @@ def _credential_problems(entry: JSONDict) -> list[tuple[str, str]]:
         ]
     if not isinstance(password_hash, str):
         return [(".password_hash", "password_hash is a base64 string")]
-    algorithm = entry.get("hashing_algorithm") or DEFAULT_ALGORITHM
-    if not isinstance(algorithm, str):
-        return [(".hashing_algorithm", "hashing_algorithm is a string")]
     why = hash_problem(password_hash, algorithm)
     if why is None:
         return []
     where = ".hashing_algorithm" if why.startswith("unknown") else ".password_hash"
     return [(where, why)]
+
+
+def _plain_password_problems(
+    entry: JSONDict, password_hash: object, algorithm: str, passwordless: bool
+) -> list[tuple[str, str]]:
+    """What is wrong with a user entry that gives a plain ``password``. The broker's import
+    hashes it (rabbit_auth_backend_internal:put_user) and refuses an entry with both a password
+    and a hash; rabbitry hashes it the same way (``plain_password``). An empty password is no
+    password: the entry must say ``passwordless`` for that."""
+    password = entry["password"]
+    if not isinstance(password, str):
+        return [(".password", "password is a string")]
+    if password_hash not in (None, ""):
+        return [(".password", "the entry gives both `password` and `password_hash`: keep one")]
+    if passwordless:
+        return [(f".{PASSWORDLESS}", f"the entry says `{PASSWORDLESS}` and gives a password")]
+    if password == "":
+        return [
+            (
+                ".password",
+                "the password is empty, so the user would have no password: if that is meant,"
+                f' drop it and add `"{PASSWORDLESS}": true`; else give the password',
+            )
+        ]
+    if algorithm not in ALGORITHMS:
+        return [
+            (
+                ".hashing_algorithm",
+                f"unknown hashing_algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}",
+            )
+        ]
+    return []
 
 
 def check_definitions(data: JSONDict, file: str | None = None) -> None:
@@ -241,9 +267,13 @@ def topology_from_definitions(data: JSONDict, name: str, file: str | None = None
     users = []
     for item in data.get("users") or []:
         password_hash = item.get("password_hash") or None
+        # a plain password stays a secret in memory: a spec written of it gets its hash
+        # (topology.document), a plan compares it with the broker's hash
+        password = SecretStr(item["password"]) if item.get("password") else None
         users.append(
             User(
                 name=str(item["name"]),
+                password=password,
                 password_hash=password_hash,
                 hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
                 tags=tags_of(item.get("tags")),
@@ -298,8 +328,10 @@ def spec_of_definitions(
         on_warning(SpecProblem(f"left out: {line}", file=str(path), severity="warning"))
     for line in unknown_to_rabbitry(imported.topology):
         on_warning(SpecProblem(f"kept unchecked: {line}", file=str(path), severity="warning"))
+    document = spec_document(imported.topology)
+    _keep_plain_passwords(document, imported.topology)
     try:
-        return Spec.model_validate(spec_document(imported.topology))
+        return Spec.model_validate(document)
     except ValidationError as exc:
         raise SpecError(
             [
@@ -311,6 +343,19 @@ def spec_of_definitions(
                 *problems_from_validation_error(exc, Spec, None),
             ]
         ) from None
+
+
+def _keep_plain_passwords(document: JSONDict, topology: Topology) -> None:
+    """The users of a file read as the spec itself (never written out) keep a plain password
+    as it is, in memory, instead of the fresh salted hash a written spec holds: a plan then
+    compares the password with the broker's hash, so a second plan of the same file has
+    nothing to change."""
+    passwords = {u.name: u.password for u in topology.users if u.password is not None}
+    for user in document.get("users", []):
+        if user["name"] in passwords:
+            user.pop("password_hash", None)
+            user.pop("hashing_algorithm", None)  # the broker hashes it with its own default
+            user["password"] = passwords[user["name"]]
 
 
 __all__ = [

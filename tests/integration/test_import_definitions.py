@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import pika
+import pika.exceptions
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
 
-from .conftest import Broker
+from .conftest import Broker, with_credentials
 
 KINDS = (
     "users",
@@ -571,3 +574,78 @@ def test_a_file_in_older_shapes_makes_what_the_brokers_own_import_makes(broker: 
             for word in ("OPS", "BILLING"):
                 broker.http.delete(f"/users/{names[word]}")
         broker.http.delete(f"/global-parameters/rabbitry.stack.{stack}")
+
+
+def plaintext_definitions(broker: Broker, suffix: str, algorithm: str | None) -> dict[str, Any]:
+    """A definitions file as the official Docker image's `load_definitions` takes it: a user
+    with a plain password (and maybe the hashing algorithm to use), allowed into a vhost."""
+    vhost, user = f"{broker.vhost}{suffix}", f"{broker.stack}{suffix}-u"
+    entry: dict[str, Any] = {"name": user, "password": "Plain-pw 1", "tags": ""}
+    if algorithm:
+        entry["hashing_algorithm"] = algorithm
+    return {
+        "users": [entry],
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+    }
+
+
+def logs_in(broker: Broker, vhost: str, user: str, password: str) -> bool:
+    """Whether ``user`` opens an AMQP connection to ``vhost`` with ``password``."""
+    url = with_credentials(broker.amqp_url, user, password) + quote(vhost, safe="")
+    try:
+        pika.BlockingConnection(pika.URLParameters(url)).close()
+    except pika.exceptions.ProbableAuthenticationError:
+        return False
+    return True
+
+
+def run_on(broker: Broker, *args: str) -> Any:
+    """A command against the test broker, without the test's template variables (a
+    definitions file takes none)."""
+    verb, *rest = args
+    argv = [verb, *rest, "--management-url", broker.management_url, "--url", broker.amqp_url]
+    return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+
+def test_a_user_from_a_plaintext_password_file_logs_in_after_apply(broker: Broker) -> None:
+    definitions = plaintext_definitions(broker, "-p1", None)
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+    stack = f"{broker.stack}-p1"
+    source = broker.tmp / f"{stack}.json"
+    source.write_text(json.dumps(definitions))
+    try:
+        applied = run_on(broker, "apply", str(source), "--auto-approve")
+        assert applied.exit_code == 0, applied.output
+        assert "Plain-pw" not in applied.output
+        assert logs_in(broker, vhost, user, "Plain-pw 1")
+        assert not logs_in(broker, vhost, user, "another")
+        # the password, compared with the broker's hash, matches: nothing left to change
+        settled = run_on(broker, "plan", str(source), "--detailed-exitcode")
+        assert settled.exit_code == 0, settled.output
+    finally:
+        remove_renamed(broker, {"v": vhost, "u": user, "g": "-"}, stack)
+
+
+def test_a_user_from_a_plaintext_password_file_logs_in_after_import_and_apply(
+    broker: Broker,
+) -> None:
+    definitions = plaintext_definitions(broker, "-p2", "rabbit_password_hashing_sha512")
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+    stack = f"{broker.stack}-p2"
+    source, spec = broker.tmp / "plain.json", broker.tmp / "plain.yaml"
+    source.write_text(json.dumps(definitions))
+    try:
+        made = broker.run("import-definitions", str(source), "-o", str(spec), "--name", stack)
+        assert made.exit_code == 0, made.output
+        text = spec.read_text()
+        assert "Plain-pw" not in text + made.output
+        assert "password_hash:" in text and "rabbit_password_hashing_sha512" in text
+        applied = run_on(broker, "apply", str(spec), "--auto-approve")
+        assert applied.exit_code == 0, applied.output
+        assert logs_in(broker, vhost, user, "Plain-pw 1")
+        assert not logs_in(broker, vhost, user, "another")
+    finally:
+        remove_renamed(broker, {"v": vhost, "u": user, "g": "-"}, stack)

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 
 import pytest
 
 from rabbitry.errors import SpecError
-from rabbitry.provisioner.definitions import check_definitions, topology_from_definitions
+from rabbitry.provisioner.definitions import (
+    check_definitions,
+    spec_of_definitions,
+    topology_from_definitions,
+)
+from rabbitry.topology.document import spec_document
 from rabbitry.topology.primitives import Queue, QueueType
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, password_matches
 
 
 def queue(**entry: object) -> dict[str, object]:
@@ -132,7 +139,55 @@ def test_passwordless_with_a_hash_or_not_a_boolean_is_refused() -> None:
     assert "`passwordless` is true or false" in refused({"passwordless": "yes"})
 
 
-def test_a_plain_password_is_refused_rather_than_making_a_user_without_one() -> None:
-    text = refused({"password": "s3cret"})
-    assert "users[0].password: a plain `password` is not read" in text
+@pytest.mark.parametrize(
+    ("algorithm", "digest"),
+    [
+        (None, "sha256"),
+        ("rabbit_password_hashing_sha512", "sha512"),
+        ("rabbit_password_hashing_md5", "md5"),
+    ],
+)
+def test_a_plain_password_is_hashed_as_the_broker_hashes_it_never_written_in_clear(
+    algorithm: str | None, digest: str
+) -> None:
+    entry: dict[str, object] = {"password": "s3cret"}
+    if algorithm:
+        entry["hashing_algorithm"] = algorithm
+    (made,) = topology_from_definitions(user(**entry), "defs").topology.users
+    (written,) = spec_document(topology_from_definitions(user(**entry), "defs").topology)["users"]
+    assert "s3cret" not in str(written) and "password" not in written
+    raw = base64.b64decode(written["password_hash"])
+    # base64(salt4 + H(salt4 + password)), as rabbit_password does
+    assert raw[4:] == hashlib.new(digest, raw[:4] + b"s3cret").digest()
+    assert written.get("hashing_algorithm") == algorithm
+    assert made.password is not None and made.password.get_secret_value() == "s3cret"
+    assert password_matches("s3cret", written["password_hash"], algorithm or DEFAULT_ALGORITHM)
+
+
+def test_a_definitions_file_read_as_the_spec_keeps_the_password_so_a_plan_can_settle(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "defs.json"
+    spec = spec_of_definitions(source, user(password="s3cret"), lambda problem: None)
+    (made,) = spec.users
+    assert made.password_hash is None
+    assert made.password is not None and made.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(spec)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"password": "s3cret", "password_hash": hashed("sha256")}, "both `password` and"),
+        ({"password": "s3cret", "passwordless": True}, "says `passwordless` and gives a password"),
+        ({"password": ""}, "users[0].password: the password is empty"),
+        ({"password": 42}, "users[0].password: password is a string"),
+        ({"password": "s3cret", "hashing_algorithm": "bcrypt"}, "unknown hashing_algorithm"),
+    ],
+)
+def test_a_plain_password_the_broker_would_refuse_or_that_is_empty_is_refused(
+    entry: dict[str, object], message: str
+) -> None:
+    text = refused(entry)
+    assert message in text, text
     assert "s3cret" not in text
