@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
@@ -41,6 +42,7 @@ from rabbitry.provisioner.planfile import (
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.shovel_access import unreachable_shovels
 from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
@@ -77,6 +79,10 @@ def plan_topology(
     declared = declared_by(the_plan)
     _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
+    shovels = _unreachable_shovels(client, the_plan)
+    if applying and shovels:
+        raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
+    harm += shovels
     version_warnings = (
         *report.kept(declared),
         *report.notes,
@@ -93,6 +99,19 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
+    """``shovel_access.unreachable_shovels`` for the user applying, whose permissions are read
+    only when the plan declares a shovel."""
+    user = client.username
+    if not user or not any(
+        c.kind == "parameter" and c.key[2] == "shovel" and c.action in DECLARING
+        for c in the_plan.changes
+    ):
+        return []
+    permissions = client.get(f"/users/{quote(user, safe='')}/permissions")
+    return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
 
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:

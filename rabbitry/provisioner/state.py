@@ -254,7 +254,8 @@ def observed_vhost(
                     definition=dict(value.get("definition") or {}),
                 )
             )
-        else:
+        elif item.get("component") != "vhost-limits":
+            # a vhost's limits are a parameter to the broker too: read once, as its limits
             parameters.append(
                 Parameter(component=item["component"], name=item["name"], value=item.get("value"))
             )

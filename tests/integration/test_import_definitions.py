@@ -649,3 +649,79 @@ def test_a_user_from_a_plaintext_password_file_logs_in_after_import_and_apply(
         assert not logs_in(broker, vhost, user, "another")
     finally:
         remove_renamed(broker, {"v": vhost, "u": user, "g": "-"}, stack)
+
+
+def test_an_export_of_limits_and_a_direct_shovel_validates_and_applies_back(
+    broker: Broker,
+) -> None:
+    v = broker.vhost
+    broker.http.put(f"/vhost-limits/{v}/max-queues", json={"value": 50}).raise_for_status()
+    broker.http.put(f"/queues/{v}/a", json={"durable": True}).raise_for_status()
+    broker.http.put(
+        f"/parameters/shovel/{v}/sh",
+        json={
+            "value": {
+                "src-protocol": "amqp091",
+                "src-uri": f"amqp:///{quote(v, safe='')}",
+                "src-queue": "a",
+                "dest-protocol": "amqp091",
+                "dest-uri": ["amqp://", f"amqp:///{quote(v, safe='')}"],
+                "dest-queue": "b",
+            }
+        },
+    ).raise_for_status()
+    spec = broker.tmp / "export.yaml"
+    exported = broker.run("export", "--vhost", v, "--name", broker.stack, "-o", str(spec))
+    assert exported.exit_code == 0, exported.output
+    text = spec.read_text()
+    assert "vhost-limits" not in text and "max-queues: 50" in text  # the limits, once
+    checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    settled = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert settled.exit_code == 0, settled.output
+
+
+def test_a_shovel_the_broker_would_refuse_is_found_before_the_first_change(
+    broker: Broker,
+) -> None:
+    """A URI without a host connects inside the node as the user applying: into a vhost that
+    user may not enter, the broker refuses the shovel (HTTP 400), so apply refuses first."""
+    other = f"{broker.vhost}-sealed"
+    broker.http.put(f"/vhosts/{other}", json={}).raise_for_status()
+    connected = broker.get("/whoami")["name"]
+    broker.http.delete(f"/permissions/{other}/{connected}").raise_for_status()
+    fresh = f"{broker.vhost}-new"
+    definitions = {
+        "vhosts": [{"name": fresh}],
+        "queues": [{"name": "a", "vhost": fresh, "durable": True}],
+        "parameters": [
+            {
+                "component": "shovel",
+                "name": "sh",
+                "vhost": fresh,
+                "value": {
+                    "src-protocol": "amqp091",
+                    "src-uri": f"amqp:///{fresh}",
+                    "src-queue": "a",
+                    "dest-protocol": "amqp091",
+                    "dest-uri": f"amqp:///{other}",
+                    "dest-queue": "b",
+                },
+            }
+        ],
+    }
+    source = broker.tmp / f"{broker.stack}-sh.json"
+    source.write_text(json.dumps(definitions))
+    try:
+        planned = run_on(broker, "plan", str(source))
+        assert f"apply will refuse: parameter {fresh}/shovel/sh: its dest-uri" in planned.output
+        applied = run_on(broker, "apply", str(source), "--auto-approve")
+        assert applied.exit_code == 1, applied.output
+        assert "nothing was applied" in applied.output
+        assert "may not connect to; the broker refuses such a shovel" in applied.output
+        assert broker.get(f"/vhosts/{quote(fresh, safe='')}") is None  # no change was made
+    finally:
+        broker.http.delete(f"/vhosts/{other}")
+        broker.http.delete(f"/vhosts/{fresh}")
