@@ -9,7 +9,9 @@ same definitions. Exchanges of types rabbitry does not know (a plugin's, such as
 name, never silently: what the broker made for its plugins (``topology.plugin_objects``:
 federation links, shard queues, MQTT and STOMP subscriptions), runtime parameters of other
 components, bindings to or from what was left out, and the broker's own global parameters
-(``internal_cluster_id``).
+(``internal_cluster_id``). What the broker's own import takes is taken: an object written twice
+is its last entry (the earlier ones named), ``amq.*`` queues and exchanges are left out by name
+(the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
 metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as
@@ -18,6 +20,7 @@ metadata at the top of the entry or under ``metadata``, vhost limits in the vhos
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,11 +225,59 @@ def check_definitions(data: JSONDict, file: str | None = None) -> None:
         raise SpecError(problems)
 
 
+IDENTITY: dict[str, Callable[[JSONDict], tuple[object, ...]]] = {
+    "vhosts": lambda e: (e["name"],),
+    "users": lambda e: (e["name"],),
+    "permissions": lambda e: (e.get("vhost", "/"), e["user"]),
+    "topic_permissions": lambda e: (e.get("vhost", "/"), e["user"], e["exchange"]),
+    "parameters": lambda e: (e.get("vhost", "/"), e["component"], e["name"]),
+    "global_parameters": lambda e: (e["name"],),
+    "policies": lambda e: (e.get("vhost", "/"), e["name"]),
+    "queues": lambda e: (e.get("vhost", "/"), e["name"]),
+    "exchanges": lambda e: (e.get("vhost", "/"), e["name"]),
+    "bindings": lambda e: (
+        e.get("vhost", "/"),
+        e["source"],
+        e["destination_type"],
+        e["destination"],
+        e.get("routing_key", ""),
+        json.dumps(e.get("arguments") or {}, sort_keys=True),
+    ),
+}
+"""What names one object of each kind: two entries with the same identity are one object."""
+
+
+def last_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
+    """``data`` with one entry per object: the broker's import declares each entry in turn,
+    so where an object is written twice the last entry is what it holds. Each earlier entry
+    is named in ``left_out``."""
+    out = dict(data)
+    for kind, identity in IDENTITY.items():
+        entries = data.get(kind) or []
+        last: dict[tuple[object, ...], int] = {}
+        for index, entry in enumerate(entries):
+            last[identity(entry)] = index
+        if len(last) == len(entries):
+            continue
+        for index, entry in enumerate(entries):
+            kept = last[identity(entry)]
+            if kept != index:
+                shown = "/".join(str(part) for part in identity(entry)[:3])
+                left_out.append(
+                    f"{kind}[{index}] ({shown}): the same object is written again at"
+                    f" {kind}[{kept}], and the broker keeps the last entry"
+                )
+        keep = set(last.values())
+        out[kind] = [entry for index, entry in enumerate(entries) if index in keep]
+    return out
+
+
 def topology_from_definitions(data: JSONDict, name: str, file: str | None = None) -> Imported:
     """The topology of a definitions document, as stack ``name``; ``file`` is what problems
     name as the file."""
     check_definitions(data, file)
     left_out: list[str] = []
+    data = last_of_each(data, left_out)
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
     vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
 

@@ -191,3 +191,53 @@ def test_a_plain_password_the_broker_would_refuse_or_that_is_empty_is_refused(
     text = refused(entry)
     assert message in text, text
     assert "s3cret" not in text
+
+
+def test_an_object_written_twice_is_the_last_entry_and_the_earlier_is_named() -> None:
+    data = {
+        "vhosts": [{"name": "v"}],
+        "queues": [
+            {"name": "q", "vhost": "v", "arguments": {"x-max-length": 1}},
+            {"name": "other", "vhost": "v", "arguments": {}},
+            {"name": "q", "vhost": "v", "arguments": {"x-max-length": 5}},
+        ],
+    }
+    imported = topology_from_definitions(data, "defs")
+    queues = {r.name: r for r in imported.topology.resources().values() if isinstance(r, Queue)}
+    assert set(queues) == {"q", "other"}
+    assert queues["q"].arguments == {"x-max-length": 5}
+    assert imported.left_out == [
+        "queues[0] (v/q): the same object is written again at queues[2], and the broker keeps"
+        " the last entry"
+    ]
+
+
+def test_what_the_broker_named_or_keeps_for_itself_is_left_out_with_its_bindings() -> None:
+    data = {
+        "vhosts": [{"name": "v"}],
+        "exchanges": [
+            {"name": "amq.foobar", "vhost": "v", "type": "topic"},
+            {"name": "amq.topic", "vhost": "v", "type": "topic"},
+        ],
+        "queues": [{"name": "amq.gen-x1", "vhost": "v"}, {"name": "q", "vhost": "v"}],
+        "bindings": [
+            {"source": "amq.foobar", "vhost": "v", "destination": "q", "destination_type": "queue"},
+            {"source": "amq.topic", "vhost": "v", "destination": "q", "destination_type": "queue"},
+            {
+                "source": "amq.topic",
+                "vhost": "v",
+                "destination": "amq.gen-x1",
+                "destination_type": "queue",
+            },
+        ],
+    }
+    imported = topology_from_definitions(data, "defs")
+    (vhost,) = imported.topology.vhosts
+    assert [q.name for q in vhost.queues] == ["q"] and vhost.exchanges == ()
+    assert [(b.source, b.destination) for b in vhost.bindings] == [("amq.topic", "q")]
+    text = "\n".join(imported.left_out)
+    assert "exchange v/amq.foobar: named under the broker's reserved prefix amq.*" in text
+    assert "exchange v/amq.topic: the broker's own, declared in every vhost" in text
+    assert "queue v/amq.gen-x1: named by the broker (amq.*)" in text
+    assert "binding v/amq.foobar -> q: to or from an object left out" in text
+    assert "binding v/amq.topic -> amq.gen-x1" in text
