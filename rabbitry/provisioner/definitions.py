@@ -272,6 +272,59 @@ def last_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
     return out
 
 
+USER_SCOPES = ("none", "access", "all")
+"""Which users a scoped import takes: none; those with a permission in the vhosts taken; all,
+those without any permission too (as ``rabbitry export --users``)."""
+
+VHOST_KINDS = (
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
+
+
+def scoped(
+    data: JSONDict, vhosts: tuple[str, ...] = (), users: str = "all", file: str | None = None
+) -> JSONDict:
+    """The part of a definitions document a take-over asks for, by the rules of ``rabbitry
+    export``: only the objects of ``vhosts`` (every vhost when empty; the broker-wide global
+    parameters only then), and the users of scope ``users`` (``USER_SCOPES``); without a user
+    its permissions are left out too, so the spec grants nothing to users it does not
+    declare."""
+    if users not in USER_SCOPES:
+        raise ValueError(f"users is one of {', '.join(USER_SCOPES)}, not {users!r}")
+    out = dict(data)
+    if vhosts:
+        known = {str(v.get("name")) for v in data.get("vhosts") or [] if isinstance(v, dict)}
+        missing = [v for v in vhosts if v not in known]
+        if missing:
+            raise SpecError(
+                SpecProblem(
+                    f"no such vhost in the file: {', '.join(missing)} (it lists:"
+                    f" {', '.join(sorted(known)) or 'none'})",
+                    file=file,
+                )
+            )
+        wanted = set(vhosts)
+        out["vhosts"] = [v for v in data.get("vhosts") or [] if v.get("name") in wanted]
+        for kind in VHOST_KINDS:
+            out[kind] = [e for e in data.get(kind) or [] if str(e.get("vhost", "/")) in wanted]
+        out["global_parameters"] = []
+    if users == "none":
+        out["users"] = []
+    elif users == "access":
+        allowed = {str(p.get("user")) for p in out.get("permissions") or []}
+        out["users"] = [u for u in data.get("users") or [] if str(u.get("name")) in allowed]
+    declared = {str(u.get("name")) for u in out.get("users") or []}
+    for kind in ("permissions", "topic_permissions"):
+        out[kind] = [p for p in out.get(kind) or [] if str(p.get("user")) in declared]
+    return out
+
+
 def topology_from_definitions(data: JSONDict, name: str, file: str | None = None) -> Imported:
     """The topology of a definitions document, as stack ``name``; ``file`` is what problems
     name as the file."""
@@ -410,8 +463,10 @@ def _keep_plain_passwords(document: JSONDict, topology: Topology) -> None:
 
 
 __all__ = [
+    "USER_SCOPES",
     "Imported",
     "read_definitions",
+    "scoped",
     "spec_of_definitions",
     "topology_from_definitions",
 ]

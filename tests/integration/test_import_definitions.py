@@ -182,7 +182,7 @@ def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Brok
     stack = f"{broker.stack}-2"
     made = CliRunner().invoke(
         cli,
-        ["import-definitions", str(source), "-o", str(spec), "--name", stack],
+        ["import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"],
         catch_exceptions=False,
     )
     assert made.exit_code == 0, made.output
@@ -343,7 +343,9 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
             }
         )
     )
-    result = CliRunner().invoke(cli, ["import-definitions", str(source)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["import-definitions", str(source), "--users"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     for named in (
         "kept unchecked: exchange //recent: type 'x-recent-history' is not one rabbitry knows",
@@ -535,7 +537,8 @@ def test_a_file_in_older_shapes_makes_what_the_brokers_own_import_makes(broker: 
     stack = f"{broker.stack}-older"
     try:
         made = CliRunner().invoke(
-            cli, ["import-definitions", str(source), "-o", str(spec), "--name", stack],
+            cli,
+            ["import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"],
             catch_exceptions=False,
         )  # fmt: skip
         assert made.exit_code == 0 and "left out" not in made.output, made.output
@@ -638,7 +641,9 @@ def test_a_user_from_a_plaintext_password_file_logs_in_after_import_and_apply(
     source, spec = broker.tmp / "plain.json", broker.tmp / "plain.yaml"
     source.write_text(json.dumps(definitions))
     try:
-        made = broker.run("import-definitions", str(source), "-o", str(spec), "--name", stack)
+        made = broker.run(
+            "import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"
+        )
         assert made.exit_code == 0, made.output
         text = spec.read_text()
         assert "Plain-pw" not in text + made.output
@@ -725,3 +730,41 @@ def test_a_shovel_the_broker_would_refuse_is_found_before_the_first_change(
     finally:
         broker.http.delete(f"/vhosts/{other}")
         broker.http.delete(f"/vhosts/{fresh}")
+
+
+def test_export_users_all_keeps_a_user_without_any_permission(broker: Broker) -> None:
+    watcher = f"{broker.stack}-watch"
+    broker.http.put(
+        f"/users/{watcher}", json={"password": "w-pw", "tags": "monitoring"}
+    ).raise_for_status()
+    try:
+        some = broker.run("export", "--vhost", broker.vhost, "--users")
+        assert some.exit_code == 0, some.output
+        assert f"name: {watcher}" not in some.stdout
+        every = broker.run("export", "--vhost", broker.vhost, "--users", "all")
+        assert every.exit_code == 0, every.output
+        assert f"name: {watcher}" in every.stdout and "- monitoring" in every.stdout
+    finally:
+        broker.http.delete(f"/users/{watcher}")
+
+
+def test_import_definitions_takes_one_vhost_and_users_only_when_asked(broker: Broker) -> None:
+    definitions = plaintext_definitions(broker, "-s", None)
+    definitions["vhosts"].append({"name": "elsewhere"})
+    definitions["users"].append({"name": "root", "password_hash": "", "passwordless": True})
+    definitions["queues"] = [{"name": "q", "vhost": "elsewhere", "durable": True}]
+    source = broker.tmp / "shared.json"
+    source.write_text(json.dumps(definitions))
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+
+    bare = broker.run("import-definitions", str(source), "--vhost", vhost)
+    assert bare.exit_code == 0, bare.output
+    assert "note: 2 user(s) of the file were left out: --users takes them" in bare.stderr
+    assert "users:" not in bare.stdout and "permissions:" not in bare.stdout
+    assert "elsewhere" not in bare.stdout
+
+    some = broker.run("import-definitions", str(source), "--vhost", vhost, "--users")
+    assert some.exit_code == 0, some.output
+    assert f"name: {user}" in some.stdout and "name: root" not in some.stdout
+    every = broker.run("import-definitions", str(source), "--vhost", vhost, "--users", "all")
+    assert "name: root" in every.stdout and f"name: {user}" in every.stdout

@@ -12,6 +12,7 @@ import pytest
 from rabbitry.errors import SpecError
 from rabbitry.provisioner.definitions import (
     check_definitions,
+    scoped,
     spec_of_definitions,
     topology_from_definitions,
 )
@@ -241,3 +242,38 @@ def test_what_the_broker_named_or_keeps_for_itself_is_left_out_with_its_bindings
     assert "queue v/amq.gen-x1: named by the broker (amq.*)" in text
     assert "binding v/amq.foobar -> q: to or from an object left out" in text
     assert "binding v/amq.topic -> amq.gen-x1" in text
+
+
+SHARED = {
+    "vhosts": [{"name": "a"}, {"name": "b"}],
+    "users": [{"name": "admin"}, {"name": "app"}, {"name": "other"}],
+    "permissions": [
+        {"user": "app", "vhost": "a", "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": "other", "vhost": "b", "configure": ".*", "write": ".*", "read": ".*"},
+    ],
+    "queues": [{"name": "qa", "vhost": "a"}, {"name": "qb", "vhost": "b"}],
+    "global_parameters": [{"name": "cluster_name", "value": "c"}],
+}
+
+
+def test_one_vhost_of_a_shared_broker_is_taken_with_the_users_export_would_take() -> None:
+    taken = scoped(SHARED, ("a",), "access")
+    assert [v["name"] for v in taken["vhosts"]] == ["a"]
+    assert [q["name"] for q in taken["queues"]] == ["qa"]
+    assert [u["name"] for u in taken["users"]] == ["app"]
+    assert [p["user"] for p in taken["permissions"]] == ["app"]
+    assert taken["global_parameters"] == []  # broker-wide: only with every vhost
+
+
+def test_without_users_their_permissions_stay_out_and_all_keeps_users_without_any() -> None:
+    none = scoped(SHARED, ("a",), "none")
+    assert none["users"] == [] and none["permissions"] == []
+    every = scoped(SHARED, (), "all")
+    assert [u["name"] for u in every["users"]] == ["admin", "app", "other"]
+    assert len(every["permissions"]) == 2 and every["global_parameters"]
+
+
+def test_a_vhost_the_file_does_not_list_is_an_error() -> None:
+    with pytest.raises(SpecError) as caught:
+        scoped(SHARED, ("a", "c"), "none", "defs.json")
+    assert "defs.json: no such vhost in the file: c (it lists: a, b)" in str(caught.value)
