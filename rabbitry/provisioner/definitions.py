@@ -10,7 +10,8 @@ name, never silently: what the broker made for its plugins (``topology.plugin_ob
 federation links, shard queues, MQTT and STOMP subscriptions), runtime parameters of other
 components, bindings to or from what was left out, and the broker's own global parameters
 (``internal_cluster_id``). What the broker's own import takes is taken: an object written twice
-is its last entry (the earlier ones named), ``amq.*`` queues and exchanges are left out by name
+is the entry the broker keeps (the first for queues and exchanges, else the last; the others
+named), ``amq.*`` queues and exchanges are left out by name
 (the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
@@ -88,16 +89,32 @@ def read_definitions(path: Path) -> JSONDict:
 REQUIRED = {
     "vhosts": ("name",),
     "users": ("name",),
-    "permissions": ("user",),
-    "topic_permissions": ("user", "exchange"),
-    "parameters": ("component", "name"),
+    "permissions": ("user", "vhost"),
+    "topic_permissions": ("user", "vhost", "exchange"),
+    "parameters": ("component", "name", "vhost"),
     "global_parameters": ("name",),
-    "policies": ("name", "pattern", "definition"),
-    "queues": ("name",),
-    "exchanges": ("name",),
-    "bindings": ("source", "destination", "destination_type"),
+    "policies": ("name", "vhost", "pattern", "definition"),
+    "queues": ("name", "vhost"),
+    "exchanges": ("name", "vhost"),
+    "bindings": ("source", "vhost", "destination", "destination_type"),
 }
-"""What each entry of a definitions file must hold (the broker's own import needs it too)."""
+"""What each entry of a definitions file must hold (the broker's own import needs it too: an
+entry without its vhost belongs to a one-vhost file, ``POST /api/definitions/VHOST``)."""
+
+
+def _limit_problems(entry: JSONDict) -> list[tuple[str, str]]:
+    """Limits (of a user or a vhost) that are not whole numbers: the broker's import refuses
+    them, where rabbitry would read them as no limit."""
+    limits = entry.get("limits")
+    problems = []
+    for item in limits if isinstance(limits, list) else [limits]:
+        if not isinstance(item, dict):
+            continue
+        for key, value in item.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append((f".limits.{key}", f"a limit is a whole number, not {value!r}"))
+    return problems
+
 
 QUEUE_TYPES = frozenset({*QueueType, MQTT_QOS0_QUEUE_TYPE})
 """The queue types a definitions file may name (the MQTT plugin's is left out by name)."""
@@ -216,10 +233,13 @@ def check_definitions(data: JSONDict, file: str | None = None) -> None:
                 )
             elif kind == "queues" and (why := _queue_type_problem(entry)):
                 problems.append(SpecProblem(why, path=f"queues[{index}]", file=file))
-            elif kind == "users":
+            elif kind in ("users", "vhosts"):
+                found = _limit_problems(entry)
+                if kind == "users":
+                    found += _credential_problems(entry)
                 problems.extend(
-                    SpecProblem(why, path=f"users[{index}]{where}", file=file)
-                    for where, why in _credential_problems(entry)
+                    SpecProblem(why, path=f"{kind}[{index}]{where}", file=file)
+                    for where, why in found
                 )
     if problems:
         raise SpecError(problems)
@@ -247,27 +267,35 @@ IDENTITY: dict[str, Callable[[JSONDict], tuple[object, ...]]] = {
 """What names one object of each kind: two entries with the same identity are one object."""
 
 
-def last_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
-    """``data`` with one entry per object: the broker's import declares each entry in turn,
-    so where an object is written twice the last entry is what it holds. Each earlier entry
-    is named in ``left_out``."""
+DECLARED_ONCE = frozenset({"queues", "exchanges"})
+"""Kinds the broker's import declares: an entry for an object the import already made is a
+no-op, so the first entry holds (RabbitMQ 4.0.5, checked: a queue written twice keeps the first
+entry's arguments). Every other kind is set, so the last entry holds (a policy written twice
+has the second entry's pattern)."""
+
+
+def one_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
+    """``data`` with one entry per object, the one the broker's import keeps
+    (``DECLARED_ONCE``); each other entry is named in ``left_out``."""
     out = dict(data)
     for kind, identity in IDENTITY.items():
         entries = data.get(kind) or []
-        last: dict[tuple[object, ...], int] = {}
+        kept: dict[tuple[object, ...], int] = {}
         for index, entry in enumerate(entries):
-            last[identity(entry)] = index
-        if len(last) == len(entries):
+            if kind not in DECLARED_ONCE or identity(entry) not in kept:
+                kept[identity(entry)] = index
+        if len(kept) == len(entries):
             continue
+        which = "first" if kind in DECLARED_ONCE else "last"
         for index, entry in enumerate(entries):
-            kept = last[identity(entry)]
-            if kept != index:
+            holds = kept[identity(entry)]
+            if holds != index:
                 shown = "/".join(str(part) for part in identity(entry)[:3])
                 left_out.append(
-                    f"{kind}[{index}] ({shown}): the same object is written again at"
-                    f" {kind}[{kept}], and the broker keeps the last entry"
+                    f"{kind}[{index}] ({shown}): the same object is written at {kind}[{holds}]"
+                    f" too, and the broker's import keeps the {which} entry"
                 )
-        keep = set(last.values())
+        keep = set(kept.values())
         out[kind] = [entry for index, entry in enumerate(entries) if index in keep]
     return out
 
@@ -292,9 +320,9 @@ def scoped(
 ) -> JSONDict:
     """The part of a definitions document a take-over asks for, by the rules of ``rabbitry
     export``: only the objects of ``vhosts`` (every vhost when empty; the broker-wide global
-    parameters only then), and the users of scope ``users`` (``USER_SCOPES``); without a user
-    its permissions are left out too, so the spec grants nothing to users it does not
-    declare."""
+    parameters only then), and the users of scope ``users`` (``USER_SCOPES``). With a user left
+    out, its permissions are too, and with no user at all every permission, so that the spec
+    grants nothing to users it leaves out."""
     if users not in USER_SCOPES:
         raise ValueError(f"users is one of {', '.join(USER_SCOPES)}, not {users!r}")
     out = dict(data)
@@ -319,9 +347,14 @@ def scoped(
     elif users == "access":
         allowed = {str(p.get("user")) for p in out.get("permissions") or []}
         out["users"] = [u for u in data.get("users") or [] if str(u.get("name")) in allowed]
-    declared = {str(u.get("name")) for u in out.get("users") or []}
+    # the permissions of a user left out go with it; those of a user the file does not list
+    # (one it counts on existing, as `guest`) stay, unless no user is taken at all
+    taken = {str(u.get("name")) for u in out.get("users") or []}
+    dropped = {str(u.get("name")) for u in data.get("users") or []} - taken
     for kind in ("permissions", "topic_permissions"):
-        out[kind] = [p for p in out.get(kind) or [] if str(p.get("user")) in declared]
+        out[kind] = [
+            p for p in out.get(kind) or [] if users != "none" and str(p.get("user")) not in dropped
+        ]
     return out
 
 
@@ -330,7 +363,7 @@ def topology_from_definitions(data: JSONDict, name: str, file: str | None = None
     name as the file."""
     check_definitions(data, file)
     left_out: list[str] = []
-    data = last_of_each(data, left_out)
+    data = one_of_each(data, left_out)
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
     vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
 

@@ -26,6 +26,7 @@ from rabbitry.provisioner.applier import (
     refusals,
     self_harm,
 )
+from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import notices as version_notices
@@ -79,7 +80,7 @@ def plan_topology(
     declared = declared_by(the_plan)
     _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
-    shovels = _unreachable_shovels(client, the_plan)
+    shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
     if applying and shovels:
         raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
     harm += shovels
@@ -112,6 +113,17 @@ def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
         return []
     permissions = client.get(f"/users/{quote(user, safe='')}/permissions")
     return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
+
+
+def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[str]:
+    """``broker_exchanges.missing_exchanges``, asking the broker for each ``amq.*`` exchange
+    a binding of the plan uses in a vhost that exists (one read each, only for those)."""
+
+    def exists(vhost: str, name: str) -> bool:
+        path = f"/exchanges/{quote(vhost, safe='')}/{quote(name, safe='')}"
+        return client.get_optional(path) is not None
+
+    return missing_exchanges(the_plan, exists)
 
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:

@@ -194,7 +194,7 @@ def test_a_plain_password_the_broker_would_refuse_or_that_is_empty_is_refused(
     assert "s3cret" not in text
 
 
-def test_an_object_written_twice_is_the_last_entry_and_the_earlier_is_named() -> None:
+def test_an_object_written_twice_is_the_entry_the_broker_keeps_and_the_other_is_named() -> None:
     data = {
         "vhosts": [{"name": "v"}],
         "queues": [
@@ -202,14 +202,22 @@ def test_an_object_written_twice_is_the_last_entry_and_the_earlier_is_named() ->
             {"name": "other", "vhost": "v", "arguments": {}},
             {"name": "q", "vhost": "v", "arguments": {"x-max-length": 5}},
         ],
+        "policies": [
+            {"name": "p", "vhost": "v", "pattern": "a", "definition": {"max-length": 1}},
+            {"name": "p", "vhost": "v", "pattern": "b", "definition": {"max-length": 2}},
+        ],
     }
     imported = topology_from_definitions(data, "defs")
     queues = {r.name: r for r in imported.topology.resources().values() if isinstance(r, Queue)}
-    assert set(queues) == {"q", "other"}
-    assert queues["q"].arguments == {"x-max-length": 5}
-    assert imported.left_out == [
-        "queues[0] (v/q): the same object is written again at queues[2], and the broker keeps"
-        " the last entry"
+    # a queue is declared: the second declaration of it is a no-op; a policy is set: the last holds
+    assert queues["q"].arguments == {"x-max-length": 1} and set(queues) == {"q", "other"}
+    (vhost,) = imported.topology.vhosts
+    assert [p.pattern for p in vhost.policies] == ["b"]
+    assert sorted(imported.left_out) == [
+        "policies[0] (v/p): the same object is written at policies[1] too, and the broker's"
+        " import keeps the last entry",
+        "queues[2] (v/q): the same object is written at queues[0] too, and the broker's import"
+        " keeps the first entry",
     ]
 
 
@@ -277,3 +285,10 @@ def test_a_vhost_the_file_does_not_list_is_an_error() -> None:
     with pytest.raises(SpecError) as caught:
         scoped(SHARED, ("a", "c"), "none", "defs.json")
     assert "defs.json: no such vhost in the file: c (it lists: a, b)" in str(caught.value)
+
+
+def test_the_permissions_of_a_user_the_file_counts_on_existing_stay_with_users() -> None:
+    data = {**SHARED, "permissions": [*SHARED["permissions"], {"user": "guest", "vhost": "a"}]}
+    assert [p["user"] for p in scoped(data, (), "all")["permissions"]] == ["app", "other", "guest"]
+    assert [p["user"] for p in scoped(data, ("a",), "access")["permissions"]] == ["app", "guest"]
+    assert scoped(data, (), "none")["permissions"] == []

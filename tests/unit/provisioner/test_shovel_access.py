@@ -1,15 +1,17 @@
-"""Shovels the broker would refuse for the user applying them, found in the plan: a URI
-without a host connects inside the node as that user, who must be allowed into its vhost."""
+"""What the broker would refuse, found in the plan before the first change: a shovel whose URI
+without a host connects inside the node as a user not allowed into its vhost; a binding from an
+amq.* exchange the broker does not have."""
 
 from __future__ import annotations
 
 import pytest
 
+from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import Action, Change, Plan
 from rabbitry.provisioner.shovel_access import direct_vhosts, unreachable_shovels
 from rabbitry.provisioner.state import observed_vhost
-from rabbitry.topology.primitives import JSON, Parameter, Vhost
+from rabbitry.topology.primitives import JSON, Binding, Parameter, Vhost
 
 
 @pytest.mark.parametrize(
@@ -78,3 +80,25 @@ def test_vhost_limits_read_from_the_broker_are_the_vhosts_limits_not_a_parameter
     )
     assert vhost.parameters == ()
     assert vhost.limits == {"max-queues": 5}
+
+
+def binding_plan(source: str, vhost_created: bool) -> Plan:
+    changes = [
+        Change(
+            Action.CREATE,
+            ("binding", "v", source, "queue", "q", "", "{}"),
+            desired=Binding(source=source, destination="q"),
+        )
+    ]
+    if vhost_created:
+        changes.insert(0, Change(Action.CREATE, ("vhost", "v"), desired=Vhost(name="v")))
+    return shovel_plan(*changes)
+
+
+def test_a_binding_from_an_amq_exchange_the_broker_lacks_is_named() -> None:
+    (problem,) = missing_exchanges(binding_plan("amq.rabbitmq.log", True), lambda v, n: True)
+    assert "exchange v/amq.rabbitmq.log: a binding of the plan uses it" in problem
+    assert missing_exchanges(binding_plan("amq.topic", True), lambda v, n: False) == []
+    # in a vhost that exists, the broker says
+    assert missing_exchanges(binding_plan("amq.rabbitmq.event", False), lambda v, n: True) == []
+    assert missing_exchanges(binding_plan("amq.rabbitmq.event", False), lambda v, n: False)
