@@ -8,7 +8,8 @@ by the broker (404 on the binding, ``resources_missing`` on a definitions import
 change ordered before bindings; the plan finds it instead.
 
 Pure: the caller says which ``amq.*`` exchanges exist in the vhosts that exist; a vhost the plan
-creates gets the broker's own set (``plugin_objects.BROKER_EXCHANGES``).
+creates gets the broker's own set (``plugin_objects.BROKER_EXCHANGES``, and what the version
+puts in every vhost, told by the default vhost).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from rabbitry.topology.plugin_objects import BROKER_EXCHANGES, RESERVED_PREFIX
 from rabbitry.topology.primitives import Binding, DestinationType
 
 DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
+IN_EVERY_VHOST_ON_SOME = frozenset({"amq.rabbitmq.log"})
+"""Exchanges some versions make in every vhost (``amq.rabbitmq.log``: RabbitMQ 3.x, checked on
+3.10; not 4.0): a new vhost has one when the default vhost has it."""
 
 
 def reserved_ends(plan: Plan) -> set[tuple[str, str]]:
@@ -39,11 +43,16 @@ def reserved_ends(plan: Plan) -> set[tuple[str, str]]:
 def missing_exchanges(plan: Plan, exists: Callable[[str, str], bool]) -> list[str]:
     """The bindings of the plan whose ``amq.*`` end the broker does not have: ``exists(vhost,
     name)`` answers for vhosts that exist now; in a vhost the plan creates only the broker's
-    own exchanges exist."""
+    own exchanges exist (``IN_EVERY_VHOST_ON_SOME`` as in ``/``)."""
     created = {c.key[1] for c in plan.changes if c.kind == "vhost" and c.action is Action.CREATE}
     problems = []
     for vhost, name in sorted(reserved_ends(plan)):
-        there = name in BROKER_EXCHANGES if vhost in created else exists(vhost, name)
+        if vhost not in created:
+            there = exists(vhost, name)
+        else:  # a new vhost gets what every vhost has: as the default vhost has it
+            there = name in BROKER_EXCHANGES or (
+                name in IN_EVERY_VHOST_ON_SOME and exists("/", name)
+            )
         if not there:
             problems.append(
                 f"exchange {vhost}/{name}: a binding of the plan uses it, and the broker has no"

@@ -45,6 +45,7 @@ KINDS = (
     "bindings",
 )
 VHOST_KINDS = KINDS[2:5] + KINDS[6:]
+NO_SUCH_EXCHANGE = "a binding of the plan uses it, and the broker has no such exchange"
 FIXED_HASH = "tXIGvUG8jt1C4y1YsvO8U7JeBJbR2EVx2EoPKYSQnIwcCMDy"
 """A users' hash (of no password anyone uses) for the users a file counts on existing."""
 BROKER_GLOBALS = ("internal_cluster_id",)
@@ -277,6 +278,14 @@ def test_a_public_definitions_file_comes_back_kind_by_kind(broker: Broker, name:
         )  # fmt: skip
         assert made.exit_code == 0, made.output
         applied = run(broker, "apply", str(spec), "--auto-approve")
+        if NO_SUCH_EXCHANGE in applied.output:
+            # RabbitMQ 3.10 imports a binding from an amq.* exchange it lacks as nothing at all
+            # (4.0 refuses the file); rabbitry refuses it by name before any change
+            assert not [x for x in expected["bindings"] if x["source"].startswith("amq.")]
+            assert all(
+                broker.get(f"/vhosts/{quote(v, safe='')}") is None for v in b.vhosts.values()
+            )
+            return
         assert applied.exit_code == 0, applied.output
         b.drop_grants_to(broker, connected)
         compare(expected, b.held(broker.get("/definitions")), made.output, b, plain)
