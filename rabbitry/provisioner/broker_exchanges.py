@@ -2,14 +2,15 @@
 change.
 
 A spec never declares ``amq.*`` exchanges: they are the broker's, and a binding may use them. But
-not every broker has every one: ``amq.rabbitmq.log`` is gone from RabbitMQ 4.0, and
-``amq.rabbitmq.event`` exists only with its plugin. A binding from one that is missing is refused
-by the broker (404 on the binding, ``resources_missing`` on a definitions import) after every
-change ordered before bindings; the plan finds it instead.
+not every vhost has every one: a new vhost has no ``amq.rabbitmq.log`` (3.10, 4.0, 4.3 checked),
+and ``amq.rabbitmq.event`` exists only with its plugin. A binding from one that is missing is
+refused by the broker (404 on the binding, ``resources_missing`` on a 4.x definitions import;
+3.10's import makes nothing of it) after every change ordered before bindings; the plan finds it
+instead.
 
 Pure: the caller says which ``amq.*`` exchanges exist in the vhosts that exist; a vhost the plan
-creates gets the broker's own set (``plugin_objects.BROKER_EXCHANGES``, and what the version
-puts in every vhost, told by the default vhost).
+creates gets the broker's own set (``plugin_objects.BROKER_EXCHANGES``; checked on 3.10, 4.0 and
+4.3: a new vhost has no ``amq.rabbitmq.log``, whatever the default vhost has).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from rabbitry.topology.plugin_objects import BROKER_EXCHANGES, RESERVED_PREFIX
 from rabbitry.topology.primitives import Binding, DestinationType
 
 DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
-IN_EVERY_VHOST_ON_SOME = frozenset({"amq.rabbitmq.log"})
-"""Exchanges some versions make in every vhost (``amq.rabbitmq.log``: RabbitMQ 3.x, checked on
-3.10; not 4.0): a new vhost has one when the default vhost has it."""
 
 
 def reserved_ends(plan: Plan) -> set[tuple[str, str]]:
@@ -43,22 +41,18 @@ def reserved_ends(plan: Plan) -> set[tuple[str, str]]:
 def missing_exchanges(plan: Plan, exists: Callable[[str, str], bool]) -> list[str]:
     """The bindings of the plan whose ``amq.*`` end the broker does not have: ``exists(vhost,
     name)`` answers for vhosts that exist now; in a vhost the plan creates only the broker's
-    own exchanges exist (``IN_EVERY_VHOST_ON_SOME`` as in ``/``)."""
+    own exchanges exist."""
     created = {c.key[1] for c in plan.changes if c.kind == "vhost" and c.action is Action.CREATE}
     problems = []
     for vhost, name in sorted(reserved_ends(plan)):
-        if vhost not in created:
-            there = exists(vhost, name)
-        else:  # a new vhost gets what every vhost has: as the default vhost has it
-            there = name in BROKER_EXCHANGES or (
-                name in IN_EVERY_VHOST_ON_SOME and exists("/", name)
-            )
+        there = name in BROKER_EXCHANGES if vhost in created else exists(vhost, name)
         if not there:
             problems.append(
                 f"exchange {vhost}/{name}: a binding of the plan uses it, and the broker has no"
-                " such exchange (amq.* exchanges are the broker's own: amq.rabbitmq.log is gone"
-                " from RabbitMQ 4.0, amq.rabbitmq.event needs its plugin); leave the binding"
-                " out, or bind another exchange"
+                " such exchange (amq.* exchanges are the broker's own: a new vhost has only"
+                f" {', '.join(sorted(BROKER_EXCHANGES))}; amq.rabbitmq.log is not made in every"
+                " vhost, amq.rabbitmq.event needs its plugin); leave the binding out, or bind"
+                " another exchange"
             )
     return problems
 
