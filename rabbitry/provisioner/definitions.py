@@ -10,8 +10,8 @@ name, never silently: what the broker made for its plugins (``topology.plugin_ob
 federation links, shard queues, MQTT and STOMP subscriptions), runtime parameters of other
 components, bindings to or from what was left out, and the broker's own global parameters
 (``internal_cluster_id``). What the broker's own import takes is taken: an object written twice
-is the entry the broker keeps (the first for queues and exchanges, else the last; the others
-named), ``amq.*`` queues and exchanges are left out by name
+is its last entry (the others named, and where they differ and the broker's import declares
+the kind concurrently, said to be a race there), ``amq.*`` queues and exchanges are left out by name
 (the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
@@ -267,35 +267,42 @@ IDENTITY: dict[str, Callable[[JSONDict], tuple[object, ...]]] = {
 """What names one object of each kind: two entries with the same identity are one object."""
 
 
-DECLARED_ONCE = frozenset({"queues", "exchanges"})
-"""Kinds the broker's import declares: an entry for an object the import already made is a
-no-op, so the first entry holds (RabbitMQ 4.0.5, checked: a queue written twice keeps the first
-entry's arguments). Every other kind is set, so the last entry holds (a policy written twice
-has the second entry's pattern)."""
+SET_IN_ORDER = frozenset({"parameters", "global_parameters", "policies"})
+"""Kinds the broker's import sets one entry after the other, so that of an object written twice
+the last entry holds. It imports every other kind concurrently (rabbit_definitions
+concurrent_for_all), so which of two different entries holds is not defined: RabbitMQ 4.0.5
+kept the first entry of a queue written twice, 3.10.8 the last (checked)."""
 
 
 def one_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
-    """``data`` with one entry per object, the one the broker's import keeps
-    (``DECLARED_ONCE``); each other entry is named in ``left_out``."""
+    """``data`` with one entry per object, the last; each other entry is named in
+    ``left_out``, and said to be a race on the broker where it differs from the last and the
+    broker imports its kind concurrently (``SET_IN_ORDER``)."""
     out = dict(data)
     for kind, identity in IDENTITY.items():
         entries = data.get(kind) or []
-        kept: dict[tuple[object, ...], int] = {}
+        last: dict[tuple[object, ...], int] = {}
         for index, entry in enumerate(entries):
-            if kind not in DECLARED_ONCE or identity(entry) not in kept:
-                kept[identity(entry)] = index
-        if len(kept) == len(entries):
+            last[identity(entry)] = index
+        if len(last) == len(entries):
             continue
-        which = "first" if kind in DECLARED_ONCE else "last"
         for index, entry in enumerate(entries):
-            holds = kept[identity(entry)]
-            if holds != index:
-                shown = "/".join(str(part) for part in identity(entry)[:3])
-                left_out.append(
-                    f"{kind}[{index}] ({shown}): the same object is written at {kind}[{holds}]"
-                    f" too, and the broker's import keeps the {which} entry"
+            kept = last[identity(entry)]
+            if kept == index:
+                continue
+            shown = "/".join(str(part) for part in identity(entry)[:3])
+            if entry == entries[kept]:
+                why = "the same entry is written again there"
+            elif kind in SET_IN_ORDER:
+                why = "the broker's import keeps the last entry too"
+            else:
+                why = (
+                    "rabbitry keeps the last; the broker's import declares these concurrently"
+                    " and may keep either (4.0.5 kept the first, 3.10.8 the last): remove the"
+                    " entry not meant"
                 )
-        keep = set(kept.values())
+            left_out.append(f"{kind}[{index}] ({shown}): {kind}[{kept}] is the same object; {why}")
+        keep = set(last.values())
         out[kind] = [entry for index, entry in enumerate(entries) if index in keep]
     return out
 

@@ -45,6 +45,7 @@ KINDS = (
     "bindings",
 )
 VHOST_KINDS = KINDS[2:5] + KINDS[6:]
+RACE = "the broker's import declares these concurrently and may keep either"
 NO_SUCH_EXCHANGE = "a binding of the plan uses it, and the broker has no such exchange"
 FIXED_HASH = "tXIGvUG8jt1C4y1YsvO8U7JeBJbR2EVx2EoPKYSQnIwcCMDy"
 """A users' hash (of no password anyone uses) for the users a file counts on existing."""
@@ -201,6 +202,10 @@ def named_left_out(kind: str, item: dict[str, Any], output: str, names: Names) -
         phrase = f"global parameter {names.globals.get(item['name'])}: "
     else:
         return False
+    if kind in ("queues", "exchanges"):
+        twice = f"{kind}[", f"({vhost}/{item['name']}): ", RACE
+        if any(all(part in line for part in twice) for line in output.splitlines()):
+            return True  # written twice, differently: the broker may keep either
     return f"left out: {phrase}" in output
 
 
@@ -236,7 +241,8 @@ def compare(
     what rabbitry's ``output`` named as left out (under the copy's ``names``)."""
     for kind in kinds:
         wanted = [i for i in expected[kind] if not named_left_out(kind, i, output, names)]
-        assert canonical(kind, got[kind], plain) == canonical(kind, wanted, plain), kind
+        made = [i for i in got[kind] if not named_left_out(kind, i, output, names)]
+        assert canonical(kind, made, plain) == canonical(kind, wanted, plain), kind
 
 
 @pytest.mark.parametrize("name", FILES)
