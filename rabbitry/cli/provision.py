@@ -19,7 +19,12 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
-from rabbitry.provisioner.definitions import read_definitions, topology_from_definitions
+from rabbitry.provisioner.definitions import (
+    check_definitions,
+    read_definitions,
+    scoped,
+    topology_from_definitions,
+)
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.endpoints import Endpoints
@@ -97,6 +102,19 @@ output_option = click.option(
 )
 
 
+users_option = click.option(
+    "--users",
+    type=click.Choice(["access", "all"]),
+    is_flag=False,
+    flag_value="access",
+    default=None,
+    help="Also take users (with their password hashes): `--users` those with a permission in"
+    " the vhosts taken (every user when every vhost is taken: export --all-vhosts,"
+    " import-definitions without --vhost); `--users all` every user, those without any"
+    " permission too (administrator- or monitoring-only users).",
+)
+
+
 @command("export")
 @endpoint_options
 @click.option("--vhost", "vhosts", multiple=True, help="Vhost to export (repeatable).")
@@ -105,11 +123,7 @@ output_option = click.option(
     "--name",
     help="Stack name written into the spec (default: the first vhost; `broker` with --all-vhosts).",
 )
-@click.option(
-    "--users",
-    is_flag=True,
-    help="Also export the users with access to the vhosts (with their password hashes).",
-)
+@users_option
 @reveal_option
 @passwords_option
 @output_option
@@ -118,18 +132,19 @@ def export_command(
     vhosts: tuple[str, ...],
     all_vhosts: bool,
     name: str | None,
-    users: bool,
+    users: str | None,
     reveal_secrets: bool,
     passwords_from_env: bool,
     output: Path | None,
 ) -> int:
     """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
 
-    Users are left out unless --users: applying an export puts what it holds under the stack,
-    and the broker's own operators rarely belong there. What rabbitry does not know (exchange
-    types of plugins, arguments no check covers) is kept unchecked; what the broker made for its
-    own plugins (federation links' queues and exchanges, the queues of MQTT and STOMP clients'
-    subscriptions) is left out, with its bindings. Both are named on stderr.
+    Users are left out unless --users (--users all, or --all-vhosts --users, for every user of
+    the broker, those without a permission too): applying an export puts what it holds under
+    the stack, and the broker's own operators rarely belong there. What rabbitry does not know
+    (exchange types of plugins, arguments no check covers) is kept unchecked; what the broker
+    made for its own plugins (federation links' queues and exchanges, the queues of MQTT and
+    STOMP clients' subscriptions) is left out, with its bindings. Both are named on stderr.
     """
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
@@ -143,7 +158,8 @@ def export_command(
                 client,
                 vhosts,
                 name=name or stack_name(vhosts[0], "default"),
-                include_users=users,
+                include_users=users is not None,
+                all_users=users == "all" or (users is not None and all_vhosts),
                 left_out=omitted,
             )
         connected = client.username
@@ -189,27 +205,48 @@ def _write_spec(text: str, references: list[SecretReference], output: Path | Non
 
 @command("import-definitions")
 @click.argument("definitions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--vhost",
+    "vhosts",
+    multiple=True,
+    help="Take only this vhost of the file (repeatable; default: every vhost, and the"
+    " global parameters).",
+)
 @click.option("--name", help="Stack name written into the spec (default: the file's name).")
+@users_option
 @reveal_option
 @passwords_option
 @output_option
 def import_definitions_command(
     definitions: Path,
+    vhosts: tuple[str, ...],
     name: str | None,
+    users: str | None,
     reveal_secrets: bool,
     passwords_from_env: bool,
     output: Path | None,
 ) -> int:
     """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
     3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
-    (validate, plan and apply also take the file itself.)
+    (validate, plan and apply also take the file itself, with every user.)
 
-    Exchanges of types rabbitry does not know are kept, passed through unchecked. What a spec
-    cannot hold (plugin-internal objects, other runtime parameters) is left out and named on
-    stderr, never dropped silently.
+    Users follow the rules of `export`: left out unless --users (those with a permission in
+    the vhosts taken; without --vhost, or with --users all, every user of the file), and
+    with a user left out, its permissions too. Exchanges of types rabbitry does not know are
+    kept, passed through unchecked. What a spec cannot hold (plugin-internal objects, other
+    runtime parameters) is left out and named on stderr, never dropped silently.
     """
     stack = name or stack_name(definitions.stem, "imported")
-    imported = topology_from_definitions(read_definitions(definitions), stack, str(definitions))
+    data = read_definitions(definitions)
+    check_definitions(data, str(definitions))
+    user_scope = "all" if users == "all" or (users and not vhosts) else users or "none"
+    taken = scoped(data, vhosts, user_scope, str(definitions))
+    if users is None and data.get("users"):
+        err(
+            f"note: {len(data['users'])} user(s) of the file were left out: --users takes them"
+            " (permissions of users left out are left out too)"
+        )
+    imported = topology_from_definitions(taken, stack, str(definitions))
     text, references = export_text(
         imported.topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
     )

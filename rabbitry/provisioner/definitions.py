@@ -2,13 +2,17 @@
 ``GET /api/definitions``, any RabbitMQ from 3.8 on) turned into the topology a spec declares.
 
 ``rabbitry import-definitions FILE`` writes that topology as a spec (passwords inside URIs as
-environment references, as ``rabbitry export`` does); applying it to an empty broker makes the
+environment references, as ``rabbitry export`` does; a user's plain ``password`` as the hash the
+broker would make of it); applying it to an empty broker makes the
 same definitions. Exchanges of types rabbitry does not know (a plugin's, such as
 ``x-local-random``) are kept, passed through unchecked. What a spec cannot hold is left out by
 name, never silently: what the broker made for its plugins (``topology.plugin_objects``:
 federation links, shard queues, MQTT and STOMP subscriptions), runtime parameters of other
 components, bindings to or from what was left out, and the broker's own global parameters
-(``internal_cluster_id``).
+(``internal_cluster_id``). What the broker's own import takes is taken: an object written twice
+is its last entry (the others named, and where they differ and the broker's import declares
+the kind concurrently, said to be a race there), ``amq.*`` queues and exchanges are left out by name
+(the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
 metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as
@@ -17,11 +21,14 @@ metadata at the top of the entry or under ``metadata``, vhost limits in the vhos
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import SecretStr
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.early import stack_name
@@ -31,7 +38,7 @@ from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.provisioner.strict_json import loads
 from rabbitry.topology.plugin_objects import MQTT_QOS0_QUEUE_TYPE
 from rabbitry.topology.primitives import GlobalParameter, QueueType, Topology, User
-from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_problem
+from rabbitry.topology.spec.passwords import ALGORITHMS, DEFAULT_ALGORITHM, hash_problem
 
 if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
@@ -82,16 +89,32 @@ def read_definitions(path: Path) -> JSONDict:
 REQUIRED = {
     "vhosts": ("name",),
     "users": ("name",),
-    "permissions": ("user",),
-    "topic_permissions": ("user", "exchange"),
-    "parameters": ("component", "name"),
+    "permissions": ("user", "vhost"),
+    "topic_permissions": ("user", "vhost", "exchange"),
+    "parameters": ("component", "name", "vhost"),
     "global_parameters": ("name",),
-    "policies": ("name", "pattern", "definition"),
-    "queues": ("name",),
-    "exchanges": ("name",),
-    "bindings": ("source", "destination", "destination_type"),
+    "policies": ("name", "vhost", "pattern", "definition"),
+    "queues": ("name", "vhost"),
+    "exchanges": ("name", "vhost"),
+    "bindings": ("source", "vhost", "destination", "destination_type"),
 }
-"""What each entry of a definitions file must hold (the broker's own import needs it too)."""
+"""What each entry of a definitions file must hold (the broker's own import needs it too: an
+entry without its vhost belongs to a one-vhost file, ``POST /api/definitions/VHOST``)."""
+
+
+def _limit_problems(entry: JSONDict) -> list[tuple[str, str]]:
+    """Limits (of a user or a vhost) that are not whole numbers: the broker's import refuses
+    them, where rabbitry would read them as no limit."""
+    limits = entry.get("limits")
+    problems = []
+    for item in limits if isinstance(limits, list) else [limits]:
+        if not isinstance(item, dict):
+            continue
+        for key, value in item.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append((f".limits.{key}", f"a limit is a whole number, not {value!r}"))
+    return problems
+
 
 QUEUE_TYPES = frozenset({*QueueType, MQTT_QOS0_QUEUE_TYPE})
 """The queue types a definitions file may name (the MQTT plugin's is left out by name)."""
@@ -124,17 +147,11 @@ def _credential_problems(entry: JSONDict) -> list[tuple[str, str]]:
     if not isinstance(passwordless, bool):
         return [(f".{PASSWORDLESS}", f"`{PASSWORDLESS}` is true or false, not {passwordless!r}")]
     password_hash = entry.get("password_hash")
+    algorithm = entry.get("hashing_algorithm") or DEFAULT_ALGORITHM
+    if not isinstance(algorithm, str):
+        return [(".hashing_algorithm", "hashing_algorithm is a string")]
     if "password" in entry:
-        # the broker hashes a plain password on import; rabbitry does not read it (yet), and
-        # a user made without it would have no password at all
-        return [
-            (
-                ".password",
-                "a plain `password` is not read from a definitions file: give the user's"
-                " `password_hash` instead (rabbitmqctl hash_password, or GET"
-                " /api/auth/hash_password/PASSWORD)",
-            )
-        ]
+        return _plain_password_problems(entry, password_hash, algorithm, passwordless)
     if password_hash is None or password_hash == "":
         if passwordless:
             return []
@@ -155,14 +172,43 @@ def _credential_problems(entry: JSONDict) -> list[tuple[str, str]]:
         ]
     if not isinstance(password_hash, str):
         return [(".password_hash", "password_hash is a base64 string")]
-    algorithm = entry.get("hashing_algorithm") or DEFAULT_ALGORITHM
-    if not isinstance(algorithm, str):
-        return [(".hashing_algorithm", "hashing_algorithm is a string")]
     why = hash_problem(password_hash, algorithm)
     if why is None:
         return []
     where = ".hashing_algorithm" if why.startswith("unknown") else ".password_hash"
     return [(where, why)]
+
+
+def _plain_password_problems(
+    entry: JSONDict, password_hash: object, algorithm: str, passwordless: bool
+) -> list[tuple[str, str]]:
+    """What is wrong with a user entry that gives a plain ``password``. The broker's import
+    hashes it (rabbit_auth_backend_internal:put_user) and refuses an entry with both a password
+    and a hash; rabbitry hashes it the same way (``plain_password``). An empty password is no
+    password: the entry must say ``passwordless`` for that."""
+    password = entry["password"]
+    if not isinstance(password, str):
+        return [(".password", "password is a string")]
+    if password_hash not in (None, ""):
+        return [(".password", "the entry gives both `password` and `password_hash`: keep one")]
+    if passwordless:
+        return [(f".{PASSWORDLESS}", f"the entry says `{PASSWORDLESS}` and gives a password")]
+    if password == "":
+        return [
+            (
+                ".password",
+                "the password is empty, so the user would have no password: if that is meant,"
+                f' drop it and add `"{PASSWORDLESS}": true`; else give the password',
+            )
+        ]
+    if algorithm not in ALGORITHMS:
+        return [
+            (
+                ".hashing_algorithm",
+                f"unknown hashing_algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}",
+            )
+        ]
+    return []
 
 
 def check_definitions(data: JSONDict, file: str | None = None) -> None:
@@ -187,13 +233,136 @@ def check_definitions(data: JSONDict, file: str | None = None) -> None:
                 )
             elif kind == "queues" and (why := _queue_type_problem(entry)):
                 problems.append(SpecProblem(why, path=f"queues[{index}]", file=file))
-            elif kind == "users":
+            elif kind in ("users", "vhosts"):
+                found = _limit_problems(entry)
+                if kind == "users":
+                    found += _credential_problems(entry)
                 problems.extend(
-                    SpecProblem(why, path=f"users[{index}]{where}", file=file)
-                    for where, why in _credential_problems(entry)
+                    SpecProblem(why, path=f"{kind}[{index}]{where}", file=file)
+                    for where, why in found
                 )
     if problems:
         raise SpecError(problems)
+
+
+IDENTITY: dict[str, Callable[[JSONDict], tuple[object, ...]]] = {
+    "vhosts": lambda e: (e["name"],),
+    "users": lambda e: (e["name"],),
+    "permissions": lambda e: (e.get("vhost", "/"), e["user"]),
+    "topic_permissions": lambda e: (e.get("vhost", "/"), e["user"], e["exchange"]),
+    "parameters": lambda e: (e.get("vhost", "/"), e["component"], e["name"]),
+    "global_parameters": lambda e: (e["name"],),
+    "policies": lambda e: (e.get("vhost", "/"), e["name"]),
+    "queues": lambda e: (e.get("vhost", "/"), e["name"]),
+    "exchanges": lambda e: (e.get("vhost", "/"), e["name"]),
+    "bindings": lambda e: (
+        e.get("vhost", "/"),
+        e["source"],
+        e["destination_type"],
+        e["destination"],
+        e.get("routing_key", ""),
+        json.dumps(e.get("arguments") or {}, sort_keys=True),
+    ),
+}
+"""What names one object of each kind: two entries with the same identity are one object."""
+
+
+SET_IN_ORDER = frozenset({"parameters", "global_parameters", "policies"})
+"""Kinds the broker's import sets one entry after the other, so that of an object written twice
+the last entry holds. It imports every other kind concurrently (rabbit_definitions
+concurrent_for_all), so which of two different entries holds is not defined: RabbitMQ 4.0.5
+kept the first entry of a queue written twice, 3.10.8 the last (checked)."""
+
+
+def one_of_each(data: JSONDict, left_out: list[str]) -> JSONDict:
+    """``data`` with one entry per object, the last; each other entry is named in
+    ``left_out``, and said to be a race on the broker where it differs from the last and the
+    broker imports its kind concurrently (``SET_IN_ORDER``)."""
+    out = dict(data)
+    for kind, identity in IDENTITY.items():
+        entries = data.get(kind) or []
+        last: dict[tuple[object, ...], int] = {}
+        for index, entry in enumerate(entries):
+            last[identity(entry)] = index
+        if len(last) == len(entries):
+            continue
+        for index, entry in enumerate(entries):
+            kept = last[identity(entry)]
+            if kept == index:
+                continue
+            shown = "/".join(str(part) for part in identity(entry)[:3])
+            if entry == entries[kept]:
+                why = "the same entry is written again there"
+            elif kind in SET_IN_ORDER:
+                why = "the broker's import keeps the last entry too"
+            else:
+                why = (
+                    "rabbitry keeps the last; the broker's import declares these concurrently"
+                    " and may keep either (4.0.5 kept the first, 3.10.8 the last): remove the"
+                    " entry not meant"
+                )
+            left_out.append(f"{kind}[{index}] ({shown}): {kind}[{kept}] is the same object; {why}")
+        keep = set(last.values())
+        out[kind] = [entry for index, entry in enumerate(entries) if index in keep]
+    return out
+
+
+USER_SCOPES = ("none", "access", "all")
+"""Which users a scoped import takes: none; those with a permission in the vhosts taken; all,
+those without any permission too (as ``rabbitry export --users``)."""
+
+VHOST_KINDS = (
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
+
+
+def scoped(
+    data: JSONDict, vhosts: tuple[str, ...] = (), users: str = "all", file: str | None = None
+) -> JSONDict:
+    """The part of a definitions document a take-over asks for, by the rules of ``rabbitry
+    export``: only the objects of ``vhosts`` (every vhost when empty; the broker-wide global
+    parameters only then), and the users of scope ``users`` (``USER_SCOPES``). With a user left
+    out, its permissions are too, and with no user at all every permission, so that the spec
+    grants nothing to users it leaves out."""
+    if users not in USER_SCOPES:
+        raise ValueError(f"users is one of {', '.join(USER_SCOPES)}, not {users!r}")
+    out = dict(data)
+    if vhosts:
+        known = {str(v.get("name")) for v in data.get("vhosts") or [] if isinstance(v, dict)}
+        missing = [v for v in vhosts if v not in known]
+        if missing:
+            raise SpecError(
+                SpecProblem(
+                    f"no such vhost in the file: {', '.join(missing)} (it lists:"
+                    f" {', '.join(sorted(known)) or 'none'})",
+                    file=file,
+                )
+            )
+        wanted = set(vhosts)
+        out["vhosts"] = [v for v in data.get("vhosts") or [] if v.get("name") in wanted]
+        for kind in VHOST_KINDS:
+            out[kind] = [e for e in data.get(kind) or [] if str(e.get("vhost", "/")) in wanted]
+        out["global_parameters"] = []
+    if users == "none":
+        out["users"] = []
+    elif users == "access":
+        allowed = {str(p.get("user")) for p in out.get("permissions") or []}
+        out["users"] = [u for u in data.get("users") or [] if str(u.get("name")) in allowed]
+    # the permissions of a user left out go with it; those of a user the file does not list
+    # (one it counts on existing, as `guest`) stay, unless no user is taken at all
+    taken = {str(u.get("name")) for u in out.get("users") or []}
+    dropped = {str(u.get("name")) for u in data.get("users") or []} - taken
+    for kind in ("permissions", "topic_permissions"):
+        out[kind] = [
+            p for p in out.get(kind) or [] if users != "none" and str(p.get("user")) not in dropped
+        ]
+    return out
 
 
 def topology_from_definitions(data: JSONDict, name: str, file: str | None = None) -> Imported:
@@ -201,6 +370,7 @@ def topology_from_definitions(data: JSONDict, name: str, file: str | None = None
     name as the file."""
     check_definitions(data, file)
     left_out: list[str] = []
+    data = one_of_each(data, left_out)
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
     vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
 
@@ -241,9 +411,13 @@ def topology_from_definitions(data: JSONDict, name: str, file: str | None = None
     users = []
     for item in data.get("users") or []:
         password_hash = item.get("password_hash") or None
+        # a plain password stays a secret in memory: a spec written of it gets its hash
+        # (topology.document), a plan compares it with the broker's hash
+        password = SecretStr(item["password"]) if item.get("password") else None
         users.append(
             User(
                 name=str(item["name"]),
+                password=password,
                 password_hash=password_hash,
                 hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
                 tags=tags_of(item.get("tags")),
@@ -298,8 +472,10 @@ def spec_of_definitions(
         on_warning(SpecProblem(f"left out: {line}", file=str(path), severity="warning"))
     for line in unknown_to_rabbitry(imported.topology):
         on_warning(SpecProblem(f"kept unchecked: {line}", file=str(path), severity="warning"))
+    document = spec_document(imported.topology)
+    _keep_plain_passwords(document, imported.topology)
     try:
-        return Spec.model_validate(spec_document(imported.topology))
+        return Spec.model_validate(document)
     except ValidationError as exc:
         raise SpecError(
             [
@@ -313,9 +489,24 @@ def spec_of_definitions(
         ) from None
 
 
+def _keep_plain_passwords(document: JSONDict, topology: Topology) -> None:
+    """The users of a file read as the spec itself (never written out) keep a plain password
+    as it is, in memory, instead of the fresh salted hash a written spec holds: a plan then
+    compares the password with the broker's hash, so a second plan of the same file has
+    nothing to change."""
+    passwords = {u.name: u.password for u in topology.users if u.password is not None}
+    for user in document.get("users", []):
+        if user["name"] in passwords:
+            user.pop("password_hash", None)
+            user.pop("hashing_algorithm", None)  # the broker hashes it with its own default
+            user["password"] = passwords[user["name"]]
+
+
 __all__ = [
+    "USER_SCOPES",
     "Imported",
     "read_definitions",
+    "scoped",
     "spec_of_definitions",
     "topology_from_definitions",
 ]

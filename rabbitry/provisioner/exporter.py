@@ -1,8 +1,9 @@
 """Adopting an existing broker: read vhosts into a topology that round-trips through a spec.
 
 Users granted access to an exported vhost come along, with their password hash (never a
-password), only when asked (``include_users``); without them their permissions stay out too, so
-that the spec does not grant access to users it does not declare. rabbitry's own ownership
+password), only when asked (``include_users``; ``all_users`` for every user of the broker);
+without them their permissions stay out too, so that the spec does not grant access to users
+it does not declare. rabbitry's own ownership
 records and locks are left out.
 """
 
@@ -30,10 +31,14 @@ def export_topology(
     *,
     name: str,
     include_users: bool = False,
+    all_users: bool = False,
     left_out: list[str] | None = None,
 ) -> Topology:
     """The given vhosts as they are on the broker, as a topology named ``name``; what no spec
-    can declare is left out, one line each in ``left_out``."""
+    can declare is left out, one line each in ``left_out``. ``include_users``: the users with a
+    permission in those vhosts come along; ``all_users``: every user of the broker does, those
+    without any permission too (an administrator-only or monitoring-only user), for a
+    take-over of the whole broker."""
     wanted = list(vhosts)
     existing = {v["name"] for v in client.vhosts()}
     missing = [v for v in wanted if v not in existing]
@@ -43,7 +48,9 @@ def export_topology(
             f" (known: {', '.join(sorted(existing))})"
         )
     users: set[str] = set()
-    if include_users:
+    if all_users:
+        users.update(u["name"] for u in client.users())
+    elif include_users:
         for vhost in wanted:
             users.update(p["user"] for p in client.permissions(vhost))
     state = read_state(
@@ -61,7 +68,7 @@ def export_topology(
         for user in state.topology.users
     )
     exported_vhosts = state.topology.vhosts
-    if not include_users:
+    if not (include_users or all_users):
         exported_vhosts = tuple(
             vhost.model_copy(update={"permissions": (), "topic_permissions": ()})
             for vhost in exported_vhosts

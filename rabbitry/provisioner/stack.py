@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
@@ -28,6 +29,7 @@ from rabbitry.provisioner.applier import (
     refusals,
     self_harm,
 )
+from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import notices as version_notices
@@ -44,6 +46,7 @@ from rabbitry.provisioner.planfile import (
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.shovel_access import unreachable_shovels
 from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
@@ -80,6 +83,10 @@ def plan_topology(
     declared = declared_by(the_plan)
     _refuse(report, report.refusals(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
+    shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
+    if applying and shovels:
+        raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
+    harm += shovels
     version_warnings = (
         *report.kept(declared),
         *report.notes,
@@ -96,6 +103,30 @@ def plan_topology(
     if gaps:
         raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
     return the_plan
+
+
+def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
+    """``shovel_access.unreachable_shovels`` for the user applying, whose permissions are read
+    only when the plan declares a shovel."""
+    user = client.username
+    if not user or not any(
+        c.kind == "parameter" and c.key[2] == "shovel" and c.action in DECLARING
+        for c in the_plan.changes
+    ):
+        return []
+    permissions = client.get(f"/users/{quote(user, safe='')}/permissions")
+    return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
+
+
+def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[str]:
+    """``broker_exchanges.missing_exchanges``, asking the broker for each ``amq.*`` exchange
+    a binding of the plan uses in a vhost that exists (one read each, only for those)."""
+
+    def exists(vhost: str, name: str) -> bool:
+        path = f"/exchanges/{quote(vhost, safe='')}/{quote(name, safe='')}"
+        return client.get_optional(path) is not None
+
+    return missing_exchanges(the_plan, exists)
 
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:

@@ -19,7 +19,7 @@ from rabbitry.provisioner.ownership import (
     owners_by_key,
     records_from,
 )
-from rabbitry.topology.plugin_objects import plugin_exchange, plugin_queue
+from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange, plugin_queue
 from rabbitry.topology.primitives import (
     GLOBAL,
     ApplyTo,
@@ -177,9 +177,10 @@ def observed_vhost(
         # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
         exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
         arguments = item.get("arguments") or {}
-        why = plugin_exchange(arguments)
+        why = plugin_exchange(arguments, item["name"])
         if why:
-            gone_exchanges.add(item["name"])
+            if why is not BROKER_EXCHANGE_WHY:  # bindings from the broker's own stay
+                gone_exchanges.add(item["name"])
             left.append(f"exchange {name}/{item['name']}: {why}")
             continue
         exchanges.append(
@@ -254,7 +255,8 @@ def observed_vhost(
                     definition=dict(value.get("definition") or {}),
                 )
             )
-        else:
+        elif item.get("component") != "vhost-limits":
+            # a vhost's limits are a parameter to the broker too: read once, as its limits
             parameters.append(
                 Parameter(component=item["component"], name=item["name"], value=item.get("value"))
             )

@@ -86,11 +86,14 @@ def _user(user: User) -> Document:
     out: Document = {"name": user.name}
     if user.password_hash is not None:
         out["password_hash"] = user.password_hash
-        if user.hashing_algorithm != DEFAULT_ALGORITHM:
-            out["hashing_algorithm"] = user.hashing_algorithm
     elif user.password is not None:
-        # Same password, never the password itself: a fresh salted hash of it.
-        out["password_hash"] = hash_password(user.password.get_secret_value())
+        # Same password, never the password itself: a fresh salted hash of it, made as the
+        # broker makes it (its algorithm, a 4-byte salt)
+        out["password_hash"] = hash_password(
+            user.password.get_secret_value(), user.hashing_algorithm
+        )
+    if "password_hash" in out and user.hashing_algorithm != DEFAULT_ALGORITHM:
+        out["hashing_algorithm"] = user.hashing_algorithm
     if user.tags:
         out["tags"] = list(user.tags)
     if user.limits:

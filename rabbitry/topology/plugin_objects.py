@@ -23,6 +23,10 @@ What the plugins make, as seen on RabbitMQ 4.0.5 (3.x makes the same names):
   subscriptions to ``/exchange/`` and ``/temp-queue/`` are exclusive queues, gone with their
   connection.
 
+Queues and exchanges named ``amq.*`` are the broker's: a queue declared without a name gets
+``amq.gen-...``, and the broker's definitions import (RabbitMQ 4.0.5, checked) skips every
+``amq.*`` queue and exchange of a file, with a log line. They are left out the same way.
+
 Exclusive queues are left out anyway (``ManagementClient.vhost_objects``). A spec may not
 declare queues under the plugins' prefixes (``reserved_queue_prefix``): the broker would treat
 them as the plugin's, and the planner could never see them.
@@ -59,21 +63,48 @@ RESERVED_QUEUE_PREFIXES: Mapping[str, str] = {
 
 FEDERATION_WHY = "internal to the federation plugin"
 
+RESERVED_PREFIX = "amq."
+"""The prefix of the names the broker keeps for itself: its own exchanges (``amq.topic``...)
+and the names it gives queues declared without one (``amq.gen-...``)."""
+
+SERVER_NAMED_WHY = (
+    "named by the broker (amq.*) for a client that declared it without a name; the client"
+    " declares it again, and the broker's definitions import skips such queues"
+)
+BROKER_EXCHANGES = frozenset(
+    {"amq.direct", "amq.fanout", "amq.headers", "amq.match", "amq.topic", "amq.rabbitmq.trace"}
+)
+"""The exchanges the broker declares in every vhost (bindings from them are the users')."""
+BROKER_EXCHANGE_WHY = "the broker's own, declared in every vhost"
+RESERVED_EXCHANGE_WHY = (
+    "named under the broker's reserved prefix amq.*: the broker's definitions import skips"
+    " such exchanges, and no client may declare one"
+)
+
 
 def plugin_queue(name: str, arguments: Mapping[str, Any], queue_type: str = "") -> str | None:
     """Why a plugin made the queue ``name`` (its arguments and type as the broker reports
     them), or None for a queue of the broker's users."""
     if FEDERATION_INTERNAL in arguments:
         return FEDERATION_WHY
+    if name.startswith(RESERVED_PREFIX):
+        return SERVER_NAMED_WHY
     if queue_type == MQTT_QOS0_QUEUE_TYPE:
         return "made by the MQTT plugin for an MQTT client's QoS 0 subscriptions"
     prefix = reserved_queue_prefix(name)
     return None if prefix is None else RESERVED_QUEUE_PREFIXES[prefix]
 
 
-def plugin_exchange(arguments: Mapping[str, Any]) -> str | None:
-    """Why a plugin made an exchange with these ``arguments``, or None for a user's exchange."""
-    return FEDERATION_WHY if FEDERATION_INTERNAL in arguments else None
+def plugin_exchange(arguments: Mapping[str, Any], name: str = "") -> str | None:
+    """Why a plugin (or the broker) made an exchange ``name`` with these ``arguments``, or None
+    for a user's exchange."""
+    if FEDERATION_INTERNAL in arguments:
+        return FEDERATION_WHY
+    if name in BROKER_EXCHANGES:
+        return BROKER_EXCHANGE_WHY
+    if name.startswith(RESERVED_PREFIX):
+        return RESERVED_EXCHANGE_WHY
+    return None
 
 
 def reserved_queue_prefix(name: str) -> str | None:

@@ -182,7 +182,12 @@ def hostile_definitions(vhost: str, user: str) -> dict[str, tuple[str, str]]:
             "68 bytes is a rabbit_password_hashing_sha512 hash",
         ),
         "empty hash": (users('"password_hash": ""'), "the user has no password hash"),
-        "plain password": (users('"password": "Us3r-s3cret"'), "a plain `password` is not read"),
+        # a plain password alone is hashed as the broker would (test_import_definitions)
+        "plain password and a hash": (
+            users(f'"password": "Us3r-s3cret", "password_hash": "{sha512}"'),
+            "gives both `password` and `password_hash`: keep one",
+        ),
+        "empty plain password": (users('"password": ""'), "the password is empty"),
         "deep nesting": (
             f'{{"vhosts": [{{"name": "{vhost}"}}], "global_parameters": [{{"name": "x",'
             f' "value": {"[" * 5000 + "]" * 5000}}}]}}',

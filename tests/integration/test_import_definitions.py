@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import pika
+import pika.exceptions
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
 
-from .conftest import Broker
+from .conftest import Broker, with_credentials
 
 KINDS = (
     "users",
@@ -179,7 +182,7 @@ def test_a_definitions_file_round_trips_through_a_spec_kind_by_kind(broker: Brok
     stack = f"{broker.stack}-2"
     made = CliRunner().invoke(
         cli,
-        ["import-definitions", str(source), "-o", str(spec), "--name", stack],
+        ["import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"],
         catch_exceptions=False,
     )
     assert made.exit_code == 0, made.output
@@ -340,7 +343,9 @@ def test_what_a_spec_cannot_hold_is_named_and_the_rest_imported(tmp_path: Path) 
             }
         )
     )
-    result = CliRunner().invoke(cli, ["import-definitions", str(source)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["import-definitions", str(source), "--users"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     for named in (
         "kept unchecked: exchange //recent: type 'x-recent-history' is not one rabbitry knows",
@@ -532,7 +537,8 @@ def test_a_file_in_older_shapes_makes_what_the_brokers_own_import_makes(broker: 
     stack = f"{broker.stack}-older"
     try:
         made = CliRunner().invoke(
-            cli, ["import-definitions", str(source), "-o", str(spec), "--name", stack],
+            cli,
+            ["import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"],
             catch_exceptions=False,
         )  # fmt: skip
         assert made.exit_code == 0 and "left out" not in made.output, made.output
@@ -571,3 +577,194 @@ def test_a_file_in_older_shapes_makes_what_the_brokers_own_import_makes(broker: 
             for word in ("OPS", "BILLING"):
                 broker.http.delete(f"/users/{names[word]}")
         broker.http.delete(f"/global-parameters/rabbitry.stack.{stack}")
+
+
+def plaintext_definitions(broker: Broker, suffix: str, algorithm: str | None) -> dict[str, Any]:
+    """A definitions file as the official Docker image's `load_definitions` takes it: a user
+    with a plain password (and maybe the hashing algorithm to use), allowed into a vhost."""
+    vhost, user = f"{broker.vhost}{suffix}", f"{broker.stack}{suffix}-u"
+    entry: dict[str, Any] = {"name": user, "password": "Plain-pw 1", "tags": ""}
+    if algorithm:
+        entry["hashing_algorithm"] = algorithm
+    return {
+        "users": [entry],
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+    }
+
+
+def logs_in(broker: Broker, vhost: str, user: str, password: str) -> bool:
+    """Whether ``user`` opens an AMQP connection to ``vhost`` with ``password``."""
+    url = with_credentials(broker.amqp_url, user, password) + quote(vhost, safe="")
+    try:
+        pika.BlockingConnection(pika.URLParameters(url)).close()
+    except pika.exceptions.ProbableAuthenticationError:
+        return False
+    return True
+
+
+def run_on(broker: Broker, *args: str) -> Any:
+    """A command against the test broker, without the test's template variables (a
+    definitions file takes none)."""
+    verb, *rest = args
+    argv = [verb, *rest, "--management-url", broker.management_url, "--url", broker.amqp_url]
+    return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+
+def test_a_user_from_a_plaintext_password_file_logs_in_after_apply(broker: Broker) -> None:
+    definitions = plaintext_definitions(broker, "-p1", None)
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+    stack = f"{broker.stack}-p1"
+    source = broker.tmp / f"{stack}.json"
+    source.write_text(json.dumps(definitions))
+    try:
+        applied = run_on(broker, "apply", str(source), "--auto-approve")
+        assert applied.exit_code == 0, applied.output
+        assert "Plain-pw" not in applied.output
+        assert logs_in(broker, vhost, user, "Plain-pw 1")
+        assert not logs_in(broker, vhost, user, "another")
+        # the password, compared with the broker's hash, matches: nothing left to change
+        settled = run_on(broker, "plan", str(source), "--detailed-exitcode")
+        assert settled.exit_code == 0, settled.output
+    finally:
+        remove_renamed(broker, {"v": vhost, "u": user, "g": "-"}, stack)
+
+
+def test_a_user_from_a_plaintext_password_file_logs_in_after_import_and_apply(
+    broker: Broker,
+) -> None:
+    definitions = plaintext_definitions(broker, "-p2", "rabbit_password_hashing_sha512")
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+    stack = f"{broker.stack}-p2"
+    source, spec = broker.tmp / "plain.json", broker.tmp / "plain.yaml"
+    source.write_text(json.dumps(definitions))
+    try:
+        made = broker.run(
+            "import-definitions", str(source), "-o", str(spec), "--name", stack, "--users"
+        )
+        assert made.exit_code == 0, made.output
+        text = spec.read_text()
+        assert "Plain-pw" not in text + made.output
+        assert "password_hash:" in text and "rabbit_password_hashing_sha512" in text
+        applied = run_on(broker, "apply", str(spec), "--auto-approve")
+        assert applied.exit_code == 0, applied.output
+        assert logs_in(broker, vhost, user, "Plain-pw 1")
+        assert not logs_in(broker, vhost, user, "another")
+    finally:
+        remove_renamed(broker, {"v": vhost, "u": user, "g": "-"}, stack)
+
+
+def test_an_export_of_limits_and_a_direct_shovel_validates_and_applies_back(
+    broker: Broker,
+) -> None:
+    v = broker.vhost
+    broker.http.put(f"/vhost-limits/{v}/max-queues", json={"value": 50}).raise_for_status()
+    broker.http.put(f"/queues/{v}/a", json={"durable": True}).raise_for_status()
+    broker.http.put(
+        f"/parameters/shovel/{v}/sh",
+        json={
+            "value": {
+                "src-protocol": "amqp091",
+                "src-uri": f"amqp:///{quote(v, safe='')}",
+                "src-queue": "a",
+                "dest-protocol": "amqp091",
+                "dest-uri": ["amqp://", f"amqp:///{quote(v, safe='')}"],
+                "dest-queue": "b",
+            }
+        },
+    ).raise_for_status()
+    spec = broker.tmp / "export.yaml"
+    exported = broker.run("export", "--vhost", v, "--name", broker.stack, "-o", str(spec))
+    assert exported.exit_code == 0, exported.output
+    text = spec.read_text()
+    assert "vhost-limits" not in text and "max-queues: 50" in text  # the limits, once
+    checked = CliRunner().invoke(cli, ["validate", str(spec)], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+    applied = broker.run("apply", str(spec), "--auto-approve")
+    assert applied.exit_code == 0, applied.output
+    settled = broker.run("plan", str(spec), "--detailed-exitcode")
+    assert settled.exit_code == 0, settled.output
+
+
+def test_a_shovel_the_broker_would_refuse_is_found_before_the_first_change(
+    broker: Broker,
+) -> None:
+    """A URI without a host connects inside the node as the user applying: into a vhost that
+    user may not enter, the broker refuses the shovel (HTTP 400), so apply refuses first."""
+    other = f"{broker.vhost}-sealed"
+    broker.http.put(f"/vhosts/{other}", json={}).raise_for_status()
+    connected = broker.get("/whoami")["name"]
+    broker.http.delete(f"/permissions/{other}/{connected}").raise_for_status()
+    fresh = f"{broker.vhost}-new"
+    definitions = {
+        "vhosts": [{"name": fresh}],
+        "queues": [{"name": "a", "vhost": fresh, "durable": True}],
+        "parameters": [
+            {
+                "component": "shovel",
+                "name": "sh",
+                "vhost": fresh,
+                "value": {
+                    "src-protocol": "amqp091",
+                    "src-uri": f"amqp:///{fresh}",
+                    "src-queue": "a",
+                    "dest-protocol": "amqp091",
+                    "dest-uri": f"amqp:///{other}",
+                    "dest-queue": "b",
+                },
+            }
+        ],
+    }
+    source = broker.tmp / f"{broker.stack}-sh.json"
+    source.write_text(json.dumps(definitions))
+    try:
+        planned = run_on(broker, "plan", str(source))
+        assert f"apply will refuse: parameter {fresh}/shovel/sh: its dest-uri" in planned.output
+        applied = run_on(broker, "apply", str(source), "--auto-approve")
+        assert applied.exit_code == 1, applied.output
+        assert "nothing was applied" in applied.output
+        assert "may not connect to; the broker refuses such a shovel" in applied.output
+        assert broker.get(f"/vhosts/{quote(fresh, safe='')}") is None  # no change was made
+    finally:
+        broker.http.delete(f"/vhosts/{other}")
+        broker.http.delete(f"/vhosts/{fresh}")
+
+
+def test_export_users_all_keeps_a_user_without_any_permission(broker: Broker) -> None:
+    watcher = f"{broker.stack}-watch"
+    broker.http.put(
+        f"/users/{watcher}", json={"password": "w-pw", "tags": "monitoring"}
+    ).raise_for_status()
+    try:
+        some = broker.run("export", "--vhost", broker.vhost, "--users")
+        assert some.exit_code == 0, some.output
+        assert f"name: {watcher}" not in some.stdout
+        every = broker.run("export", "--vhost", broker.vhost, "--users", "all")
+        assert every.exit_code == 0, every.output
+        assert f"name: {watcher}" in every.stdout and "- monitoring" in every.stdout
+    finally:
+        broker.http.delete(f"/users/{watcher}")
+
+
+def test_import_definitions_takes_one_vhost_and_users_only_when_asked(broker: Broker) -> None:
+    definitions = plaintext_definitions(broker, "-s", None)
+    definitions["vhosts"].append({"name": "elsewhere"})
+    definitions["users"].append({"name": "root", "password_hash": "", "passwordless": True})
+    definitions["queues"] = [{"name": "q", "vhost": "elsewhere", "durable": True}]
+    source = broker.tmp / "shared.json"
+    source.write_text(json.dumps(definitions))
+    vhost, user = definitions["vhosts"][0]["name"], definitions["users"][0]["name"]
+
+    bare = broker.run("import-definitions", str(source), "--vhost", vhost)
+    assert bare.exit_code == 0, bare.output
+    assert "note: 2 user(s) of the file were left out: --users takes them" in bare.stderr
+    assert "users:" not in bare.stdout and "permissions:" not in bare.stdout
+    assert "elsewhere" not in bare.stdout
+
+    some = broker.run("import-definitions", str(source), "--vhost", vhost, "--users")
+    assert some.exit_code == 0, some.output
+    assert f"name: {user}" in some.stdout and "name: root" not in some.stdout
+    every = broker.run("import-definitions", str(source), "--vhost", vhost, "--users", "all")
+    assert "name: root" in every.stdout and f"name: {user}" in every.stdout

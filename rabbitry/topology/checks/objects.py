@@ -314,10 +314,11 @@ def _check_exchange(
         )
     alternate = exchange.alternate_exchange
     if alternate is not None and not exchange_exists(alternate, declared):
-        findings.error(
+        # a warning: the broker takes it (another stack, or a client, may declare it)
+        findings.warning(
             (*loc, "alternate_exchange"),
             f"alternate exchange {alternate!r} is not declared in this vhost: unroutable "
-            "messages would be dropped; declare it under `exchanges`",
+            "messages are dropped until it exists; declare it under `exchanges`",
         )
     if alternate == exchange.name:
         findings.error((*loc, "alternate_exchange"), "an exchange cannot be its own alternate")
@@ -411,10 +412,11 @@ def check_dead_letter_exchanges(spec: Spec, findings: Findings) -> None:
         for i, queue in enumerate(vhost.queues):
             dlx = queue.arguments.dead_letter_exchange
             if dlx is not None and not exchange_exists(dlx, declared):
-                findings.error(
+                # a warning: the broker takes it (another stack, or a client, may declare it)
+                findings.warning(
                     (*loc, "queues", i, "arguments", "x-dead-letter-exchange"),
                     f"dead-letter exchange {dlx!r} is not declared in this vhost: dead-lettered "
-                    "messages would be dropped; declare it under `exchanges`",
+                    "messages are dropped until it exists; declare it under `exchanges`",
                 )
 
 

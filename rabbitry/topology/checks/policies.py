@@ -80,9 +80,11 @@ def _check_policy_references(
     for key in ("dead-letter-exchange", "alternate-exchange"):
         name = definition.get(key)
         if isinstance(name, str) and not exchange_exists(name, declared):
-            findings.error(
+            # a warning: the broker takes it (another stack, or a client, may declare it)
+            findings.warning(
                 (*loc, key),
-                f"{key} {name!r} is not declared in this vhost; declare it under `exchanges`",
+                f"{key} {name!r} is not declared in this vhost: messages sent there are"
+                " dropped until it exists; declare it under `exchanges`",
             )
     if "federation-upstream" in definition and "federation-upstream-set" in definition:
         findings.error(loc, "set either federation-upstream or federation-upstream-set, not both")

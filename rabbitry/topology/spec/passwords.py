@@ -21,6 +21,8 @@ _DIGESTS = {
     "rabbit_password_hashing_md5": "md5",
 }
 SALT_BYTES = 4
+ALGORITHMS = tuple(sorted(_DIGESTS))
+"""The hashing algorithms the broker ships (``hashing_algorithm`` of a user)."""
 
 
 def hash_password(

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from pathlib import Path
 
 import pytest
 
 from rabbitry.errors import SpecError
-from rabbitry.provisioner.definitions import check_definitions, topology_from_definitions
+from rabbitry.provisioner.definitions import (
+    check_definitions,
+    scoped,
+    spec_of_definitions,
+    topology_from_definitions,
+)
+from rabbitry.topology.document import spec_document
 from rabbitry.topology.primitives import Queue, QueueType
+from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, password_matches
 
 
 def queue(**entry: object) -> dict[str, object]:
@@ -132,7 +140,156 @@ def test_passwordless_with_a_hash_or_not_a_boolean_is_refused() -> None:
     assert "`passwordless` is true or false" in refused({"passwordless": "yes"})
 
 
-def test_a_plain_password_is_refused_rather_than_making_a_user_without_one() -> None:
-    text = refused({"password": "s3cret"})
-    assert "users[0].password: a plain `password` is not read" in text
+@pytest.mark.parametrize(
+    ("algorithm", "digest"),
+    [
+        (None, "sha256"),
+        ("rabbit_password_hashing_sha512", "sha512"),
+        ("rabbit_password_hashing_md5", "md5"),
+    ],
+)
+def test_a_plain_password_is_hashed_as_the_broker_hashes_it_never_written_in_clear(
+    algorithm: str | None, digest: str
+) -> None:
+    entry: dict[str, object] = {"password": "s3cret"}
+    if algorithm:
+        entry["hashing_algorithm"] = algorithm
+    (made,) = topology_from_definitions(user(**entry), "defs").topology.users
+    (written,) = spec_document(topology_from_definitions(user(**entry), "defs").topology)["users"]
+    assert "s3cret" not in str(written) and "password" not in written
+    raw = base64.b64decode(written["password_hash"])
+    # base64(salt4 + H(salt4 + password)), as rabbit_password does
+    assert raw[4:] == hashlib.new(digest, raw[:4] + b"s3cret").digest()
+    assert written.get("hashing_algorithm") == algorithm
+    assert made.password is not None and made.password.get_secret_value() == "s3cret"
+    assert password_matches("s3cret", written["password_hash"], algorithm or DEFAULT_ALGORITHM)
+
+
+def test_a_definitions_file_read_as_the_spec_keeps_the_password_so_a_plan_can_settle(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "defs.json"
+    spec = spec_of_definitions(source, user(password="s3cret"), lambda problem: None)
+    (made,) = spec.users
+    assert made.password_hash is None
+    assert made.password is not None and made.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(spec)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"password": "s3cret", "password_hash": hashed("sha256")}, "both `password` and"),
+        ({"password": "s3cret", "passwordless": True}, "says `passwordless` and gives a password"),
+        ({"password": ""}, "users[0].password: the password is empty"),
+        ({"password": 42}, "users[0].password: password is a string"),
+        ({"password": "s3cret", "hashing_algorithm": "bcrypt"}, "unknown hashing_algorithm"),
+    ],
+)
+def test_a_plain_password_the_broker_would_refuse_or_that_is_empty_is_refused(
+    entry: dict[str, object], message: str
+) -> None:
+    text = refused(entry)
+    assert message in text, text
     assert "s3cret" not in text
+
+
+def test_an_object_written_twice_is_its_last_entry_and_the_other_is_named() -> None:
+    data = {
+        "vhosts": [{"name": "v"}, {"name": "v"}],
+        "queues": [
+            {"name": "q", "vhost": "v", "arguments": {"x-max-length": 1}},
+            {"name": "other", "vhost": "v", "arguments": {}},
+            {"name": "q", "vhost": "v", "arguments": {"x-max-length": 5}},
+        ],
+        "policies": [
+            {"name": "p", "vhost": "v", "pattern": "a", "definition": {"max-length": 1}},
+            {"name": "p", "vhost": "v", "pattern": "b", "definition": {"max-length": 2}},
+        ],
+    }
+    imported = topology_from_definitions(data, "defs")
+    queues = {r.name: r for r in imported.topology.resources().values() if isinstance(r, Queue)}
+    assert queues["q"].arguments == {"x-max-length": 5} and set(queues) == {"q", "other"}
+    (vhost,) = imported.topology.vhosts
+    assert [p.pattern for p in vhost.policies] == ["b"]
+    assert sorted(imported.left_out) == [
+        "policies[0] (v/p): policies[1] is the same object; the broker's import keeps the last"
+        " entry too",
+        "queues[0] (v/q): queues[2] is the same object; rabbitry keeps the last; the broker's"
+        " import declares these concurrently and may keep either (4.0.5 kept the first, 3.10.8"
+        " the last): remove the entry not meant",
+        "vhosts[0] (v): vhosts[1] is the same object; the same entry is written again there",
+    ]
+
+
+def test_what_the_broker_named_or_keeps_for_itself_is_left_out_with_its_bindings() -> None:
+    data = {
+        "vhosts": [{"name": "v"}],
+        "exchanges": [
+            {"name": "amq.foobar", "vhost": "v", "type": "topic"},
+            {"name": "amq.topic", "vhost": "v", "type": "topic"},
+        ],
+        "queues": [{"name": "amq.gen-x1", "vhost": "v"}, {"name": "q", "vhost": "v"}],
+        "bindings": [
+            {"source": "amq.foobar", "vhost": "v", "destination": "q", "destination_type": "queue"},
+            {"source": "amq.topic", "vhost": "v", "destination": "q", "destination_type": "queue"},
+            {
+                "source": "amq.topic",
+                "vhost": "v",
+                "destination": "amq.gen-x1",
+                "destination_type": "queue",
+            },
+        ],
+    }
+    imported = topology_from_definitions(data, "defs")
+    (vhost,) = imported.topology.vhosts
+    assert [q.name for q in vhost.queues] == ["q"] and vhost.exchanges == ()
+    assert [(b.source, b.destination) for b in vhost.bindings] == [("amq.topic", "q")]
+    text = "\n".join(imported.left_out)
+    assert "exchange v/amq.foobar: named under the broker's reserved prefix amq.*" in text
+    assert "exchange v/amq.topic: the broker's own, declared in every vhost" in text
+    assert "queue v/amq.gen-x1: named by the broker (amq.*)" in text
+    assert "binding v/amq.foobar -> q: to or from an object left out" in text
+    assert "binding v/amq.topic -> amq.gen-x1" in text
+
+
+SHARED = {
+    "vhosts": [{"name": "a"}, {"name": "b"}],
+    "users": [{"name": "admin"}, {"name": "app"}, {"name": "other"}],
+    "permissions": [
+        {"user": "app", "vhost": "a", "configure": ".*", "write": ".*", "read": ".*"},
+        {"user": "other", "vhost": "b", "configure": ".*", "write": ".*", "read": ".*"},
+    ],
+    "queues": [{"name": "qa", "vhost": "a"}, {"name": "qb", "vhost": "b"}],
+    "global_parameters": [{"name": "cluster_name", "value": "c"}],
+}
+
+
+def test_one_vhost_of_a_shared_broker_is_taken_with_the_users_export_would_take() -> None:
+    taken = scoped(SHARED, ("a",), "access")
+    assert [v["name"] for v in taken["vhosts"]] == ["a"]
+    assert [q["name"] for q in taken["queues"]] == ["qa"]
+    assert [u["name"] for u in taken["users"]] == ["app"]
+    assert [p["user"] for p in taken["permissions"]] == ["app"]
+    assert taken["global_parameters"] == []  # broker-wide: only with every vhost
+
+
+def test_without_users_their_permissions_stay_out_and_all_keeps_users_without_any() -> None:
+    none = scoped(SHARED, ("a",), "none")
+    assert none["users"] == [] and none["permissions"] == []
+    every = scoped(SHARED, (), "all")
+    assert [u["name"] for u in every["users"]] == ["admin", "app", "other"]
+    assert len(every["permissions"]) == 2 and every["global_parameters"]
+
+
+def test_a_vhost_the_file_does_not_list_is_an_error() -> None:
+    with pytest.raises(SpecError) as caught:
+        scoped(SHARED, ("a", "c"), "none", "defs.json")
+    assert "defs.json: no such vhost in the file: c (it lists: a, b)" in str(caught.value)
+
+
+def test_the_permissions_of_a_user_the_file_counts_on_existing_stay_with_users() -> None:
+    data = {**SHARED, "permissions": [*SHARED["permissions"], {"user": "guest", "vhost": "a"}]}
+    assert [p["user"] for p in scoped(data, (), "all")["permissions"]] == ["app", "other", "guest"]
+    assert [p["user"] for p in scoped(data, ("a",), "access")["permissions"]] == ["app", "guest"]
+    assert scoped(data, (), "none")["permissions"] == []

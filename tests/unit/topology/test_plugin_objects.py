@@ -63,6 +63,7 @@ BINDINGS = [
         ("sharding: images - rabbit@a - 0", {}, "classic", "sharding plugin"),
         # an MQTT 3.12+ QoS 0 queue is known by its type, whatever its name
         ("anything", {}, "rabbit_mqtt_qos0_queue", "QoS 0"),
+        ("amq.gen-x", {}, "classic", "named by the broker (amq.*)"),
     ],
 )
 def test_each_plugin_queue_is_named_with_why(
@@ -74,7 +75,7 @@ def test_each_plugin_queue_is_named_with_why(
 
 @pytest.mark.parametrize(
     "name",
-    ["stompq", "readings", "mqtt", "subscription-mqtt-x", "my-mqtt-subscription-1", "amq.gen-x"],
+    ["stompq", "readings", "mqtt", "subscription-mqtt-x", "my-mqtt-subscription-1", "amqgen-x"],
 )
 def test_queues_users_name_are_theirs(name: str) -> None:
     assert plugin_queue(name, {"x-expires": 1000}, "classic") is None
