@@ -95,6 +95,7 @@ def test_a_tracked_stream_starts_at_its_stored_position_and_records_what_it_hand
         return {0: 40}
 
     monkeypatch.setattr(tracking, "stored_positions", stored)
+    core.start_check.passed = True  # the broker holds the stream (test_preflight: the check)
     session = core.new_session()
     assert asked == [{0: "rabbitry.position.billing.events"}]
     assert core.subscriptions[0].arguments["x-stream-offset"] == 40, "not offset='next'"
