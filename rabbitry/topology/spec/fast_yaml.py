@@ -266,6 +266,10 @@ one PyYAML's resolver would read as another type when plain (``yes``, ``010``, `
 date), or one the walker would not take as a plain scalar (an indicator first, ``: `` or
 `` #`` inside, spaces around). Matched for any first character: a superset is safe."""
 
+_RYML_SPECIALS = frozenset({".nan", ".inf", "-.inf"})
+"""What rapidyaml's JSON writes for ``nan``, ``inf`` and ``.NaN`` alike: the text's own
+spelling (a string to PyYAML, or a float) is lost, so the walker reads it."""
+
 _NODE_PROPERTIES = "&*!|>?"
 _TOKEN_START = " \n[{,:"
 """What may stand right before a token: white space, a flow indicator, or the colon after a
@@ -337,7 +341,7 @@ def _json_reading(tree: Any, text: str, limits: SpecLimits) -> dict[str, Any] | 
     if not isinstance(data, dict):
         return None
     keys, values, count, depth = _strings(data)
-    if depth > limits.max_depth:
+    if depth > limits.max_depth or not _RYML_SPECIALS.isdisjoint(values):
         return None
     # json keeps the last of two equal keys: count them in the text (each ends in `":`, which
     # a string holds only escaped, `\":`)

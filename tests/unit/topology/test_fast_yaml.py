@@ -128,6 +128,14 @@ def test_a_quoted_scalar_reads_as_a_string_on_the_json_reading(scalar: str) -> N
 number_like = st.text(alphabet="0123456789.+-_:eExXoObBnaNAifIFtTy ", min_size=1, max_size=8)
 
 
+@pytest.mark.parametrize("scalar", ["nan", "inf", "-inf", ".NaN", ".Inf", "-.INF", ".nan"])
+def test_nan_and_inf_in_any_spelling_read_as_pyyaml_reads_them(scalar: str) -> None:
+    # rapidyaml's JSON writes all of them as ".nan" / ".inf": the text's spelling is lost there
+    text = f"k: {scalar}\nlist: [{scalar}, x]\n"
+    (data, _plain), marked = both(text)
+    assert same(data, marked), (text, data, marked)
+
+
 @settings(max_examples=500, deadline=None)
 @given(number_like, st.booleans())
 def test_number_like_scalars_read_as_pyyaml_reads_them_on_every_path(
