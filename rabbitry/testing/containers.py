@@ -341,13 +341,13 @@ def start_broker(
         chosen_mgmt = management_port or (free_port(taken) if engine.local else None)
         chosen_extra = {port: free_port(taken) if engine.local else None for port in more_ports}
         # Chosen here even on a remote engine: the broker must advertise it (a conflict retries).
-        chosen_extra[STREAM_PORT] = free_port(taken)
+        chosen_stream = chosen_extra[STREAM_PORT] = free_port(taken)
         container = container_class(image, username=username, password=password)
         container.ports.clear()
         container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt, chosen_extra))
         for host_path, container_path in volumes.items():
             container.with_volume_mapping(host_path, container_path, mode="ro")
-        streams = stream_environment(broker_host(engine), chosen_extra[STREAM_PORT])
+        streams = stream_environment(broker_host(engine), chosen_stream)
         for key, value in broker_environment(
             username=username,
             password=password,
