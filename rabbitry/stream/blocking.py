@@ -60,7 +60,7 @@ class StreamClient:
             self._sock = _connect_socket(self.settings)
         except OSError as exc:
             raise StreamUnavailable(
-                f"no stream protocol at {self.display}: {type(exc).__name__}: {exc}"
+                f"cannot connect to {self.display}: {type(exc).__name__}: {exc}"
             ) from None
         self.session = Session(
             username=self.settings.username,
@@ -307,11 +307,23 @@ class StreamClient:
         return [e for e in self._events if isinstance(e, MetadataChanged)]
 
 
-def probe(settings: ConnectionSettings, port: int, timeout: float = 5.0) -> str | None:
-    """None when the stream protocol answers on ``port`` with these credentials, else why not."""
+def probe(
+    settings: ConnectionSettings, port: int, streams: Sequence[str] = (), timeout: float = 5.0
+) -> str | None:
+    """None when the stream protocol answers on ``port`` with these credentials and knows
+    ``streams`` (so it is the broker the AMQP URL names, not another on the same host), else
+    why not."""
     quick = dataclasses.replace(settings, connect_timeout=timeout)
     try:
-        with StreamClient(quick, port=port):
+        with StreamClient(quick, port=port) as client:
+            if streams:
+                found = client.metadata(streams)
+                unknown = [s for s in streams if found.get(s, {}).get("code") != 1]
+                if unknown:
+                    return (
+                        f"the broker there has no stream {unknown[0]!r} in vhost"
+                        f" {settings.vhost!r}: is it another broker?"
+                    )
             return None
     except (StreamUnavailable, StreamRefused, StreamProtocolError) as exc:
         return str(exc)
