@@ -65,10 +65,10 @@ def own_client(url: str, port: int, n: int) -> float:
 
 
 def own_sink(url: str, port: int, n: int) -> float:
-    messages = [(i + 1, amqp10.encode(BODY, message_id=f"m-{i}")) for i in range(n)]
+    messages = [(OUT, i + 1, amqp10.encode(BODY, message_id=f"m-{i}")) for i in range(n)]
     started = time.perf_counter()
     with StreamClient(ConnectionSettings.from_url(url), port=port) as client:
-        client.publish(OUT, "bench-own", messages)
+        client.publish("bench-own", messages)
     return time.perf_counter() - started
 
 

@@ -13,7 +13,8 @@ import contextlib
 import dataclasses
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rabbitry.amqp.settings import ConnectionSettings
@@ -30,7 +31,7 @@ from rabbitry.stream.session import (
     Session,
 )
 
-__all__ = ["DEFAULT_PORT", "StreamClient", "probe"]
+__all__ = ["DEFAULT_PORT", "PublishCount", "StreamClient", "probe"]
 
 DEFAULT_PORT = 5552
 READ_SIZE = 1 << 20
@@ -40,6 +41,14 @@ PUBLISH_WINDOW = 8192
 """Messages published and not yet confirmed, at most."""
 PUBLISH_BATCH = 500
 """Messages per publish frame."""
+
+
+@dataclass
+class PublishCount:
+    sent: int = 0
+    """Messages sent and confirmed (the broker drops those it held already: see ``publish``)."""
+    skipped: int = 0
+    """Messages not sent: the broker holds their publishing id for this producer already."""
 
 
 def _connect_socket(settings: ConnectionSettings) -> socket.socket:
@@ -223,65 +232,111 @@ class StreamClient:
 
     def publish(
         self,
-        stream: str,
         reference: str,
-        messages: Sequence[tuple[int, bytes]],
+        messages: Iterable[tuple[str, int, bytes]],
         *,
         timeout: float = 60.0,
-    ) -> int:
-        """Publish ``(publishing id, message)`` pairs (ids rising) as producer ``reference``
-        and wait for every confirm. The broker drops a message whose id is not above the
-        last one it stored for ``reference`` (and confirms it): a message published twice is
-        stored once. Returns how many were sent (those above the broker's last id)."""
-        self._publishers += 1
-        pid = self._publishers % 256
-        self._ok(
-            self.session.declare_publisher(pid, reference, stream),
-            f"declaring producer {reference!r} on stream {stream!r}",
-        )
-        try:
-            last = self.last_publishing_id(reference, stream)
-            todo = [m for m in messages if m[0] > last]
-            unconfirmed: set[int] = set()
-            failures: list[tuple[int, int]] = []
-            sent = 0
+    ) -> PublishCount:
+        """Publish ``(stream, publishing id, message)`` triples as producer ``reference`` (one
+        per stream) and wait for every confirm; ids must rise within each stream.
+
+        The broker keeps, per producer name and stream, the highest publishing id it stored,
+        and drops (while confirming) a message whose id is not above it: a message published
+        again under the same name and id is stored once. Messages at or below the id the
+        broker holds are not even sent. ``StreamRefused`` when the broker refuses messages."""
+        producers: dict[str, tuple[int, int]] = {}
+        pending: dict[int, list[tuple[int, bytes]]] = {}
+        unconfirmed: set[tuple[int, int]] = set()
+        failures: list[tuple[int, int]] = []
+        count = PublishCount()
+
+        def send(pid: int) -> None:
+            batch = pending.pop(pid, [])
+            if batch:
+                self.session.publish(pid, batch)
+                unconfirmed.update((pid, i) for i, _ in batch)
+                count.sent += len(batch)
+
+        def settle(block: bool) -> None:
             deadline = time.monotonic() + timeout
-            while sent < len(todo) or unconfirmed:
-                while sent < len(todo) and len(unconfirmed) < PUBLISH_WINDOW:
-                    batch = todo[sent : sent + PUBLISH_BATCH]
-                    self.session.publish(pid, batch)
-                    unconfirmed.update(m[0] for m in batch)
-                    sent += len(batch)
-                if unconfirmed:
-                    if self._round(0.5):
-                        deadline = time.monotonic() + timeout
-                    elif time.monotonic() > deadline:
-                        raise StreamUnavailable(
-                            f"{len(unconfirmed)} message(s) to stream {stream!r} unconfirmed for"
-                            f" {timeout:g} s (at {self.display})"
-                        )
+            while True:
                 kept: list[Event] = []
                 for event in self._events:
-                    if isinstance(event, Confirmed) and event.publisher_id == pid:
-                        unconfirmed.difference_update(event.publishing_ids)
-                    elif isinstance(event, PublishFailed) and event.publisher_id == pid:
-                        unconfirmed.difference_update(i for i, _ in event.failures)
+                    if isinstance(event, Confirmed):
+                        unconfirmed.difference_update(
+                            (event.publisher_id, i) for i in event.publishing_ids
+                        )
+                    elif isinstance(event, PublishFailed):
+                        unconfirmed.difference_update(
+                            (event.publisher_id, i) for i, _ in event.failures
+                        )
                         failures.extend(event.failures)
                     else:
                         kept.append(event)
                 self._events = kept
-            if failures:
-                pub_id, code = failures[0]
-                raise StreamRefused(
-                    f"stream {stream!r} refused {len(failures)} message(s) of producer"
-                    f" {reference!r} (the first, id {pub_id}: {frames.code_name(code)})",
-                    code,
-                )
-            return len(todo)
+                if not unconfirmed or (not block and len(unconfirmed) < PUBLISH_WINDOW):
+                    return
+                if self._round(0.5):
+                    deadline = time.monotonic() + timeout
+                elif time.monotonic() > deadline:
+                    raise StreamUnavailable(
+                        f"{len(unconfirmed)} message(s) of producer {reference!r} unconfirmed"
+                        f" for {timeout:g} s (at {self.display})"
+                    )
+
+        try:
+            for stream, publishing_id, message in messages:
+                found = producers.get(stream)
+                if found is None:
+                    pid = len(producers)
+                    if pid > 255:
+                        raise ValueError("a producer writes to 256 streams at most")
+                    self._ok(
+                        self.session.declare_publisher(pid, reference, stream),
+                        f"declaring producer {reference!r} on stream {stream!r}",
+                    )
+                    found = producers[stream] = (pid, self.last_publishing_id(reference, stream))
+                pid, last = found
+                if publishing_id <= last:
+                    count.skipped += 1
+                    continue
+                batch = pending.setdefault(pid, [])
+                batch.append((publishing_id, message))
+                if len(batch) >= PUBLISH_BATCH:
+                    send(pid)
+                    settle(block=False)
+            for pid in list(pending):
+                send(pid)
+            settle(block=True)
         finally:
             with contextlib.suppress(Exception):
                 if self.session.ready:
-                    self._ok(self.session.delete_publisher(pid), "deleting a producer")
+                    for pid, _ in producers.values():
+                        self._ok(self.session.delete_publisher(pid), "deleting a producer")
+        if failures:
+            pub_id, code = failures[0]
+            raise StreamRefused(
+                f"the broker refused {len(failures)} message(s) of producer {reference!r} (the"
+                f" first, id {pub_id}: {frames.code_name(code)})",
+                code,
+            )
+        return count
+
+    def route(self, routing_key: str, super_stream: str) -> list[str]:
+        """The partition streams of ``super_stream`` that ``routing_key`` goes to."""
+        response = self._ok(
+            self.session.route(routing_key, super_stream),
+            f"routing key {routing_key!r} of super stream {super_stream!r}",
+        )
+        return response.body.strings()
+
+    def partitions(self, super_stream: str) -> list[str]:
+        """The partition streams of ``super_stream``; ``StreamRefused`` if it is none."""
+        response = self._ok(
+            self.session.partitions(super_stream),
+            f"the partitions of super stream {super_stream!r}",
+        )
+        return response.body.strings()
 
     def metadata(self, streams: Sequence[str]) -> dict[str, Any]:
         """Each stream's response code and leader ``(host, port)`` as the broker advertises."""

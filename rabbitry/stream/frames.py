@@ -41,6 +41,7 @@ class Key(enum.IntEnum):
     OPEN = 0x0015
     CLOSE = 0x0016
     HEARTBEAT = 0x0017
+    ROUTE = 0x0018
     PARTITIONS = 0x0019
 
 

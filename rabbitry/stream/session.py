@@ -168,6 +168,12 @@ class Session:
     def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
         self.out += frames.publish(publisher_id, messages)
 
+    def route(self, routing_key: str, super_stream: str) -> int:
+        return self._request(Key.ROUTE, frames.string(routing_key) + frames.string(super_stream))
+
+    def partitions(self, super_stream: str) -> int:
+        return self._request(Key.PARTITIONS, frames.string(super_stream))
+
     def metadata(self, streams: Sequence[str]) -> int:
         body = _U32.pack(len(streams)) + b"".join(frames.string(s) for s in streams)
         return self._request(Key.METADATA, body)
