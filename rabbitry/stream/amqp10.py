@@ -259,8 +259,11 @@ _SECTION_CACHE_SIZE = 4096
 def _section_value(buf: memoryview, section: int, pos: int) -> tuple[Any, int]:
     """A section's value, decoded once per distinct encoding: the messages of one publisher
     mostly repeat their header, annotations and application properties byte for byte, and
-    decoding them is most of the cost of reading a stream in Python."""
+    decoding them is most of the cost of reading a stream in Python. The properties section is
+    decoded each time: its message id and creation time differ from message to message."""
     code = buf[pos]
+    if section == PROPERTIES:  # message ids and timestamps make each one differ: no cache
+        return _value(buf, pos)
     if code in (0xC0, 0xC1):
         end = pos + 2 + buf[pos + 1]
     elif code in (0xD0, 0xD1):
