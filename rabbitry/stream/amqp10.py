@@ -230,20 +230,6 @@ def _key(value: Any) -> Any:
     return value if isinstance(value, str | int) else str(value)
 
 
-_PROPERTY_NAMES = (
-    "message_id",
-    "user_id",
-    "to",
-    "subject",
-    "reply_to",
-    "correlation_id",
-    "content_type",
-    "content_encoding",
-    "absolute_expiry_time",
-    "creation_time",
-)
-
-
 def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -252,34 +238,113 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-_SECTION_CACHE: dict[bytes, Any] = {}
-_SECTION_CACHE_SIZE = 4096
+Effect = tuple[tuple[tuple[str, Any], ...], str | None, dict[Any, Any] | None]
+"""What a section gives a message: properties, a routing key, headers (None: not given)."""
+
+_EFFECTS: dict[bytes, Effect] = {}
+_EFFECTS_SIZE = 4096
 
 
-def _section_value(buf: memoryview, section: int, pos: int) -> tuple[Any, int]:
-    """A section's value, decoded once per distinct encoding: the messages of one publisher
-    mostly repeat their header, annotations and application properties byte for byte, and
-    decoding them is most of the cost of reading a stream in Python. The properties section is
-    decoded each time: its message id and creation time differ from message to message."""
+def _effect(section: int, value: Any) -> Effect:
+    props: list[tuple[str, Any]] = []
+    routing_key: str | None = None
+    headers: dict[Any, Any] | None = None
+    if section == HEADER and isinstance(value, list):
+        fields = value + [None] * (3 - len(value))
+        if fields[0] is not None:
+            props.append(("delivery_mode", 2 if fields[0] else 1))
+        if fields[1] is not None:
+            props.append(("priority", fields[1]))
+        if fields[2] is not None:
+            props.append(("expiration", str(fields[2])))
+    elif section == MESSAGE_ANNOTATIONS and isinstance(value, dict):
+        routing_key = _text(value.get("x-routing-key"))
+        for key, name in (
+            ("x-basic-type", "type"),
+            ("x-basic-app-id", "app_id"),
+            ("x-basic-expiration", "expiration"),
+        ):
+            if key in value:
+                props.append((name, _text(value[key])))
+    elif section == APPLICATION_PROPERTIES and isinstance(value, dict):
+        headers = value
+    return tuple(props), routing_key, headers
+
+
+def _section_effect(buf: memoryview, section: int, pos: int) -> tuple[Effect, int]:
+    """A section's effect, worked out once per distinct encoding: the messages of one
+    publisher mostly repeat their header, annotations and application properties byte for
+    byte, and decoding them is most of the cost of reading a stream in Python."""
     code = buf[pos]
-    if section == PROPERTIES:  # message ids and timestamps make each one differ: no cache
-        return _value(buf, pos)
     if code in (0xC0, 0xC1):
         end = pos + 2 + buf[pos + 1]
     elif code in (0xD0, 0xD1):
         end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
     else:
-        return _value(buf, pos)
+        value, after = _value(buf, pos)
+        return _effect(section, value), after
     key = bytes((section,)) + bytes(buf[pos:end])
-    found = _SECTION_CACHE.get(key)
+    found = _EFFECTS.get(key)
     if found is None:
-        found, after = _value(buf, pos)
+        value, after = _value(buf, pos)
         if after != end:
             raise StreamProtocolError(f"AMQP 1.0 section 0x{section:02x}: its size is wrong")
-        if len(_SECTION_CACHE) >= _SECTION_CACHE_SIZE:
-            _SECTION_CACHE.clear()
-        _SECTION_CACHE[key] = found
+        if len(_EFFECTS) >= _EFFECTS_SIZE:
+            _EFFECTS.clear()
+        found = _EFFECTS[key] = _effect(section, value)
     return found, end
+
+
+# The properties section's fields, by position: the row's name for those it keeps.
+_PROPERTY_SLOTS = (
+    "message_id",
+    "user_id",
+    None,  # to
+    None,  # subject
+    "reply_to",
+    "correlation_id",
+    "content_type",
+    "content_encoding",
+    None,  # absolute-expiry-time
+    "timestamp",  # creation-time
+    None,  # group-id
+    None,  # group-sequence
+    None,  # reply-to-group-id
+)
+
+
+def _properties(buf: memoryview, pos: int, props: dict[str, Any]) -> int:
+    """Read the properties section (decoded each time: message ids and creation times make
+    each one differ), the usual types inline."""
+    code = buf[pos]
+    if code == 0x45:
+        return pos + 1
+    if code == 0xC0:
+        count, pos = buf[pos + 2], pos + 3
+    elif code == 0xD0:
+        count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
+    else:
+        raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+    slots = _PROPERTY_SLOTS
+    for i in range(count):
+        c = buf[pos]
+        if c == 0x40:
+            pos += 1
+            continue
+        if c == 0xA1 or c == 0xA3:
+            size = buf[pos + 1]
+            value: Any = str(buf[pos + 2 : pos + 2 + size], "utf-8", "replace")
+            pos += 2 + size
+        elif c == 0x83:
+            ms = _I64.unpack_from(buf, pos + 1)[0]
+            value = _EPOCH + dt.timedelta(milliseconds=ms)
+            pos += 9
+        else:
+            value, pos = _typed(buf, c, pos + 1)
+        name = slots[i] if i < len(slots) else None
+        if name is not None:
+            props[name] = value if name == "timestamp" else _text(value)
+    return int(pos)
 
 
 def decode(record: bytes | memoryview) -> Decoded:
@@ -309,39 +374,19 @@ def decode(record: bytes | memoryview) -> Decoded:
                     size = _U32.unpack_from(buf, pos + 1)[0]
                     body.append(bytes(buf[pos + 5 : pos + 5 + size]))
                     pos += 5 + size
-                continue
-            value, pos = _section_value(buf, section, pos)
-            if section == HEADER and isinstance(value, list):
-                fields = value + [None] * (3 - len(value))
-                if fields[0] is not None:
-                    props["delivery_mode"] = 2 if fields[0] else 1
-                if fields[1] is not None:
-                    props["priority"] = fields[1]
-                if fields[2] is not None:
-                    props["expiration"] = str(fields[2])
-            elif section == MESSAGE_ANNOTATIONS and isinstance(value, dict):
-                key = value.get("x-routing-key")
-                out.routing_key = _text(key)
-                if "x-basic-type" in value:
-                    props["type"] = _text(value["x-basic-type"])
-                if "x-basic-app-id" in value:
-                    props["app_id"] = _text(value["x-basic-app-id"])
-                if "x-basic-expiration" in value:
-                    props["expiration"] = _text(value["x-basic-expiration"])
-            elif section == PROPERTIES and isinstance(value, list):
-                got = dict(zip(_PROPERTY_NAMES, value, strict=False))
-                for name in ("message_id", "correlation_id", "user_id", "reply_to"):
-                    if got.get(name) is not None:
-                        props[name] = _text(got[name])
-                for name in ("content_type", "content_encoding"):
-                    if got.get(name) is not None:
-                        props[name] = _text(got[name])
-                if got.get("creation_time") is not None:
-                    props["timestamp"] = got["creation_time"]
-            elif section == APPLICATION_PROPERTIES and isinstance(value, dict):
-                out.headers = dict(value)  # the cached value is shared
+            elif section == PROPERTIES:
+                pos = _properties(buf, pos, props)
             elif section == AMQP_VALUE:
+                value, pos = _value(buf, pos)
                 body.append(value if isinstance(value, bytes) else str(value).encode())
+            else:
+                (given, routing_key, headers), pos = _section_effect(buf, section, pos)
+                if given:
+                    props.update(given)
+                if routing_key is not None:
+                    out.routing_key = routing_key
+                if headers is not None:
+                    out.headers = dict(headers)  # the cached one is shared
     except (IndexError, struct.error) as exc:
         raise StreamProtocolError(f"AMQP 1.0 message cut short ({exc})") from None
     out.body = body[0] if len(body) == 1 else b"".join(body)
