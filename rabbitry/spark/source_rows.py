@@ -88,6 +88,12 @@ def stream_row_of(record: bytes | memoryview, stream: str, offset: int) -> tuple
     m = decode(record)
     headers = {str(k): header_text(v) for k, v in m.headers.items()} if m.headers else {}
     props = m.properties
-    properties = list(map(props.get, _NAMES))
-    stamp = properties[_STAMP]
-    return (m.body, m.routing_key, headers, tuple(properties), stream, offset, stamp)
+    return (
+        m.body,
+        m.routing_key,
+        headers,
+        tuple(map(props.get, _NAMES)),
+        stream,
+        offset,
+        props.get("timestamp"),
+    )

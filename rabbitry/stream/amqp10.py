@@ -16,7 +16,6 @@ import datetime as dt
 import struct
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.stream.errors import StreamProtocolError
@@ -39,14 +38,27 @@ _U8U8 = struct.Struct(">BB")
 _U32U32 = struct.Struct(">II")
 
 
-@dataclass
 class Decoded:
-    """One stored message, as the source's rows see it."""
+    """One stored message, as the source's rows see it (a plain class with slots: one is made
+    per message read)."""
 
-    body: bytes = b""
-    routing_key: str | None = None
-    headers: dict[str, Any] = field(default_factory=dict)
-    properties: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("body", "headers", "properties", "routing_key")
+
+    def __init__(self) -> None:
+        self.body: bytes = b""
+        self.routing_key: str | None = None
+        self.headers: dict[str, Any] = _NO_HEADERS
+        self.properties: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"Decoded(body={len(self.body)} bytes, routing_key={self.routing_key!r},"
+            f" headers={self.headers!r}, properties={self.properties!r})"
+        )
+
+
+_NO_HEADERS: dict[str, Any] = {}
+"""Shared by every message without headers: read it, never change it."""
 
 
 def _value(buf: memoryview, pos: int) -> tuple[Any, int]:
