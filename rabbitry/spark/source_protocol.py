@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.spark.options import SourceOptionError, SparkSourceError
 from rabbitry.spark.report import logger
-from rabbitry.stream.blocking import DEFAULT_PORT, probe
+from rabbitry.stream.blocking import DEFAULT_PORT, DEFAULT_TLS_PORT, probe
 
 __all__ = ["Protocol", "choose_stream_port", "stream_port_from"]
 
@@ -44,7 +44,8 @@ class Protocol(enum.Enum):
 
 def stream_port_from(url: str, given: int | None, environ: Mapping[str, str]) -> int:
     """The stream port to try: ``given``, else ``RABBITRY_STREAM_URL``'s when it names the
-    same host as ``url``, else the protocol's default (5552)."""
+    same host as ``url``, else the protocol's default: 5552, or 5551 (its TLS listener) when
+    ``url`` is ``amqps://``, whose TLS settings the stream connection takes too."""
     if given is not None:
         return given
     stream_url = environ.get(STREAM_URL_ENV, "").strip()
@@ -55,7 +56,7 @@ def stream_port_from(url: str, given: int | None, environ: Mapping[str, str]) ->
                 return parts.port
         except ValueError:
             pass
-    return DEFAULT_PORT
+    return DEFAULT_TLS_PORT if url.lower().startswith("amqps:") else DEFAULT_PORT
 
 
 def choose_stream_port(

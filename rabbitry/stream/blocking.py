@@ -31,9 +31,10 @@ from rabbitry.stream.session import (
     Session,
 )
 
-__all__ = ["DEFAULT_PORT", "PublishCount", "StreamClient", "probe"]
+__all__ = ["DEFAULT_PORT", "DEFAULT_TLS_PORT", "PublishCount", "StreamClient", "probe"]
 
 DEFAULT_PORT = 5552
+DEFAULT_TLS_PORT = 5551
 READ_SIZE = 1 << 20
 INITIAL_CREDIT = 8
 """Chunks the broker may send ahead of the reader (one more is granted per chunk read)."""

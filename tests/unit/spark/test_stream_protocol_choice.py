@@ -19,6 +19,7 @@ def test_the_stream_port_is_the_option_then_the_dev_brokers_url_then_5552() -> N
     other_host = {"RABBITRY_STREAM_URL": "rabbitmq-stream://u:p@elsewhere:40001/"}
     assert stream_port_from(URL, None, other_host) == 5552
     assert stream_port_from(URL, None, {}) == 5552
+    assert stream_port_from("amqps://u:p@rabbit/v", None, {}) == 5551  # the TLS listener
 
 
 def test_the_source_takes_protocol_and_stream_port_options() -> None:
