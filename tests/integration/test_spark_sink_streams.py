@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import pika
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -77,3 +78,36 @@ def test_a_task_killed_mid_partition_leaves_each_row_once(
     counts = stored(stream_broker, "killed")
     assert set(counts) == {str(i) for i in range(60_000)}
     assert set(counts.values()) == {1}
+
+
+def test_a_super_stream_gets_each_row_once_in_the_partition_its_key_picks(
+    spark: SparkSession,  # noqa: F811
+    stream_broker: StreamBroker,  # noqa: F811
+) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(stream_broker.vhost_amqp_url))
+    channel = connection.channel()
+    channel.exchange_declare("orders", "direct", durable=True, arguments={"x-super-stream": True})
+    for i, key in enumerate(("eu", "us")):
+        channel.queue_declare(f"orders-{key}", durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_bind(
+            f"orders-{key}", "orders", key, arguments={"x-stream-partition-order": i}
+        )
+    connection.close()
+    df = spark.range(0, 10_000, numPartitions=2).select(
+        F.col("id").cast("string").alias("body"),
+        F.when(F.col("id") % 2 == 0, "eu").otherwise("us").alias("region"),
+    )
+    for _ in range(2):
+        write(
+            df,
+            stream_broker,
+            exchange="orders",
+            routing_key_column="region",
+            body_column="body",
+            id_prefix="orders-load",
+            protocol="stream",
+        )
+    eu, us = stored(stream_broker, "orders-eu"), stored(stream_broker, "orders-us")
+    assert set(eu) == {str(i) for i in range(0, 10_000, 2)}
+    assert set(us) == {str(i) for i in range(1, 10_000, 2)}
+    assert set(eu.values()) == set(us.values()) == {1}
