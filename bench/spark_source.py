@@ -249,7 +249,8 @@ def render(
         "",
         "1 KB messages in one stream and in a super stream, same broker, same run. The plain"
         " consumer is one pika connection reading every message from `first` into a list"
-        " (prefetch 2000, a multiple ack every 1000). The source runs on `local[2]`, timed from"
+        " (prefetch 2000, a multiple ack every 1000). The source runs on `local[2]`, over AMQP"
+        " 0-9-1 (`protocol=amqp`) and over the stream protocol (`protocol=stream`), timed from"
         " the action to its return with Spark's job overhead included; the parquet copy is the"
         " same pipeline over a parquet copy of the rows. The issue's size is 1,000,000 messages;"
         " this table's size is in the command above."
