@@ -12,6 +12,9 @@ Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 - One AsyncPublisher process: ``publish_many`` of the same number of 1 KB bodies, window 512.
 - Naive sink: ``foreachPartition`` opening a pika BlockingConnection per partition and waiting
   for each row's confirm (``--naive-rows``, fewer rows: it is slow).
+With ``--stream-port`` (the broker's rabbitmq_stream plugin): the same write into a stream,
+over AMQP 0-9-1 (``protocol=amqp``: today's confirmed sink) and over the stream protocol
+(``protocol=stream``: a named producer per partition, exactly once), target >= 2x.
 Reported: rows/s of each and the ratios against the targets (sink >= 0.7x AsyncPublisher,
 >= 10x naive), with the machine's load average before and after.
 """
@@ -120,6 +123,31 @@ def spark_sink(spark: Any, url: str, qt: str, n: int) -> Result:
     return Result("Spark sink (rabbitmq data source), 2 partitions", n, seconds)
 
 
+def stream_sink(spark: Any, url: str, n: int, protocol: str, port: int) -> Result:
+    """The sink into a fresh stream over ``protocol``; the stream's length checked after."""
+    from rabbitry.consumer.streams import StreamReader
+
+    stream = fresh_queue(url, "bench.spark.stream", "stream")
+    df = frame(spark, n)
+
+    def save(data: Any) -> None:
+        data.write.format("rabbitmq").mode("append").option("url", url).option(
+            "routing_key", stream
+        ).option("body_column", "body").option("protocol", protocol).option(
+            "stream_port", port
+        ).save()
+
+    save(frame(spark, 2_000))  # starts the Python workers
+    started = time.perf_counter()
+    save(df)
+    seconds = time.perf_counter() - started
+    with StreamReader(url, prefetch=1) as reader:
+        first, end = reader.bounds(stream)
+    assert end - first >= n + 2_000, (first, end)
+    name = {"amqp": "AMQP 0-9-1, confirmed", "stream": "stream protocol, exactly once"}[protocol]
+    return Result(f"Spark sink into a stream over {name}, 2 partitions", n, seconds)
+
+
 def naive_rows(url: str, queue: str) -> Callable[[Iterable[Any]], None]:
     def publish(rows: Iterable[Any]) -> None:
         import pika as client
@@ -163,7 +191,9 @@ def render(
         "```bash",
         ".venv/bin/python bench/spark_sink.py"
         f" --rows {args.rows} --naive-rows {args.naive_rows} --rounds {args.rounds}"
-        f" --queue-types {','.join(kinds)} --write-docs",
+        f" --queue-types {','.join(kinds)}"
+        + (f" --stream-port {args.stream_port}" if args.stream_port else "")
+        + " --write-docs",
         "```",
         "",
         "1 KB persistent messages through the default exchange into one durable queue of each"
@@ -232,6 +262,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--naive-rows", type=int, default=10_000)
     parser.add_argument("--queue-types", default="classic,quorum")
+    parser.add_argument("--stream-port", type=int, help="also write a stream over both protocols")
     args = parser.parse_args()
     url = args.url
     kinds = [k.strip() for k in args.queue_types.split(",") if k.strip()]
@@ -258,11 +289,37 @@ def main() -> None:
                     f" ({result.seconds:.2f} s)",
                     flush=True,
                 )
+    streams: dict[str, list[Result]] = {}
+    for _ in range(args.rounds if args.stream_port else 0):
+        for protocol in ("amqp", "stream"):
+            result = stream_sink(spark, url, args.rows, protocol, args.stream_port)
+            streams.setdefault(protocol, []).append(result)
+            print(f"{result.name}: {result.rate:,.0f} rows/s (load {load_average()})", flush=True)
     spark.stop()
     results = {
         (name, qt): median(runs[(name, qt)]) for qt in kinds for name in ("sink", "async", "naive")
     }
     text = render(results, args, (load_before, load_average()), broker_version(url))
+    if streams:
+        amqp, stream = median(streams["amqp"]), median(streams["stream"])
+        text += "\n".join(
+            [
+                "",
+                f"Into a stream (`--stream-port {args.stream_port}`), same run:",
+                "",
+                "| contender | rows | seconds | rows/s |",
+                "|---|---|---|---|",
+                *(
+                    f"| {r.name} | {r.rows:,} | {r.seconds:.2f} | {r.rate:,.0f} |"
+                    for r in (amqp, stream)
+                ),
+                "",
+                "| ratio | value | target |",
+                "|---|---|---|",
+                f"| stream protocol / AMQP 0-9-1 | {stream.rate / amqp.rate:.2f}x | >= 2x |",
+                "",
+            ]
+        )
     print()
     print(text)
     for qt in kinds:

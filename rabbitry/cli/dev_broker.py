@@ -5,6 +5,9 @@ them, outlives the command: it is created through the Docker SDK directly, witho
 testcontainers session labels a reaper would remove. Its URLs (with the generated password) are
 recorded in ``.rabbitry/dev-broker.json`` when the current directory has a ``.rabbitry/`` folder,
 otherwise in ``~/.cache/rabbitry/dev-broker.json``.
+
+The broker offers the stream protocol too (``rabbitmq_stream`` on a published port it
+advertises, as the test brokers do), so the Spark source and sink take their fast path.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class DevBrokerState:
     management_port: int
     username: str
     password: str
+    # 0: not published (a broker created before rabbitry offered the stream protocol)
+    stream_port: int = 0
 
     def amqp_url(self, vhost: str | None = "/") -> str:
         """With ``vhost`` None the URL names no vhost: each client gives it the one it uses."""
@@ -59,13 +64,24 @@ class DevBrokerState:
         userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
         return f"http://{userinfo}@{self.host}:{self.management_port}"
 
+    def stream_url(self) -> str | None:
+        """``rabbitmq-stream://user:pass@host:port/`` (the stream clients' form), if published."""
+        if not self.stream_port:
+            return None
+        userinfo = f"{quote(self.username, safe='')}:{quote(self.password, safe='')}"
+        return f"rabbitmq-stream://{userinfo}@{self.host}:{self.stream_port}/"
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> DevBrokerState:
         data = json.loads(text)
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        fields = cls.__dataclass_fields__
+        return cls(
+            **{name: data[name] for name in fields if name != "stream_port"},
+            stream_port=int(data.get("stream_port", 0)),
+        )
 
 
 def state_file_name(name: str) -> str:
@@ -88,7 +104,11 @@ def env_exports(state: DevBrokerState) -> str:
     # vhost than the one a client is asked for is an error)
     amqp = shlex.quote(state.amqp_url(None))
     mgmt = shlex.quote(state.management_url())
-    return f"export RABBITMQ_URL={amqp} RABBITRY_URL={amqp} RABBITRY_MANAGEMENT_URL={mgmt}"
+    line = f"export RABBITMQ_URL={amqp} RABBITRY_URL={amqp} RABBITRY_MANAGEMENT_URL={mgmt}"
+    stream = state.stream_url()
+    if stream is not None:
+        line += f" RABBITRY_STREAM_URL={shlex.quote(stream)}"
+    return line
 
 
 def _write_state(state: DevBrokerState) -> Path:
@@ -164,12 +184,14 @@ def _create(
 ) -> DevBrokerState:
     import docker.errors
 
+    from rabbitry.testing.containers import STREAM_PORT, stream_environment
     from rabbitry.testing.engine import LOCAL_TEST_IMAGE
     from rabbitry.testing.host import (
         AMQP_PORT,
         MANAGEMENT_PORT,
         ROLE_LABEL,
         broker_environment,
+        broker_host,
         free_port,
         is_port_conflict,
         port_bindings,
@@ -177,7 +199,6 @@ def _create(
         published_host_ports,
     )
 
-    environment = broker_environment(username=DEFAULT_USER, password=password)
     taken = published_host_ports(client)
 
     def choose(asked: int, usual: int, flag: str) -> int:
@@ -194,8 +215,15 @@ def _create(
 
     amqp = choose(amqp_port, AMQP_PORT, "--port")
     mgmt = choose(mgmt_port, MANAGEMENT_PORT, "--management-port")
+    stream = choose(0, STREAM_PORT, "")
     container = None
     for attempt in range(3):
+        # The broker advertises the host's address and port: stream clients connect there.
+        environment = broker_environment(
+            username=DEFAULT_USER,
+            password=password,
+            env=stream_environment(broker_host(engine), stream),
+        )
         try:
             container = client.containers.run(
                 image,
@@ -203,7 +231,7 @@ def _create(
                 name=name,
                 hostname=name,
                 environment=environment,
-                ports=port_bindings(engine, amqp, mgmt),
+                ports=port_bindings(engine, amqp, mgmt, {STREAM_PORT: stream}),
                 labels={ROLE_LABEL: "dev-broker"},
             )
             break
@@ -211,7 +239,7 @@ def _create(
             with contextlib.suppress(Exception):
                 client.containers.get(name).remove(force=True)
             if is_port_conflict(exc) and attempt < 2:
-                amqp, mgmt = free_port(taken), free_port(taken)
+                amqp, mgmt, stream = free_port(taken), free_port(taken), free_port(taken)
                 continue
             hint = " (run rabbitry's scripts/setup.sh)" if image == LOCAL_TEST_IMAGE else ""
             raise BrokerError(f"could not start {name!r} from {image!r}: {exc}{hint}") from exc
@@ -294,6 +322,12 @@ def _wait(engine: Any, container: Any, name: str, image: str, timeout: float) ->
         raise BrokerError(
             f"{exc}; container {name!r} is {container.status}{_last_output(container)}"
         ) from exc
+    from rabbitry.testing.containers import STREAM_PORT
+
+    try:
+        stream_port = published_port(container.attrs, STREAM_PORT)
+    except BrokerError:
+        stream_port = 0  # created before rabbitry published it
     return DevBrokerState(
         name=name,
         image=image,
@@ -303,6 +337,7 @@ def _wait(engine: Any, container: Any, name: str, image: str, timeout: float) ->
         management_port=broker.management_port,
         username=broker.username,
         password=broker.password,
+        stream_port=stream_port,
     )
 
 
@@ -380,6 +415,7 @@ def up_command(
     """Start the dev broker, or reuse it, and print its URLs (password masked)."""
     state = _up(name, image, amqp_port, management_port)
     path = _write_state(state)
+    stream_url = state.stream_url()
     if as_json:
         payload = {
             "format_version": 1,
@@ -388,6 +424,7 @@ def up_command(
             "image": state.image,
             "amqp_url": mask_uri(state.amqp_url()),
             "management_url": mask_uri(state.management_url()),
+            "stream_url": None if stream_url is None else mask_uri(stream_url),
             "recorded_in": str(path),
         }
         click.echo(json.dumps(payload, indent=2))
@@ -395,6 +432,8 @@ def up_command(
     click.echo(f"{state.name} is up ({state.engine}, image {state.image})")
     click.echo(f"  AMQP:        {mask_uri(state.amqp_url())}")
     click.echo(f"  management:  {mask_uri(state.management_url())}")
+    if stream_url is not None:
+        click.echo(f"  streams:     {mask_uri(stream_url)}")
     click.echo(f"  recorded in  {path}")
     named = "" if state.name == DEFAULT_NAME else f" --name {shlex.quote(state.name)}"
     click.echo(f'Use it from a shell with: eval "$(rabbitry dev-broker env{named})"')

@@ -9,6 +9,7 @@ check needs only the URL the tasks use.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ from rabbitry.publisher.routing import Router
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.partition import SinkPlan
 from rabbitry.spark.rows import Column
+from rabbitry.spark.source_protocol import stream_port_from
+from rabbitry.spark.stream_sink import stream_target
 
 CONNECT_TIMEOUT = 10.0
 
@@ -127,4 +130,8 @@ def plan_write(
     prefix = options.id_prefix
     if prefix is None and not streaming:
         prefix = uuid.uuid4().hex
-    return SinkPlan(options, tuple(columns), prefix or "", delays)
+    port = stream_port_from(
+        options.url, options.stream_port, os.environ if environ is None else environ
+    )
+    target = stream_target(options, has_delays=delays is not None, port=port)
+    return SinkPlan(options, tuple(columns), prefix or "", delays, target)

@@ -72,6 +72,10 @@ OPTIONS: dict[str, str] = {
     "check_exchange": "true/false: check on the broker that the exchange exists (default true)",
     "node_order": "shuffle or in-order: how tasks walk several URLs (default shuffle)",
     "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
+    "protocol": "stream, amqp or auto: write a stream or super stream over the stream protocol,"
+    " exactly once (default auto: when the broker offers it and the target is a stream)",
+    "stream_port": "the stream protocol's port (default: RABBITRY_STREAM_URL's when it names"
+    " url's host, else 5552)",
     "traces": "true/false: W3C trace context in every row and a span per partition, when"
     " OpenTelemetry is configured on the executors (default false)",
 }
@@ -112,6 +116,8 @@ class SinkOptions:
     connection_name: str = "rabbitry-spark"
     traces: bool = False
     node_order: str = "shuffle"
+    protocol: str = "auto"
+    stream_port: int | None = None
 
     @property
     def display_url(self) -> str:
@@ -191,6 +197,8 @@ class SinkOptions:
             connection_name=given.get("connection_name") or "rabbitry-spark",
             node_order=_choice(given, "node_order", ("shuffle", "in-order"), "shuffle"),
             traces=_bool(given, "traces", False),
+            protocol=_choice(given, "protocol", ("auto", "stream", "amqp"), "auto"),
+            stream_port=_int(given, "stream_port", None, 1, 65535),
         )
         if parsed.id_prefix is not None and parsed.message_id_column is not None:
             raise SinkOptionError("give id_prefix or message_id_column, not both")

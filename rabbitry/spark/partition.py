@@ -24,6 +24,7 @@ from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport
 from rabbitry.spark.rows import Column, Outgoing, RowEncoder
+from rabbitry.spark.stream_sink import StreamTarget, publish_rows_streamed
 from rabbitry.uri import mask_text
 
 # A task whose broker stays unreachable fails after this long; Spark may then retry it.
@@ -38,6 +39,8 @@ class SinkPlan:
     columns: tuple[Column, ...]
     id_prefix: str
     delays: DelayScheme | None = None
+    stream: StreamTarget | None = None
+    """Write over the stream protocol, exactly once (``stream_sink``); None: AMQP 0-9-1."""
 
     def encoder(self) -> RowEncoder:
         return RowEncoder(self.options, self.columns)
@@ -104,6 +107,8 @@ def publish_rows(
     opts = plan.options
     ids = MessageIdScheme(plan.id_prefix, batch, partition)
     encoder = plan.encoder()
+    if plan.stream is not None:
+        return publish_rows_streamed(opts, encoder, plan.stream, rows, ids, attempt=attempt)
     size = 0
 
     def counted(messages: Iterator[Outgoing]) -> Iterator[Outgoing]:

@@ -21,6 +21,7 @@ from rabbitry.spark.options import (
     _resolve_url,
     known_options,
 )
+from rabbitry.spark.source_protocol import Protocol, stream_port_from
 from rabbitry.uri import mask_uri
 
 MANAGEMENT_URL_ENV = "RABBITRY_MANAGEMENT_URL"
@@ -52,6 +53,10 @@ SOURCE_OPTIONS: dict[str, str] = {
     "read_timeout": "seconds a task waits for the next message of its range before it fails"
     " (default 60)",
     "connection_name": "connection name shown in the management UI (default rabbitry-spark)",
+    "protocol": "what tasks read with: stream (the stream protocol), amqp (AMQP 0-9-1) or auto"
+    " (default: the stream protocol when the broker offers it, else AMQP 0-9-1)",
+    "stream_port": "the stream protocol's port (default: RABBITRY_STREAM_URL's when it names"
+    " url's host, else 5552)",
     "failondataloss": "fail when offsets to read were removed by retention (default true);"
     " false: read on from the first offset held, with a warning",
 }
@@ -78,6 +83,8 @@ class SourceOptions:
     management_url: str = field(default="", repr=False)
     """Where a super stream's bindings are read; credentials from ``url`` when it has none."""
     fail_on_data_loss: bool = True
+    protocol: str = "auto"
+    stream_port: int = 5552
 
     @property
     def display_url(self) -> str:
@@ -176,6 +183,10 @@ class SourceOptions:
             connection_name=given.get("connection_name") or "rabbitry-spark",
             management_url=(management or env.get(MANAGEMENT_URL_ENV) or management_from_amqp(url)),
             fail_on_data_loss=_bool(given, "failondataloss", True, SourceOptionError),
+            protocol=Protocol.parse(given.get("protocol")).value,
+            stream_port=stream_port_from(
+                url, _int(given, "stream_port", None, 1, 65535, SourceOptionError), env
+            ),
         )
         if streams:  # a super stream's offsets are checked once its partitions are known
             parsed.starting(streams)

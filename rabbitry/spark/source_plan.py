@@ -34,6 +34,7 @@ from rabbitry.spark.offsets import (
 from rabbitry.spark.options import SourceOptionError, SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.spark.source_options import MAX_PARTITIONS, SourceOptions
+from rabbitry.spark.source_protocol import Protocol, choose_stream_port
 from rabbitry.spark.source_rows import row_of
 from rabbitry.topology.patterns.super_streams import ORDER, Partition, partitions_in_order
 from rabbitry.uri import mask_text, mask_uri, split_uris
@@ -58,12 +59,16 @@ class StreamPartition:
     read_timeout: float = 60.0
     connection_name: str = "rabbitry-spark"
     fail_on_data_loss: bool = True
+    stream_port: int | None = None
+    """Read over the stream protocol on this port; None: over AMQP 0-9-1."""
 
 
 @dataclass(frozen=True)
 class SourcePlan:
     options: SourceOptions
     streams: tuple[str, ...]
+    stream_port: int | None = None
+    """Where the tasks read over the stream protocol (``source_protocol``); None: AMQP 0-9-1."""
 
     def reader(self) -> StreamReader:
         return open_reader(self.options)
@@ -88,7 +93,13 @@ class SourcePlan:
         o = self.options
         return [
             StreamPartition(
-                r, o.url, o.prefetch, o.read_timeout, o.connection_name, o.fail_on_data_loss
+                r,
+                o.url,
+                o.prefetch,
+                o.read_timeout,
+                o.connection_name,
+                o.fail_on_data_loss,
+                self.stream_port,
             )
             for r in ranges(start, end, o.max_records_per_partition, o.min_partitions)
         ]
@@ -247,7 +258,15 @@ def plan_read(
     options = SourceOptions.parse(raw_options, streaming=streaming, environ=environ)
     with open_reader(options) as reader:
         streams = find_streams(reader, options)
-        plan = SourcePlan(options, streams)
+        stream_port = None
+        if streaming is not None:  # a read Spark runs, not the schema check
+            stream_port = choose_stream_port(
+                reader.settings,
+                Protocol(options.protocol),
+                options.stream_port,
+                streams,
+            )
+        plan = SourcePlan(options, streams, stream_port)
         options.starting(streams)  # JSON offsets must name these streams
         options.ending(streams)
         if check:
@@ -279,9 +298,13 @@ def batch_range(plan: SourcePlan) -> tuple[dict[str, int], dict[str, int]]:
 
 def read_partition(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
     """The rows of one partition's range, in offset order (runs in a task)."""
+    if partition.stream_port is not None:
+        return read_partition_streamed(partition)
+    return _read_partition_amqp(partition)
+
+
+def _missing_check(partition: StreamPartition, name: str) -> Any:
     r = partition.range
-    name = f"{partition.connection_name} {r.stream}:{r.start}-{r.end}"
-    reader = StreamReader(partition.url, prefetch=partition.prefetch, connection_name=name)
 
     def removed(at: int) -> None:
         # the range's first message has an offset past its start: retention ran between
@@ -297,6 +320,40 @@ def read_partition(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
             fail=partition.fail_on_data_loss,
             asked_by=f"a task reading [{r.start}, {r.end})",
         )
+
+    return removed
+
+
+def read_partition_streamed(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
+    """``read_partition`` over the stream protocol: the same rows, the same checks."""
+    from rabbitry.amqp.settings import ConnectionSettings
+    from rabbitry.spark.source_rows import stream_row_of
+    from rabbitry.stream.blocking import StreamClient
+    from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+
+    r = partition.range
+    assert partition.stream_port is not None
+    name = f"{partition.connection_name} {r.stream}:{r.start}-{r.end}"
+    settings = ConnectionSettings.from_url(partition.url, connection_name=name)
+    try:
+        with StreamClient(settings, port=partition.stream_port) as client:
+            for offset, _, record in client.read(
+                r.stream,
+                r.start,
+                r.end,
+                idle_timeout=partition.read_timeout,
+                missing=_missing_check(partition, name),
+            ):
+                yield stream_row_of(record, r.stream, offset)
+    except (StreamRefused, StreamUnavailable, StreamProtocolError) as exc:
+        raise SparkSourceError(f"rabbitmq source, {r.stream} [{r.start}, {r.end}): {exc}") from None
+
+
+def _read_partition_amqp(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
+    r = partition.range
+    name = f"{partition.connection_name} {r.stream}:{r.start}-{r.end}"
+    reader = StreamReader(partition.url, prefetch=partition.prefetch, connection_name=name)
+    removed = _missing_check(partition, name)
 
     try:
         for message in reader.read(

@@ -18,7 +18,7 @@ from typing import Any
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.streams import OFFSET_HEADER
 
-__all__ = ["COLUMNS", "PROPERTY_FIELDS", "header_text", "row_of"]
+__all__ = ["COLUMNS", "PROPERTY_FIELDS", "header_text", "row_of", "stream_row_of"]
 
 # (name, Spark type) of the properties struct, in order.
 PROPERTY_FIELDS: tuple[tuple[str, str], ...] = (
@@ -78,3 +78,22 @@ def row_of(message: IncomingMessage, stream: str, offset: int) -> tuple[Any, ...
     properties = list(map(props.get, _NAMES))
     stamp = properties[_STAMP] = _moment(properties[_STAMP])
     return (message.body, message.routing_key, headers, tuple(properties), stream, offset, stamp)
+
+
+def stream_row_of(record: bytes | memoryview, stream: str, offset: int) -> tuple[Any, ...]:
+    """The row of one stream entry read over the stream protocol (the message as the stream
+    stores it): the same row ``row_of`` makes of its AMQP 0-9-1 delivery."""
+    from rabbitry.stream.amqp10 import decode
+
+    m = decode(record)
+    headers = {str(k): header_text(v) for k, v in m.headers.items()} if m.headers else {}
+    props = m.properties
+    return (
+        m.body,
+        m.routing_key,
+        headers,
+        tuple(map(props.get, _NAMES)),
+        stream,
+        offset,
+        props.get("timestamp"),
+    )

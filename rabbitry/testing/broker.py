@@ -59,6 +59,8 @@ class Broker:
     username: str = "guest"
     password: str = "guest"
     amqp_scheme: str = "amqp"
+    # The stream protocol's port (rabbitmq_stream) when known to be published; None otherwise.
+    stream_port: int | None = None
     # Full base URL of the management API when it is not http://host:management_port
     # (https, another host, a path prefix behind a proxy).
     management_base: str | None = None

@@ -6,6 +6,12 @@ Erlang cookie for clusters. Host ports are chosen when the container is created,
 and starting a broker keeps its URLs on a local engine. Host files can be bind-mounted
 read-only and more container ports published (``mounts``, ``extra_ports``), e.g. certificates
 and a TLS listener.
+
+Every broker offers the stream protocol: ``rabbitmq_stream`` is enabled (through RabbitMQ's own
+``RABBITMQ_ENABLED_PLUGINS``, which the official image and rabbitry's honour alike) and its port
+5552 is published on a host port chosen before the container is created, which the broker
+advertises (``advertised_host``/``advertised_port``): a stream client connects to the address
+the broker advertises, and the container's own address is not reachable from the host.
 """
 
 from __future__ import annotations
@@ -55,7 +61,36 @@ if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer
 
 DEFAULT_STARTUP_TIMEOUT = 120.0
+STREAM_PORT = 5552
+# The plugins of rabbitry's image (its entrypoint's enabled_plugins) plus the stream protocol;
+# given as RABBITMQ_ENABLED_PLUGINS so the official image enables the same ones.
+DEFAULT_PLUGINS = (
+    "rabbitmq_management",
+    "rabbitmq_federation",
+    "rabbitmq_federation_management",
+    "rabbitmq_shovel",
+    "rabbitmq_shovel_management",
+    "rabbitmq_consistent_hash_exchange",
+    "rabbitmq_sharding",
+    "rabbitmq_prometheus",
+    "rabbitmq_stream",
+)
 STOP_TIMEOUT = 30
+
+
+def stream_environment(advertised_host: str, advertised_port: int) -> dict[str, str]:
+    """Container variables enabling the stream protocol, advertised at the published address.
+
+    Both images start ``rabbitmq-server``, which reads these two variables itself. A caller's
+    own ``RABBITMQ_ENABLED_PLUGINS`` (a broker without the stream plugin, say) wins over these.
+    """
+    return {
+        "RABBITMQ_ENABLED_PLUGINS": ",".join(DEFAULT_PLUGINS),
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
+            f'-rabbitmq_stream advertised_host "{advertised_host}" '
+            f"-rabbitmq_stream advertised_port {advertised_port}"
+        ),
+    }
 
 
 class ContainerExited(BrokerError):
@@ -173,6 +208,7 @@ class BrokerContainer:
             host=broker_host(self._engine),
             amqp_port=published_port(wrapped.attrs, AMQP_PORT),
             management_port=published_port(wrapped.attrs, MANAGEMENT_PORT),
+            stream_port=published_port(wrapped.attrs, STREAM_PORT),
             username=self._username,
             password=self._password,
             control=self,
@@ -276,6 +312,8 @@ def start_broker(
     """
     volumes = bind_mounts(mounts or {})
     more_ports = check_extra_ports(extra_ports)
+    if STREAM_PORT in more_ports:
+        raise ValueError(f"extra_ports: {STREAM_PORT} is published anyway (the stream protocol)")
     env_map = os.environ if environ is None else environ
     engine = require_engine(env_map)
     use_engine(engine)
@@ -302,17 +340,20 @@ def start_broker(
         chosen_amqp = amqp_port or (free_port(taken) if engine.local else None)
         chosen_mgmt = management_port or (free_port(taken) if engine.local else None)
         chosen_extra = {port: free_port(taken) if engine.local else None for port in more_ports}
+        # Chosen here even on a remote engine: the broker must advertise it (a conflict retries).
+        chosen_stream = chosen_extra[STREAM_PORT] = free_port(taken)
         container = container_class(image, username=username, password=password)
         container.ports.clear()
         container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt, chosen_extra))
         for host_path, container_path in volumes.items():
             container.with_volume_mapping(host_path, container_path, mode="ro")
+        streams = stream_environment(broker_host(engine), chosen_stream)
         for key, value in broker_environment(
             username=username,
             password=password,
             erlang_cookie=erlang_cookie,
             nodename=nodename,
-            env=env,
+            env={**streams, **(env or {})},
         ).items():
             container.with_env(key, value)
         container.with_kwargs(**extra)
@@ -326,11 +367,8 @@ def start_broker(
         except Exception as exc:
             with contextlib.suppress(Exception):
                 container.stop()
-            retry = (
-                is_port_conflict(exc)
-                and attempt < attempts
-                and (amqp_port is None or management_port is None or bool(more_ports))
-            )
+            # The stream port is always chosen here, so a conflict can always retry.
+            retry = is_port_conflict(exc) and attempt < attempts
             if retry:
                 continue
             raise BrokerError(_start_failure(image, engine, exc)) from exc

@@ -257,7 +257,7 @@ FAIL_AT = 250
 
 
 def run_until_all_read(
-    spark: SparkSession, broker: Broker, checkpoint: Path, out: Path, expect: int
+    spark: SparkSession, broker: Broker, checkpoint: Path, out: Path, expect: int, **options: str
 ) -> int:
     """Run the query until ``expect`` ids were seen in all; the micro-batches it ran. The task
     reading offset ``FAIL_AT`` fails on its first attempt, mid-batch."""
@@ -285,6 +285,7 @@ def run_until_all_read(
         .option("stream", "ticks")
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "150")
+        .options(**options)
         .load()
     )
     query = (

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import uuid
@@ -154,7 +157,11 @@ def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.Mon
         masked = runner.invoke(cli, ["dev-broker", "url", "--name", name, "--management"])
         assert masked.output.startswith("http://rabbitry:***@127.0.0.1:")
         env = runner.invoke(cli, ["dev-broker", "env", "--name", name]).output
-        assert f"RABBITMQ_URL={url}" in env
+        assert f"RABBITMQ_URL={url.removesuffix('/%2F')} " in env  # names no vhost
+        stream_port = json.loads(state.read_text())["stream_port"]
+        assert "RABBITRY_STREAM_URL=rabbitmq-stream://rabbitry:" in env
+        assert f"@127.0.0.1:{stream_port}/" in env
+        assert answers_stream_protocol("127.0.0.1", stream_port)
 
         again = runner.invoke(cli, ["dev-broker", "up", "--name", name])
         assert again.exit_code == 0, again.output
@@ -167,6 +174,22 @@ def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.Mon
     assert down.exit_code == 0, down.output
     assert "removed" in down.output
     assert not (tmp_path / ".rabbitry" / f"dev-broker-{name}.json").exists()
+
+
+def answers_stream_protocol(host: str, port: int) -> bool:
+    """Whether a peer-properties request on ``port`` gets the stream protocol's response."""
+    request = struct.pack(">HHIi", 0x0011, 1, 1, 0)
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(struct.pack(">I", len(request)) + request)
+        header = sock.recv(8)
+    return len(header) == 8 and struct.unpack(">H", header[4:6])[0] == 0x8011
+
+
+@pytest.mark.broker
+def test_container_brokers_offer_the_stream_protocol(rabbitmq_broker_factory: Any) -> None:
+    broker = rabbitmq_broker_factory().broker
+    assert broker.stream_port is not None
+    assert answers_stream_protocol(broker.host, broker.stream_port)
 
 
 def _silence(container: Any) -> None:

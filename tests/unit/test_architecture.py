@@ -56,6 +56,16 @@ FORBIDDEN = {
     # the source reads streams through consumer.streams (its deliveries are a worker's)
     "rabbitry.spark": ("rabbitry.provisioner", "rabbitry.cli"),
     "rabbitry.testing": ("rabbitry.cli",),
+    # the stream protocol stands beside amqp: it borrows its connection settings only
+    "rabbitry.stream": (
+        "rabbitry.topology",
+        "rabbitry.provisioner",
+        "rabbitry.publisher",
+        "rabbitry.consumer",
+        "rabbitry.spark",
+        "rabbitry.cli",
+        "rabbitry.testing",
+    ),
 }
 # consumer/ may use the publisher only through its public front
 PUBLIC_ONLY = {"rabbitry.consumer": "rabbitry.publisher"}

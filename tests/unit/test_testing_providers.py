@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from rabbitry.testing import (
     broker_from_urls,
     choose_provider,
 )
+from rabbitry.testing.containers import start_broker, stream_environment
 from rabbitry.testing.engine import (
     ContainerEngine,
     EngineProbe,
@@ -387,6 +389,26 @@ def test_dev_broker_env_is_quoted_for_eval() -> None:
         " RABBITRY_URL=amqp://rabbitry:pa%20ss@127.0.0.1:5672"
         " RABBITRY_MANAGEMENT_URL=http://rabbitry:pa%20ss@127.0.0.1:15672"
     )
+
+
+def test_dev_broker_env_names_the_stream_port_when_published() -> None:
+    with_streams = dataclasses.replace(DEV, stream_port=5552)
+    assert env_exports(with_streams).endswith(
+        " RABBITRY_STREAM_URL=rabbitmq-stream://rabbitry:pa%20ss@127.0.0.1:5552/"
+    )
+    old_record = json.loads(DEV.to_json())
+    del old_record["stream_port"]  # written before rabbitry published the stream port
+    assert DevBrokerState.from_json(json.dumps(old_record)).stream_port == 0
+
+
+def test_container_brokers_enable_streams_advertised_where_published() -> None:
+    env = stream_environment("127.0.0.1", 40001)
+    assert "rabbitmq_stream" in env["RABBITMQ_ENABLED_PLUGINS"].split(",")
+    assert env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"] == (
+        '-rabbitmq_stream advertised_host "127.0.0.1" -rabbitmq_stream advertised_port 40001'
+    )
+    with pytest.raises(ValueError, match="5552"):
+        start_broker(extra_ports=[5552])
 
 
 def test_dev_broker_state_lives_in_dot_rabbitry_or_the_cache(tmp_path: Path) -> None:

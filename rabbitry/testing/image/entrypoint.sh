@@ -6,6 +6,8 @@
 #   RABBITMQ_ERLANG_COOKIE   written to the cookie file (nodes of one cluster need the same one)
 #   RABBITMQ_NODENAME        read by rabbitmq-server itself (default rabbit@<hostname>)
 #   RABBITMQ_NODE_PORT       read by rabbitmq-server itself (default 5672)
+#   RABBITMQ_ENABLED_PLUGINS / RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS  read by rabbitmq-server itself
+#                            (rabbitry.testing sets them: the stream plugin and its advertised port)
 # and one of its own:
 #   RABBITRY_EXTRA_CONFIG    lines appended to rabbitmq.conf (cluster formation and the like)
 set -eu
@@ -31,7 +33,7 @@ mkdir -p "$data" "$logs" "$conf"
     fi
 } > "$conf/rabbitmq.conf"
 
-echo "[rabbitmq_management,rabbitmq_federation,rabbitmq_federation_management,rabbitmq_shovel,rabbitmq_shovel_management,rabbitmq_consistent_hash_exchange,rabbitmq_sharding,rabbitmq_prometheus]." \
+echo "[rabbitmq_management,rabbitmq_federation,rabbitmq_federation_management,rabbitmq_shovel,rabbitmq_shovel_management,rabbitmq_consistent_hash_exchange,rabbitmq_sharding,rabbitmq_prometheus,rabbitmq_stream]." \
     > "$conf/enabled_plugins"
 
 if [ -n "${RABBITMQ_ERLANG_COOKIE:-}" ]; then

@@ -1,0 +1,184 @@
+"""The sink into a stream or super stream over the stream protocol: exactly once.
+
+Each task publishes as a named producer, ``<id prefix>:<batch>:<partition>`` (the message id
+without the row: ``rabbitry.spark.ids``), and gives row ``i`` of its partition the publishing
+id ``i + 1``. The broker stores, per producer name and stream, the highest publishing id it
+holds, and drops a message whose id is not above it: a retried task, a replayed micro-batch
+(same query id and batch) or a job run again with the same ``id_prefix`` stores each row once.
+This holds when a partition's rows come in the same order each time (as the deterministic
+message ids need too). Queues, delays, priority and expiration keep the confirmed AMQP path.
+
+The driver decides (``stream_target``): ``exchange`` '' with a fixed ``routing_key`` naming a
+stream, or ``exchange`` naming a super stream; ``protocol=auto`` probes the stream port and
+falls back with one log line, ``protocol=stream`` fails without it, ``protocol=amqp`` never
+tries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.spark.ids import MessageIdScheme
+from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.report import PartitionReport, logger
+from rabbitry.spark.rows import RowEncoder
+from rabbitry.stream import amqp10
+from rabbitry.stream.blocking import StreamClient, probe
+from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+from rabbitry.uri import mask_text, split_uris
+
+__all__ = ["StreamTarget", "publish_rows_streamed", "stream_target"]
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """Where the tasks write over the stream protocol: one stream, or a super stream."""
+
+    port: int
+    stream: str | None = None
+    super_stream: str | None = None
+
+
+def _why_not(options: SinkOptions, has_delays: bool) -> str | None:
+    """Why these options must take the AMQP path (None: the stream protocol can carry them)."""
+    if has_delays or options.delay_column is not None:
+        return "delays go through exchanges"
+    if options.priority is not None or options.expiration is not None:
+        return "priority and expiration are AMQP 0-9-1 properties here"
+    if not options.exchange and options.routing_key_column is not None:
+        return "routing_key_column through the default exchange names queues row by row"
+    if not options.exchange and not options.routing_key:
+        return "no stream named"
+    if len(split_uris(options.url)) > 1:
+        return "several URLs: the AMQP path walks a cluster's nodes"
+    return None
+
+
+def stream_target(options: SinkOptions, *, has_delays: bool, port: int) -> StreamTarget | None:
+    """The stream (or super stream) the rows go to over the stream protocol, or None for the
+    AMQP path; the choice is logged once, on the driver."""
+    name = options.exchange or options.routing_key
+    if options.protocol == "amqp":
+        return None
+    reason = _why_not(options, has_delays)
+    if reason is not None:
+        if options.protocol == "stream":
+            raise SinkOptionError(f"protocol=stream cannot write {name!r}: {reason}")
+        return None
+    settings = ConnectionSettings.from_url(options.url)
+    why = probe(settings, port)
+    target: StreamTarget | None = None
+    if why is None:
+        target, why = _find(settings, port, options)
+    where = f"{settings.host}:{port}"
+    if target is not None:
+        logger.info(
+            "rabbitmq sink: writing to %s %r over the stream protocol at %s (exactly once)",
+            "super stream" if target.super_stream else "stream",
+            name,
+            where,
+        )
+        return target
+    if options.protocol == "stream":
+        raise SparkSinkError(
+            f"rabbitmq sink: protocol=stream, but {why}: write with protocol=amqp, or give"
+            " stream_port= where the broker's rabbitmq_stream plugin listens"
+        )
+    if why is not None and "is no stream" not in why:
+        logger.warning(
+            "rabbitmq sink: no stream protocol at %s (%s); writing over AMQP 0-9-1", where, why
+        )
+    return None
+
+
+def _find(
+    settings: ConnectionSettings, port: int, options: SinkOptions
+) -> tuple[StreamTarget | None, str | None]:
+    try:
+        with StreamClient(settings, port=port) as client:
+            if options.exchange:
+                try:
+                    client.partitions(options.exchange)
+                except StreamRefused:
+                    return None, f"exchange {options.exchange!r} is no stream (not a super stream)"
+                return StreamTarget(port, super_stream=options.exchange), None
+            found = client.metadata([options.routing_key]).get(options.routing_key, {})
+            if found.get("code") != 1:
+                return None, f"queue {options.routing_key!r} is no stream"
+            return StreamTarget(port, stream=options.routing_key), None
+    except (StreamUnavailable, StreamRefused, StreamProtocolError) as exc:
+        return None, mask_text(str(exc))
+
+
+def publish_rows_streamed(
+    options: SinkOptions,
+    encoder: RowEncoder,
+    target: StreamTarget,
+    rows: Iterable[Sequence[Any]],
+    ids: MessageIdScheme,
+    *,
+    attempt: int,
+) -> PartitionReport:
+    """Publish a partition's rows as one named producer and wait for every confirm."""
+    reference = f"{ids.prefix}:{ids.batch}:{ids.partition}"
+    name = f"{options.connection_name} {reference}"
+    settings = ConnectionSettings.from_url(options.url, connection_name=name)
+    started = time.monotonic()
+    size = 0
+    where = f"partition {ids.partition}" + (f" of batch {ids.batch}" if ids.batch else "")
+    content_type = encoder.content_type
+    try:
+        with StreamClient(settings, port=target.port) as client:
+            routes: dict[str, str] = {}
+
+            def route(key: str) -> str:
+                found = routes.get(key)
+                if found is None:
+                    assert target.super_stream is not None
+                    streams = client.route(key, target.super_stream)
+                    if not streams:
+                        raise SparkSinkError(
+                            f"rabbitmq sink, {where}: routing key {key!r} goes to no partition"
+                            f" of super stream {target.super_stream!r}"
+                        )
+                    found = routes[key] = streams[0]
+                return found
+
+            def messages() -> Iterator[tuple[str, int, bytes]]:
+                nonlocal size
+                for index, out in enumerate(encoder.messages(rows, ids)):
+                    size += len(out.body)
+                    stream = target.stream if target.stream is not None else route(out.routing_key)
+                    record = amqp10.encode(
+                        out.body,
+                        message_id=out.message_id,
+                        content_type=content_type,
+                        headers=out.headers,
+                        routing_key=out.routing_key,
+                    )
+                    yield stream, index + 1, record
+
+            count = client.publish(reference, messages(), timeout=options.confirm_timeout)
+    except (StreamUnavailable, StreamRefused, StreamProtocolError) as exc:
+        raise SparkSinkError(
+            mask_text(
+                f"rabbitmq sink, {where} (task attempt {attempt}) over the stream protocol: {exc};"
+                f" if Spark retries the task, producer {reference!r} sends its rows again and"
+                " the broker drops those it stored already"
+            )
+        ) from None
+    rows_written = count.sent + count.skipped
+    return PartitionReport(
+        partition=ids.partition,
+        rows=rows_written,
+        bytes=size,
+        confirms=count.sent,
+        attempt=attempt,
+        republished=count.skipped,
+        batch=ids.batch,
+        seconds=time.monotonic() - started,
+    )

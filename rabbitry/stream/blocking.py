@@ -1,0 +1,387 @@
+"""The blocking driver of the stream protocol: a socket under a ``Session``.
+
+``StreamClient`` connects with an AMQP URL's settings (credentials, vhost, TLS: the same
+``ConnectionSettings`` as every AMQP client of rabbitry) on the stream port, and offers what
+the Spark source and sink need: ``read`` (a range of offsets of one stream, in order) and
+``publish`` (named producer, publishing ids: the broker drops a message whose id is not above
+the last one it stored for that name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.stream import frames
+from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+from rabbitry.stream.frames import Chunk
+from rabbitry.stream.session import (
+    Closed,
+    Confirmed,
+    Event,
+    MetadataChanged,
+    PublishFailed,
+    Response,
+    Session,
+)
+
+__all__ = ["DEFAULT_PORT", "DEFAULT_TLS_PORT", "PublishCount", "StreamClient", "probe"]
+
+DEFAULT_PORT = 5552
+DEFAULT_TLS_PORT = 5551
+READ_SIZE = 1 << 20
+INITIAL_CREDIT = 8
+"""Chunks the broker may send ahead of the reader (one more is granted per chunk read)."""
+PUBLISH_WINDOW = 8192
+"""Messages published and not yet confirmed, at most."""
+PUBLISH_BATCH = 500
+"""Messages per publish frame."""
+
+
+@dataclass
+class PublishCount:
+    sent: int = 0
+    """Messages sent and confirmed (the broker drops those it held already: see ``publish``)."""
+    skipped: int = 0
+    """Messages not sent: the broker holds their publishing id for this producer already."""
+
+
+def _connect_socket(settings: ConnectionSettings) -> socket.socket:
+    sock = socket.create_connection((settings.host, settings.port), settings.connect_timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if settings.tls is not None:
+        sock = settings.tls.wrap_socket(sock, server_hostname=settings.server_hostname)
+    return sock
+
+
+class StreamClient:
+    """One stream-protocol connection. Not thread-safe: one caller drives it."""
+
+    def __init__(self, settings: ConnectionSettings, *, port: int = DEFAULT_PORT) -> None:
+        self.settings = dataclasses.replace(settings, port=port, nodes=())
+        self.display = f"{self.settings.host}:{port}"
+        try:
+            self._sock = _connect_socket(self.settings)
+        except OSError as exc:
+            raise StreamUnavailable(
+                f"cannot connect to {self.display}: {type(exc).__name__}: {exc}"
+            ) from None
+        self.session = Session(
+            username=self.settings.username,
+            password=self.settings.password,
+            vhost=self.settings.vhost,
+            external=self.settings.external_auth,
+            client_properties={"connection_name": self.settings.connection_name or "rabbitry"},
+        )
+        self._events: list[Event] = []
+        self._publishers = 0
+        try:
+            self.session.start()
+            deadline = time.monotonic() + self.settings.connect_timeout
+            while not self.session.ready:
+                if time.monotonic() > deadline:
+                    raise StreamUnavailable(
+                        f"no stream-protocol handshake with {self.display} in"
+                        f" {self.settings.connect_timeout:g} s"
+                    )
+                self._round(0.5)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- I/O --------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self.session.out
+        if out:
+            self._sock.settimeout(self.settings.connect_timeout)
+            self._sock.sendall(out)
+            out.clear()
+
+    def _round(self, timeout: float) -> bool:
+        """Write what is due, read once (up to ``timeout``); True when bytes came."""
+        self._flush()
+        self._sock.settimeout(timeout)
+        try:
+            data = self._sock.recv(READ_SIZE)
+        except TimeoutError:
+            return False
+        except OSError as exc:
+            raise StreamUnavailable(f"the connection to {self.display} broke: {exc}") from None
+        if not data:
+            raise StreamUnavailable(f"{self.display} closed the stream-protocol connection")
+        for event in self.session.receive(data):
+            if isinstance(event, Closed):
+                raise StreamRefused(
+                    f"{self.display} closed the connection: {event.reason or event.code}",
+                    event.code,
+                )
+            self._events.append(event)
+        self._flush()
+        return True
+
+    def _answer(self, correlation: int, what: str) -> Response:
+        deadline = time.monotonic() + self.settings.connect_timeout
+        while True:
+            for i, event in enumerate(self._events):
+                if isinstance(event, Response) and event.correlation_id == correlation:
+                    del self._events[i]
+                    return event
+            if time.monotonic() > deadline:
+                raise StreamUnavailable(f"{self.display} did not answer {what}")
+            self._round(0.5)
+
+    def _ok(self, correlation: int, what: str) -> Response:
+        response = self._answer(correlation, what)
+        if not response.ok:
+            raise StreamRefused(
+                f"{what} at {self.display}: {frames.code_name(response.code)}", response.code
+            )
+        return response
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.session.ready:
+                self.session.close()
+                self._flush()
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read(
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        *,
+        idle_timeout: float = 60.0,
+        missing: Callable[[int], None] | None = None,
+    ) -> Iterator[tuple[int, int, memoryview]]:
+        """``(offset, chunk timestamp in ms, record)`` for offsets ``start`` to ``end - 1``, in
+        order. ``StreamRefused`` for a stream that does not exist; ``StreamUnavailable`` when
+        nothing of the range comes for ``idle_timeout`` seconds. When retention has removed
+        ``start``, ``missing`` is called with the first offset held (it may raise)."""
+        if end <= start:
+            return
+        sub = 1
+        self._ok(
+            self.session.subscribe(sub, stream, start, INITIAL_CREDIT),
+            f"subscribing to stream {stream!r} at offset {start}",
+        )
+        checked = False
+        last_seen = time.monotonic()
+        try:
+            while True:
+                chunks = [e for e in self._events if isinstance(e, Chunk)]
+                if chunks:
+                    self._events = [e for e in self._events if not isinstance(e, Chunk)]
+                for chunk in chunks:
+                    if chunk.subscription_id != sub:
+                        continue
+                    self.session.credit(sub, 1)
+                    offset = chunk.first_offset
+                    if not checked and offset + len(chunk.records) > start:
+                        checked = True
+                        if offset > start and missing is not None:
+                            missing(offset)
+                    for record in chunk.records:
+                        if offset >= end:
+                            return
+                        if offset >= start:
+                            yield offset, chunk.timestamp_ms, record
+                        offset += 1
+                    if offset >= end:
+                        return
+                now = time.monotonic()
+                if chunks:
+                    last_seen = now
+                elif now - last_seen > idle_timeout:
+                    raise StreamUnavailable(
+                        f"stream {stream!r}: no message of offsets {start}-{end - 1} came for"
+                        f" {idle_timeout:g} s (at {self.display}); has retention removed them?"
+                    )
+                self._round(0.5)
+        finally:
+            with contextlib.suppress(Exception):
+                if self.session.ready:
+                    self.session.unsubscribe(sub)
+                    self._flush()
+            self._events = [e for e in self._events if not isinstance(e, Chunk)]
+
+    # --- publishing -------------------------------------------------------------------------
+
+    def last_publishing_id(self, reference: str, stream: str) -> int:
+        """The highest publishing id the broker stored for producer ``reference`` (0: none)."""
+        response = self._ok(
+            self.session.query_publisher_sequence(reference, stream),
+            f"the sequence of producer {reference!r} on stream {stream!r}",
+        )
+        return int(response.body.u64())
+
+    def publish(
+        self,
+        reference: str,
+        messages: Iterable[tuple[str, int, bytes]],
+        *,
+        timeout: float = 60.0,
+    ) -> PublishCount:
+        """Publish ``(stream, publishing id, message)`` triples as producer ``reference`` (one
+        per stream) and wait for every confirm; ids must rise within each stream.
+
+        The broker keeps, per producer name and stream, the highest publishing id it stored,
+        and drops (while confirming) a message whose id is not above it: a message published
+        again under the same name and id is stored once. Messages at or below the id the
+        broker holds are not even sent. ``StreamRefused`` when the broker refuses messages."""
+        producers: dict[str, tuple[int, int]] = {}
+        pending: dict[int, list[tuple[int, bytes]]] = {}
+        unconfirmed: set[tuple[int, int]] = set()
+        failures: list[tuple[int, int]] = []
+        count = PublishCount()
+
+        def send(pid: int) -> None:
+            batch = pending.pop(pid, [])
+            if batch:
+                self.session.publish(pid, batch)
+                unconfirmed.update((pid, i) for i, _ in batch)
+                count.sent += len(batch)
+
+        def settle(block: bool) -> None:
+            deadline = time.monotonic() + timeout
+            while True:
+                kept: list[Event] = []
+                for event in self._events:
+                    if isinstance(event, Confirmed):
+                        unconfirmed.difference_update(
+                            (event.publisher_id, i) for i in event.publishing_ids
+                        )
+                    elif isinstance(event, PublishFailed):
+                        unconfirmed.difference_update(
+                            (event.publisher_id, i) for i, _ in event.failures
+                        )
+                        failures.extend(event.failures)
+                    else:
+                        kept.append(event)
+                self._events = kept
+                if not unconfirmed or (not block and len(unconfirmed) < PUBLISH_WINDOW):
+                    return
+                if self._round(0.5):
+                    deadline = time.monotonic() + timeout
+                elif time.monotonic() > deadline:
+                    raise StreamUnavailable(
+                        f"{len(unconfirmed)} message(s) of producer {reference!r} unconfirmed"
+                        f" for {timeout:g} s (at {self.display})"
+                    )
+
+        try:
+            for stream, publishing_id, message in messages:
+                found = producers.get(stream)
+                if found is None:
+                    pid = len(producers)
+                    if pid > 255:
+                        raise ValueError("a producer writes to 256 streams at most")
+                    self._ok(
+                        self.session.declare_publisher(pid, reference, stream),
+                        f"declaring producer {reference!r} on stream {stream!r}",
+                    )
+                    found = producers[stream] = (pid, self.last_publishing_id(reference, stream))
+                pid, last = found
+                if publishing_id <= last:
+                    count.skipped += 1
+                    continue
+                batch = pending.setdefault(pid, [])
+                batch.append((publishing_id, message))
+                if len(batch) >= PUBLISH_BATCH:
+                    send(pid)
+                    settle(block=False)
+            for pid in list(pending):
+                send(pid)
+            settle(block=True)
+        finally:
+            with contextlib.suppress(Exception):
+                if self.session.ready:
+                    for pid, _ in producers.values():
+                        self._ok(self.session.delete_publisher(pid), "deleting a producer")
+        if failures:
+            pub_id, code = failures[0]
+            raise StreamRefused(
+                f"the broker refused {len(failures)} message(s) of producer {reference!r} (the"
+                f" first, id {pub_id}: {frames.code_name(code)})",
+                code,
+            )
+        return count
+
+    def route(self, routing_key: str, super_stream: str) -> list[str]:
+        """The partition streams of ``super_stream`` that ``routing_key`` goes to."""
+        response = self._ok(
+            self.session.route(routing_key, super_stream),
+            f"routing key {routing_key!r} of super stream {super_stream!r}",
+        )
+        return response.body.strings()
+
+    def partitions(self, super_stream: str) -> list[str]:
+        """The partition streams of ``super_stream``; ``StreamRefused`` if it is none."""
+        response = self._ok(
+            self.session.partitions(super_stream),
+            f"the partitions of super stream {super_stream!r}",
+        )
+        return response.body.strings()
+
+    def metadata(self, streams: Sequence[str]) -> dict[str, Any]:
+        """Each stream's response code and leader ``(host, port)`` as the broker advertises."""
+        response = self._answer(self.session.metadata(streams), "a metadata request")
+        r = response.body
+        brokers = {}
+        for _ in range(r.u32()):
+            ref = r.u16()
+            host = r.string()
+            brokers[ref] = (host, r.u32())
+        out: dict[str, Any] = {}
+        for _ in range(r.u32()):
+            name, code, leader = r.string(), r.u16(), r.u16()
+            replicas = [r.u16() for _ in range(r.u32())]
+            out[name] = {
+                "code": code,
+                "leader": brokers.get(leader),
+                "replicas": [brokers[x] for x in replicas if x in brokers],
+            }
+        return out
+
+    def changed(self) -> list[MetadataChanged]:
+        return [e for e in self._events if isinstance(e, MetadataChanged)]
+
+
+def probe(
+    settings: ConnectionSettings, port: int, streams: Sequence[str] = (), timeout: float = 5.0
+) -> str | None:
+    """None when the stream protocol answers on ``port`` with these credentials and knows
+    ``streams`` (so it is the broker the AMQP URL names, not another on the same host), else
+    why not."""
+    quick = dataclasses.replace(settings, connect_timeout=timeout)
+    try:
+        with StreamClient(quick, port=port) as client:
+            if streams:
+                found = client.metadata(streams)
+                unknown = [s for s in streams if found.get(s, {}).get("code") != 1]
+                if unknown:
+                    return (
+                        f"the broker there has no stream {unknown[0]!r} in vhost"
+                        f" {settings.vhost!r}: is it another broker?"
+                    )
+            return None
+    except (StreamUnavailable, StreamRefused, StreamProtocolError) as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,238 @@
+"""The stream protocol's frames (RabbitMQ's ``rabbitmq_stream`` plugin, PROTOCOL.adoc), to
+bytes and back: only the commands rabbitry speaks. Pure: no I/O.
+
+A frame is ``size:uint32`` then ``key:uint16 version:uint16`` and the command's fields; a
+response has the request's key with the high bit set, its correlation id and a response code.
+Strings are ``int16`` length + UTF-8, bytes ``int32`` length + data, arrays ``int32`` count.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rabbitry.stream.errors import StreamProtocolError
+
+__all__ = ["Chunk", "Key", "OffsetSpec", "ResponseCode", "chunk_records", "frame"]
+
+
+class Key(enum.IntEnum):
+    DECLARE_PUBLISHER = 0x0001
+    PUBLISH = 0x0002
+    PUBLISH_CONFIRM = 0x0003
+    PUBLISH_ERROR = 0x0004
+    QUERY_PUBLISHER_SEQUENCE = 0x0005
+    DELETE_PUBLISHER = 0x0006
+    SUBSCRIBE = 0x0007
+    DELIVER = 0x0008
+    CREDIT = 0x0009
+    STORE_OFFSET = 0x000A
+    QUERY_OFFSET = 0x000B
+    UNSUBSCRIBE = 0x000C
+    METADATA = 0x000F
+    METADATA_UPDATE = 0x0010
+    PEER_PROPERTIES = 0x0011
+    SASL_HANDSHAKE = 0x0012
+    SASL_AUTHENTICATE = 0x0013
+    TUNE = 0x0014
+    OPEN = 0x0015
+    CLOSE = 0x0016
+    HEARTBEAT = 0x0017
+    ROUTE = 0x0018
+    PARTITIONS = 0x0019
+
+
+RESPONSE = 0x8000
+
+
+class ResponseCode(enum.IntEnum):
+    OK = 1
+    STREAM_DOES_NOT_EXIST = 2
+    SUBSCRIPTION_ID_ALREADY_EXISTS = 3
+    SUBSCRIPTION_ID_DOES_NOT_EXIST = 4
+    STREAM_ALREADY_EXISTS = 5
+    STREAM_NOT_AVAILABLE = 6
+    SASL_MECHANISM_NOT_SUPPORTED = 7
+    AUTHENTICATION_FAILURE = 8
+    SASL_ERROR = 9
+    SASL_CHALLENGE = 10
+    SASL_AUTHENTICATION_FAILURE_LOOPBACK = 11
+    VIRTUAL_HOST_ACCESS_FAILURE = 12
+    UNKNOWN_FRAME = 13
+    FRAME_TOO_LARGE = 14
+    INTERNAL_ERROR = 15
+    ACCESS_REFUSED = 16
+    PRECONDITION_FAILED = 17
+    PUBLISHER_DOES_NOT_EXIST = 18
+    NO_OFFSET = 19
+
+
+def code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name.lower().replace("_", " ")
+    except ValueError:
+        return f"code {code}"
+
+
+class OffsetSpec(enum.IntEnum):
+    FIRST = 1
+    LAST = 2
+    NEXT = 3
+    OFFSET = 4
+    TIMESTAMP = 5
+
+
+_HEAD = struct.Struct(">IHH")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_PUBLISHED = struct.Struct(">QI")
+_CHUNK = struct.Struct(">bbHIqQQiIII")
+CHUNK_HEADER = _CHUNK.size
+
+
+def string(value: str) -> bytes:
+    raw = value.encode()
+    if len(raw) > 32767:
+        raise ValueError(f"{value[:40]!r}...: longer than the stream protocol's strings")
+    return _U16.pack(len(raw)) + raw
+
+
+def string_map(pairs: dict[str, str]) -> bytes:
+    return _U32.pack(len(pairs)) + b"".join(string(k) + string(v) for k, v in pairs.items())
+
+
+def frame(key: int, body: bytes, version: int = 1) -> bytes:
+    return _HEAD.pack(len(body) + 4, key, version) + body
+
+
+def publish(publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> bytes:
+    """One publish frame of ``(publishing id, message)`` pairs."""
+    parts = [bytes((publisher_id,)), _U32.pack(len(messages))]
+    pack = _PUBLISHED.pack
+    for publishing_id, message in messages:
+        parts.append(pack(publishing_id, len(message)))
+        parts.append(message)
+    body = b"".join(parts)
+    return _HEAD.pack(len(body) + 4, Key.PUBLISH, 1) + body
+
+
+class Reader:
+    """Fields of a frame's body, read in order."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def u8(self) -> int:
+        value = self.buf[self.pos]
+        self.pos += 1
+        return value
+
+    def u16(self) -> int:
+        value: int = _U16.unpack_from(self.buf, self.pos)[0]
+        self.pos += 2
+        return value
+
+    def u32(self) -> int:
+        value: int = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return value
+
+    def u64(self) -> int:
+        value: int = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return value
+
+    def string(self) -> str:
+        size = self.u16()
+        if size == 0xFFFF:
+            return ""
+        raw = bytes(self.buf[self.pos : self.pos + size])
+        self.pos += size
+        return raw.decode("utf-8", "replace")
+
+    def string_map(self) -> dict[str, str]:
+        return {self.string(): self.string() for _ in range(self.u32())}
+
+    def strings(self) -> list[str]:
+        return [self.string() for _ in range(self.u32())]
+
+    def rest(self) -> memoryview:
+        return self.buf[self.pos :]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One delivered chunk: its first offset, its timestamp (ms) and its records in order."""
+
+    subscription_id: int
+    first_offset: int
+    timestamp_ms: int
+    records: list[memoryview]
+
+
+def chunk_records(subscription_id: int, body: memoryview, *, check_crc: bool = False) -> Chunk:
+    """A Deliver frame's body (after key and version) as a ``Chunk``.
+
+    Each entry is a record (``size:uint32`` with the top bit clear, then the data), or a
+    sub-entry batch (top bit set: compression, record count, sizes, then records).
+    """
+    try:
+        (_, chunk_type, entries, _records, timestamp, _epoch, first, crc, size, _trailer, _) = (
+            _CHUNK.unpack_from(body, 0)
+        )
+    except struct.error as exc:
+        raise StreamProtocolError(f"deliver frame cut short: {exc}") from None
+    data = body[CHUNK_HEADER : CHUNK_HEADER + size]
+    if len(data) != size:
+        raise StreamProtocolError(f"deliver frame: chunk of {size} bytes has {len(data)}")
+    if check_crc and zlib.crc32(data) & 0xFFFFFFFF != crc & 0xFFFFFFFF:
+        raise StreamProtocolError(f"chunk at offset {first}: CRC mismatch")
+    records: list[memoryview] = []
+    if chunk_type != 0:  # tracking or other internal chunks carry no user records
+        return Chunk(subscription_id, first, timestamp, records)
+    pos = 0
+    unpack = _U32.unpack_from
+    append = records.append
+    for _ in range(entries):
+        head = data[pos]
+        if head & 0x80 == 0:
+            length = unpack(data, pos)[0]
+            pos += 4
+            append(data[pos : pos + length])
+            pos += length
+        else:
+            pos = _sub_batch(data, pos, head, records)
+    return Chunk(subscription_id, first, timestamp, records)
+
+
+def _sub_batch(data: memoryview, pos: int, head: int, records: list[memoryview]) -> int:
+    compression = (head >> 4) & 0x07
+    count = _U16.unpack_from(data, pos + 1)[0]
+    _uncompressed, length = struct.unpack_from(">II", data, pos + 3)
+    pos += 11
+    raw = data[pos : pos + length]
+    if compression == 1:
+        raw = memoryview(zlib.decompress(bytes(raw), 16 + zlib.MAX_WBITS))
+    elif compression != 0:
+        raise StreamProtocolError(
+            f"a sub-entry batch compressed with codec {compression}: only none and gzip are read"
+        )
+    at = 0
+    for _ in range(count):
+        size = _U32.unpack_from(raw, at)[0]
+        at += 4
+        records.append(raw[at : at + size])
+        at += size
+    return int(pos + length)
+
+
+def u64_array(values: Iterable[int]) -> bytes:
+    items = list(values)
+    return _U32.pack(len(items)) + b"".join(_U64.pack(v) for v in items)

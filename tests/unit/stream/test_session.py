@@ -1,0 +1,100 @@
+"""The stream protocol's state machine driven byte by byte by a scripted broker."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from rabbitry.stream.errors import StreamRefused
+from rabbitry.stream.frames import Key, Reader, frame
+from rabbitry.stream.session import Closed, Confirmed, PublishFailed, Response, Session
+
+
+def requests(session: Session) -> list[tuple[int, Reader]]:
+    """The frames the session wrote since last asked: (key, reader after key and version)."""
+    out, pos, found = bytes(session.out), 0, []
+    while pos < len(out):
+        size = struct.unpack_from(">I", out, pos)[0]
+        body = memoryview(out[pos + 4 : pos + 4 + size])
+        found.append((struct.unpack_from(">H", body)[0], Reader(body, 4)))
+        pos += 4 + size
+    session.out.clear()
+    return found
+
+
+def respond(key: int, correlation: int, code: int = 1, rest: bytes = b"") -> bytes:
+    return frame(key | 0x8000, struct.pack(">IH", correlation, code) + rest)
+
+
+def feed(session: Session, data: bytes) -> list[object]:
+    events: list[object] = []
+    for i in range(len(data)):  # one byte at a time: frames may be cut anywhere
+        events += session.receive(data[i : i + 1])
+    return events
+
+
+def handshake(session: Session) -> None:
+    session.start()
+    [(key, r)] = requests(session)
+    assert key == Key.PEER_PROPERTIES
+    feed(session, respond(Key.PEER_PROPERTIES, r.u32(), rest=struct.pack(">I", 0)))
+    [(key, r)] = requests(session)
+    assert key == Key.SASL_HANDSHAKE
+    mechanisms = struct.pack(">I", 2) + b"\x00\x05PLAIN\x00\x08EXTERNAL"
+    feed(session, respond(Key.SASL_HANDSHAKE, r.u32(), rest=mechanisms))
+    [(key, r)] = requests(session)
+    assert key == Key.SASL_AUTHENTICATE
+    correlation = r.u32()
+    assert r.string() == "PLAIN"
+    secret = r.buf[r.pos + 4 :].tobytes()
+    assert secret == b"\0user\0secret"
+    feed(session, respond(Key.SASL_AUTHENTICATE, correlation))
+    assert not session.ready
+    feed(session, frame(Key.TUNE, struct.pack(">II", 65536, 30)))
+    (tune_key, tune), (open_key, r) = requests(session)
+    assert (tune_key, tune.u32(), tune.u32()) == (Key.TUNE, 65536, 30)
+    correlation = r.u32()
+    assert (open_key, r.string()) == (Key.OPEN, "vh")
+    props = struct.pack(">I", 1) + b"\x00\x0fadvertised_host\x00\x04host"
+    feed(session, respond(Key.OPEN, correlation, rest=props))
+
+
+def test_the_handshake_logs_in_tunes_and_opens_the_vhost() -> None:
+    session = Session(username="user", password="secret", vhost="vh")
+    handshake(session)
+    assert session.ready
+    assert session.server_properties == {"advertised_host": "host"}
+    assert session.heartbeat == 30
+
+
+def test_a_refused_login_names_the_user_and_never_the_password() -> None:
+    session = Session(username="user", password="secret")
+    session.start()
+    [(_, r)] = requests(session)
+    feed(session, respond(Key.PEER_PROPERTIES, r.u32(), rest=struct.pack(">I", 0)))
+    [(_, r)] = requests(session)
+    mechanisms = struct.pack(">I", 1) + b"\x00\x05PLAIN"
+    feed(session, respond(Key.SASL_HANDSHAKE, r.u32(), rest=mechanisms))
+    [(_, r)] = requests(session)
+    with pytest.raises(StreamRefused, match="login of user 'user': authentication failure") as e:
+        feed(session, respond(Key.SASL_AUTHENTICATE, r.u32(), code=8))
+    assert "secret" not in str(e.value)
+
+
+def test_confirms_errors_heartbeats_and_close_come_out_as_events() -> None:
+    session = Session(username="user", password="secret", vhost="vh")
+    handshake(session)
+    confirm = frame(Key.PUBLISH_CONFIRM, b"\x03" + struct.pack(">IQQ", 2, 7, 8))
+    error = frame(Key.PUBLISH_ERROR, b"\x03" + struct.pack(">IQH", 1, 9, 2))
+    events = feed(session, confirm + error + frame(Key.HEARTBEAT, b""))
+    assert events == [Confirmed(3, [7, 8]), PublishFailed(3, [(9, 2)])]
+    assert [k for k, _ in requests(session)] == [Key.HEARTBEAT]
+    correlation = session.query_publisher_sequence("job-p0", "s")
+    [(key, _)] = requests(session)
+    assert key == Key.QUERY_PUBLISHER_SEQUENCE
+    [answer] = feed(session, respond(key, correlation, rest=struct.pack(">Q", 41)))
+    assert isinstance(answer, Response) and answer.ok and answer.body.u64() == 41
+    closing = frame(Key.CLOSE, struct.pack(">IH", 5, 1) + b"\x00\x03bye")
+    assert feed(session, closing) == [Closed(1, "bye")]
+    assert not session.ready
