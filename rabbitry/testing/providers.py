@@ -22,6 +22,7 @@ from rabbitry.testing.broker import (
     wait_until_ready,
 )
 from rabbitry.testing.containers import start_broker
+from rabbitry.testing.shared import SharedBrokerPlace
 
 
 class ProviderKind(enum.Enum):
@@ -70,11 +71,13 @@ def provide_broker(
     environ: Mapping[str, str] | None = None,
     *,
     timeout: float = DEFAULT_MANAGEMENT_TIMEOUT,
+    shared: SharedBrokerPlace | None = None,
 ) -> Iterator[Broker]:
     """A broker for a test session, from the provider ``choose_provider`` picks.
 
     Raises ``BrokerUnavailable`` when nothing was forced and no broker can be had (callers skip),
-    ``BrokerError`` for every other failure. A container broker is removed on exit.
+    ``BrokerError`` for every other failure. A container broker is removed on exit, except
+    one ``shared`` by the workers of a pytest-xdist run: its controller removes that.
     """
     env = os.environ if environ is None else environ
     choice = choose_provider(env)
@@ -85,10 +88,14 @@ def provide_broker(
         return
 
     try:
-        handle = start_broker(environ=env, startup_timeout=timeout)
+        if shared is not None:
+            broker, handle = shared.broker(env, timeout), None
+        else:
+            handle = start_broker(environ=env, startup_timeout=timeout)
+            broker = handle.broker
     except BrokerUnavailable as exc:
         if choice.forced:
             raise BrokerError(f"RABBITRY_TEST_BROKER=testcontainers, but {exc}") from exc
         raise
-    with handle:
-        yield handle.broker
+    with handle or contextlib.nullcontext():
+        yield broker
