@@ -78,6 +78,7 @@ def on_work_parking(broker: Broker, verb: str, *args: str) -> Any:
     return cli(broker, verb, "work.parking", "--vhost", broker.vhost, *args)
 
 
+@pytest.mark.versions
 def test_show_lists_failure_headers_and_leaves_the_messages(parked: Broker) -> None:
     result = on_work_parking(parked, "show", "--json")
     assert result.exit_code == 0, result.output
@@ -158,6 +159,7 @@ def test_purge_selected_then_all(parked: Broker) -> None:
     assert contents(parked, "work.parking") == []
 
 
+@pytest.mark.versions
 def test_replay_and_purge_report_as_json_for_programs(parked: Broker) -> None:
     replayed = on_work_parking(parked, "replay", "--match", "tenant=acme", "--json")
     assert replayed.exit_code == 0, replayed.output

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
@@ -26,6 +27,9 @@ KINDS = (
     "exchanges",
     "bindings",
 )
+
+# Definitions files and their import differ between releases (rabbit_version, exported kinds).
+pytestmark = pytest.mark.versions
 
 
 def fill(broker: Broker, user: str, global_name: str) -> None:
