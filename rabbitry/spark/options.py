@@ -67,7 +67,7 @@ OPTIONS: dict[str, str] = {
     "vhost": "vhost to publish into and of the spec to use (default: the URL's vhost); a URL"
     " naming another vhost is an error",
     "window": f"unconfirmed messages in flight per task (default {DEFAULT_WINDOW})",
-    "mandatory": "true/false: an unroutable row fails its task (default false)",
+    "mandatory": "true/false: an unroutable row fails its task (default true)",
     "confirm_timeout": "seconds to wait for a confirm before the task fails (default 30)",
     "check_exchange": "true/false: check on the broker that the exchange exists (default true)",
     "node_order": "shuffle or in-order: how tasks walk several URLs (default shuffle)",
@@ -106,7 +106,7 @@ class SinkOptions:
     spec_vars: tuple[tuple[str, str], ...] = ()
     vhost: str | None = None
     window: int = DEFAULT_WINDOW
-    mandatory: bool = False
+    mandatory: bool = True
     confirm_timeout: float = 30.0
     check_exchange: bool = True
     connection_name: str = "rabbitry-spark"
@@ -185,7 +185,7 @@ class SinkOptions:
             spec_vars=_pairs(given, "spec_vars"),
             vhost=given.get("vhost") or None,
             window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW) or DEFAULT_WINDOW,
-            mandatory=_bool(given, "mandatory", False),
+            mandatory=_bool(given, "mandatory", True),
             confirm_timeout=_float(given, "confirm_timeout", 30.0),
             check_exchange=_bool(given, "check_exchange", True),
             connection_name=given.get("connection_name") or "rabbitry-spark",

@@ -44,6 +44,12 @@ def test_defaults_and_types() -> None:
     assert o.columns == {"kind": "routing_key_column", "a": "header_columns", "b": "header_columns"}
 
 
+def test_rows_are_published_mandatory_unless_told_otherwise() -> None:
+    # an unroutable row fails its task rather than be confirmed and dropped by the broker
+    assert parse(url=URL, exchange="events").mandatory is True
+    assert parse(url=URL, exchange="events", mandatory="false").mandatory is False
+
+
 def test_option_names_are_case_insensitive_and_spark_options_pass() -> None:
     o = SinkOptions.parse({"URL": URL, "Exchange": "x", "checkpointLocation": "/tmp/c"}, {})
     assert o.exchange == "x"

@@ -75,7 +75,11 @@ def test_spec_resolves_delays_and_rejects_unknown_exchanges(tmp_path: Path) -> N
 
     scheme = resolve_spec(opts(delay_column="d", routing_key="reminders"))
     assert scheme is not None and scheme.delivery_exchange == "delay.deliver"
-    assert resolve_spec(opts(exchange="events")) is None
+    assert resolve_spec(opts(exchange="events", routing_key="order.placed")) is None
+    # mandatory by default: rows that no queue takes would all fail, so the write is refused
+    with pytest.raises(SinkOptionError, match="routes '' to no queue"):
+        resolve_spec(opts(exchange="events"))
+    assert resolve_spec(opts(exchange="events", mandatory="false")) is None
     with pytest.raises(SinkOptionError, match="exchange 'evnts' is not declared in vhost 'shop'"):
         resolve_spec(opts(exchange="evnts"))
     with pytest.raises(SinkOptionError, match=r"routes 'shipment\.sent' to no queue"):
