@@ -92,7 +92,10 @@ def test_show_lists_failure_headers_and_leaves_the_messages(parked: Broker) -> N
     listed = cli(parked, "list", "--vhost", parked.vhost, "--json")
     lots = {q["name"]: q for q in json.loads(listed.output)["parking_lots"]}
     assert "work.parking" in lots
-    time.sleep(0.1)
+    # show's unacknowledged reads go back to the queue when its channel closes: wait for them
+    deadline = time.monotonic() + 10
+    while parked.count("work.parking") < 10 and time.monotonic() < deadline:
+        time.sleep(0.02)
     left = contents(parked, "work.parking")
     # all of them still there (a quorum queue puts returned messages back in another order)
     assert sorted(p.message_id for p, _ in left) == sorted(f"m-{i}" for i in range(10))
