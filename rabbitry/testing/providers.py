@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -58,6 +59,12 @@ def choose_provider(environ: Mapping[str, str]) -> ProviderChoice:
     return ProviderChoice(kind, True)
 
 
+def session_password() -> str:
+    """A fresh password for a session's container broker: tests check that the broker's
+    password appears in no output, which a well-known one (guest) would make meaningless."""
+    return secrets.token_urlsafe(16)
+
+
 def broker_from_env(environ: Mapping[str, str]) -> Broker:
     """The broker named by ``RABBITMQ_URL`` and ``RABBITRY_MANAGEMENT_URL``."""
     url = environ.get("RABBITMQ_URL", "").strip()
@@ -91,7 +98,7 @@ def provide_broker(
         if shared is not None:
             broker, handle = shared.broker(env, timeout), None
         else:
-            handle = start_broker(environ=env, startup_timeout=timeout)
+            handle = start_broker(environ=env, startup_timeout=timeout, password=session_password())
             broker = handle.broker
     except BrokerUnavailable as exc:
         if choice.forced:

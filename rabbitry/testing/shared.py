@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -76,7 +77,12 @@ class SharedBrokerPlace:
                 return wait_until_ready(
                     broker_from_urls(seen["amqp_url"], seen["management_url"]), timeout
                 )
-            handle = start_broker(environ=environ, startup_timeout=timeout, owner=self.owner)
+            handle = start_broker(
+                environ=environ,
+                startup_timeout=timeout,
+                owner=self.owner,
+                password=secrets.token_urlsafe(16),
+            )
             started = handle.broker
             seen = {
                 "amqp_url": started.amqp_url(),
