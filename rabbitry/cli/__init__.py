@@ -25,6 +25,7 @@ COMMANDS = {
     "graph": ("spec_commands", "graph"),
     "plan": ("plan", "plan_command"),  # its own module: its broker reads start before loading
     "apply": ("apply", "apply_command"),  # its own module: it claims its lock before loading
+    "reconcile": ("reconcile", "reconcile_command"),
     "show": ("provision", "show_command"),
     "export": ("provision", "export_command"),
     "import-definitions": ("provision", "import_definitions_command"),

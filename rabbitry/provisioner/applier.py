@@ -148,6 +148,7 @@ OWNED_VERBS = {
     Action.REPLACE: "delete and declare it again",
     Action.DELETE: "delete it",
     Action.ADOPT: "adopt it",
+    Action.RETAIN: "give it up",
 }
 
 
@@ -184,15 +185,30 @@ def taken_over(plan: Plan, options: ApplyOptions) -> dict[str, set[ResourceKey]]
     return taken
 
 
+def protection_refusals(plan: Plan, options: ApplyOptions) -> list[str]:
+    """The deletes and replaces of ``protect: true`` objects this apply would carry out: no
+    flag allows them (``provisioner.protection``)."""
+    return [
+        f"{change.title} is protected (protect: true) and this apply would"
+        f" {'delete' if change.action is Action.DELETE else 'replace'} it: "
+        + "; ".join(r for r in change.reasons if r.startswith("protected"))
+        for change in plan.changes
+        if change.protected and _runs(change, options)
+    ]
+
+
 def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) -> list[str]:
     """Every reason the plan cannot run with these options, as user ``connected`` (the
     management API's); empty means go."""
-    problems = self_harm(plan, connected, options.prune)
+    problems = protection_refusals(plan, options)
+    problems += self_harm(plan, connected, options.prune)
     problems += ownership_refusals(plan, options)
     problems += relayout_refusals(
         plan.relayouts, prune=options.prune, allow_delay_relayout=options.allow_delay_relayout
     )
     for change in plan.changes:
+        if change.protected:
+            continue  # refused above, whatever else is said of it
         if change.action is Action.REPLACE:
             why = "; ".join(change.reasons)
             if not options.allow_replace:
@@ -568,8 +584,9 @@ class Applier:
         if not options.prune:
             self.result.skipped = [c.title for c in deletions]
             deletions = []
-        todo = [c for c in plan.changes if c.action is not Action.DELETE]
-        if not todo and not deletions:
+        todo = [c for c in plan.changes if c.action not in (Action.DELETE, Action.RETAIN)]
+        retained = plan.by_action(Action.RETAIN)
+        if not todo and not deletions and not retained:
             return self.result
 
         new_keys = {k: PENDING for k in plan.desired_digests if k not in record.managed}
@@ -583,6 +600,8 @@ class Applier:
             self._run(todo, deletions, options)
             still_present = {k for k in record.managed if k not in self.deleted}
             self._write_record(managed_after(plan, self.deleted, still_present))
+            for change in retained:
+                self._done(f"retained {change.title} (left on the broker, no longer owned)")
         except BrokerError as exc:
             done = self.result.done
             shown = done[:DONE_SHOWN] or ["(nothing)"]
@@ -600,7 +619,8 @@ class Applier:
 
     def _write_record(self, managed: dict[ResourceKey, str]) -> None:
         # One parameter holds both: the managed keys and the operations in flight (migrations).
-        record = OwnershipRecord(self.plan.stack, managed, tuple(self.operations))
+        guards = {k: g for k, g in self.plan.guards.items() if k in managed}
+        record = OwnershipRecord(self.plan.stack, managed, tuple(self.operations), guards)
         self.client.put_global_parameter(record_name(self.plan.stack), record.to_value())
 
     def _take_over(self, stack: str, keys: set[ResourceKey]) -> None:

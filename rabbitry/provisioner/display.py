@@ -17,6 +17,7 @@ COLORS = {
     Action.REPLACE: "magenta",
     Action.DELETE: "red",
     Action.ADOPT: "cyan",
+    Action.RETAIN: "blue",
 }
 
 
@@ -40,7 +41,9 @@ def _annotations(change: Change, prune: bool) -> list[str]:
     if change.owners:
         names = " and ".join(repr(s) for s in change.owners)
         notes.append(f"owned by stack {names}: refused without --take-over")
-    if change.action is Action.DELETE and not prune:
+    if change.protected:
+        notes.append("protected: refused")
+    elif change.action is Action.DELETE and not prune:
         notes.append("only with --prune")
     return notes
 

@@ -40,7 +40,10 @@ from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json,
 
 RECORD_PREFIX = "rabbitry.stack."
 FORMAT_VERSION = 2
-READABLE_FORMATS = frozenset({1, 2})
+GUARDED_FORMAT = 3
+"""The format of a record that keeps guards (``protect``, ``retain``): a rabbitry that does
+not know them must not read it, or its prune would delete what they protect."""
+READABLE_FORMATS = frozenset({1, 2, 3})
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 """The most a record's object list may inflate to (16 MiB: about 280,000 objects; a stack of
 50,000 lists 2.9 MB). Bounds what reading one record costs: parsing it takes about ten times its
@@ -81,18 +84,28 @@ class OwnershipRecord:
     managed: Mapping[ResourceKey, str] = field(default_factory=dict)
     operations: tuple[dict[str, Any], ...] = ()
     """Multi-step operations in flight (queue migrations), so an interrupted run is resumed."""
+    guards: Mapping[ResourceKey, frozenset[str]] = field(default_factory=dict)
+    """Managed keys -> their guards (``protect``, ``retain``) as last applied: what still holds
+    once the object has left the spec (``provisioner.protection``)."""
 
     @property
     def keys(self) -> frozenset[ResourceKey]:
         return frozenset(self.managed)
 
     def to_value(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "stack": self.stack,
             "managed": _pack(sorted([digest, *key] for key, digest in self.managed.items())),
             "operations": list(self.operations),
         }
+        guarded = sorted(
+            [",".join(sorted(flags)), *key] for key, flags in self.guards.items() if flags
+        )
+        if guarded:
+            value["format_version"] = GUARDED_FORMAT
+            value["guards"] = _pack(guarded)
+        return value
 
     @classmethod
     def from_value(cls, stack: str, value: Any) -> OwnershipRecord:
@@ -124,10 +137,17 @@ class OwnershipRecord:
                     " stack's objects again",
                 )
             managed[parts[1:]] = parts[0]
-        return cls(stack, managed, tuple(value.get("operations", [])))
+        guards: dict[ResourceKey, frozenset[str]] = {}
+        packed = value.get("guards")
+        for entry in _unpack(stack, packed) if isinstance(packed, str) else ():
+            parts = tuple(map(str, entry))
+            if len(parts) >= 3:  # [guard,guard, kind, vhost, *identity]
+                guards[parts[1:]] = frozenset(parts[0].split(",")) - {""}
+        return cls(stack, managed, tuple(value.get("operations", [])), guards)
 
     def replace_managed(self, managed: Mapping[ResourceKey, str]) -> OwnershipRecord:
-        return OwnershipRecord(self.stack, dict(managed), self.operations)
+        guards = {k: g for k, g in self.guards.items() if k in managed}
+        return OwnershipRecord(self.stack, dict(managed), self.operations, guards)
 
     def vhosts(self) -> set[str]:
         """Vhosts this stack has objects in (including ones no longer in the spec)."""

@@ -38,9 +38,11 @@ class _Document(BaseModel):
 class ChangeDocument(_Document):
     """One planned change to one broker object."""
 
-    action: Literal["create", "update", "replace", "delete", "adopt"]
+    action: Literal["create", "update", "replace", "delete", "adopt", "retain"]
     """create, update (in place), replace (delete and declare again; queues are migrated),
-    delete (only with --prune), adopt (exists and matches: recorded as this stack's)."""
+    delete (only with --prune), adopt (exists and matches: recorded as this stack's, or its
+    guards recorded anew), retain (left the spec with `on_remove: retain`: stays on the broker
+    and leaves this stack's ownership record)."""
     kind: Kind
     vhost: str | None
     """The vhost the object is in; null for users and global parameters."""
@@ -61,6 +63,9 @@ class ChangeDocument(_Document):
     owners: list[str] | None = None
     """Other stacks whose ownership records list the object (absent when none): apply refuses
     the change unless `--take-over STACK` names each of them."""
+    protected: bool | None = None
+    """The object is guarded `protect: true` (by the spec, or by the ownership record once it
+    left the spec): apply refuses this delete or replace whatever the flags (absent when not)."""
 
 
 class Summary(_Document):
@@ -71,6 +76,7 @@ class Summary(_Document):
     replace: int
     delete: int
     adopt: int
+    retain: int
 
 
 class HeldDocument(_Document):

@@ -391,6 +391,7 @@ def _change_json(change: Change) -> dict[str, Any]:
         "counted": change.counted,
         "count_note": change.count_note,
         "owners": list(change.owners),
+        "protected": change.protected,
     }
 
 
@@ -411,6 +412,7 @@ def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Ch
         counted=str(item.get("counted", "")),
         count_note=str(item.get("count_note", "")),
         owners=tuple(str(s) for s in item.get("owners", ())),
+        protected=bool(item.get("protected", False)),
     )
 
 

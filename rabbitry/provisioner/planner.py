@@ -15,7 +15,11 @@ Rules the broker imposes, and what the plan does about them:
   names that stack in ``owners``: apply refuses it unless told to take the object over. A vhost
   is the exception while it is only declared or adopted: stacks share vhosts;
 - a change to how a delay's levels route (``relayout``) is listed with the messages that wait
-  in its level queues: routed for the old layout, they would never be delivered.
+  in its level queues: routed for the old layout, they would never be delivered;
+- an object guarded ``protect: true`` (by the spec, or by the record once it left the spec)
+  has its deletes and replaces marked ``protected``: apply refuses them whatever the flags; one
+  guarded ``on_remove: retain`` that left the spec is ``retain``-ed: left on the broker and
+  struck from the record (``provisioner.protection``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ from rabbitry.provisioner.migration import (
     temp_name,
 )
 from rabbitry.provisioner.ownership import PENDING, SHARED_KINDS, OwnershipRecord, digest
+from rabbitry.provisioner.protection import (
+    PROTECT,
+    RETAIN,
+    desired_guards,
+    guards_in_force,
+    guards_text,
+    protection_reason,
+)
 from rabbitry.provisioner.relayout import DelayRelayout, delay_relayouts, touched_by
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
@@ -63,6 +75,8 @@ class Action(enum.StrEnum):
     REPLACE = "replace"
     DELETE = "delete"
     ADOPT = "adopt"
+    RETAIN = "retain"
+    """Left on the broker as it is, and struck from the stack's record (``on_remove: retain``)."""
 
 
 SYMBOLS = {
@@ -71,6 +85,7 @@ SYMBOLS = {
     Action.REPLACE: "-/+",
     Action.DELETE: "-",
     Action.ADOPT: "=",
+    Action.RETAIN: "|",
 }
 
 
@@ -95,6 +110,8 @@ class Change:
     owners: tuple[str, ...] = ()
     """Other stacks whose ownership records list the object: apply refuses the change unless
     it takes the object over from each of them."""
+    protected: bool = False
+    """The object is guarded ``protect: true``: apply refuses this delete or replace."""
 
     @property
     def kind(self) -> str:
@@ -126,6 +143,8 @@ class Change:
             out["consumers"] = self.consumers
         if self.owners:
             out["owners"] = list(self.owners)
+        if self.protected:
+            out["protected"] = True
         return out
 
 
@@ -159,6 +178,14 @@ class Plan:
             if key not in self.excluded
         }
 
+    @functools.cached_property
+    def guards(self) -> dict[ResourceKey, frozenset[str]]:
+        """What apply records of each key's guards: the spec's for what it declares (except
+        what ``--target`` left out), the record's for the rest (``provisioner.protection``)."""
+        wanted = desired_guards(self.desired) if self.desired is not None else {}
+        kept = {k: g for k, g in self.record.guards.items() if k not in self.desired_digests}
+        return {**kept, **{k: g for k, g in wanted.items() if k in self.desired_digests}}
+
     @property
     def has_changes(self) -> bool:
         return bool(self.changes)
@@ -181,6 +208,11 @@ class Plan:
         ]
         if counts["adopt"]:
             parts.append(f"{counts['adopt']} to adopt")
+        if counts["retain"]:
+            parts.append(f"{counts['retain']} to retain (left on the broker, no longer owned)")
+        protected = sum(1 for c in self.changes if c.protected)
+        if protected:
+            parts.append(f"{protected} protected (refused)")
         owned = sum(1 for c in self.changes if c.owners)
         if owned:
             parts.append(f"{owned} owned by another stack")
@@ -276,6 +308,8 @@ def owners_of(
     """The other stacks a change of ``action`` to ``key`` would act against: those whose
     records list it, except for a vhost only declared or adopted (stacks share vhosts)."""
     owners = other_owners.get(key, ())
+    if action is Action.RETAIN:
+        return ()  # only this stack's record changes
     if owners and key[0] in SHARED_KINDS and action in (Action.CREATE, Action.ADOPT):
         return ()
     return owners
@@ -304,6 +338,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
     warnings: list[str] = []
 
     interrupted = pending_migrations(record.operations)
+    wanted_guards = desired_guards(desired)
     for key, resource in want.items():
         existing = have.get(key)
         recorded = record.managed.get(key)
@@ -336,8 +371,11 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             continue
         drift = applied and recorded != digest(existing)
         stats = state.queue_stats.get(key)
+        protected = PROTECT in wanted_guards.get(key, ())
+        if protected and key[0] in REPLACED_KINDS:
+            differences.append(protection_reason(in_spec=True))
         if key[0] in REPLACED_KINDS:
-            if key[0] == "queue":
+            if key[0] == "queue" and not protected:
                 moved = stats.messages if stats else None
                 differences.append(
                     f"migrate through {temp_name(key[2])}: {moved or 0} message(s), bindings"
@@ -356,18 +394,22 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                     consumers=stats.consumers if stats else None,
                     counted=stats.source if stats else "",
                     count_note=stats.note if stats else "",
+                    protected=protected,
                 )
             )
         else:
             changes.append(
                 Change(Action.UPDATE, key, resource, existing, tuple(differences), drift)
             )
+    changes.extend(guard_changes(want, have, record, wanted_guards, {c.key for c in changes}))
 
     # A migrated queue is unbound and bound again by its migration, with the desired bindings.
-    migrating = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "queue"}
+    # (a protected one is not: apply refuses it, and its bindings stay as they are)
+    replacing = [c for c in changes if c.action is Action.REPLACE and not c.protected]
+    migrating = {c.key for c in replacing if c.kind == "queue"}
     changes = [c for c in changes if not _binds_into(c, migrating)]
     # Deleting an exchange drops every binding that touches it: declare them again.
-    replaced = {c.key for c in changes if c.action is Action.REPLACE and c.kind == "exchange"}
+    replaced = {c.key for c in replacing if c.kind == "exchange"}
     if replaced:
         planned = {c.key for c in changes}
         for key, resource in want.items():
@@ -382,9 +424,34 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
 
     # Prune candidates: recorded, still on the broker, gone from the spec.
     doomed = [key for key in record.managed if key not in want and key in have]
-    doomed_set = set(doomed)
+    guarded = {k: g for k in doomed if (g := guards_in_force(k, False, {}, record.guards))}
+    retained = {k for k, g in guarded.items() if RETAIN in g}
+    doomed_set = {k for k in doomed if k not in guarded}
     for key in doomed:
         existing = have[key]
+        stats = state.queue_stats.get(key)
+        counts: dict[str, Any] = {
+            "messages": stats.messages if stats else None,
+            "consumers": stats.consumers if stats else None,
+            "counted": stats.source if stats else "",
+            "count_note": stats.note if stats else "",
+        }
+        if key in retained or (
+            isinstance(existing, Binding) and _touches(existing, key[1], retained)
+        ):
+            reason = (
+                "on_remove: retain: stays on the broker as it is, no longer owned by this stack"
+            )
+            if key not in retained:
+                reason = "binds a retained object: stays on the broker, no longer owned"
+            changes.append(Change(Action.RETAIN, key, None, existing, (reason,), **counts))
+            continue
+        if key in guarded:  # protect: true, kept by the record
+            why = ("no longer in the spec", protection_reason(in_spec=False))
+            changes.append(
+                Change(Action.DELETE, key, None, existing, why, protected=True, **counts)
+            )
+            continue
         if key[0] == "vhost":
             # Deleting a vhost deletes everything in it: only when all of it is ours to delete.
             strangers = [
@@ -399,22 +466,13 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 continue
         if isinstance(existing, Binding) and _touches(existing, key[1], replaced | migrating):
             continue  # dropped by the replace or migration already
-        stats = state.queue_stats.get(key)
         changes.append(
-            Change(
-                Action.DELETE,
-                key,
-                None,
-                existing,
-                ("no longer in the spec",),
-                messages=stats.messages if stats else None,
-                consumers=stats.consumers if stats else None,
-                counted=stats.source if stats else "",
-                count_note=stats.note if stats else "",
-            )
+            Change(Action.DELETE, key, None, existing, ("no longer in the spec",), **counts)
         )
 
     for change in changes:
+        if change.protected:
+            continue
         if change.action is Action.REPLACE and change.kind == "queue":
             warnings.append(
                 f"{change.title} is migrated: publishers that address it through the default"
@@ -444,6 +502,32 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
         desired=desired,
         relayouts=tuple(relayouts),
     )
+
+
+def guard_changes(
+    want: Mapping[ResourceKey, Primitive],
+    have: Mapping[ResourceKey, Primitive],
+    record: OwnershipRecord,
+    wanted: Mapping[ResourceKey, frozenset[str]],
+    planned: set[ResourceKey],
+) -> list[Change]:
+    """An object that matches but whose guards the record does not keep yet (or keeps no
+    longer) is adopted again, so that apply records them: protection that lives only in the
+    spec would be lost with the object's lines."""
+    out = []
+    for key, resource in want.items():
+        if key in planned or key not in record.managed or key not in have:
+            continue
+        now = wanted.get(key, frozenset())
+        before = record.guards.get(key, frozenset())
+        if now != before:
+            reason = (
+                f"the ownership record keeps {guards_text(now)}"
+                if now
+                else f"the ownership record no longer keeps {guards_text(before)}"
+            )
+            out.append(Change(Action.ADOPT, key, resource, have[key], (reason,)))
+    return out
 
 
 def quorum_placement_warnings(desired: Topology, node_count: int | None) -> list[str]:
@@ -480,9 +564,10 @@ def _order(change: Change) -> tuple[int, int, ResourceKey]:
 def managed_after(
     plan: Plan, deleted: Iterable[ResourceKey], still_present: Iterable[ResourceKey]
 ) -> dict[ResourceKey, str]:
-    """The record after applying: desired objects, plus recorded ones still on the broker."""
+    """The record after applying: desired objects, plus recorded ones still on the broker
+    (those retained excepted: they leave the record)."""
     managed = dict(plan.desired_digests)
-    gone = set(deleted)
+    gone = set(deleted) | {c.key for c in plan.changes if c.action is Action.RETAIN}
     present = set(still_present)
     for key, fingerprint in plan.record.managed.items():
         if key not in managed and key not in gone and key in present:

@@ -323,6 +323,10 @@ class Vhost(Primitive):
     retried_by_broker: tuple[str, ...] = ()
     """Queues whose retries rely on the broker's delayed retry (``retry: {via: broker}``):
     not a setting of the broker, but what the version table judges (RabbitMQ 4.3+)."""
+    guards: tuple[tuple[str, str, str], ...] = ()
+    """(kind, name, guard) of the spec's `protect: true` (guard ``protect``) and `on_remove:
+    retain` (guard ``retain``) objects: not settings of the broker, but what the planner
+    honours and the stack's ownership record keeps (``provisioner.protection``)."""
 
     def identity(self) -> tuple[str, ...]:
         return ()

@@ -71,6 +71,7 @@ BAD_VALUES = {
     "completion": ["completion", "powershell"],
     "schema": ["schema", "extra"],
     "stacks": ["stacks", "--vhost"],  # no value
+    "reconcile": ["reconcile", SPEC, "--listen", "nowhere"],
 }
 
 

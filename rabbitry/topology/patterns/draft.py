@@ -27,6 +27,8 @@ class VhostDraft:
     topic_permissions: list[primitives.TopicPermission] = field(default_factory=list)
     retried_by_broker: list[str] = field(default_factory=list)
     """Queues that retry through the broker's delayed retry (``retry: {via: broker}``)."""
+    guards: list[tuple[str, str, str]] = field(default_factory=list)
+    """(kind, name, guard): objects the spec protects or retains (``Vhost.guards``)."""
 
     @property
     def default_queue_type(self) -> primitives.QueueType:
@@ -49,6 +51,7 @@ class VhostDraft:
             permissions=tuple(self.permissions),
             topic_permissions=tuple(self.topic_permissions),
             retried_by_broker=tuple(self.retried_by_broker),
+            guards=tuple(self.guards),
         )
 
 

@@ -45,6 +45,7 @@ def declare_exchanges(draft: VhostDraft) -> None:
                 arguments=arguments,
             )
         )
+        guard(draft, "exchange", spec.name, spec.protect, spec.on_remove)
 
 
 def declare_queues(draft: VhostDraft) -> None:
@@ -58,6 +59,15 @@ def declare_queues(draft: VhostDraft) -> None:
                 arguments=queue_arguments(spec),
             )
         )
+        guard(draft, "queue", spec.name, spec.protect, spec.on_remove)
+
+
+def guard(draft: VhostDraft, kind: str, name: str, protect: bool, on_remove: str) -> None:
+    """Note what the spec says of an object's removal (``protect``, ``on_remove``)."""
+    if protect:
+        draft.guards.append((kind, name, "protect"))
+    if on_remove == "retain":
+        draft.guards.append((kind, name, "retain"))
 
 
 def queue_arguments(spec: QueueSpec) -> dict[str, primitives.JSON]:

@@ -278,6 +278,15 @@ class ExchangeSpec(SpecModel):
     """Checked exchange arguments (hash-header / hash-property for x-consistent-hash)."""
     unchecked_arguments: dict[str, Any] = Field(default_factory=dict)
     """Plugin arguments rabbitry does not know, passed through as they are."""
+    protect: bool = False
+    """Never delete or replace this exchange on the broker, whatever apply's flags (`--prune`,
+    `--force`, `--allow-replace`): apply refuses such a change and says why. Kept in the
+    stack's ownership record, so it still holds once the exchange has left the spec; to delete
+    it, apply it with `protect: false` first."""
+    on_remove: Literal["delete", "retain"] = "delete"
+    """What leaving the spec does: `delete` (with `--prune`), or `retain`: the exchange stays on
+    the broker as it is (messages and all) and leaves the stack's ownership record, so no
+    later apply of this stack touches it. Kept in the record, like `protect`."""
 
 
 class ExponentialBackoffSpec(SpecModel):
@@ -347,6 +356,15 @@ class QueueSpec(SpecModel):
     """Carry the occurrences of periodic jobs (`@app.periodic`), scheduled through the named
     `delays` entry of this vhost: the queue becomes a target of that delay and is consumed by
     one worker at a time (x-single-active-consumer)."""
+    protect: bool = False
+    """Never delete or replace this queue on the broker, whatever apply's flags (`--prune`,
+    `--force`, `--allow-replace`): apply refuses such a change and says why. Kept in the
+    stack's ownership record, so it still holds once the queue has left the spec; to delete
+    it, apply it with `protect: false` first."""
+    on_remove: Literal["delete", "retain"] = "delete"
+    """What leaving the spec does: `delete` (with `--prune`), or `retain`: the queue stays on
+    the broker as it is (messages and all) and leaves the stack's ownership record, so no
+    later apply of this stack touches it. Kept in the record, like `protect`."""
 
 
 class BindingSpec(SpecModel):

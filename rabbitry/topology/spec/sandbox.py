@@ -35,6 +35,41 @@ class TemplateVariables(dict[str, Any]):
     """``vars`` in templates."""
 
 
+class SecretFileUnreadable(Exception):
+    """``file(PATH)`` in a template named a file that cannot be read (the render's error)."""
+
+
+def secret_file_reader(base: Path | None, max_bytes: int) -> Any:
+    """``file(PATH)`` in templates: the text of a file (a Kubernetes Secret mounted as one,
+    ``/run/secrets/...``), one trailing newline stripped, so ``password: {{ file(...) }}``
+    holds the secret and not the newline editors add. A relative PATH is from the spec's
+    directory. Read at each render, so a changed file counts from the next ``reconcile`` pass."""
+
+    def read(path: str) -> str:
+        where = Path(str(path))
+        if not where.is_absolute() and base is not None:
+            where = base / where
+        try:
+            with where.open("rb") as handle:
+                data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise SecretFileUnreadable(
+                f"file({str(path)!r}): cannot read {str(where)!r}: {exc.strerror}; mount or"
+                " create it (a Kubernetes Secret mounted as a volume), or fix the path"
+            ) from None
+        if len(data) > max_bytes:
+            raise SecretFileUnreadable(
+                f"file({str(path)!r}) is over {max_bytes} bytes, the spec's size limit"
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SecretFileUnreadable(f"file({str(path)!r}) is not UTF-8 text") from None
+        return text.removesuffix("\n").removesuffix("\r")
+
+    return read
+
+
 class _SpecUndefined(jinja2.StrictUndefined):
     """StrictUndefined whose message says which variable is missing and how to provide it."""
 
@@ -53,8 +88,8 @@ class _SpecUndefined(jinja2.StrictUndefined):
             )
         if self._undefined_hint is None and self._undefined_obj is jinja2.utils.missing:
             return (
-                f"{name!r} is undefined: templates know `env`, `vars` and the variables "
-                f"passed with --var / --var-file"
+                f"{name!r} is undefined: templates know `env`, `vars`, `file(PATH)` and the"
+                " variables passed with --var / --var-file"
             )
         return str(super()._undefined_message)
 
@@ -240,6 +275,7 @@ def render_jinja(
     context["env"] = EnvironmentVariables(os.environ if environ is None else environ)
     loader = _loaders(search_path, filename, text)
     limits = SpecLimits.from_environment(environ)
+    context["file"] = secret_file_reader(search_path, limits.max_bytes)
     env = _LimitedEnvironment(limits, loader=loader, **_OPTIONS)
     try:
         rendered = render_limited(env.get_template(filename), context, limits, filename)
@@ -263,7 +299,8 @@ def render_jinja(
         ) from None
     except Exception as exc:  # any failure inside a template is the spec's fault
         where, line = _template_position(exc, filename)
-        message = str(exc) if isinstance(exc, jinja2.UndefinedError) else f"template error: {exc}"
+        plain = isinstance(exc, jinja2.UndefinedError | SecretFileUnreadable)
+        message = str(exc) if plain else f"template error: {exc}"
         raise SpecError(SpecProblem(message, file=where, line=line)) from None
     return Rendered(rendered, _line_map(loader, filename, text, rendered, context, limits))
 

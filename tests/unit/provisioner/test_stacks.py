@@ -173,7 +173,7 @@ def test_a_record_no_rabbitry_can_read_stops_the_plan_naming_it() -> None:
         records_from([{"name": RECORD_PREFIX + "other", "value": {"format_version": 9}}])
     message = str(info.value)
     assert "'rabbitry.stack.other' is not a rabbitry record of a format" in message
-    assert "reads (1, 2)" in message
+    assert "reads (1, 2, 3)" in message
     assert "upgrade rabbitry" in message and "remove that parameter" in message
 
 
