@@ -28,7 +28,10 @@ if [[ -z ${RABBITRY_TEST_BROKER:-} ]]; then
 fi
 
 BIN=$ROOT/.venv/bin
-JUNIT=$ROOT/.rabbitry/junit.xml
+REPORTS=$ROOT/.rabbitry/junit
+# The integration tests wait on brokers and subprocesses more than they compute: more workers
+# than cores. They share one broker (rabbitry.testing.shared), each test in its own vhost.
+WORKERS=${RABBITRY_TEST_WORKERS:-4}
 failed=()
 
 step() {
@@ -44,10 +47,13 @@ step() {
     fi
 }
 
+# $1: the JUnit report to write; the rest: pytest's arguments.
 run_pytest() {
-    local rc=0
-    rm -f "$JUNIT"
-    "$BIN/python" -m pytest --junitxml="$JUNIT" "$@" || rc=$?
+    local junit=$1 rc=0
+    shift
+    mkdir -p "$REPORTS"
+    rm -f "$junit"
+    "$BIN/python" -m pytest --junitxml="$junit" "$@" || rc=$?
     if [[ $rc -eq 5 ]]; then
         echo "pytest collected no tests: that is a failure, not a pass" >&2
         return 1
@@ -55,86 +61,118 @@ run_pytest() {
     return "$rc"
 }
 
-# Lists skipped tests from the JUnit report (xfail, which JUnit also calls skipped, is not one);
-# fails when there are any and skips are not allowed.
+# Lists skipped tests from the JUnit reports given (xfail, which JUnit also calls skipped, is not
+# one); fails when there are any and skips are not allowed.
 check_skips() {
-    [[ -f $JUNIT ]] || return 0
     local strict=0
     if [[ -n ${CI:-} || $RABBITRY_TEST_BROKER == testcontainers ]]; then
         strict=1
     fi
-    "$BIN/python" - "$JUNIT" "$strict" <<'PY'
+    "$BIN/python" - "$strict" "$@" <<'PY'
+import os
 import sys
 import xml.etree.ElementTree as ET
 
 skipped = []
-for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    for skip in case.findall("skipped"):
-        if skip.get("type") == "pytest.xfail":
-            continue
-        name = f"{case.get('classname')}::{case.get('name')}"
-        skipped.append(f"  {name}: {skip.get('message', '')}")
+for report in sys.argv[2:]:
+    if not os.path.exists(report):
+        continue
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for skip in case.findall("skipped"):
+            if skip.get("type") == "pytest.xfail":
+                continue
+            name = f"{case.get('classname')}::{case.get('name')}"
+            skipped.append(f"  {name}: {skip.get('message', '')}")
 if not skipped:
     sys.exit(0)
-strict = sys.argv[2] == "1"
+strict = sys.argv[1] == "1"
 print(f"{len(skipped)} test(s) skipped{' (not allowed here)' if strict else ''}:")
 print("\n".join(skipped))
 sys.exit(1 if strict else 0)
 PY
 }
 
+# A run in the background: its output goes to a log that `finish_background` shows once it ends.
+# $1: log; the rest: the command. Its pid is appended to background_pids.
+background_pids=()
+start_background() {
+    local log=$1
+    shift
+    mkdir -p "$REPORTS"
+    (
+        started=$SECONDS
+        rc=0
+        "$@" || rc=$?
+        echo "(took $((SECONDS - started)) s)"
+        exit "$rc"
+    ) >"$log" 2>&1 &
+    background_pids+=($!)
+}
+
+finish_background() {
+    # $1: pid; $2: log.
+    local rc=0
+    wait "$1" || rc=$?
+    cat "$2"
+    return "$rc"
+}
+
 echo "test broker: RABBITRY_TEST_BROKER=$RABBITRY_TEST_BROKER, image ${RABBITRY_TEST_IMAGE:-default}"
 step "ruff check" "$BIN/ruff" check .
 step "ruff format" "$BIN/ruff" format --check .
 step "mypy" "$BIN/mypy"
-step "pytest" run_pytest "$@"
-step "no skipped tests" check_skips
-# The package as users get it: pip install into a fresh virtualenv, then the README quickstart.
-if [[ $# -eq 0 ]]; then
-    step "quickstart (pip install, dev broker, apply)" bash scripts/quickstart.sh
+
+if [[ $# -gt 0 ]]; then
+    step "pytest" run_pytest "$REPORTS/pytest.xml" "$@"
+    step "no skipped tests" check_skips "$REPORTS/pytest.xml"
+    if ((${#failed[@]})); then
+        printf '\nFAILED: %s\n' "${failed[*]}"
+        exit 1
+    fi
+    printf '\nall checks passed\n'
+    exit 0
 fi
 
-# The whole suite runs on the current RabbitMQ (RABBITRY_TEST_IMAGE). The oldest release rabbitry
-# supports and the newest behave differently where the provisioner, the patterns and the clients
-# must adapt (policy apply-to values, quorum-queue arguments and delivery limits, x-death, the
-# definitions import, the version table): those modules run again on each. Only on containers,
-# and only for a full run.
-COMPAT_TESTS=(
-    tests/integration/test_broker_versions.py
-    tests/integration/test_provision.py
-    tests/integration/test_examples.py
-    tests/integration/test_patterns.py
-    tests/integration/test_migration.py
-    tests/integration/test_publisher.py
-    tests/integration/test_worker.py
-    tests/integration/test_dlq.py
-    tests/integration/test_connections.py
-    tests/integration/test_plan_counts.py
-    tests/integration/test_saved_plans.py
-    tests/integration/test_kinds.py
-    tests/integration/test_import_definitions.py
-    tests/integration/test_spark_source.py
-)
+# The tests that depend on the RabbitMQ version (marked `versions`, see docs/testing.md) run
+# again on the oldest release rabbitry supports and on the newest, each against its own broker,
+# in the background while the current release's suite runs. Only on containers.
 # RabbitMQ 4.3.6's definitions export leaves internal exchanges out, so a file it writes does not
 # round-trip (README, definitions files): the definitions-file tests run on 3.10 and 4.0 only.
-NEWEST_TESTS=()
-for each in "${COMPAT_TESTS[@]}"; do
-    [[ $each == tests/integration/test_import_definitions.py ]] || NEWEST_TESTS+=("$each")
-done
-if [[ $# -eq 0 && $RABBITRY_TEST_BROKER == testcontainers ]]; then
+versions_on() {
+    # $1: image; $2: JUnit report; the rest: more pytest arguments.
+    local image=$1 junit=$2
+    shift 2
+    RABBITRY_TEST_IMAGE=$image run_pytest "$junit" -q -n 2 -m versions tests/integration "$@"
+}
+compat_images=() compat_pids=() compat_logs=()
+if [[ $RABBITRY_TEST_BROKER == testcontainers ]]; then
     if [[ -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
-        echo "compatibility run: $RABBITRY_COMPAT_IMAGE"
-        compat_pytest() { RABBITRY_TEST_IMAGE=$RABBITRY_COMPAT_IMAGE run_pytest -q "${COMPAT_TESTS[@]}"; }
-        step "pytest on $RABBITRY_COMPAT_IMAGE" compat_pytest
-        step "no skipped tests on $RABBITRY_COMPAT_IMAGE" check_skips
+        start_background "$REPORTS/compat.log" \
+            versions_on "$RABBITRY_COMPAT_IMAGE" "$REPORTS/compat.xml"
+        compat_images+=("$RABBITRY_COMPAT_IMAGE") compat_pids+=("${background_pids[-1]}")
+        compat_logs+=("$REPORTS/compat.log")
     fi
     if [[ -n ${RABBITRY_NEWEST_IMAGE:-} ]]; then
-        echo "newest-release run: $RABBITRY_NEWEST_IMAGE"
-        newest_pytest() { RABBITRY_TEST_IMAGE=$RABBITRY_NEWEST_IMAGE run_pytest -q "${NEWEST_TESTS[@]}"; }
-        step "pytest on $RABBITRY_NEWEST_IMAGE" newest_pytest
-        step "no skipped tests on $RABBITRY_NEWEST_IMAGE" check_skips
+        start_background "$REPORTS/newest.log" \
+            versions_on "$RABBITRY_NEWEST_IMAGE" "$REPORTS/newest.xml" \
+            --ignore=tests/integration/test_import_definitions.py
+        compat_images+=("$RABBITRY_NEWEST_IMAGE") compat_pids+=("${background_pids[-1]}")
+        compat_logs+=("$REPORTS/newest.log")
     fi
 fi
+
+step "unit tests" run_pytest "$REPORTS/unit.xml" tests/unit
+step "integration tests ($WORKERS workers)" \
+    run_pytest "$REPORTS/integration.xml" -n "$WORKERS" -m "not broker_wide" tests/integration
+step "broker-wide integration tests (alone)" \
+    run_pytest "$REPORTS/broker-wide.xml" -n 0 -m broker_wide tests/integration
+# The package as users get it: pip install into a fresh virtualenv, then the README quickstart.
+step "quickstart (pip install, dev broker, apply)" bash scripts/quickstart.sh
+for i in "${!compat_pids[@]}"; do
+    step "versions-marked tests on ${compat_images[i]}" \
+        finish_background "${compat_pids[i]}" "${compat_logs[i]}"
+done
+step "no skipped tests" check_skips "$REPORTS"/*.xml
 
 if ((${#failed[@]})); then
     printf '\nFAILED: %s\n' "${failed[*]}"

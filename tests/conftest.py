@@ -1,4 +1,4 @@
-"""Settings every test gets: worker views (``rabbitry.consumer.view``) are cached in a directory
+"""Settings every test gets: the Hypothesis profile (tests/profiles.py), worker views (``rabbitry.consumer.view``) are cached in a directory
 of the test session, never in the user's cache, and ``App.views`` (which ``worker run``'s
 ``load_app`` turns on) is put back after each test."""
 
@@ -9,6 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.profiles import load_profile
+
+HYPOTHESIS_PROFILE = load_profile()
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (HYPOTHESIS_PROFILE, or ci when CI is set)"
 
 
 @pytest.fixture(scope="session")

@@ -253,6 +253,13 @@ class BrokerContainer:
         out = self._container.get_wrapped_container().logs()
         return out.decode(errors="replace") if isinstance(out, bytes) else str(out)
 
+    def detach(self) -> str:
+        """Leave the container running past this handle and this process (another process
+        removes it, by the id returned); the handle no longer removes it."""
+        self._removed = True
+        atexit.unregister(self.remove)
+        return self.container_id
+
     def remove(self) -> None:
         if self._removed:
             return
@@ -290,6 +297,7 @@ def start_broker(
     environ: Mapping[str, str] | None = None,
     mounts: Mapping[str, str | os.PathLike[str]] | None = None,
     extra_ports: Sequence[int] = (),
+    owner: str | None = None,
 ) -> BrokerContainer:
     """Start a RabbitMQ broker in a container and wait until AMQP and management answer.
 
@@ -306,6 +314,8 @@ def start_broker(
     ``extra_ports`` publishes more container ports (e.g. 5671 for a TLS listener) on free host
     ports, loopback only on a local engine; ``BrokerContainer.host_port`` tells which.
     Whether the broker listens on them is up to its configuration (``env``).
+    ``owner`` (an ``owner_label``, default this process) names the process whose exit makes the
+    container an orphan that the next ``start_broker`` removes.
 
     Raises ``ValueError`` for a bad mount or port, ``BrokerUnavailable`` when no container
     engine answers, ``BrokerError`` otherwise.
@@ -329,7 +339,7 @@ def start_broker(
     aliases = list(network_aliases)
     if network and hostname and hostname not in aliases:
         aliases.append(hostname)
-    labels = {OWNER_LABEL: owner_label(), ROLE_LABEL: "test-broker"}
+    labels = {OWNER_LABEL: owner or owner_label(), ROLE_LABEL: "test-broker"}
     extra: dict[str, Any] = {"labels": labels}
     if hostname:
         extra["hostname"] = hostname

@@ -6,6 +6,7 @@ Fixtures:
     rabbitmq_broker_factory  function: ``BrokerFactory`` that starts extra container brokers
 
 Tests using them get the ``broker`` marker, so ``pytest -m "not broker"`` runs the rest.
+Under pytest-xdist every worker uses one container broker (``rabbitry.testing.shared``).
 Disable the plugin with ``-p no:rabbitry``.
 """
 
@@ -22,6 +23,7 @@ from rabbitry.errors import BrokerError
 from rabbitry.testing.broker import Broker, BrokerUnavailable
 from rabbitry.testing.containers import BrokerContainer, broker_network, start_broker
 from rabbitry.testing.providers import ProviderKind, choose_provider, provide_broker
+from rabbitry.testing.shared import SharedBrokerPlace
 from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost
 
 if TYPE_CHECKING:
@@ -35,6 +37,34 @@ MARKER = "broker: needs a real RabbitMQ broker (from RABBITMQ_URL or testcontain
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_XdistController(), "rabbitry-xdist-controller")
+
+
+class _XdistController:
+    """The xdist controller's part: a meeting place for the workers' one container broker,
+    made when the first worker starts, and the removal of that broker when the run ends."""
+
+    def __init__(self) -> None:
+        self._place: SharedBrokerPlace | None = None
+
+    def pytest_configure_node(self, node: object) -> None:
+        if self._place is None:
+            self._place = SharedBrokerPlace.create()
+        workerinput = getattr(node, "workerinput", None)
+        if isinstance(workerinput, dict):
+            workerinput.update(self._place.as_workerinput())
+
+    def pytest_unconfigure(self) -> None:
+        if self._place is not None:
+            self._place.remove(os.environ)
+
+
+def _shared_place(config: pytest.Config) -> SharedBrokerPlace | None:
+    workerinput = getattr(config, "workerinput", None)
+    if not isinstance(workerinput, dict):
+        return None
+    return SharedBrokerPlace.from_workerinput(workerinput)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -61,11 +91,11 @@ def _containers_forced() -> bool:
 
 
 @pytest.fixture(scope="session")
-def rabbitmq_broker() -> Iterator[Broker]:
+def rabbitmq_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
     """The session's broker; tests are skipped (with what to do) when none can be had."""
     with contextlib.ExitStack() as stack:
         try:
-            broker = stack.enter_context(provide_broker())
+            broker = stack.enter_context(provide_broker(shared=_shared_place(request.config)))
         except BrokerUnavailable as exc:
             pytest.skip(str(exc))
         except BrokerError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from rabbitry.testing.broker import (
     wait_until_ready,
 )
 from rabbitry.testing.containers import start_broker
+from rabbitry.testing.shared import SharedBrokerPlace
 
 
 class ProviderKind(enum.Enum):
@@ -57,6 +59,12 @@ def choose_provider(environ: Mapping[str, str]) -> ProviderChoice:
     return ProviderChoice(kind, True)
 
 
+def session_password() -> str:
+    """A fresh password for a session's container broker: tests check that the broker's
+    password appears in no output, which a well-known one (guest) would make meaningless."""
+    return secrets.token_urlsafe(16)
+
+
 def broker_from_env(environ: Mapping[str, str]) -> Broker:
     """The broker named by ``RABBITMQ_URL`` and ``RABBITRY_MANAGEMENT_URL``."""
     url = environ.get("RABBITMQ_URL", "").strip()
@@ -70,11 +78,13 @@ def provide_broker(
     environ: Mapping[str, str] | None = None,
     *,
     timeout: float = DEFAULT_MANAGEMENT_TIMEOUT,
+    shared: SharedBrokerPlace | None = None,
 ) -> Iterator[Broker]:
     """A broker for a test session, from the provider ``choose_provider`` picks.
 
     Raises ``BrokerUnavailable`` when nothing was forced and no broker can be had (callers skip),
-    ``BrokerError`` for every other failure. A container broker is removed on exit.
+    ``BrokerError`` for every other failure. A container broker is removed on exit, except
+    one ``shared`` by the workers of a pytest-xdist run: its controller removes that.
     """
     env = os.environ if environ is None else environ
     choice = choose_provider(env)
@@ -85,10 +95,14 @@ def provide_broker(
         return
 
     try:
-        handle = start_broker(environ=env, startup_timeout=timeout)
+        if shared is not None:
+            broker, handle = shared.broker(env, timeout), None
+        else:
+            handle = start_broker(environ=env, startup_timeout=timeout, password=session_password())
+            broker = handle.broker
     except BrokerUnavailable as exc:
         if choice.forced:
             raise BrokerError(f"RABBITRY_TEST_BROKER=testcontainers, but {exc}") from exc
         raise
-    with handle:
-        yield handle.broker
+    with handle or contextlib.nullcontext():
+        yield broker

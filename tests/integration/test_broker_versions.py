@@ -23,6 +23,9 @@ from rabbitry.topology.versions import (
 
 from .conftest import Broker
 
+# The version table against each release: every test here depends on the broker's version.
+pytestmark = pytest.mark.versions
+
 
 def version_of(broker: Broker) -> tuple[int, ...]:
     return parse_version(str(broker.get("/overview")["rabbitmq_version"]))

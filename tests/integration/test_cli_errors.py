@@ -21,15 +21,17 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
-from rabbitry.testing.plugin import BrokerFactory
+from rabbitry.testing.containers import BrokerContainer
 from tests.integration.conftest import Broker, one_vhost_spec, with_credentials
 from tests.integration.test_publisher_tls import (  # noqa: F401
-    CERT_DIR,
+    MANAGEMENT_TLS_PORT,
+    TLS_GROUP,
     Certs,
     amqps_url,
     certs,
     declare,
-    start_tls_broker,
+    tls_broker,
+    tls_brokers,
 )
 
 pytestmark = pytest.mark.broker
@@ -183,23 +185,13 @@ def test_export_leaves_users_out_unless_asked_and_names_the_connected_user(
     assert f"holds user {connected!r}, the one this command connected as" in err
 
 
-MANAGEMENT_TLS_PORT = 15671
-
-
+@TLS_GROUP
 def test_a_management_api_with_a_private_ca_needs_ca_file_or_insecure(
-    rabbitmq_broker_factory: BrokerFactory,
+    tls_broker: BrokerContainer,  # noqa: F811
     certs: Certs,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    ssl = (
-        f'[{{port,{MANAGEMENT_TLS_PORT}}},{{cacertfile,"{CERT_DIR}/ca.pem"}},'
-        f'{{certfile,"{CERT_DIR}/server.pem"}},{{keyfile,"{CERT_DIR}/server.key"}}]'
-    )
-    container = rabbitmq_broker_factory(
-        mounts={CERT_DIR: certs.dir},
-        extra_ports=[MANAGEMENT_TLS_PORT],
-        env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-rabbitmq_management ssl_config {ssl}"},
-    )
+    container = tls_broker
     b = container.broker
     url = with_credentials(
         f"https://127.0.0.1:{container.host_port(MANAGEMENT_TLS_PORT)}", b.username, b.password
@@ -224,11 +216,12 @@ def test_a_management_api_with_a_private_ca_needs_ca_file_or_insecure(
         assert "+ vhost tls-vhost" in out
 
 
+@TLS_GROUP
 def test_amqps_url_options_work_on_every_connection_the_cli_makes(
-    rabbitmq_broker_factory: BrokerFactory,
+    tls_broker: BrokerContainer,  # noqa: F811
     certs: Certs,  # noqa: F811
 ) -> None:
-    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    container = tls_broker
     declare(container, "jobs.parking")
     management = with_credentials(
         container.broker.management_url, container.broker.username, container.broker.password

@@ -63,6 +63,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.versions
 @pytest.mark.parametrize("client", CLIENTS)
 def test_a_refused_login_stops_at_once_naming_the_user_and_what_to_check(
     client: str, rabbitmq_vhost: Any, caplog: pytest.LogCaptureFixture

@@ -8,6 +8,9 @@ import pytest
 
 from tests.integration.conftest import Broker
 
+# The examples use every feature the version table judges.
+pytestmark = pytest.mark.versions
+
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 

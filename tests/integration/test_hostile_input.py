@@ -28,7 +28,9 @@ from rabbitry.errors import BrokerError
 from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker
 
-pytestmark = pytest.mark.broker
+# Each test compares the whole broker's definitions before and after: no other test may change
+# the broker meanwhile, so scripts/test.sh runs these after the parallel run, on their own.
+pytestmark = [pytest.mark.broker, pytest.mark.broker_wide]
 
 SECRETS = ["Br0ker-s3cret", "Us3r-s3cret", "Fed-s3cret", "Sh0vel-s3cret", "Mgmt-s3cret"]
 HEAD = 'version: 1\nname: "{{ vars.stack }}"\n'

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from .conftest import Broker
+
+# Limits, shovels and super streams: made and exported differently across releases.
+pytestmark = pytest.mark.versions
 
 LIMITS = """
 version: 1

@@ -27,7 +27,8 @@ from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.retries import queue_retry
 from tests.integration.conftest import Broker, one_vhost_spec
 
-pytestmark = pytest.mark.broker
+# Policies' apply-to, quorum delivery limits and x-death differ across releases.
+pytestmark = [pytest.mark.broker, pytest.mark.versions]
 
 SPEC = one_vhost_spec("""
         exchanges:

@@ -42,6 +42,7 @@ def change_of(plan: dict[str, object], action: str) -> dict[str, object]:
     return dict(change)
 
 
+@pytest.mark.versions
 def test_a_replace_counts_every_message_just_published(broker: Broker) -> None:
     broker.apply(CLASSIC)
     started = time.monotonic()
@@ -60,6 +61,7 @@ def test_a_pruned_queue_shows_its_exact_count(broker: Broker) -> None:
     assert delete["messages"] == 1234 and delete["messages_source"] == "amqp"
 
 
+@pytest.mark.versions
 def test_without_amqp_the_plan_counts_from_statistics_and_says_so(broker: Broker) -> None:
     broker.apply(CLASSIC)
     fill(broker, "jobs", 10)

@@ -47,6 +47,7 @@ SPEC = one_vhost_spec("""
 """)
 
 
+@pytest.mark.versions
 def test_apply_from_empty_then_second_plan_is_empty(broker: Broker) -> None:
     spec = broker.spec(SPEC)
     before = broker.run("plan", str(spec), "--detailed-exitcode")
@@ -89,6 +90,7 @@ def test_plan_and_apply_from_python_do_what_the_commands_do(broker: Broker) -> N
     assert not rabbitry.apply(spec, **where).changed
 
 
+@pytest.mark.versions
 def test_hand_made_drift_is_detected_and_repaired(broker: Broker) -> None:
     spec = broker.spec(SPEC)
     assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
@@ -110,6 +112,7 @@ def test_hand_made_drift_is_detected_and_repaired(broker: Broker) -> None:
     assert broker.run("plan", str(spec), "--detailed-exitcode").exit_code == 0
 
 
+@pytest.mark.versions
 def test_argument_change_is_refused_without_the_flag_then_migrated(broker: Broker) -> None:
     spec = broker.spec(SPEC)
     assert broker.run("apply", str(spec), "--auto-approve").exit_code == 0
@@ -183,6 +186,7 @@ def test_prune_refuses_a_queue_holding_messages(broker: Broker) -> None:
     assert "work" not in broker.queue_names()
 
 
+@pytest.mark.versions
 def test_export_round_trips(broker: Broker) -> None:
     spec = broker.spec(
         SPEC
@@ -286,6 +290,7 @@ class CutOffClient(ManagementClient):
         return super().request(method, path, **kwargs)
 
 
+@pytest.mark.versions
 def test_failure_half_way_reports_what_was_done_and_the_next_apply_converges(
     broker: Broker,
 ) -> None:
@@ -362,6 +367,7 @@ MANY = one_vhost_spec(
 )
 
 
+@pytest.mark.versions
 def test_creations_go_in_chunks_and_a_run_cut_between_two_is_repaired(broker: Broker) -> None:
     topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
 
@@ -416,6 +422,7 @@ class QueueAnswerLost(ManagementClient):
                     raise NoAnswer(f"PUT {path} got no answer (injected)")
 
 
+@pytest.mark.versions
 def test_quorum_queues_are_declared_apart_before_their_bindings(broker: Broker) -> None:
     """The broker's import declares queues a few at a time; quorum queues go by concurrent
     PUTs between the imports of the rest and of the bindings. A PUT whose answer is lost is
@@ -462,6 +469,7 @@ class SwallowedImports(ManagementClient):
         super().import_definitions(definitions, vhost, **kw)
 
 
+@pytest.mark.versions
 def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -484,6 +492,7 @@ def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
         assert not plan_now(client, topology, broker).has_changes
 
 
+@pytest.mark.versions
 def test_an_import_the_broker_never_made_is_sent_again_once(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -498,6 +507,7 @@ def test_an_import_the_broker_never_made_is_sent_again_once(
         assert not plan_now(client, topology, broker).has_changes
 
 
+@pytest.mark.versions
 def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_repaired(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -668,6 +678,7 @@ def test_an_apply_stopped_before_it_changes_anything_leaves_no_lock(broker: Brok
     assert applied.exit_code == 0, applied.output
 
 
+@pytest.mark.versions
 def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
     broker: Broker,
 ) -> None:

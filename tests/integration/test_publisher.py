@@ -117,6 +117,7 @@ def test_unroutable_mandatory_message_raises(rabbitmq_vhost: Any, channel: Any) 
     asyncio.run(main())
 
 
+@pytest.mark.versions
 def test_reject_publish_at_max_length_nacks_exactly_the_overflow(
     rabbitmq_vhost: Any, channel: Any
 ) -> None:
@@ -287,6 +288,7 @@ def assert_delayed(
     assert {death["queue"] for death in props.headers["x-death"]} == wanted
 
 
+@pytest.mark.versions
 def test_delay_waits_in_the_spec_delay_levels_and_a_delay_beyond_them_is_refused(
     broker: Broker,
 ) -> None:

@@ -1,11 +1,15 @@
 """Publisher and AsyncPublisher over amqps:// against a broker with a TLS listener.
 
-The certificates are made per test with the ``openssl`` CLI: a CA, a server certificate for
+The certificates are made once per session with the ``openssl`` CLI: a CA, a server certificate for
 127.0.0.1 and localhost, a client certificate, and a second CA that signed neither.
 The broker's TLS listener is configured through ``RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS``, which
 rabbitry's images (RabbitMQ 4.0 and 3.10) and the official image read alike: a file in
 ``/etc/rabbitmq/conf.d`` would be read by both too, but rabbitry's image changes the owner of
 everything under ``/etc/rabbitmq`` when it starts and stops on a read-only mount there.
+
+Two brokers serve every TLS test of the session (here and in test_cli_errors.py), one without
+and one with client certificates: the ``tls`` xdist group keeps those tests on one worker, one
+after another, so each broker starts once. Tests use queue and connection names of their own.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +38,11 @@ from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel
 
-pytestmark = pytest.mark.broker
+TLS_GROUP = pytest.mark.xdist_group("tls")
+pytestmark = [pytest.mark.broker, TLS_GROUP]
 
 TLS_PORT = 5671
+MANAGEMENT_TLS_PORT = 15671
 CERT_DIR = "/etc/rabbitry/tls"
 USERNAME = "tls-user"
 PASSWORD = "tls-S3cret-pw"
@@ -98,12 +105,11 @@ def _make_leaf(cwd: Path, name: str, cn: str, extensions: str) -> None:
     )  # fmt: skip
 
 
-@pytest.fixture
-def certs(tmp_path: Path) -> Certs:
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     if shutil.which("openssl") is None:
         pytest.fail("the TLS tests make their certificates with the openssl CLI: install it")
-    out = tmp_path / "tls"
-    out.mkdir()
+    out = tmp_path_factory.mktemp("tls")
     _make_ca(out, "ca", "rabbitry test CA")
     _make_ca(out, "other-ca", "rabbitry unrelated CA")
     _make_leaf(
@@ -131,7 +137,8 @@ def certs(tmp_path: Path) -> Certs:
 def start_tls_broker(
     factory: BrokerFactory, certs: Certs, *, require_client_cert: bool
 ) -> BrokerContainer:
-    """A broker with a TLS listener on 5671 next to the plain one (which the checks use)."""
+    """A broker with a TLS listener on 5671 next to the plain one (which the checks use), and
+    the management API over https on 15671 next to plain http."""
     verify = "{verify,verify_peer},{fail_if_no_peer_cert,true}"
     if not require_client_cert:
         verify = "{verify,verify_none}"
@@ -139,14 +146,43 @@ def start_tls_broker(
         f'{{cacertfile,"{CERT_DIR}/ca.pem"}},{{certfile,"{CERT_DIR}/server.pem"}},'
         f'{{keyfile,"{CERT_DIR}/server.key"}},{verify}'
     )
-    erl_args = f"-rabbit ssl_listeners [{TLS_PORT}] -rabbit ssl_options [{options}]"
+    management = (
+        f'[{{port,{MANAGEMENT_TLS_PORT}}},{{cacertfile,"{CERT_DIR}/ca.pem"}},'
+        f'{{certfile,"{CERT_DIR}/server.pem"}},{{keyfile,"{CERT_DIR}/server.key"}}]'
+    )
+    erl_args = (
+        f"-rabbit ssl_listeners [{TLS_PORT}] -rabbit ssl_options [{options}]"
+        f" -rabbitmq_management ssl_config {management}"
+    )
     return factory(
         username=USERNAME,
         password=PASSWORD,
         mounts={CERT_DIR: certs.dir},
-        extra_ports=[TLS_PORT],
+        extra_ports=[TLS_PORT, MANAGEMENT_TLS_PORT],
         env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args},
     )
+
+
+@pytest.fixture(scope="session")
+def tls_brokers() -> Iterator[BrokerFactory]:
+    """Starts the session's TLS brokers; removes them when the session ends."""
+    factory = BrokerFactory()
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="session")
+def tls_broker(tls_brokers: BrokerFactory, certs: Certs) -> BrokerContainer:
+    """The session's TLS broker that asks no client certificate."""
+    return start_tls_broker(tls_brokers, certs, require_client_cert=False)
+
+
+@pytest.fixture(scope="session")
+def mtls_broker(tls_brokers: BrokerFactory, certs: Certs) -> BrokerContainer:
+    """The session's TLS broker that requires a client certificate signed by ``certs.ca``."""
+    return start_tls_broker(tls_brokers, certs, require_client_cert=True)
 
 
 def amqps_url(container: BrokerContainer, **query: str) -> str:
@@ -186,10 +222,10 @@ def tls_connection(container: BrokerContainer, name: str, wait: float = 15.0) ->
 
 
 def test_amqps_with_ca_file_publishes_confirmed_and_a_wrong_ca_is_refused(
-    rabbitmq_broker_factory: BrokerFactory, certs: Certs, caplog: pytest.LogCaptureFixture
+    tls_broker: BrokerContainer, certs: Certs, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    container = tls_broker
     declare(container, "secure")
 
     with Publisher(amqps_url(container), ca_file=str(certs.ca), connection_name="tls-sync") as pub:
@@ -250,9 +286,9 @@ def test_amqps_with_ca_file_publishes_confirmed_and_a_wrong_ca_is_refused(
 
 
 def test_client_certificate_is_presented_and_without_it_the_broker_refuses(
-    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+    mtls_broker: BrokerContainer, certs: Certs
 ) -> None:
-    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=True)
+    container = mtls_broker
     declare(container, "mutual")
 
     with Publisher(
@@ -309,11 +345,11 @@ def test_client_certificate_is_presented_and_without_it_the_broker_refuses(
 
 
 def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
-    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+    tls_broker: BrokerContainer, certs: Certs
 ) -> None:
     # Workers reconnect for as long as they run: without this, a wrong CA would have them
     # retry forever with nothing but warnings.
-    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=False)
+    container = tls_broker
     declare(container, "secure")
     app = App()
 
@@ -355,11 +391,11 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
 
 
 def test_every_tls_option_of_the_url_is_honoured_by_the_sync_and_async_clients(
-    rabbitmq_broker_factory: BrokerFactory, certs: Certs
+    mtls_broker: BrokerContainer, certs: Certs
 ) -> None:
     """The broker's certificate names localhost and 127.0.0.1 and is signed by ``ca``; the
     client connects to 127.0.0.1 and says, in the URL only, what to send and check."""
-    container = start_tls_broker(rabbitmq_broker_factory, certs, require_client_cert=True)
+    container = mtls_broker
     declare(container, "options")
     files = {
         "cacertfile": str(certs.ca),

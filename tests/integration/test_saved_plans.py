@@ -65,6 +65,7 @@ def state(broker: Broker) -> tuple[set[str], list[object], object]:
     return set(queues), sorted(queues.items()), broker.get(f"/users/{broker.stack}-app")
 
 
+@pytest.mark.versions
 def test_apply_of_a_saved_plan_makes_what_it_shows_and_no_password_is_in_the_file(
     broker: Broker,
 ) -> None:
@@ -100,6 +101,7 @@ def test_apply_of_a_saved_plan_makes_what_it_shows_and_no_password_is_in_the_fil
     assert "nothing was applied" in again.output
 
 
+@pytest.mark.versions
 @pytest.mark.parametrize("outran", ["changed", "vanished", "appeared"])
 def test_a_plan_the_broker_outran_is_refused_and_changes_nothing(
     broker: Broker, outran: str
@@ -229,6 +231,7 @@ def other_broker() -> Iterator[ContainerBroker]:
         yield container.broker
 
 
+@pytest.mark.versions
 def test_a_plan_is_refused_on_another_broker_that_shares_its_cluster_name(
     broker: Broker, other_broker: ContainerBroker, tmp_path: Path
 ) -> None:
@@ -275,6 +278,7 @@ vhosts:
 """
 
 
+@pytest.mark.versions
 def test_a_plan_file_holds_no_secret_the_broker_holds_and_apply_sends_the_new_one(
     broker: Broker,
 ) -> None:

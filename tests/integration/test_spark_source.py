@@ -79,6 +79,7 @@ def source(spark: SparkSession, broker: Broker, **options: str) -> DataFrame:
     )
 
 
+@pytest.mark.versions
 def test_a_batch_read_honours_its_offsets(spark: SparkSession, broker: Broker) -> None:
     declare_stream(broker, "events")
     publish(broker, 1000, queue="events")
@@ -134,6 +135,7 @@ def test_a_task_failing_mid_read_is_retried_and_changes_nothing(
     assert sorted(offsets) == list(range(3000))
 
 
+@pytest.mark.versions
 def test_a_super_stream_reads_every_partition(spark: SparkSession, broker: Broker) -> None:
     broker.apply(
         one_vhost_spec("""
@@ -159,6 +161,7 @@ REGIONS = ["amer", "emea", "apac"]
 """Binding keys in partition order (not the keys' alphabetical order)."""
 
 
+@pytest.mark.versions
 def test_a_super_stream_with_named_keys_reads_every_partition_in_binding_order(
     spark: SparkSession, broker: Broker
 ) -> None:
@@ -401,6 +404,7 @@ spark.stop()
 logged by the source's driver-side Python process, whose output is the application's."""
 
 
+@pytest.mark.versions
 def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:

@@ -49,11 +49,17 @@ def declare_queue(amqp_url: str, name: str) -> None:
         connection.close()
 
 
+# The last of these checks the vhosts of the two before: under pytest-xdist (--dist loadgroup)
+# the three go to one worker, in this order.
+SEEN_VHOSTS_GROUP = pytest.mark.xdist_group("seen-vhosts")
+
+
 def test_session_broker_answers(rabbitmq_broker: Broker, request: pytest.FixtureRequest) -> None:
     assert management_get(rabbitmq_broker, "overview").status_code == 200
     assert request.node.get_closest_marker("broker") is not None
 
 
+@SEEN_VHOSTS_GROUP
 def test_queue_declared_on_the_vhost_shows_in_the_management_api(
     rabbitmq_vhost: TestVhost,
 ) -> None:
@@ -69,12 +75,14 @@ def test_queue_declared_on_the_vhost_shows_in_the_management_api(
     assert response.json()["durable"] is True
 
 
+@SEEN_VHOSTS_GROUP
 def test_another_test_gets_another_vhost(rabbitmq_vhost: TestVhost) -> None:
     SEEN_VHOSTS.append(rabbitmq_vhost)
     queues = management_get(rabbitmq_vhost.broker, f"queues/{quote(rabbitmq_vhost.name, safe='')}")
     assert queues.json() == []  # nothing left over from the test before
 
 
+@SEEN_VHOSTS_GROUP
 def test_vhosts_are_distinct_and_deleted_after_their_test(rabbitmq_broker: Broker) -> None:
     if len(SEEN_VHOSTS) < 2:
         pytest.skip("checks the vhosts of the two tests above; run the whole module")

@@ -103,6 +103,7 @@ def depth(broker: Broker, queue: str) -> int:
     return int(count)
 
 
+@pytest.mark.versions
 def test_failing_twice_then_succeeding_is_called_three_times_with_the_tier_delays(
     applied: Broker,
 ) -> None:
@@ -128,6 +129,7 @@ def test_failing_twice_then_succeeding_is_called_three_times_with_the_tier_delay
     assert depth(applied, "work") == 0 and depth(applied, "work.parking") == 0
 
 
+@pytest.mark.versions
 def test_always_failing_parks_after_n_attempts_with_bounded_headers(applied: Broker) -> None:
     app = make_app(applied)
     calls: list[int] = []
@@ -317,6 +319,7 @@ def test_graceful_shutdown_acks_or_returns_everything_in_flight(applied: Broker)
     assert len(left_ids) + len(handled) == total, "everything else went back to the queue"
 
 
+@pytest.mark.versions
 def test_poison_message_is_stopped_by_the_delivery_limit(applied: Broker) -> None:
     publish(applied, "poison", [b"poison"])
     record = applied.tmp / "unused.txt"

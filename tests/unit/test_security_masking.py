@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
+from tests.profiles import examples
 
 MARK = "Zq"
 """Both ends of every generated password: no other generated part holds these letters."""
@@ -44,13 +45,13 @@ def url_lists(draw: st.DrawFn) -> str:
     return ",".join(f"amqp://{e}" if draw(st.booleans()) and "//" not in e else e for e in entries)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(url_lists())
 def test_no_password_survives_masking_a_url_value(url: str) -> None:
     assert MARK not in mask_uri(url), url
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(url_lists(), st.sampled_from(["{} refused", "cannot connect to {}: refused", "({})"]))
 def test_no_password_survives_masking_text_that_quotes_a_url(url: str, shape: str) -> None:
     for quoted in (url, repr(url), json.dumps(url), json.dumps({"url": url})):

@@ -15,6 +15,7 @@ from rabbitry.consumer.schedule import (
     fingerprint,
     schedule_of,
 )
+from tests.profiles import examples
 
 
 def ms(text: str) -> int:
@@ -145,7 +146,7 @@ FIELDS = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     FIELDS, st.integers(min_value=ms("2026-01-01 00:00:00"), max_value=ms("2027-12-31 00:00:00"))
 )

@@ -14,6 +14,7 @@ from rabbitry.topology import dump_yaml, expand, load_spec, load_spec_text, spec
 from rabbitry.topology import primitives as p
 from rabbitry.topology.document import topology_data
 from rabbitry.topology.spec.passwords import password_matches
+from tests.profiles import examples
 
 from .conftest import load
 from .test_expand import EXAMPLES, SPEC
@@ -324,7 +325,7 @@ def normalize_users(topology: p.Topology) -> p.Topology:
     return topology.model_copy(update={"users": users})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topologies)
 def test_any_topology_round_trips(topology: p.Topology) -> None:
     assert round_trip(topology) == normalize_users(topology)

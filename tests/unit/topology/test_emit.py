@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rabbitry.topology import emit
 from rabbitry.topology.emit import block_yaml
+from tests.profiles import examples
 
 
 def python_emitter(data: Any) -> str:
@@ -41,13 +42,13 @@ def documents(text: st.SearchStrategy[str]) -> st.SearchStrategy[dict[str, Any]]
 ascii_text = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=12)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(documents(ascii_text))
 def test_the_c_emitter_path_writes_what_the_python_emitter_writes(doc: dict[str, Any]) -> None:
     assert block_yaml(doc) == python_emitter(doc)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     documents(
         st.text(

@@ -16,6 +16,7 @@ from rabbitry.topology import load_spec
 from rabbitry.topology.spec import fast_yaml
 from rabbitry.topology.spec.limits import SpecLimits
 from rabbitry.topology.spec.source_map import load_marked_yaml
+from tests.profiles import examples
 
 pytestmark = pytest.mark.skipif(not fast_yaml.available(), reason="needs rabbitry[fast]")
 
@@ -96,7 +97,7 @@ documents = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(documents, st.sampled_from([False, True, None]), st.integers(20, 120))
 def test_dumped_documents_read_the_same_on_both_paths(
     data: dict[str, Any], flow: bool | None, width: int
@@ -136,7 +137,7 @@ def test_nan_and_inf_in_any_spelling_read_as_pyyaml_reads_them(scalar: str) -> N
     assert same(data, marked), (text, data, marked)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(number_like, st.booleans())
 def test_number_like_scalars_read_as_pyyaml_reads_them_on_every_path(
     scalar: str, quoted: bool

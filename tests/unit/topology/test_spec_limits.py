@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rabbitry.errors import SpecError
 from rabbitry.topology import load_spec
 from rabbitry.topology.spec.limits import SpecLimits
+from tests.profiles import examples
 
 HEAD = "version: 1\nname: hostile\n"
 
@@ -193,7 +194,7 @@ def test_repr_of_a_loaded_spec_and_its_topology_shows_no_password(tmp_path: Path
 @given(
     st.text(st.characters(codec="ascii", categories=("L", "N", "P", "S")), min_size=1, max_size=12)
 )
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
     import yaml
 
