@@ -444,6 +444,29 @@ target_option = click.option(
 )
 
 
+def log_options(default_format: str) -> Callable[[F], F]:
+    """``--log-level`` and ``--log-format`` of the long-running commands (``worker run``,
+    ``reconcile``); ``default_format``: ``text`` for a terminal, ``json`` for a log collector."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--log-format",
+            type=click.Choice(["text", "json"]),
+            default=default_format,
+            show_default=True,
+            help="Log lines as text, or as one JSON object each (for log collectors).",
+        )(func)
+        return click.option(
+            "--log-level",
+            type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+            default="info",
+            show_default=True,
+            help="Least severe log records to print.",
+        )(func)
+
+    return decorate
+
+
 def live_progress() -> bool:
     """Progress displays only for a person at a terminal: stderr is one, no ``--json``, not in
     CI (``CI`` set, as every CI service does), not a dumb terminal."""

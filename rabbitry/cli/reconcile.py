@@ -18,6 +18,7 @@ from rabbitry.cli.common import (
     broker_options,
     command,
     err,
+    log_options,
     parse_vars,
     spec_options,
 )
@@ -65,20 +66,7 @@ def _listen(text: str) -> tuple[str, int]:
     metavar="HOST:PORT",
     help="Serve /healthz, /readyz, /metrics and POST /reconcile here (port 0: any free one).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-    help="Least severe log records to print.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="json",
-    show_default=True,
-    help="Log lines as one JSON object each (for log collectors), or as text.",
-)
+@log_options("json")
 def reconcile_command(
     spec: Path,
     variables: tuple[str, ...],

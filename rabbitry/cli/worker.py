@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
-from rabbitry.cli.common import Invocation, MaskingFormatter, group, reset_verbosity
+from rabbitry.cli.common import (
+    Invocation,
+    MaskingFormatter,
+    group,
+    log_options,
+    reset_verbosity,
+)
 from rabbitry.consumer.app import App, url_for_app
 from rabbitry.uri import mask_text
 
@@ -114,20 +120,7 @@ def worker() -> None:
     type=click.IntRange(0, 65535),
     help="Serve Prometheus metrics on this port (/metrics; OpenMetrics when asked).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="info",
-    show_default=True,
-    help="Least severe log records to print.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log lines as text, or as one JSON object each (for log collectors).",
-)
+@log_options("text")
 def run(
     target: str,
     url: str | None,
