@@ -155,8 +155,7 @@ if [[ $RABBITRY_TEST_BROKER == testcontainers ]]; then
     if [[ -n ${RABBITRY_NEWEST_IMAGE:-} ]]; then
         start_background "$REPORTS/newest.log" \
             versions_on "$RABBITRY_NEWEST_IMAGE" "$REPORTS/newest.xml" \
-            --ignore=tests/integration/test_import_definitions.py \
-            --ignore=tests/integration/test_definitions_corpus.py
+            --ignore=tests/integration/test_import_definitions.py
         compat_images+=("$RABBITRY_NEWEST_IMAGE") compat_pids+=("${background_pids[-1]}")
         compat_logs+=("$REPORTS/newest.log")
     fi

@@ -27,12 +27,6 @@ from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, password_matches
 
 from .conftest import Broker
 
-# Run again on RabbitMQ 3.10 (the version matrix): definitions files and their import differ
-# between releases. Not yet on 4.3 (scripts/test.sh): six files differ there, five with
-# non-durable queues the 4.3.6 image accepts while the version table says 4.3 refuses them, one
-# with vhost metadata (protected_from_deletion) rabbitry does not carry.
-pytestmark = pytest.mark.versions
-
 CORPUS = Path(__file__).parents[1] / "data" / "definitions"
 FILES = sorted(path.name for path in CORPUS.glob("*.json"))
 BROKER_REFUSES = {name for name in FILES if "failing_case" in name}
