@@ -17,7 +17,10 @@ import pytest
 
 from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 
-pytestmark = pytest.mark.broker
+# Clock-driven: occurrences fall due while workers are killed and restarted. Run alone: with
+# four xdist workers and the version matrix beside it (load 14 on 2 cores) a restarted worker
+# started so late that the kill test saw two occurrences missing (see docs/testing.md).
+pytestmark = [pytest.mark.broker, pytest.mark.serial]
 
 SPEC = one_vhost_spec("""
         queues:
