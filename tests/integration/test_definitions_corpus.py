@@ -26,24 +26,13 @@ from rabbitry.cli import cli
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, password_matches
 
 from .conftest import Broker
+from .test_import_definitions import KINDS
 
 CORPUS = Path(__file__).parents[1] / "data" / "definitions"
 FILES = sorted(path.name for path in CORPUS.glob("*.json"))
 BROKER_REFUSES = {name for name in FILES if "failing_case" in name}
 """Files the broker's own test suite names as failing imports: rabbitry must refuse them too."""
 
-KINDS = (
-    "users",
-    "vhosts",
-    "permissions",
-    "topic_permissions",
-    "parameters",
-    "global_parameters",
-    "policies",
-    "queues",
-    "exchanges",
-    "bindings",
-)
 VHOST_KINDS = KINDS[2:5] + KINDS[6:]
 RACE = "the broker's import declares these concurrently and may keep either"
 NO_SUCH_EXCHANGE = "a binding of the plan uses it, and the broker has no such exchange"
