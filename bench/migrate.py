@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pika
 
+from rabbitry.management.client import ManagementClient, q
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
-from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.planner import plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.state import read_state

@@ -46,8 +46,8 @@ from pathlib import Path
 
 from results import percentile, write_section
 
-from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.management.client import ManagementClient, q
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.uri import mask_uri
 
 HERE = Path(__file__).resolve().parent

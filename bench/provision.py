@@ -31,8 +31,8 @@ from pathlib import Path
 
 from results import one_vhost_spec
 
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, definitions_for
-from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.provisioner.planner import plan
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology import load_topology

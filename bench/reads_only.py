@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.provisioner.early import PLAN_READS
-from rabbitry.provisioner.endpoints import resolve_endpoints
 
 
 def main() -> int:

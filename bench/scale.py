@@ -38,8 +38,8 @@ import yaml
 from results import one_vhost_spec, reference_seconds, write_section
 
 from rabbitry.errors import BrokerError
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.applier import definitions_for
-from rabbitry.provisioner.management import ManagementClient, q
 from rabbitry.testing import Broker
 from rabbitry.testing.containers import BrokerContainer, start_broker
 from rabbitry.topology import load_topology

@@ -22,7 +22,7 @@ from rabbitry.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from rabbitry.provisioner.management import ManagementClient
+    from rabbitry.management.client import ManagementClient
     from rabbitry.provisioner.planfile import SavedTarget
     from rabbitry.provisioner.planner import Plan
     from rabbitry.provisioner.target import Target

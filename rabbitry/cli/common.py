@@ -348,7 +348,7 @@ def endpoint_options(func: F) -> F:
 
     @functools.wraps(func)
     def command(**options: Any) -> Any:
-        from rabbitry.provisioner.endpoints import resolve_endpoints
+        from rabbitry.management.endpoints import resolve_endpoints
 
         broker = broker_arguments(options)
         return func(endpoints=resolve_endpoints(**broker), **options)

@@ -26,7 +26,7 @@ from rabbitry.consumer.dlq import (
     refuse_unless_parking_lot,
 )
 from rabbitry.errors import RabbitryError
-from rabbitry.provisioner.endpoints import Endpoints
+from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 
 

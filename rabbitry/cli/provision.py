@@ -19,6 +19,7 @@ from rabbitry.cli.common import (
 )
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.files import write_private
+from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.definitions import (
     check_definitions,
     read_definitions,
@@ -26,9 +27,8 @@ from rabbitry.provisioner.definitions import (
     topology_from_definitions,
 )
 from rabbitry.provisioner.display import render_plan
-from rabbitry.provisioner.early import stack_name
-from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
+from rabbitry.provisioner.names import stack_name
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.target import Target

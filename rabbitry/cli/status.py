@@ -18,7 +18,7 @@ from rabbitry.cli.common import (
     target_options,
 )
 from rabbitry.errors import SpecError
-from rabbitry.provisioner.endpoints import Endpoints
+from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.ownership import RecordUnreadable, StackHoldings, stacks_on
 from rabbitry.provisioner.state import read_records
 from rabbitry.provisioner.status import (

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.errors import ApplyError, BrokerError, NoAnswer, PlanError
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.migration import (
     STEPS,
     MigrationState,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management.client import ManagementClient
 from rabbitry.topology.primitives import (
     ExchangeType,
     Primitive,

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from rabbitry.errors import SpecError, SpecProblem
-from rabbitry.provisioner.early import stack_name
-from rabbitry.provisioner.lock import LOCK_PREFIX
+from rabbitry.provisioner.names import LOCK_PREFIX, stack_name
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.provisioner.strict_json import loads

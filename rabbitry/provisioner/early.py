@@ -14,8 +14,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rabbitry.provisioner.names import stack_name
+
 if TYPE_CHECKING:
-    from rabbitry.provisioner.management import ManagementClient
+    from rabbitry.management.client import ManagementClient
 
 PLAN_READS = (
     "/overview",
@@ -106,12 +108,6 @@ _definitions: tuple[tuple[str, int, int], dict[str, Any]] | None = None
 apply and the spec's load read the same file once."""
 
 
-def stack_name(text: str, fallback: str) -> str:
-    """A stack name (letters, digits, . _ -) made of a vhost's or a file's name."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-._")[:64]
-    return name or fallback
-
-
 def definitions_in(path: Path) -> dict[str, Any] | None:
     """The document of ``path`` when it is a RabbitMQ definitions file (a ``.json`` file with
     the keys of one and no spec ``version``), else None: then it is read as a spec."""
@@ -173,7 +169,7 @@ def early_client(
     if guessed is None:
         return None
     from rabbitry.errors import BrokerError
-    from rabbitry.provisioner.endpoints import resolve_endpoints
+    from rabbitry.management.endpoints import resolve_endpoints
 
     try:
         endpoints = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)

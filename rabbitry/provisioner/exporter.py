@@ -16,8 +16,8 @@ from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.gcpause import pauses_collector
-from rabbitry.provisioner.lock import LOCK_PREFIX
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management.client import ManagementClient
+from rabbitry.provisioner.names import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import read_state
 from rabbitry.topology.document import dump_yaml, spec_document

@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.early import PLAN_READS, early_client
 from rabbitry.provisioner.lease import MAX_TTL, MIN_TTL, Lease, Watch, holder_ttl
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.provisioner.names import LOCK_PREFIX
 
 logger = logging.getLogger("rabbitry.provisioner")
 
-LOCK_PREFIX = "rabbitry.lock."
 DEFAULT_TTL = 60.0
 """Seconds a lock outlives its last renewal: how long a killed run blocks the next one
 (``RABBITRY_LOCK_TTL`` sets it for the runs that take the lock)."""

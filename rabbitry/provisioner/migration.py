@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.topology.primitives import Binding, DestinationType, Queue, same_json
 
 TEMP_SUFFIX = ".rabbitry-migration"

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import PlanError
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management.client import ManagementClient
+from rabbitry.management.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import Action, Change, Plan, owners_of
 from rabbitry.provisioner.relayout import DelayRelayout

@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.endpoints import Endpoints
+from rabbitry.management.endpoints import Endpoints
 
 if TYPE_CHECKING:
     import pika

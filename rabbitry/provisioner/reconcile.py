@@ -31,9 +31,9 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client import Counter as PromCounter
 
 from rabbitry.errors import RabbitryError
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.relayout import touched_by

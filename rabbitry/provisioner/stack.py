@@ -6,7 +6,7 @@ with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``fo
 check first that the broker can hold the spec (plugins, feature flags, version) and change
 nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL`` /
 ``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost; the two URLs
-name one broker (``provisioner.endpoints``): a ``url`` with an environment's management URL of
+name one broker (``management.endpoints``): a ``url`` with an environment's management URL of
 another host, or a management URL guessed from an AMQP URL on a moved port, is refused. The
 pytest plugin's fixtures give both URLs (``amqp_url``, ``management_url_with_credentials``).
 """
@@ -22,6 +22,8 @@ from urllib.parse import quote
 
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
+from rabbitry.management.client import ManagementClient
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.provisioner.applier import (
     ApplyOptions,
     ApplyResult,
@@ -33,9 +35,7 @@ from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
 from rabbitry.provisioner.capabilities import check as check_capabilities
 from rabbitry.provisioner.capabilities import notices as version_notices
-from rabbitry.provisioner.endpoints import resolve_endpoints
 from rabbitry.provisioner.lock import StackLock, stacks_held
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import RecordUnreadable, StacksOnBroker, stacks_on
 from rabbitry.provisioner.planfile import (
     BrokerIdentity,

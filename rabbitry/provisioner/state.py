@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.ownership import (
     OwnershipRecord,
     RecordUnreadable,

@@ -21,7 +21,7 @@ import pika
 
 from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.management.client import ManagementClient, q
 from rabbitry.topology.patterns.federation import FederatedObject, expected_links
 from rabbitry.topology.patterns.sharding import HashSource, Sharding
 from rabbitry.topology.primitives import Topology

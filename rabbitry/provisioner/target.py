@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
+from rabbitry.management.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.early import PLAN_READS, definitions_in
-from rabbitry.provisioner.endpoints import Endpoints, resolve_endpoints
 from rabbitry.topology import check_spec, expand, load_spec, log_warning
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
 
 if TYPE_CHECKING:
+    from rabbitry.management.client import ManagementClient
     from rabbitry.provisioner.lock import StackLock
-    from rabbitry.provisioner.management import ManagementClient
 
 
 class Target:

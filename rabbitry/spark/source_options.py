@@ -116,7 +116,7 @@ class SourceOptions:
         streaming: bool | None,
         environ: Mapping[str, str] | None = None,
     ) -> SourceOptions:
-        from rabbitry.provisioner.endpoints import management_from_amqp
+        from rabbitry.management.endpoints import management_from_amqp
 
         env = os.environ if environ is None else environ
         given = known_options(options, SOURCE_OPTIONS, "source", SourceOptionError)

@@ -189,7 +189,7 @@ def bound_partitions(options: SourceOptions) -> tuple[list[Partition] | None, st
     API; (None, why) when the API cannot be asked. A missing exchange, or one that binds no
     partition, fails here: nothing could be read from it."""
     # the provisioner's client, loaded only for a super stream
-    from rabbitry.provisioner.management import ManagementClient, q, split_credentials
+    from rabbitry.management.client import ManagementClient, q, split_credentials
 
     name = options.super_stream
     assert name is not None

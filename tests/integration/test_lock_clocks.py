@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from rabbitry.errors import ApplyError
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import LockHeld, StackLock, lock_name
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.stack import plan_topology
 from rabbitry.topology import load_topology
 from rabbitry.topology.primitives import Topology

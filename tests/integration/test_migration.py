@@ -9,9 +9,9 @@ import pika
 import pytest
 
 from rabbitry.errors import Unroutable
+from rabbitry.management.client import ManagementClient
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
-from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.migration import STEPS, temp_name
 from rabbitry.provisioner.planner import Action, plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter

@@ -14,9 +14,9 @@ import pika
 import pytest
 
 from rabbitry.errors import ApplyError, BrokerError, NoAnswer, SpecError
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
 from rabbitry.provisioner.lock import StackLock, lock_name
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Plan, plan
 from rabbitry.provisioner.state import observed_vhost, read_state
 from rabbitry.topology import load_topology

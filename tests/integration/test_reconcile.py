@@ -242,8 +242,8 @@ def test_the_health_endpoint_answers_while_the_loop_runs(broker: Broker) -> None
 def test_the_lock_is_taken_only_to_apply_and_a_leftover_of_the_loop_s_own_at_once(
     broker: Broker,
 ) -> None:
+    from rabbitry.management.client import ManagementClient
     from rabbitry.provisioner.lock import StackLock
-    from rabbitry.provisioner.management import ManagementClient
 
     spec = broker.spec(SPEC)
     reconciler = Reconciler(

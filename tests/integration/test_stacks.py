@@ -9,8 +9,8 @@ from urllib.parse import quote
 import pytest
 
 import rabbitry
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.ownership import OwnershipRecord, record_name
 from rabbitry.provisioner.plan_schema import PlanDocument
 from tests.integration.conftest import Broker, one_vhost_spec

@@ -10,7 +10,7 @@ from typing import Any
 
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import Binding, Queue, QueueType
-from rabbitry.topology.spec.template import LineMap
+from rabbitry.topology.spec.line_map import LineMap
 
 N = 10_000
 

@@ -186,7 +186,7 @@ def test_client_connection_settings_errors_hide_the_password_of_a_broken_url(url
 
 def test_management_url_errors_hide_the_password_of_a_broken_url() -> None:
     from rabbitry.errors import BrokerError
-    from rabbitry.provisioner.management import split_credentials
+    from rabbitry.management.client import split_credentials
 
     for url in ("http//user:Pw1-secret@h", "http://rabbit:15672@user:Pw1-secret"):
         with pytest.raises(BrokerError) as caught:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.management.endpoints import resolve_endpoints
 from rabbitry.uri import mask_text, mask_uri
 
 

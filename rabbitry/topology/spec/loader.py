@@ -17,10 +17,11 @@ from pydantic import ValidationError
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology.spec.limits import SpecLimits, exceeded
+from rabbitry.topology.spec.line_map import LineMap
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.spec.problems import problems_from_validation_error
 from rabbitry.topology.spec.source_map import Mark, SourceMap, load_yaml
-from rabbitry.topology.spec.template import LineMap, render_template, render_with_lines
+from rabbitry.topology.spec.template import render_template, render_with_lines
 
 __all__ = [
     "load_spec",

@@ -24,7 +24,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.topology.spec.limits import SpecLimits, env_name, exceeded, number
-from rabbitry.topology.spec.template import MARKER, LineMap, Rendered
+from rabbitry.topology.spec.line_map import MARKER, LineMap, Rendered
 
 
 class EnvironmentVariables(dict[str, str]):

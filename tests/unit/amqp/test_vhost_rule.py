@@ -194,7 +194,7 @@ def test_the_dlq_tools_refuse_a_vhost_other_than_the_one_their_url_names(
 
 def test_the_dlq_tools_act_on_the_vhost_their_url_names_without_vhost() -> None:
     from rabbitry.cli.dlq import lot_vhost
-    from rabbitry.provisioner.endpoints import Endpoints
+    from rabbitry.management.endpoints import Endpoints
 
     def endpoints(url: str) -> Endpoints:
         return Endpoints(url, "http://127.0.0.1:15672", True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import import_chunks, import_timeout
-from rabbitry.provisioner.management import ManagementClient
 from rabbitry.provisioner.planner import Action, Change
 from rabbitry.topology import primitives as p
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rabbitry.cli import cli
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.endpoints import resolve_endpoints
+from rabbitry.management.endpoints import resolve_endpoints
 
 SECRET = "Sup3r-secret"
 SPEC = str(Path(__file__).parents[3] / "examples" / "shop.yaml")

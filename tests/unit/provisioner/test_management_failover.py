@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management.client import ManagementClient
+from rabbitry.management.endpoints import resolve_endpoints
 
 
 class _Node(BaseHTTPRequestHandler):

@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner import management
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management import client as management
+from rabbitry.management.client import ManagementClient
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
@@ -92,7 +92,7 @@ def test_a_failed_read_ahead_fails_as_a_read_does_without_a_second_wait() -> Non
     import socket
 
     from rabbitry.errors import BrokerError
-    from rabbitry.provisioner.management import ManagementClient
+    from rabbitry.management.client import ManagementClient
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from rabbitry.errors import BrokerError
-from rabbitry.provisioner.endpoints import resolve_endpoints
-from rabbitry.provisioner.management import ManagementClient
+from rabbitry.management.client import ManagementClient
+from rabbitry.management.endpoints import resolve_endpoints
 
 
 @pytest.mark.parametrize(

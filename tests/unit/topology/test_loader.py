@@ -371,7 +371,7 @@ def test_lines_map_by_similarity_when_output_depends_on_its_own_text() -> None:
 
 
 def test_line_map_from_diff_handles_loops() -> None:
-    from rabbitry.topology.spec.template import LineMap
+    from rabbitry.topology.spec.line_map import LineMap
 
     source = "a: 1\n{% for i in x %}\n- item: {{ i }}\n  other: {{ i }}\n{% endfor %}\nz: 2\n"
     rendered = "a: 1\n- item: 1\n  other: 1\n- item: 2\n  other: 2\nz: 2\n"

@@ -28,7 +28,7 @@ from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_uri, split_uris, url_problem
 
 if TYPE_CHECKING:
-    from rabbitry.provisioner.management import ManagementClient
+    from rabbitry.management.client import ManagementClient
 
 logger = logging.getLogger("rabbitry.endpoints")
 
@@ -56,7 +56,7 @@ class Endpoints:
 
     def management(self, **options: Any) -> ManagementClient:
         """A management API client for this broker (the HTTP client loads only here)."""
-        from rabbitry.provisioner.management import ManagementClient
+        from rabbitry.management.client import ManagementClient
 
         if self.unknown_management:
             raise BrokerError(self.unknown_management)

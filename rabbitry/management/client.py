@@ -1,4 +1,5 @@
-"""A small client for the RabbitMQ management HTTP API: the provisioner's only I/O.
+"""A small client for the RabbitMQ management HTTP API: the provisioner's I/O (and the Spark
+source's, for a super stream's partitions).
 
 Every error becomes a ``BrokerError`` whose text names the request and the broker's reason, with
 credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
