@@ -3,10 +3,14 @@
 # (showing the plan first and that a second plan has nothing left to do), then run the delay and
 # retry flow on the live broker with rabbitry's worker, and bring the parked order back with
 # `rabbitry dlq replay`.
+#
+# Settings (environment): DEMO_BROKER (the dev broker's container name, default rabbitry-dev;
+# give another to leave a broker of that name alone, e.g. DEMO_BROKER=rabbitry-demo2).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+NAME=${DEMO_BROKER:-rabbitry-dev}
 
 bash scripts/setup.sh
 # shellcheck source=/dev/null
@@ -16,8 +20,8 @@ export PATH=$ROOT/.venv/bin:$PATH
 banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 banner "Local broker"
-rabbitry dev-broker up
-eval "$(rabbitry dev-broker env)"
+rabbitry dev-broker up --name "$NAME"
+eval "$(rabbitry dev-broker env --name "$NAME")"
 
 for spec in examples/shop.yaml examples/delays.yaml; do
     banner "rabbitry validate $spec"
@@ -48,6 +52,6 @@ banner "The payment service is up again: the replayed order goes through"
 PAYMENTS=up python examples/delay_flow.py replayed
 
 banner "Done"
-echo "The broker keeps running: management UI at $(rabbitry dev-broker url --management)"
+echo "The broker keeps running: management UI at $(rabbitry dev-broker url --management --name "$NAME")"
 echo "Run the handlers yourself: rabbitry worker run examples/order_worker.py:app"
-echo "Stop it with: .venv/bin/rabbitry dev-broker down"
+echo "Stop it with: .venv/bin/rabbitry dev-broker down --name $NAME"

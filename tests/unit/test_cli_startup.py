@@ -142,3 +142,20 @@ def test_the_console_command_exits_with_its_code_and_output() -> None:
     assert ok.returncode == 0 and "valid" in ok.stdout
     bad = subprocess.run([script, "validate", "/nonexistent.yaml"], capture_output=True, text=True)
     assert bad.returncode == 1 and "does not exist" in bad.stderr
+
+
+def test_python_dash_m_rabbitry_is_the_command_with_its_exit_codes() -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "validate", str(EXAMPLE)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "valid" in ok.stdout, ok.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "validate", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "does not exist" in bad.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "rabbitry", "--help"], capture_output=True, text=True
+    )
+    assert usage.returncode == 0 and "python -m rabbitry" in usage.stdout
