@@ -20,7 +20,7 @@ COPY pyproject.toml README.md LICENSE /src/
 COPY rabbitry /src/rabbitry
 RUN --mount=type=secret,id=pip-ca \
     if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
-    && /opt/rabbitry/bin/pip install --no-cache-dir --disable-pip-version-check /src \
+    && /opt/rabbitry/bin/pip install --no-cache-dir --disable-pip-version-check '/src[metrics]' \
     && rm -rf /src \
     && useradd --system --uid 10001 --no-create-home rabbitry
 

@@ -29,7 +29,8 @@ The full list, grouped, is in docs/api.md. Errors form one tree under ``Rabbitry
     |   +-- Nacked, Unroutable, ConfirmTimeout, ChannelClosed (ExchangeNotFound,
     |       AccessRefused), PublisherClosed
     +-- NonRetryable       raised by a handler: the worker parks the message at once
-        +-- InvalidBody         the body does not validate into the handler's declared type
+    |   +-- InvalidBody         the body does not validate into the handler's declared type
+    +-- MissingExtra       a feature needs a package of an extra not installed (names the pip line)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rabbitry.errors import (
     BrokerError,
     CapabilityError,
     ConfirmTimeout,
+    MissingExtra,
     Nacked,
     PlanError,
     PublishError,
@@ -143,6 +145,7 @@ __all__ = [
     "InvalidBody",
     "Message",
     "Middleware",
+    "MissingExtra",
     "Nacked",
     "NodeOrder",
     "NonRetryable",

@@ -9,6 +9,18 @@ class RabbitryError(Exception):
     """Base of every error rabbitry raises on purpose."""
 
 
+class MissingExtra(RabbitryError):
+    """A feature needs a package of one of rabbitry's extras that is not installed."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs {package}, which comes with rabbitry's {extra} extra:"
+            f" pip install 'rabbitry[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
 @dataclass(frozen=True)
 class SpecProblem:
     """One thing wrong with a spec: where (file:line:column, spec path) and what to do."""

@@ -30,13 +30,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+from rabbitry.errors import MissingExtra
+
+try:
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+except ImportError as exc:  # only where metrics are served: the `metrics` extra
+    raise MissingExtra("serving Prometheus metrics", "prometheus-client", "metrics") from exc
 
 from rabbitry.amqp.confirms import CONFIRM_BUCKETS
 from rabbitry.consumer import metrics as worker_metrics

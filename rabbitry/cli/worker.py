@@ -140,14 +140,14 @@ def run(
     (docs/worker.md, Memory).
     """
     setup_logging(log_level, log_format)
+    if metrics_port is not None:  # refused before the app loads when the metrics extra is missing
+        from rabbitry.metrics import serve as serve_metrics
     app = load_app(target)
     address = url or app.url
     if address is None:
         address = "amqp://guest:guest@localhost:5672/"
     address = url_for_app(address, app)
     log = logging.getLogger("rabbitry.worker")
-    if metrics_port is not None:
-        from rabbitry.metrics import serve as serve_metrics
     if app.periodic_jobs:
         jobs = ", ".join(f"{j.name} ({j.schedule.text})" for j in app.periodic_jobs.values())
         log.info("periodic jobs: %s", jobs)

@@ -27,10 +27,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from prometheus_client import Counter as PromCounter
+from rabbitry.errors import MissingExtra, RabbitryError
 
-from rabbitry.errors import RabbitryError
+try:
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from prometheus_client import Counter as PromCounter
+except ImportError as exc:  # the loop serves its metrics: the `metrics` extra
+    raise MissingExtra("rabbitry reconcile", "prometheus-client", "metrics") from exc
+
 from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
 from rabbitry.provisioner.lock import StackLock

@@ -159,3 +159,26 @@ def test_python_dash_m_rabbitry_is_the_command_with_its_exit_codes() -> None:
         [sys.executable, "-m", "rabbitry", "--help"], capture_output=True, text=True
     )
     assert usage.returncode == 0 and "python -m rabbitry" in usage.stdout
+
+
+def without_prometheus(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command run where prometheus-client is not installed (the `metrics` extra left out)."""
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None;"
+        f" sys.argv = ['rabbitry', *{list(argv)!r}];"
+        " from rabbitry.cli import main; main()"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_without_the_metrics_extra_serving_metrics_says_what_to_install() -> None:
+    for argv in (
+        ["reconcile", str(EXAMPLE)],
+        ["worker", "run", "no_such_module:app", "--metrics-port", "0"],
+    ):
+        result = without_prometheus(*argv)
+        assert result.returncode == 1, (argv, result.stderr)
+        assert "pip install 'rabbitry[metrics]'" in result.stderr, (argv, result.stderr)
+        assert "Traceback" not in result.stderr
+    # and what serves no metrics runs without it
+    assert without_prometheus("validate", str(EXAMPLE)).returncode == 0
