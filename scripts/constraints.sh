@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes constraints.txt: every package `pip install '.[dev,spark]'` resolves to today, pinned.
+# Writes constraints.txt: every package `pip install '.[dev,spark-local]'` resolves to today, pinned.
 # Run it after changing the dependencies in pyproject.toml; CI and scripts/setup.sh install from it.
 set -euo pipefail
 
@@ -10,9 +10,9 @@ trap 'rm -rf "$work"' EXIT
 
 "$PYTHON" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
-"$work/venv/bin/python" -m pip install -qq --disable-pip-version-check "$ROOT[dev,spark]"
+"$work/venv/bin/python" -m pip install -qq --disable-pip-version-check "$ROOT[dev,spark-local]"
 {
-    echo "# Versions CI and scripts/setup.sh install rabbitry[dev,spark] with (pip install -c constraints.txt)."
+    echo "# Versions CI and scripts/setup.sh install rabbitry[dev,spark-local] with (pip install -c constraints.txt)."
     echo "# A known-good set: regenerate with scripts/constraints.sh after changing dependencies."
     "$work/venv/bin/python" -m pip freeze --disable-pip-version-check | grep -v '^rabbitry[ =@]'
 } >"$ROOT/constraints.txt"

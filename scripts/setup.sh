@@ -10,7 +10,7 @@
 #     Debian trixie, the one the tests use, RabbitMQ 3.10 from bookworm, the oldest release
 #     rabbitry supports, and RabbitMQ 4.3 from forky (Debian testing), the newest, for the
 #     compatibility runs of scripts/test.sh.
-#   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark]'`, a Java runtime for
+#   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark-local]'`, a Java runtime for
 #     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
 #     (scripts/test.sh sources it; so can you).
 #
@@ -253,17 +253,17 @@ ensure_venv() {
     want=$({
         cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt"
         "$VENV/bin/python" -VV
-        echo "$ROOT [dev,spark]"
+        echo "$ROOT [dev,spark-local]"
     } | sha256sum | cut -c1-16)
     [[ -f $VENV/.rabbitry-installed ]] && have=$(cat "$VENV/.rabbitry-installed")
     if [[ $have == "$want" ]] && "$VENV/bin/python" -c 'import rabbitry, testcontainers, pyspark, pyarrow' 2>/dev/null; then
         return 0
     fi
-    log "installing rabbitry[dev,spark] into $VENV"
+    log "installing rabbitry[dev,spark-local] into $VENV"
     local started=$SECONDS
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install -qq --disable-pip-version-check \
-        -c "$ROOT/constraints.txt" -e "$ROOT[dev,spark]"
+        -c "$ROOT/constraints.txt" -e "$ROOT[dev,spark-local]"
     echo "$want" >"$VENV/.rabbitry-installed"
     log "installed in $((SECONDS - started)) s"
 }

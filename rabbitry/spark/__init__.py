@@ -12,7 +12,8 @@ Each partition's task publishes over one connection with a window of unconfirmed
 succeeds only when every row was confirmed; ids are deterministic, so a retried task or a
 replayed micro-batch republishes rows under the ids they had. Reading, each task reads an
 exact range of stream offsets, kept in Spark's checkpoint. See docs/spark.md.
-Needs the ``spark`` extra (pyspark, pyarrow).
+Needs pyspark (the cluster's: Spark 4 for the data source, 3.5 for ``publish_partitions``) and
+pyarrow (the ``spark`` extra; ``spark-local`` adds pyspark for a machine without a cluster).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ __all__ = [
 def register(spark: SparkSession) -> None:
     """Make ``format("rabbitmq")`` available in this session (batch and streaming writes and
     reads)."""
+    from rabbitry.spark.pyspark_version import DATA_SOURCE_API, require
+
+    require(DATA_SOURCE_API, 'format("rabbitmq") (the Python Data Source API)')
     from rabbitry.spark.source import RabbitMQDataSource
 
     spark.dataSource.register(RabbitMQDataSource)
@@ -69,6 +73,9 @@ def register(spark: SparkSession) -> None:
 
 def publish_partitions(df: DataFrame, **options: Any) -> SinkTotals:
     """The sink over ``foreachPartition`` (Spark 3.5 and later); see ``rabbitry.spark.foreach``."""
+    from rabbitry.spark.pyspark_version import FOREACH_PARTITION, require
+
+    require(FOREACH_PARTITION, "publish_partitions")
     from rabbitry.spark.foreach import publish_partitions as run
 
     return run(df, **options)
