@@ -21,13 +21,16 @@ The full list, grouped, is in docs/api.md. Errors form one tree under ``Rabbitry
     +-- SpecError          the spec cannot be loaded (problems with file:line and spec path)
     +-- BrokerError        the broker or its API could not be reached or refused a request
     |   +-- CapabilityError     a plugin, feature flag or version the spec needs is missing
+    |   |   +-- TopologyMissing  a worker refused to start: what its handlers need is missing
     |   +-- TLSHandshakeError   a certificate failed to verify: retrying cannot help
     |   +-- ConnectionLost      (also a PublishError) no connection within give_up_after
+    |   +-- LockLost            an apply run lost its stack's lock: it stopped before its next write
+    +-- LockHeld           another run holds the stack's lock past ``lock_timeout``
     +-- PlanError          the plan needs a replace or prune the options do not allow
     +-- ApplyError         applying stopped half-way (``done`` says what was changed)
     +-- PublishError       a message was not confirmed
     |   +-- Nacked, Unroutable, ConfirmTimeout, ChannelClosed (ExchangeNotFound,
-    |       AccessRefused), PublisherClosed
+    |       AccessRefused), PublisherClosed, DelayLayoutMismatch
     +-- NonRetryable       raised by a handler: the worker parks the message at once
     |   +-- InvalidBody         the body does not validate into the handler's declared type
     +-- MissingExtra       a feature needs a package of an extra not installed (names the pip line)
@@ -78,10 +81,13 @@ if TYPE_CHECKING:
         Worker,
         cancel_job,
     )
+    from rabbitry.consumer.preflight import TopologyMissing
     from rabbitry.provisioner.applier import ApplyResult
+    from rabbitry.provisioner.lock import LockHeld, LockLost
     from rabbitry.provisioner.planner import Plan
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
+    from rabbitry.publisher.layout import DelayLayoutMismatch
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
 
 _LAZY = {
@@ -121,6 +127,11 @@ _LAZY = {
     "InvalidBody": "rabbitry.consumer",
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
+    # apply runs
+    "LockHeld": "rabbitry.provisioner.lock",
+    "LockLost": "rabbitry.provisioner.lock",
+    "TopologyMissing": "rabbitry.consumer.preflight",
+    "DelayLayoutMismatch": "rabbitry.publisher.layout",
     "cancel_job": "rabbitry.consumer",
 }
 
@@ -139,10 +150,13 @@ __all__ = [
     "ConfirmTimeout",
     "ConnectionLost",
     "ConnectionSettings",
+    "DelayLayoutMismatch",
     "Delivery",
     "ExchangeNotFound",
     "IncomingMessage",
     "InvalidBody",
+    "LockHeld",
+    "LockLost",
     "Message",
     "Middleware",
     "MissingExtra",
@@ -161,6 +175,7 @@ __all__ = [
     "SpecProblem",
     "TLSHandshakeError",
     "Topology",
+    "TopologyMissing",
     "Unroutable",
     "Worker",
     "__version__",
