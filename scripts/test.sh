@@ -108,11 +108,47 @@ if [[ $# -gt 0 ]]; then
     exit 0
 fi
 
+# Runs steps side by side, each in the background with its output kept apart, and prints each
+# one's output and verdict in order once all have ended. Arguments: pairs of a step's name and
+# the function that runs it.
+side_by_side() {
+    local dir i=0 n
+    local -a names=() pids=()
+    dir=$(mktemp -d)
+    while (($#)); do
+        names+=("$1")
+        (
+            started=$SECONDS
+            rc=0
+            "$2" >"$dir/$i.log" 2>&1 || rc=$?
+            echo "$rc $((SECONDS - started))" >"$dir/$i.rc"
+        ) &
+        pids+=($!)
+        shift 2
+        i=$((i + 1))
+    done
+    wait "${pids[@]}" || true
+    for ((n = 0; n < i; n++)); do
+        local rc=1 took=0
+        [[ -f $dir/$n.rc ]] && read -r rc took <"$dir/$n.rc"
+        printf '\n==> %s\n' "${names[n]}"
+        cat "$dir/$n.log"
+        if [[ $rc == 0 ]]; then
+            printf '==> %s: ok (%d s)\n' "${names[n]}" "$took"
+        else
+            printf '==> %s: FAILED (%d s)\n' "${names[n]}" "$took"
+            failed+=("${names[n]}")
+        fi
+    done
+    rm -rf "$dir"
+}
+
 # The tests that depend on the RabbitMQ version (marked `versions`, see docs/testing.md) run
 # again on the oldest release rabbitry supports and on the newest, each against its own broker,
-# after the current release's suite and one at a time, without workers: beside the parallel run
-# (three brokers, Spark and four workers on 2 cores) timing tests failed under the load, and an
-# export of every vhost read a vhost another worker had just deleted. Only on containers.
+# without workers. They run after the current release's parallel suite, not beside it (under
+# that load, three brokers, Spark and four workers on 2 cores, timing tests failed), and side by
+# side with the whole-broker tests (a broker of their own too) and the quickstart: each pytest
+# runs one test at a time, so together they load the machine less than the parallel run.
 # RabbitMQ 4.3.6's definitions export leaves internal exchanges out, so a file it writes does not
 # round-trip (README, definitions files): the definitions-file tests run on 3.10 and 4.0 only.
 versions_on() {
@@ -121,25 +157,33 @@ versions_on() {
     shift 2
     RABBITRY_TEST_IMAGE=$image run_pytest "$junit" -q -n 0 -m versions tests/integration "$@"
 }
+compat_set() { versions_on "$RABBITRY_COMPAT_IMAGE" "$REPORTS/compat.xml"; }
+newest_set() {
+    versions_on "$RABBITRY_NEWEST_IMAGE" "$REPORTS/newest.xml" \
+        --ignore=tests/integration/test_import_definitions.py
+}
+# Each compares the whole broker's definitions before and after: nothing else may use its broker.
+broker_wide_set() {
+    run_pytest "$REPORTS/broker-wide.xml" -q -n 0 -m "broker_wide and not serial" tests/integration
+}
+# The package as users get it: pip install into a fresh virtualenv, then the README quickstart.
+quickstart() { bash scripts/quickstart.sh; }
 
 step "unit tests" run_pytest "$REPORTS/unit.xml" tests/unit
 step "integration tests ($WORKERS workers)" \
     run_pytest "$REPORTS/integration.xml" -n "$WORKERS" -m "not broker_wide and not serial" tests/integration
-step "broker-wide and clock-sensitive integration tests (alone)" \
-    run_pytest "$REPORTS/broker-wide.xml" -n 0 -m "broker_wide or serial" tests/integration
-# The package as users get it: pip install into a fresh virtualenv, then the README quickstart.
-step "quickstart (pip install, dev broker, apply)" bash scripts/quickstart.sh
+later=("whole-broker integration tests (alone on their broker)" broker_wide_set
+    "quickstart (pip install, dev broker, apply)" quickstart)
 if [[ $RABBITRY_TEST_BROKER == testcontainers ]]; then
-    if [[ -n ${RABBITRY_COMPAT_IMAGE:-} ]]; then
-        step "versions-marked tests on $RABBITRY_COMPAT_IMAGE" \
-            versions_on "$RABBITRY_COMPAT_IMAGE" "$REPORTS/compat.xml"
-    fi
-    if [[ -n ${RABBITRY_NEWEST_IMAGE:-} ]]; then
-        step "versions-marked tests on $RABBITRY_NEWEST_IMAGE" \
-            versions_on "$RABBITRY_NEWEST_IMAGE" "$REPORTS/newest.xml" \
-            --ignore=tests/integration/test_import_definitions.py
-    fi
+    [[ -n ${RABBITRY_COMPAT_IMAGE:-} ]] &&
+        later+=("versions-marked tests on $RABBITRY_COMPAT_IMAGE" compat_set)
+    [[ -n ${RABBITRY_NEWEST_IMAGE:-} ]] &&
+        later+=("versions-marked tests on $RABBITRY_NEWEST_IMAGE" newest_set)
 fi
+side_by_side "${later[@]}"
+# Kill and restart workers against the clock: last, with nothing else running.
+step "clock-sensitive integration tests (alone)" \
+    run_pytest "$REPORTS/serial.xml" -n 0 -m serial tests/integration
 step "no skipped tests" check_skips "$REPORTS"/*.xml
 
 if ((${#failed[@]})); then
