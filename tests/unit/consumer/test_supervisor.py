@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from rabbitry.consumer.restarts import EXIT_REFUSED, Restarts
 from rabbitry.consumer.supervisor import Supervisor
 
@@ -108,11 +110,16 @@ class Pool:
 
 
 def gone(pid: int) -> bool:
+    """The process ended (an orphan's zombie, not yet reaped by init, counts as ended)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_sigterm_drains_every_child_and_the_supervisor_exits_0(tmp_path: Path) -> None:
@@ -148,3 +155,17 @@ def test_a_second_signal_kills_the_children_at_once(tmp_path: Path) -> None:
     assert code == 1, out
     assert "a second signal: killing 2 worker processes" in out
     assert all(gone(pid) for pid in pool.pids())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_children_of_a_killed_supervisor_drain_and_exit(tmp_path: Path) -> None:
+    pool = Pool(tmp_path, "graceful", 2, drain=60)
+    assert wait_for(lambda: len(pool.pids()) == 2)
+    pool.process.kill()
+    pool.process.wait(30)
+    try:
+        assert wait_for(lambda: all(gone(pid) for pid in pool.pids())), "no orphan goes on"
+    finally:
+        for pid in pool.pids():
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
