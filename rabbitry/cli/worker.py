@@ -234,7 +234,7 @@ def run_pool(
     spec = app.spec_file or "SPEC"
     supervisor = Supervisor(
         [*command, *child],
-        processes,
+        processes=processes,
         env=env,
         drain_timeout=shutdown_timeout + _DRAIN_MARGIN,
         refusal_hint=f"run `rabbitry apply {spec}` to make what the handlers need, then start"

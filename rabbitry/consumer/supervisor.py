@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import FrameType
 from typing import Protocol
 
@@ -72,9 +72,12 @@ class Slot:
 
 @dataclass
 class Supervisor:
-    """Runs ``processes`` children of ``command`` until a signal or a give-up: ``run()``."""
+    """Runs ``processes`` children of ``command`` until a signal or a give-up:
+    ``Supervisor(command, processes=4).run()``."""
 
     command: Sequence[str]
+    """The child's command line, started as it is (``sys.executable ...``)."""
+    _: KW_ONLY
     processes: int
     env: Mapping[str, str] | None = None
     """The children's environment (default: the supervisor's)."""

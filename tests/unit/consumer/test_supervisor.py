@@ -29,7 +29,7 @@ def child(starts: Path, code: int) -> list[str]:
 
 def test_children_failing_at_start_are_retried_then_the_pool_gives_up(tmp_path: Path) -> None:
     starts = tmp_path / "starts"
-    pool = Supervisor(child(starts, 1), 2, restarts=FAST)
+    pool = Supervisor(child(starts, 1), processes=2, restarts=FAST)
     assert pool.run() == 1
     # each slot's third failure in a row gives up; the other slot may be one start behind
     assert 4 <= len(starts.read_text()) <= 6
@@ -37,7 +37,7 @@ def test_children_failing_at_start_are_retried_then_the_pool_gives_up(tmp_path: 
 
 def test_a_refused_child_is_not_started_again(tmp_path: Path) -> None:
     starts = tmp_path / "starts"
-    assert Supervisor(child(starts, EXIT_REFUSED), 1, restarts=FAST).run() == 1
+    assert Supervisor(child(starts, EXIT_REFUSED), processes=1, restarts=FAST).run() == 1
     assert starts.read_text() == "x"
 
 
@@ -67,7 +67,7 @@ import logging, sys
 from rabbitry.consumer.supervisor import Supervisor
 logging.basicConfig(level="INFO", stream=sys.stdout)
 child, processes, drain = sys.argv[1:-2], int(sys.argv[-2]), float(sys.argv[-1])
-sys.exit(Supervisor(child, processes, drain_timeout=drain).run())
+sys.exit(Supervisor(child, processes=processes, drain_timeout=drain).run())
 """
 
 

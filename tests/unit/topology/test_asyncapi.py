@@ -19,7 +19,7 @@ from rabbitry.cli import cli
 from rabbitry.consumer import App, IncomingMessage
 from rabbitry.consumer.handler_docs import body_type_name, handler_docs
 from rabbitry.topology import expand, load_spec
-from rabbitry.topology.asyncapi import AsyncApiError, HandlerDoc, asyncapi_document
+from rabbitry.topology.asyncapi import AsyncApiError, HandlerDoc, Server, asyncapi_document
 from rabbitry.topology.primitives import Exchange, Queue, Topology, Vhost
 from tests.json_schema_draft7 import Draft7
 
@@ -236,3 +236,15 @@ def test_a_body_type_is_named_without_its_module() -> None:
     assert body_type_name(Order) == "Order"
     assert body_type_name(list[Order]) == "list[Order]"
     assert body_type_name(dict[str, int]) == "dict[str, int]"
+
+
+def test_several_vhosts_keep_their_channels_apart_each_on_its_own_server() -> None:
+    vhosts = tuple(Vhost(name=name, queues=(Queue(name="jobs"),)) for name in ("eu", "us"))
+    document = valid(
+        asyncapi_document(Topology(vhosts=vhosts), servers=[Server("amqps", "rabbit", 5671)])
+    )
+    assert list(document["channels"]) == ["eu-queue-jobs", "us-queue-jobs"]
+    assert [s["pathname"] for s in document["servers"].values()] == ["/eu", "/us"]
+    us = document["channels"]["us-queue-jobs"]
+    assert us["bindings"]["amqp"]["queue"]["vhost"] == "us"
+    assert document["servers"][us["servers"][0]["$ref"].rpartition("/")[2]]["pathname"] == "/us"
