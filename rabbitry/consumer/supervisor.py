@@ -115,17 +115,17 @@ class Supervisor:
             while True:
                 now = time.monotonic()
                 self._reap(now)
-                stopping = self._signals > 0 or self._gave_up
-                if stopping and deadline is None:
+                if (self._signals or self._gave_up) and deadline is None:
                     deadline = now + self.drain_timeout
                     self._stop_children()
-                if stopping and not killed and (self._signals > 1 or now >= (deadline or now)):
-                    killed = self._kill_children(now, deadline)
-                if not stopping:
+                if deadline is None:
                     self._start_due(now)
-                if stopping and not any(slot.child for slot in self._slots):
-                    break
-                timeout = self._next_wait(now, deadline if stopping and not killed else None)
+                else:
+                    if not killed and (self._signals > 1 or now >= deadline):
+                        killed = self._kill_children()
+                    if not any(slot.child for slot in self._slots):
+                        break
+                timeout = self._next_wait(now, deadline if not killed else None)
                 for key, _ in selector.select(timeout):
                     if key.fd == wake_r:
                         _drain_pipe(wake_r)
@@ -268,7 +268,7 @@ class Supervisor:
             child.stopping = True
             _send(child.process, signal.SIGTERM)
 
-    def _kill_children(self, now: float, deadline: float | None) -> bool:
+    def _kill_children(self) -> bool:
         children = list(self._live())
         if not children:
             return False
