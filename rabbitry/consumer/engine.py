@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -285,6 +286,8 @@ class WorkerCore:
         self._next_seed = 0.0
         self.start_check = StartCheck(self.routes, app.spec_file)
         """What the broker must hold before the first consumer starts (``preflight``)."""
+        self.on_started: list[Callable[[], None]] = []
+        """Called each time a connection consumes (the process pool learns its child is up)."""
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -371,13 +374,16 @@ class WorkerCore:
             self.acks.forget()
 
     def log_started(self, session: ConsumerSession) -> None:
-        """Say that the worker consumes, once its start-up check passed on ``session``."""
+        """Say that the worker consumes, once its start-up check passed on ``session``
+        (the log line, then ``on_started``)."""
         if session.checked is not None:
             logger.info(
                 "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
                 session.checked,
                 ", ".join(dict.fromkeys(route.queue for route in self.routes)),
             )
+        for started in self.on_started:
+            started()
 
     def connection_lost(self) -> None:
         self.acks.forget()
