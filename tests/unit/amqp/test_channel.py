@@ -4,17 +4,20 @@ count, shard check, Spark check and delay layout tests under tests/integration."
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
+import pytest
 from pamqp import body as pamqp_body
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
 from rabbitry.amqp import channel as channel_module
-from rabbitry.amqp.channel import ChannelSession
+from rabbitry.amqp.channel import Channel, ChannelSession
 from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import BrokerError
 
 
 def ready_session() -> ChannelSession:
@@ -154,3 +157,28 @@ def test_settling_with_multiple_forgets_the_buffered_deliveries_it_covers() -> N
     assert [d.delivery_tag for d in session.deliveries] == [3]
     session.settled(0, multiple=True)
     assert not session.deliveries
+
+
+def test_a_port_nobody_listens_on_says_where_and_what_to_set() -> None:
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(BrokerError) as caught:
+        Channel(f"amqp://guest:s3cret@127.0.0.1:{port}/shop", timeout=2.0)
+    text = str(caught.value)
+    assert text.startswith(f"cannot connect to amqp://guest@127.0.0.1:{port}/shop: ")
+    assert "is the broker running and listening there? set --url or RABBITRY_URL" in text
+    assert "s3cret" not in text
+
+
+def test_a_port_that_accepts_and_never_answers_is_not_an_amqp_port() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with pytest.raises(BrokerError) as caught:
+            Channel(f"amqp://guest:guest@127.0.0.1:{port}/", timeout=0.5)
+    assert str(caught.value) == (
+        f"amqp://guest@127.0.0.1:{port}/%2F did not complete the AMQP handshake in time: is it"
+        " a RabbitMQ AMQP port (5672, or 5671 for amqps)? set --url or RABBITRY_URL"
+    )
