@@ -495,6 +495,14 @@ class WorkerCore:
             if message_id is not None:
                 store.remember(message_id)
             assert tick.publish is not None
+            if tick.behind:  # said, so that a worker's absence shows as late runs, not as none
+                logger.info(
+                    "occurrence %s on %s runs late: %s",
+                    message_id,
+                    route.queue,
+                    tick.reason,
+                    extra=self._log_fields(message, route.queue),
+                )
             self._holds[message] = 2  # the handler's end and the next occurrence's confirm
             self._schedule(message, tick.publish, carrier, now_ms, ran=True)
             return True
