@@ -229,3 +229,46 @@ def test_a_changed_schedule_takes_effect_on_the_next_occurrence(applied: Broker)
     assert (
         "made under 'every 3s'; the job is now 'every 1s'" in (applied.tmp / "new.log").read_text()
     )
+
+
+LAYOUT_MARKER = "timers.layout.binary-100ms-8"
+"""The marker exchange of the spec's delay (``policies.delay.layout_exchange``): every
+occurrence is published to it."""
+
+
+def test_a_delay_gone_under_a_running_worker_stops_it_and_after_apply_none_is_lost(
+    applied: Broker,
+) -> None:
+    import pika
+
+    record = applied.tmp / "runs.txt"
+    worker = start_worker(applied, record, "gone.log", "--sync")
+    try:
+        assert wait_for(lambda: len(records(record, "done")) >= 2, 30, step=0.05)
+        connection = pika.BlockingConnection(pika.URLParameters(applied.vhost_amqp_url))
+        connection.channel().exchange_delete(LAYOUT_MARKER)
+        connection.close()
+        assert worker.wait(30) == 1
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    log = (applied.tmp / "gone.log").read_text()
+    [line] = [line for line in log.splitlines() if line.startswith("error:")]
+    assert f"lacks exchange '{LAYOUT_MARKER}' (delay levels carrying occurrences of 'jobs'" in line
+    assert "is back in its queue: run `rabbitry apply" in line, log
+    stopped = max(s for s, _ in records(record, "done"))
+
+    applied.apply(SPEC)
+    restarted_ms = int(time.time() * 1000)
+    again = start_worker(applied, record, "again.log", "--sync")
+    try:
+        assert wait_for(lambda: caught_up(record, restarted_ms), 90, step=0.05), (
+            record.read_text() + (applied.tmp / "again.log").read_text()
+        )
+    finally:
+        stop(again)
+    done = [s for s, _ in records(record, "done")]
+    ran = sorted(set(done))
+    assert ran == list(range(ran[0], ran[-1] + INTERVAL_MS, INTERVAL_MS)), "none lost"
+    doubled = {s for s, n in collections.Counter(done).items() if n > 1}
+    assert doubled <= {stopped}, "only the run whose next could not be stored ran again"

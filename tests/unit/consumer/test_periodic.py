@@ -402,3 +402,24 @@ def test_a_run_behind_its_schedule_is_logged_as_late(caplog: pytest.LogCaptureFi
     on_time, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
     assert on_time.admit(message)
     assert not [r for r in caplog.records if "runs late" in r.getMessage()]
+
+
+def test_a_next_occurrence_its_delay_levels_no_longer_route_stops_the_worker_unacked() -> None:
+    from tests.unit.consumer.test_topology_lost import returned
+
+    core, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
+    assert core.admit(message)
+    [following] = core.tracker.pending()
+    session = core.session
+    assert session is not None
+    session.take_output()
+    session.receive(
+        returned(following.message_id, following.routing_key, following.tag, following.exchange)
+    )
+    core.conclude(message, None, 0.01)
+    assert core.tracker.pending() == [], "not published again, not given up"
+    assert client_acks(core.take_output(flush=True)) == [], "it goes back when the channel closes"
+    assert core.lost is not None and core.lost.queue == "jobs"
+    [need] = core.lost.missing
+    assert (need.kind, need.name) == ("exchange", following.exchange)
+    assert f"occurrence {message.message_id} of 'jobs' that needed it is back" in str(core.lost)
