@@ -37,7 +37,13 @@ from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
-from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
+from rabbitry.consumer.periodic import (
+    Occurrence,
+    PeriodicQueue,
+    Step,
+    plan_occurrence,
+    read_occurrence,
+)
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.session import ConsumerSession, Subscription
@@ -499,9 +505,10 @@ class WorkerCore:
                 store.remember(message_id)
             assert tick.publish is not None
             if tick.behind:  # said, so that a worker's absence shows as late runs, not as none
+                assert tick.occurrence is not None
                 logger.info(
                     "occurrence %s on %s runs late: %s",
-                    message_id,
+                    tick.occurrence.label,
                     route.queue,
                     tick.reason,
                     extra=self._log_fields(message, route.queue),
@@ -595,11 +602,13 @@ class WorkerCore:
         if need is not None:
             # not published again nor given up (which ends the chain): the worker stops and
             # the occurrence goes back to its queue, run again once the delay is back
-            lost = self._stop_for(need, carrier.queue, f"occurrence {message.message_id}")
+            current = read_occurrence(message.headers)
+            held = current.label if current is not None else message.message_id
+            lost = self._stop_for(need, carrier.queue, f"occurrence {held}")
             logger.error(
                 "could not store occurrence %s (published for %s): %s",
-                occurrence.id,
-                message.message_id,
+                occurrence.label,
+                held,
                 lost,
             )
             if not scheduled.ran:

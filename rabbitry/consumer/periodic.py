@@ -69,6 +69,12 @@ class Occurrence:
         return occurrence_id(self.job, self.schedule, self.scheduled_ms)
 
     @property
+    def label(self) -> str:
+        """``cleanup at 2026-11-25T10:05:00.000Z``: how log lines name it (the id's ``@`` and
+        ``:`` read as a URL's password to the masking every log line goes through)."""
+        return f"{self.job} at {_iso(self.scheduled_ms)}"
+
+    @property
     def headers(self) -> dict[str, Any]:
         return {
             JOB_HEADER: self.job,
