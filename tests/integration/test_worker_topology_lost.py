@@ -25,7 +25,7 @@ from rabbitry.consumer import (
 )
 from tests.integration.conftest import Broker, worker_process
 from tests.integration.test_worker import depth, publish
-from tests.integration.test_worker_preflight import LADDER, app_of, delete
+from tests.integration.test_worker_preflight import LADDER, VIA_DELAY, app_of, delete
 
 pytestmark = pytest.mark.broker
 
@@ -158,6 +158,35 @@ def test_a_retry_tier_deleted_under_a_running_worker_stops_it_with_the_message_k
     assert "retry tier of 'work'" in str(error)
     assert depth(broker, "work") == 1
     assert depth(broker, "work.parking") == 0  # not parked in its place: nothing is decided
+
+
+def test_delay_levels_refused_under_a_running_worker_stop_it_with_the_message_kept(
+    broker: Broker,
+) -> None:
+    """A retry ``via`` a delay whose layout marker was deleted: the broker refuses the publish
+    with 404 and closes the channel (so it requeues the message itself)."""
+    path = broker.spec(VIA_DELAY)
+    broker.apply(VIA_DELAY)
+    app = app_of(broker, path)
+    calls: list[int] = []
+
+    @app.handler("mail")
+    def handle(message: IncomingMessage) -> None:
+        calls.append(message.attempt)
+        raise RuntimeError("fails")
+
+    def delete_then_publish() -> None:
+        delete(broker, exchange="delay.layout.binary-100ms-4")
+        publish(broker, "mail", [b"letter"])
+
+    error = runner("asyncio", app, broker)(delete_then_publish)
+    assert calls == [1], f"called {len(calls)} times"
+    assert isinstance(error, TopologyLost), error
+    assert [(n.kind, n.name) for n in error.missing] == [
+        ("exchange", "delay.layout.binary-100ms-4")
+    ]
+    assert "delay levels carrying retries of 'mail'" in str(error)
+    assert depth(broker, "mail") == 1
 
 
 def test_worker_run_exits_1_naming_the_lost_parking_lot_and_the_command(
