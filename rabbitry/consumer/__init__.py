@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer.metrics import WorkerMetrics
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
-    from rabbitry.consumer.preflight import TopologyMissing
+    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -65,6 +65,7 @@ __all__ = [
     "Occurrence",
     "PeriodicJob",
     "Route",
+    "TopologyLost",
     "TopologyMissing",
     "Verdict",
     "Worker",
@@ -92,6 +93,7 @@ _LAZY = {
     "Middleware": "rabbitry.consumer.middleware",
     "Occurrence": "rabbitry.consumer.periodic",
     "PeriodicJob": "rabbitry.consumer.periodic",
+    "TopologyLost": "rabbitry.consumer.preflight",
     "TopologyMissing": "rabbitry.consumer.preflight",
     "CancelStore": "rabbitry.consumer.stores",
     "IdempotencyStore": "rabbitry.consumer.stores",

@@ -239,6 +239,9 @@ class AsyncWorker:
                 if self._failure is not None:
                     raise self._failure
             await self._shutdown()
+            gone = self.core.take_lost()
+            if gone is not None:
+                raise gone
         finally:
             if self._ticker is not None:
                 self._ticker.cancel()
@@ -391,6 +394,8 @@ class AsyncWorker:
         if wire is not self._wire or session is None or not wire.feed(session, data):
             return
         core.sync_generation()
+        if core.lost is not None and not self._stopping:
+            self.stop()  # a queue or exchange the handlers need is gone: stop
         if session.state is State.CLOSED:
             self._write()
             if wire.transport is not None:

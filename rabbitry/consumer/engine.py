@@ -38,9 +38,15 @@ from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
-from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
+from rabbitry.consumer.periodic import (
+    Occurrence,
+    PeriodicQueue,
+    Step,
+    plan_occurrence,
+    read_occurrence,
+)
 from rabbitry.consumer.positions import StreamPosition
-from rabbitry.consumer.preflight import StartCheck
+from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
@@ -288,6 +294,9 @@ class WorkerCore:
         """What the broker must hold before the first consumer starts (``preflight``)."""
         self.on_started: list[Callable[[], None]] = []
         """Called each time a connection consumes (the process pool learns its child is up)."""
+        self.lost: TopologyLost | None = None
+        """A retry tier, parking lot or delay the worker published into went away while it
+        ran: the shells stop consuming and raise it once they shut down (``_gone``)."""
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -501,6 +510,15 @@ class WorkerCore:
             if message_id is not None:
                 store.remember(message_id)
             assert tick.publish is not None
+            if tick.behind:  # said, so that a worker's absence shows as late runs, not as none
+                assert tick.occurrence is not None
+                logger.info(
+                    "occurrence %s on %s runs late: %s",
+                    tick.occurrence.label,
+                    route.queue,
+                    tick.reason,
+                    extra=self._log_fields(message, route.queue),
+                )
             self._holds[message] = 2  # the handler's end and the next occurrence's confirm
             self._schedule(message, tick.publish, carrier, now_ms, ran=True)
             return True
@@ -584,6 +602,26 @@ class WorkerCore:
             self._ack(message)
             return
         occurrence = scheduled.occurrence
+        carrier = scheduled.carrier
+        why = f"delay levels carrying occurrences of {carrier.queue!r}"
+        need = lost_need(delivery.error, delivery.exchange, delivery.routing_key, why)
+        if need is not None:
+            # not published again nor given up (which ends the chain): the worker stops and
+            # the occurrence goes back to its queue, run again once the delay is back
+            current = read_occurrence(message.headers)
+            held = current.label if current is not None else message.message_id
+            lost = self._stop_for(need, carrier.queue, f"occurrence {held}")
+            logger.error(
+                "could not store occurrence %s (published for %s): %s",
+                occurrence.label,
+                held,
+                lost,
+            )
+            if not scheduled.ran:
+                self.requeue(message)
+            # a run keeps the hold this publish would have released: never acked, it goes
+            # back to its queue when the worker closes its channel
+            return
         if scheduled.tries < _SCHEDULE_TRIES:
             logger.warning(
                 "could not store occurrence %s (try %d): %s; publishing it again",
@@ -827,6 +865,8 @@ class WorkerCore:
             self._ack(message)
             return
         route = self.routes[message.consumer]
+        if self._gone(message, route, verdict, delivery, pending.failure):
+            return
         parks = verdict.action is Action.RETRY and route.retry is not None
         logger.error(
             "handler of %s failed on message %s (attempt %d): %s; could not store its %s copy"
@@ -856,6 +896,63 @@ class WorkerCore:
             self._republish(message, park, pending.failure)
         else:
             self.requeue(message)
+
+    def _gone(
+        self,
+        message: IncomingMessage,
+        route: Route,
+        verdict: Verdict,
+        delivery: Delivery,
+        failure: str,
+    ) -> bool:
+        """A retry or parked copy that found its queue or exchange gone (unroutable, 404):
+        the message goes back to its queue and the worker stops (``lost``), the way it
+        refuses to start without that object. Redelivered at once, the message would only
+        fail the same way again and again. False for any other failure."""
+        if verdict.action is Action.PARK:
+            why = f"parking lot of {route.queue!r}"
+        elif route.retry is not None and route.retry.delay is not None:
+            why = f"delay levels carrying retries of {route.queue!r}"
+        else:
+            why = f"retry tier of {route.queue!r}, {verdict.delay_ms} ms"
+        need = lost_need(delivery.error, verdict.exchange, verdict.routing_key, why)
+        if need is None:
+            return False
+        lost = self._stop_for(need, route.queue, "the failed message")
+        logger.error(
+            "handler of %s failed on message %s (attempt %d): %s; its %s copy came back (%s): %s",
+            route.queue,
+            message.message_id,
+            verdict.attempt,
+            failure,
+            verdict.action.value,
+            delivery.error,
+            lost,
+            extra={
+                **self._log_fields(message, route.queue),
+                "attempt": verdict.attempt,
+                "action": "requeue",
+            },
+        )
+        self.requeue(message)
+        return True
+
+    def _stop_for(self, need: Need, queue: str, held: str) -> TopologyLost:
+        """Note that ``need`` went away (the first one is what the worker stops with)."""
+        broker = self.settings.display.rsplit("/", 1)[0]  # the vhost is named apart
+        where = f"vhost {self.settings.vhost!r} on {broker}"
+        lost = TopologyLost([need], where, self.app.spec_file, queue, held)
+        if self.lost is None:
+            self.lost = lost
+        return lost
+
+    def take_lost(self) -> TopologyLost | None:
+        """What the worker stopped for (None: nothing went away); the next run checks the
+        broker again before it consumes."""
+        lost, self.lost = self.lost, None
+        if lost is not None:
+            self.start_check.passed = False
+        return lost
 
     def _log_failure(
         self, message: IncomingMessage, route: Route, verdict: Verdict, what: str

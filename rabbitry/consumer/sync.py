@@ -229,6 +229,9 @@ class Worker:
                             continue  # another node at once; with one, the back-off as ever
                 time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
+        gone = core.take_lost()
+        if gone is not None:
+            raise gone
 
     def _connect(self) -> ConsumerSession:
         self._wire = wire = SocketWire(self.core.walk.current)
@@ -274,6 +277,8 @@ class Worker:
         if not wire.exchange(session, timeout):
             return 0
         core.sync_generation()
+        if core.lost is not None:
+            self._stopping = True  # a queue or exchange the handlers need is gone: stop
         if session.cancelled_by_broker:
             logger.error(
                 "the broker cancelled the consumer of %s", ", ".join(session.cancelled_by_broker)
