@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         Verdict,
         decide,
     )
+    from rabbitry.consumer.kill_switch import KillSwitch, SwitchState
     from rabbitry.consumer.message import IncomingMessage
     from rabbitry.consumer.metrics import WorkerMetrics
     from rabbitry.consumer.middleware import Middleware
@@ -58,6 +59,7 @@ __all__ = [
     "IncomingMessage",
     "InvalidBody",
     "JsonCodec",
+    "KillSwitch",
     "MemoryCancelStore",
     "MemoryIdempotencyStore",
     "Middleware",
@@ -65,6 +67,7 @@ __all__ = [
     "Occurrence",
     "PeriodicJob",
     "Route",
+    "SwitchState",
     "TopologyMissing",
     "Verdict",
     "Worker",
@@ -87,6 +90,8 @@ _LAZY = {
     "HandlerTimeout": "rabbitry.consumer.decision",
     "Verdict": "rabbitry.consumer.decision",
     "decide": "rabbitry.consumer.decision",
+    "KillSwitch": "rabbitry.consumer.kill_switch",
+    "SwitchState": "rabbitry.consumer.kill_switch",
     "IncomingMessage": "rabbitry.consumer.message",
     "WorkerMetrics": "rabbitry.consumer.metrics",
     "Middleware": "rabbitry.consumer.middleware",

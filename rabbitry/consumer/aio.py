@@ -556,6 +556,8 @@ class AsyncWorker:
 
     def _start(self, message: IncomingMessage, route: Route) -> bool:
         """Run the handler up to its first real wait; True when it goes on in a task."""
+        if self.core.switches and self.core.hold(message):
+            return False  # its queue's kill switch is open
         if self.core.middleware and not self.core.before(message):
             return False
         started = time.perf_counter()

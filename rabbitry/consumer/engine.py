@@ -33,6 +33,7 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
+from rabbitry.consumer.kill_switch import QueueKillSwitch, SwitchState, Turn
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
@@ -285,6 +286,16 @@ class WorkerCore:
         self._next_seed = 0.0
         self.start_check = StartCheck(self.routes, app.spec_file)
         """What the broker must hold before the first consumer starts (``preflight``)."""
+        self.switches = {
+            r.queue: QueueKillSwitch(r.kill_switch) for r in self.routes if r.kill_switch
+        }
+        """The kill switch of each queue whose handler has one (``kill_switch``)."""
+        self.switch_clock = time.monotonic
+        """The kill switches' clock (the handler harness moves its own)."""
+        self._held: dict[str, list[IncomingMessage]] = {}
+        self._returning: set[IncomingMessage] = set()
+        for queue in self.switches:
+            self.metrics.queues[queue].kill_switch = SwitchState.CLOSED.value
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -309,6 +320,8 @@ class WorkerCore:
             start_check=self.start_check,
         )
         session.stopping = stopping
+        if self.switches:
+            session.paused = set(self._consumers_of(self._open_queues()))
         self.session = session
         return session
 
@@ -381,6 +394,9 @@ class WorkerCore:
 
     def connection_lost(self) -> None:
         self.acks.forget()
+        if self.switches:
+            self._held.clear()  # the broker requeued them with the channel
+            self._returning.clear()
         self._holds.clear()  # their messages go back to the queue with the channel
         self.generation += 1
         self.session = None
@@ -401,6 +417,9 @@ class WorkerCore:
 
     def admit(self, message: IncomingMessage) -> bool:
         """Count a new delivery; False when it was settled without its handler."""
+        if self._returning and message in self._returning:
+            self._returning.discard(message)
+            return True  # held by a kill switch: counted and admitted when it first came
         self.acks.received(message.tag)
         if self._positions and message.consumer in self._positions and not self._take(message):
             return False
@@ -654,6 +673,8 @@ class WorkerCore:
         chain = self.middleware
         if chain:
             error = run_after(chain, len(chain) if entered is None else entered, message, error)
+        if self.switches:
+            self._switch_outcome(route.queue, error)
         if error is None:
             if route.idempotent:
                 mid = message.message_id
@@ -931,6 +952,8 @@ class WorkerCore:
         session = self.session
         if session is None:
             return b""
+        if self.switches and session.ready and not session.stopping:
+            self._resume_switches(session)
         acks = self.acks
         if session.ready and (flush or acks._since or acks._singles):
             frames = acks.take_frames(flush)
@@ -941,3 +964,98 @@ class WorkerCore:
         if not session.out:
             return b""
         return session.take_output()
+
+    # -- kill switches ----------------------------------------------------------------------------
+
+    def hold(self, message: IncomingMessage) -> bool:
+        """True when the message's queue is paused by its kill switch: its handler does not
+        run and the delivery waits, unacked, to be handled first when the switch half-opens.
+        Not requeued: a return counts as a failed delivery on a quorum queue (its delivery
+        limit), and the broker would only deliver it again."""
+        queue = self.routes[message.consumer].queue
+        switch = self.switches.get(queue)
+        if switch is None or switch.state is not SwitchState.OPEN:
+            return False
+        self._held.setdefault(queue, []).append(message)
+        return True
+
+    def resume_due(self) -> list[IncomingMessage]:
+        """Half-open the kill switches whose cool-down has passed and consume their queues
+        again; the deliveries that waited for them, oldest first."""
+        now = self.switch_clock()
+        released: list[IncomingMessage] = []
+        for queue, switch in self.switches.items():
+            if switch.due(now):
+                self._turned(queue, switch.resume())
+                released.extend(self._held.pop(queue, ()))
+        return [m for m in released if m.generation == self.generation]
+
+    def _resume_switches(self, session: ConsumerSession) -> None:
+        released = self.resume_due()
+        if released:
+            # handled before whatever the resumed consumers bring: the shells read the inbox
+            # when the broker answers (basic.consume-ok at the latest)
+            self._returning.update(released)
+            session.inbox[:0] = released
+
+    def _switch_outcome(self, queue: str, error: BaseException | None) -> None:
+        switch = self.switches.get(queue)
+        if switch is not None:
+            turn = switch.record(error is not None, self.switch_clock())
+            if turn is not None:
+                self._turned(queue, turn)
+
+    def _open_queues(self) -> list[str]:
+        return [q for q, s in self.switches.items() if s.state is SwitchState.OPEN]
+
+    def _consumers_of(self, queues: list[str]) -> list[int]:
+        return [i for i, route in enumerate(self.routes) if route.queue in queues]
+
+    def _turned(self, queue: str, turn: Turn) -> None:
+        """Act on a kill switch's turn: cancel or start the queue's consumers; say so."""
+        counters = self.metrics.queues[queue]
+        counters.kill_switch = turn.state.value
+        session = self.session
+        consumers = self._consumers_of([queue])
+        fields = {
+            "queue": queue,
+            "kill_switch": turn.state.value,
+            "failures": turn.failures,
+            "handled": turn.handled,
+        }
+        settings = self.switches[queue].settings
+        if turn.state is SwitchState.OPEN:
+            counters.kill_switch_trips += 1
+            if session is not None:
+                session.pause(consumers)
+            logger.error(
+                "kill switch of %s tripped: %d of %d handled messages failed (%.0f%%, threshold"
+                " %.0f%%) %s; cancelling its consumer for %g s; messages delivered and not yet"
+                " handled wait unacked, the worker's other queues go on",
+                queue,
+                turn.failures,
+                turn.handled,
+                100 * turn.ratio,
+                100 * settings.failure_ratio,
+                "after resuming" if turn.resumed else f"in the last {turn.window_s:g} s",
+                settings.cool_down_s,
+                extra={**fields, "window_s": turn.window_s, "cool_down_s": settings.cool_down_s},
+            )
+        elif turn.state is SwitchState.HALF_OPEN:
+            if session is not None:
+                session.resume(consumers)
+            logger.warning(
+                "kill switch of %s half-open after its cool-down of %g s: consuming it again"
+                " (one failure trips it at once, %d successes close it)",
+                queue,
+                settings.cool_down_s,
+                settings.probes,
+                extra=fields,
+            )
+        else:
+            logger.info(
+                "kill switch of %s closed: %d messages succeeded after resuming",
+                queue,
+                turn.handled,
+                extra=fields,
+            )

@@ -81,6 +81,8 @@ class Turn:
     window_s: float
     reopens_at: float | None = None
     """When the cool-down of a trip ends (monotonic seconds)."""
+    resumed: bool = False
+    """A trip of a half-open switch (counted since resuming, not over the window)."""
 
     @property
     def ratio(self) -> float:
@@ -122,7 +124,7 @@ class QueueKillSwitch:
             return None
         if state is SwitchState.HALF_OPEN:
             if failed:
-                return self._trip(self.probed + 1, 1, now)
+                return self._trip(self.probed + 1, 1, now, resumed=True)
             self.probed += 1
             if self.probed < self.settings.probes:
                 return None
@@ -156,12 +158,14 @@ class QueueKillSwitch:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _trip(self, handled: int, failures: int, now: float) -> Turn:
+    def _trip(self, handled: int, failures: int, now: float, *, resumed: bool = False) -> Turn:
         self.state = SwitchState.OPEN
         self.trips += 1
         self.reopens_at = now + self.settings.cool_down_s
         self._clear()
-        return Turn(SwitchState.OPEN, failures, handled, self.settings.window_s, self.reopens_at)
+        return Turn(
+            SwitchState.OPEN, failures, handled, self.settings.window_s, self.reopens_at, resumed
+        )
 
     def _count(self, failed: bool, now: float) -> None:
         number = math.floor(now * WINDOW_SLICES / self.settings.window_s)

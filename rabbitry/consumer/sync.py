@@ -91,6 +91,8 @@ def handle_blocking(
 ) -> None:
     """Handle an admitted delivery in this thread: its span current, the middlewares'
     ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    if core.switches and core.hold(message):
+        return  # its queue's kill switch is open
     token = core.enter(message)
     try:
         if core.middleware and not core.before(message):
