@@ -952,8 +952,8 @@ class WorkerCore:
         session = self.session
         if session is None:
             return b""
-        if self.switches and session.ready and not session.stopping:
-            self._resume_switches(session)
+        if self.switches and session.ready:
+            self._settle_switches(session)
         acks = self.acks
         if session.ready and (flush or acks._since or acks._singles):
             frames = acks.take_frames(flush)
@@ -990,7 +990,13 @@ class WorkerCore:
                 released.extend(self._held.pop(queue, ()))
         return [m for m in released if m.generation == self.generation]
 
-    def _resume_switches(self, session: ConsumerSession) -> None:
+    def _settle_switches(self, session: ConsumerSession) -> None:
+        """Consume the queues whose cool-down has passed; at shutdown, return what they held."""
+        if session.stopping:
+            for queue in list(self._held):
+                for message in self._held.pop(queue):
+                    self.requeue(message)
+            return
         released = self.resume_due()
         if released:
             # handled before whatever the resumed consumers bring: the shells read the inbox

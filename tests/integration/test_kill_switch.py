@@ -174,3 +174,36 @@ def test_a_dead_dependency_pauses_its_queue_the_other_flows_and_it_resumes_after
     assert again in lines[2]
     turns = [line.split(": ")[0].split(" ")[4] for line in lines]
     assert turns == ["tripped", "half-open", "tripped", "half-open", "closed"]
+
+
+@pytest.mark.parametrize("kind", [Worker, AsyncWorker])
+def test_a_worker_stopped_while_the_switch_is_open_returns_what_it_held(
+    broker: Broker, kind: type[Worker] | type[AsyncWorker]
+) -> None:
+    broker.apply(SPEC)
+    app = make_app(broker)
+
+    @app.handler("payments", kill_switch=SWITCH)
+    def pay(message: IncomingMessage) -> None:
+        raise ConnectionError("payments API: connection refused")
+
+    @app.handler("emails")
+    def send(message: IncomingMessage) -> None:
+        pass
+
+    worker = kind(app, broker.vhost_amqp_url, prefetch=PREFETCH)
+    counters = worker.metrics["payments"]
+    with Publisher(broker.vhost_amqp_url) as pub:
+        pub.publish_many([b"p"] * PAYMENTS, routing_key="payments")
+    with running(worker):
+        wait_for(
+            lambda: (
+                counters.kill_switch_trips == 1
+                and sum(counters.retried.values()) == SWITCH.min_messages
+            ),
+            "the trip",
+        )
+    held = counters.received - SWITCH.min_messages
+    assert counters.requeued == held, "returned at shutdown, and counted"
+    assert depth(broker, "payments") == PAYMENTS - SWITCH.min_messages
+    assert depth(broker, TIER) == SWITCH.min_messages and depth(broker, PARKING) == 0
