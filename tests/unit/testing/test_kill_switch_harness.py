@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +158,22 @@ def test_a_kill_switch_that_is_not_one_is_refused_where_the_handler_is_added() -
     app = App()
     with pytest.raises(AppError, match=r"give a rabbitry\.consumer\.KillSwitch"):
         app.add("work", lambda m: None, kill_switch={"failure_ratio": 0.5})  # type: ignore[typeddict-item]
+
+
+def test_the_example_of_docs_worker_md_runs_and_prints_what_the_docs_show(
+    tmp_path: Path,
+) -> None:
+    text = (Path(__file__).parents[3] / "docs" / "worker.md").read_text()
+    section = text[text.index("## Kill switch") :]
+    code = section[section.index("# kill_switch_demo.py") : section.index("```\n")]
+    shown = section[section.index("$ python kill_switch_demo.py\n") :]
+    shown = shown[shown.index("\n") + 1 : shown.index("```")]
+    (tmp_path / "kill_switch_demo.py").write_text(code)
+    ran = subprocess.run(
+        [sys.executable, "kill_switch_demo.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ran.stdout == shown
