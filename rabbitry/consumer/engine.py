@@ -33,7 +33,6 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
-from rabbitry.consumer.kill_switch import QueueKillSwitch, SwitchState, Turn
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
@@ -42,6 +41,7 @@ from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occ
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import StartCheck
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
 
@@ -286,16 +286,10 @@ class WorkerCore:
         self._next_seed = 0.0
         self.start_check = StartCheck(self.routes, app.spec_file)
         """What the broker must hold before the first consumer starts (``preflight``)."""
-        self.switches = {
-            r.queue: QueueKillSwitch(r.kill_switch) for r in self.routes if r.kill_switch
-        }
-        """The kill switch of each queue whose handler has one (``kill_switch``)."""
-        self.switch_clock = time.monotonic
-        """The kill switches' clock (the handler harness moves its own)."""
-        self._held: dict[str, list[IncomingMessage]] = {}
-        self._returning: set[IncomingMessage] = set()
-        for queue in self.switches:
-            self.metrics.queues[queue].kill_switch = SwitchState.CLOSED.value
+        self.switchboard = Switchboard(self.routes, self.metrics)
+        """The kill switches of the handlers that have one (``switchboard``)."""
+        self.switches = self.switchboard.switches
+        self._returning = self.switchboard.returning
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -321,7 +315,7 @@ class WorkerCore:
         )
         session.stopping = stopping
         if self.switches:
-            session.paused = set(self._consumers_of(self._open_queues()))
+            session.paused = self.switchboard.paused_consumers()
         self.session = session
         return session
 
@@ -395,8 +389,7 @@ class WorkerCore:
     def connection_lost(self) -> None:
         self.acks.forget()
         if self.switches:
-            self._held.clear()  # the broker requeued them with the channel
-            self._returning.clear()
+            self.switchboard.forget()  # the broker requeued them with the channel
         self._holds.clear()  # their messages go back to the queue with the channel
         self.generation += 1
         self.session = None
@@ -674,7 +667,7 @@ class WorkerCore:
         if chain:
             error = run_after(chain, len(chain) if entered is None else entered, message, error)
         if self.switches:
-            self._switch_outcome(route.queue, error)
+            self.switchboard.record(route.queue, error is not None, self.session)
         if error is None:
             if route.idempotent:
                 mid = message.message_id
@@ -968,100 +961,26 @@ class WorkerCore:
     # -- kill switches ----------------------------------------------------------------------------
 
     def hold(self, message: IncomingMessage) -> bool:
-        """True when the message's queue is paused by its kill switch: its handler does not
-        run and the delivery waits, unacked, to be handled first when the switch half-opens.
-        Not requeued: a return counts as a failed delivery on a quorum queue (its delivery
-        limit), and the broker would only deliver it again."""
-        queue = self.routes[message.consumer].queue
-        switch = self.switches.get(queue)
-        if switch is None or switch.state is not SwitchState.OPEN:
-            return False
-        self._held.setdefault(queue, []).append(message)
-        return True
+        """True when the message's queue is paused by its kill switch: its handler must not
+        run; the delivery waits, unacked, to be handled first when the switch half-opens."""
+        return self.switchboard.hold(message)
 
     def resume_due(self) -> list[IncomingMessage]:
         """Half-open the kill switches whose cool-down has passed and consume their queues
         again; the deliveries that waited for them, oldest first."""
-        now = self.switch_clock()
-        released: list[IncomingMessage] = []
-        for queue, switch in self.switches.items():
-            if switch.due(now):
-                self._turned(queue, switch.resume())
-                released.extend(self._held.pop(queue, ()))
+        released = self.switchboard.resume_due(self.session)
         return [m for m in released if m.generation == self.generation]
 
     def _settle_switches(self, session: ConsumerSession) -> None:
-        """Consume the queues whose cool-down has passed; at shutdown, return what they held."""
+        """Return what the switches held too long (or all of it at shutdown); consume the
+        queues whose cool-down has passed, their held deliveries first."""
+        board = self.switchboard
+        for message in board.take_all() if session.stopping else board.overdue():
+            self.requeue(message)
         if session.stopping:
-            for queue in list(self._held):
-                for message in self._held.pop(queue):
-                    self.requeue(message)
             return
         released = self.resume_due()
         if released:
-            # handled before whatever the resumed consumers bring: the shells read the inbox
-            # when the broker answers (basic.consume-ok at the latest)
+            # the shells read the inbox when the broker answers (basic.consume-ok at the latest)
             self._returning.update(released)
             session.inbox[:0] = released
-
-    def _switch_outcome(self, queue: str, error: BaseException | None) -> None:
-        switch = self.switches.get(queue)
-        if switch is not None:
-            turn = switch.record(error is not None, self.switch_clock())
-            if turn is not None:
-                self._turned(queue, turn)
-
-    def _open_queues(self) -> list[str]:
-        return [q for q, s in self.switches.items() if s.state is SwitchState.OPEN]
-
-    def _consumers_of(self, queues: list[str]) -> list[int]:
-        return [i for i, route in enumerate(self.routes) if route.queue in queues]
-
-    def _turned(self, queue: str, turn: Turn) -> None:
-        """Act on a kill switch's turn: cancel or start the queue's consumers; say so."""
-        counters = self.metrics.queues[queue]
-        counters.kill_switch = turn.state.value
-        session = self.session
-        consumers = self._consumers_of([queue])
-        fields = {
-            "queue": queue,
-            "kill_switch": turn.state.value,
-            "failures": turn.failures,
-            "handled": turn.handled,
-        }
-        settings = self.switches[queue].settings
-        if turn.state is SwitchState.OPEN:
-            counters.kill_switch_trips += 1
-            if session is not None:
-                session.pause(consumers)
-            logger.error(
-                "kill switch of %s tripped: %d of %d handled messages failed (%.0f%%, threshold"
-                " %.0f%%) %s; cancelling its consumer for %g s; messages delivered and not yet"
-                " handled wait unacked, the worker's other queues go on",
-                queue,
-                turn.failures,
-                turn.handled,
-                100 * turn.ratio,
-                100 * settings.failure_ratio,
-                "after resuming" if turn.resumed else f"in the last {turn.window_s:g} s",
-                settings.cool_down_s,
-                extra={**fields, "window_s": turn.window_s, "cool_down_s": settings.cool_down_s},
-            )
-        elif turn.state is SwitchState.HALF_OPEN:
-            if session is not None:
-                session.resume(consumers)
-            logger.warning(
-                "kill switch of %s half-open after its cool-down of %g s: consuming it again"
-                " (one failure trips it at once, %d successes close it)",
-                queue,
-                settings.cool_down_s,
-                settings.probes,
-                extra=fields,
-            )
-        else:
-            logger.info(
-                "kill switch of %s closed: %d messages succeeded after resuming",
-                queue,
-                turn.handled,
-                extra=fields,
-            )

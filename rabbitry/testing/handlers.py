@@ -200,7 +200,7 @@ class HandlerHarness:
         self._tags = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._offset = 0.0
-        self.core.switch_clock = lambda: time.monotonic() + self._offset
+        self.core.switchboard.clock = lambda: time.monotonic() + self._offset
 
     @property
     def metrics(self) -> WorkerMetrics:
@@ -437,7 +437,7 @@ class HandlerHarness:
         return self._loop
 
     def _held(self, message: IncomingMessage) -> bool:
-        held = self.core._held.get(self.core.routes[message.consumer].queue, ())
+        held = self.core.switchboard.held.get(self.core.routes[message.consumer].queue, ())
         return any(m is message for m in held)
 
 

@@ -4,7 +4,7 @@ retry tier or the parking lot), another queue of the same worker keeps flowing, 
 cool-down the worker consumes it again: half-open, tripped again by one failure, closed by
 successes, and the backlog drains.
 
-The cool-down is moved on by the switches' own clock (``WorkerCore.switch_clock``), so every
+The cool-down is moved on by the switches' own clock (``WorkerCore.switchboard.clock``), so every
 step is an event the test waits for, never a wall-clock bound."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_a_dead_dependency_pauses_its_queue_the_other_flows_and_it_resumes_after
     worker = kind(app, broker.vhost_amqp_url, prefetch=PREFETCH)
     core = worker.core
     clock = Clock()
-    core.switch_clock = clock
+    core.switchboard.clock = clock
     counters, emails = worker.metrics["payments"], worker.metrics["emails"]
     payments_consumer = next(i for i, r in enumerate(core.routes) if r.queue == "payments")
 

@@ -4,12 +4,17 @@ while it was paused come back first, counted once."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 
 from rabbitry.amqp.session import State
 from rabbitry.consumer import App, IncomingMessage, KillSwitch, SwitchState
+from rabbitry.consumer.acks import nack_frame
 from rabbitry.consumer.session import ConsumerSession
+from rabbitry.consumer.switchboard import HOLD_LIMIT_S
 from rabbitry.testing import HandlerHarness
 
 SWITCH = KillSwitch(min_messages=2, cool_down_s=30, probes=1)
@@ -33,10 +38,12 @@ def tags_in(data: bytes, method: type[commands.Basic.Cancel | commands.Basic.Con
     return tags
 
 
-def harness_with_a_tripped_switch() -> tuple[HandlerHarness, list[IncomingMessage]]:
+def harness_with_a_tripped_switch(
+    switch: KillSwitch = SWITCH,
+) -> tuple[HandlerHarness, list[IncomingMessage]]:
     app = App()
 
-    @app.handler("payments", kill_switch=SWITCH)
+    @app.handler("payments", kill_switch=switch)
     def pay(message: IncomingMessage) -> None:
         raise ConnectionError("down")
 
@@ -66,7 +73,7 @@ def test_a_reconnect_while_open_consumes_the_other_queues_only() -> None:
     session = make_ready(core.new_session())
     core.session = session
     assert tags_in(session.take_output(), commands.Basic.Consume) == ["rabbitry.1"]
-    assert core._held == {}, "the broker took the held deliveries back with the channel"
+    assert core.switchboard.held == {}, "the broker took the held deliveries back with the channel"
 
 
 def test_after_the_cool_down_it_consumes_again_and_the_held_delivery_comes_first_once() -> None:
@@ -85,3 +92,21 @@ def test_after_the_cool_down_it_consumes_again_and_the_held_delivery_comes_first
     outstanding = core.acks.outstanding
     assert core.admit(held[0]), "admitted again without its checks"
     assert core.metrics["payments"].received == received and core.acks.outstanding == outstanding
+
+
+def test_a_delivery_held_for_the_hold_limit_goes_back_to_its_queue_before_the_consumer_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    harness, held = harness_with_a_tripped_switch(KillSwitch(min_messages=2, cool_down_s=3600))
+    core = harness.core
+    core.take_output()
+    harness._offset += HOLD_LIMIT_S - 1
+    assert core.take_output() == b"" and core.switchboard.held["payments"] == held
+    harness._offset += 2
+    with caplog.at_level(logging.WARNING, logger="rabbitry.worker"):
+        out = core.take_output()
+    assert out == nack_frame(1, held[0].tag, requeue=True)
+    assert core.switchboard.held == {"payments": []}
+    assert core.metrics["payments"].requeued == 1
+    assert "1 deliveries held for 600 s go back to the queue" in caplog.text
+    assert harness.kill_switch("payments") is SwitchState.OPEN
