@@ -475,6 +475,11 @@ class AsyncWorker:
             else:
                 self.core.reseed(time.monotonic())
                 self._write(flush=True)
+                if session.inbox and not self._stopping:  # held deliveries a kill switch let go
+                    inbox, session.inbox = session.inbox, []
+                    for message in inbox:
+                        self._dispatch(message)
+                    self._write()
         self._ticker = loop.call_later(_TICK, self._tick)
 
     # -- handlers ---------------------------------------------------------------------------------

@@ -978,8 +978,16 @@ class WorkerCore:
         for message in board.take_all() if session.stopping else board.overdue():
             self.requeue(message)
         if session.stopping:
+            returning = self._returning
+            if returning:  # handed back, not handled: returned, counted once
+                for message in [m for m in session.inbox if m in returning]:
+                    self.requeue(message)
+                session.inbox = [m for m in session.inbox if m not in returning]
+                returning.clear()
             return
         released = self.resume_due()
+        if board.released:
+            released += [m for m in board.take_released() if m.generation == self.generation]
         if released:
             # the shells read the inbox when the broker answers (basic.consume-ok at the latest)
             self._returning.update(released)

@@ -3,13 +3,14 @@ work, shared by ``Worker``, ``AsyncWorker`` and the handler harness through ``Wo
 
 ``Switchboard`` counts each handler outcome into its queue's switch, cancels the queue's
 consumers when it trips and starts them again when it half-opens (through the connection's
-``ConsumerSession``), holds the deliveries that come to a paused queue, and says each turn in
-the log and in the queue's counters. It sends no frame itself and settles no delivery: the core
-requeues what it hands back. A held delivery stays unacked in the worker, not returned:
-a return counts as a failed delivery on a quorum queue (``x-delivery-count``, up to its
-delivery limit), and the broker would only deliver it again. One that was held for
-``HOLD_LIMIT_S`` is returned all the same, before the broker's ``consumer_timeout`` (30 min
-by default) closes the channel over it.
+``ConsumerSession``), holds the deliveries that come to a paused queue, lets a half-open
+queue run one handler at a time (the probe: with many at once, a dead dependency would fail
+them all), and says each turn in the log and in the queue's counters. It sends no frame
+itself and settles no delivery: the core requeues what it hands back. A held delivery stays
+unacked in the worker, not returned: a return counts as a failed delivery on a quorum queue
+(``x-delivery-count``, up to its delivery limit), and the broker would only deliver it again.
+One that was held for ``HOLD_LIMIT_S`` is returned all the same, before the broker's
+``consumer_timeout`` (30 min by default) closes the channel over it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class Switchboard:
         """Deliveries of paused queues, unacked, in arrival order."""
         self.returning: set[IncomingMessage] = set()
         """Held deliveries handed back to the shell's inbox: admitted once already."""
+        self.released: list[IncomingMessage] = []
+        """Held deliveries a half-open or closed switch lets run now (``take_released``)."""
+        self._probing: set[str] = set()
+        """Half-open queues whose probe is running."""
         self._since: dict[IncomingMessage, float] = {}
         self._next_check = 0.0
         for queue in self.switches:
@@ -68,11 +73,15 @@ class Switchboard:
         }
 
     def hold(self, message: IncomingMessage) -> bool:
-        """Keep ``message`` when its queue's switch is open (True); its handler must not run."""
+        """Keep ``message`` when its queue's switch is open, or half-open with its probe
+        running (True); its handler must not run."""
         queue = self._routes[message.consumer].queue
         switch = self.switches.get(queue)
-        if switch is None or switch.state is not SwitchState.OPEN:
+        if switch is None or switch.state is SwitchState.CLOSED:
             return False
+        if switch.state is SwitchState.HALF_OPEN and queue not in self._probing:
+            self._probing.add(queue)
+            return False  # the probe
         self.held.setdefault(queue, []).append(message)
         self._since.setdefault(message, self.clock())
         return True
@@ -80,10 +89,27 @@ class Switchboard:
     def record(self, queue: str, failed: bool, session: ConsumerSession | None) -> None:
         """Count a handler's outcome; a trip cancels the queue's consumers on ``session``."""
         switch = self.switches.get(queue)
-        if switch is not None:
-            turn = switch.record(failed, self.clock())
-            if turn is not None:
-                self._turned(queue, turn, session)
+        if switch is None:
+            return
+        self._probing.discard(queue)
+        turn = switch.record(failed, self.clock())
+        if turn is not None:
+            self._turned(queue, turn, session)
+        held = self.held.get(queue)
+        if not held or switch.state is SwitchState.OPEN:
+            return
+        if switch.state is SwitchState.HALF_OPEN:
+            self.released.append(held.pop(0))  # the next probe
+            return
+        self.released.extend(held)
+        del self.held[queue]
+        for message in held:
+            self._since.pop(message, None)
+
+    def take_released(self) -> list[IncomingMessage]:
+        """The held deliveries that may run now, oldest first, taken off the board."""
+        out, self.released = self.released, []
+        return out
 
     def resume_due(self, session: ConsumerSession | None) -> list[IncomingMessage]:
         """Half-open the switches whose cool-down has passed and start their consumers on
@@ -129,7 +155,8 @@ class Switchboard:
 
     def take_all(self) -> list[IncomingMessage]:
         """Every held delivery, taken off the board (shutdown: the core returns them)."""
-        out = [m for messages in self.held.values() for m in messages]
+        out = [*self.released, *(m for messages in self.held.values() for m in messages)]
+        self.released.clear()
         self.held.clear()
         self._since.clear()
         return out
@@ -138,6 +165,8 @@ class Switchboard:
         """The channel is gone: the broker took the held deliveries back."""
         self.held.clear()
         self.returning.clear()
+        self.released.clear()
+        self._probing.clear()
         self._since.clear()
 
     def _turned(self, queue: str, turn: Turn, session: ConsumerSession | None) -> None:

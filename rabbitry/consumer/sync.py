@@ -273,8 +273,8 @@ class Worker:
         core = self.core
         wire, session = self._wire, core.session
         assert wire is not None and session is not None
-        if not wire.exchange(session, timeout):
-            return 0
+        if not wire.exchange(session, timeout) and not session.inbox:
+            return 0  # (a kill switch may hand held deliveries back without new bytes)
         core.sync_generation()
         if session.cancelled_by_broker:
             logger.error(

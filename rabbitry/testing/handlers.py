@@ -220,12 +220,16 @@ class HandlerHarness:
     def advance(self, seconds: float) -> list[Outcome]:
         """Move the kill switches' clock on by ``seconds``: a switch whose cool-down has passed
         half-opens and the messages it held are handled, as a worker handles them first when
-        it consumes the queue again; their outcomes, in order."""
+        it consumes the queue again (one at a time: the probes), as are those a half-open
+        switch let go since (``advance(0)``); their outcomes, in order."""
         self._offset += seconds
         outcomes = []
-        for message in self.core.resume_due():
+        waiting = self.core.resume_due() + self.core.switchboard.take_released()
+        while waiting:
+            message = waiting.pop(0)
             handle_blocking(self.core, message, self._event_loop)
             outcomes.append(self._outcome(message))
+            waiting += self.core.switchboard.take_released()
         return outcomes
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rabbitry.consumer import App, AppError, KillSwitch, SwitchState
+from rabbitry.consumer import App, AppError, IncomingMessage, KillSwitch, SwitchState
 from rabbitry.metrics import RabbitryCollector
 from rabbitry.policies.retry import Backoff, RetryPolicy
 from rabbitry.testing import HandlerHarness
@@ -177,3 +177,40 @@ def test_the_example_of_docs_worker_md_runs_and_prints_what_the_docs_show(
         check=True,
     )
     assert ran.stdout == shown
+
+
+def test_a_half_open_switch_runs_one_probe_at_a_time_and_holds_the_rest() -> None:
+    app = App()
+    gate = asyncio.Event()
+    calls: list[str] = []
+
+    @app.handler("payments", retry=retry_of("payments"), kill_switch=SWITCH)
+    async def pay(message: IncomingMessage) -> None:
+        calls.append(message.message_id or "")
+        await gate.wait()
+        if message.message_id and message.message_id.startswith("down"):
+            raise ConnectionError("payments API refused the connection")
+
+    harness = HandlerHarness(app)
+
+    async def scenario() -> None:
+        gate.set()
+        for i in range(4):
+            assert (await harness.deliver_async("payments", message_id=f"down-{i}")).retried
+        assert harness.kill_switch("payments") is SwitchState.OPEN
+        harness._offset += SWITCH.cool_down_s
+        assert harness.core.resume_due() == []
+        assert harness.kill_switch("payments") is SwitchState.HALF_OPEN
+        gate.clear()
+        probe = asyncio.ensure_future(harness.deliver_async("payments", message_id="up-0"))
+        await asyncio.sleep(0)
+        # bounded: without the probe rule the second handler would wait on the gate too
+        held = await asyncio.wait_for(harness.deliver_async("payments", message_id="up-1"), 10)
+        assert held.held, "a second handler does not start beside the probe"
+        gate.set()
+        assert (await probe).acked
+
+    asyncio.run(scenario())
+    assert calls == [*(f"down-{i}" for i in range(4)), "up-0"]
+    assert [o.message.message_id for o in harness.advance(0)] == ["up-1"]
+    assert harness.kill_switch("payments") is SwitchState.CLOSED, "two probes (probes=2)"
