@@ -480,6 +480,11 @@ class AsyncWorker:
             else:
                 self.core.reseed(time.monotonic())
                 self._write(flush=True)
+                if session.inbox and not self._stopping:  # held deliveries a kill switch let go
+                    inbox, session.inbox = session.inbox, []
+                    for message in inbox:
+                        self._dispatch(message)
+                    self._write()
         self._ticker = loop.call_later(_TICK, self._tick)
 
     # -- handlers ---------------------------------------------------------------------------------
@@ -561,6 +566,8 @@ class AsyncWorker:
 
     def _start(self, message: IncomingMessage, route: Route) -> bool:
         """Run the handler up to its first real wait; True when it goes on in a task."""
+        if self.core.switches and self.core.hold(message):
+            return False  # its queue's kill switch is open
         if self.core.middleware and not self.core.before(message):
             return False
         started = time.perf_counter()

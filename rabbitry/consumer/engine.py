@@ -48,6 +48,7 @@ from rabbitry.consumer.periodic import (
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
 
@@ -297,6 +298,10 @@ class WorkerCore:
         self.lost: TopologyLost | None = None
         """A retry tier, parking lot or delay the worker published into went away while it
         ran: the shells stop consuming and raise it once they shut down (``_gone``)."""
+        self.switchboard = Switchboard(self.routes, self.metrics)
+        """The kill switches of the handlers that have one (``switchboard``)."""
+        self.switches = self.switchboard.switches
+        self._returning = self.switchboard.returning
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -321,6 +326,8 @@ class WorkerCore:
             start_check=self.start_check,
         )
         session.stopping = stopping
+        if self.switches:
+            session.paused = self.switchboard.paused_consumers()
         self.session = session
         return session
 
@@ -396,6 +403,8 @@ class WorkerCore:
 
     def connection_lost(self) -> None:
         self.acks.forget()
+        if self.switches:
+            self.switchboard.forget()  # the broker requeued them with the channel
         self._holds.clear()  # their messages go back to the queue with the channel
         self.generation += 1
         self.session = None
@@ -416,6 +425,9 @@ class WorkerCore:
 
     def admit(self, message: IncomingMessage) -> bool:
         """Count a new delivery; False when it was settled without its handler."""
+        if self._returning and message in self._returning:
+            self._returning.discard(message)
+            return True  # held by a kill switch: counted and admitted when it first came
         self.acks.received(message.tag)
         if self._positions and message.consumer in self._positions and not self._take(message):
             return False
@@ -698,6 +710,8 @@ class WorkerCore:
         chain = self.middleware
         if chain:
             error = run_after(chain, len(chain) if entered is None else entered, message, error)
+        if self.switches:
+            self.switchboard.record(route.queue, error is not None, self.session)
         if error is None:
             if route.idempotent:
                 mid = message.message_id
@@ -1034,6 +1048,8 @@ class WorkerCore:
         session = self.session
         if session is None:
             return b""
+        if self.switches and session.ready:
+            self._settle_switches(session)
         acks = self.acks
         if session.ready and (flush or acks._since or acks._singles):
             frames = acks.take_frames(flush)
@@ -1044,3 +1060,38 @@ class WorkerCore:
         if not session.out:
             return b""
         return session.take_output()
+
+    # -- kill switches ----------------------------------------------------------------------------
+
+    def hold(self, message: IncomingMessage) -> bool:
+        """True when the message's queue is paused by its kill switch: its handler must not
+        run; the delivery waits, unacked, to be handled first when the switch half-opens."""
+        return self.switchboard.hold(message)
+
+    def resume_due(self) -> list[IncomingMessage]:
+        """Half-open the kill switches whose cool-down has passed and consume their queues
+        again; the deliveries that waited for them, oldest first."""
+        released = self.switchboard.resume_due(self.session)
+        return [m for m in released if m.generation == self.generation]
+
+    def _settle_switches(self, session: ConsumerSession) -> None:
+        """Return what the switches held too long (or all of it at shutdown); consume the
+        queues whose cool-down has passed, their held deliveries first."""
+        board = self.switchboard
+        for message in board.take_all() if session.stopping else board.overdue():
+            self.requeue(message)
+        if session.stopping:
+            returning = self._returning
+            if returning:  # handed back, not handled: returned, counted once
+                for message in [m for m in session.inbox if m in returning]:
+                    self.requeue(message)
+                session.inbox = [m for m in session.inbox if m not in returning]
+                returning.clear()
+            return
+        released = self.resume_due()
+        if board.released:
+            released += [m for m in board.take_released() if m.generation == self.generation]
+        if released:
+            # the shells read the inbox when the broker answers (basic.consume-ok at the latest)
+            self._returning.update(released)
+            session.inbox[:0] = released

@@ -91,6 +91,8 @@ def handle_blocking(
 ) -> None:
     """Handle an admitted delivery in this thread: its span current, the middlewares'
     ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    if core.switches and core.hold(message):
+        return  # its queue's kill switch is open
     token = core.enter(message)
     try:
         if core.middleware and not core.before(message):
@@ -274,8 +276,8 @@ class Worker:
         core = self.core
         wire, session = self._wire, core.session
         assert wire is not None and session is not None
-        if not wire.exchange(session, timeout):
-            return 0
+        if not wire.exchange(session, timeout) and not session.inbox:
+            return 0  # (a kill switch may hand held deliveries back without new bytes)
         core.sync_generation()
         if core.lost is not None:
             self._stopping = True  # a queue or exchange the handlers need is gone: stop
