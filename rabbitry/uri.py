@@ -5,8 +5,10 @@ One rule serves every string that may hold a URL (``mask_uri`` for a value known
 in it (``user:secret@``), everything from that colon to the last ``@`` of the URL is hidden,
 whatever comes before it (``amqp://``, ``amqps//`` with its colon forgotten, no scheme at all).
 What follows the last ``@`` is the host; a colon there not followed by a port number
-(``host:5672@user:secret``, the two halves swapped) hides all that follows it too. A comma-separated
-list is masked entry by entry, so one broken entry does not expose the next. The rule masks
+(``host:5672@user:secret``, the two halves swapped) hides all that follows it too, unless it is
+an RFC 3339 time after a name without a colon (``job@2026-11-27T08:54:50Z``, an occurrence's
+id). A comma-separated list is masked entry by entry, so one broken entry does not expose the
+next. The rule masks
 too much rather than too little: a ``user:word@`` that is no password at all is hidden too.
 """
 
@@ -26,6 +28,9 @@ _DELIMITERS = " \t\n\r\f\v'\"<>`"
 """Free text is masked token by token: URLs hold no whitespace or quotes."""
 _NEXT_DELIMITER = re.compile(r"[ \t\n\r\f\v'\"<>`]")
 _PORT = re.compile(r"\d*")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?")
+"""An RFC 3339 time after an ``@`` (``job@2026-11-27T08:54:50.000Z``, a periodic occurrence's
+id): its colons are the time's, not a swapped ``user:secret``."""
 
 
 def with_password(uris: str | list[str], password: str | None) -> list[str]:
@@ -166,7 +171,8 @@ def _mask_one(entry: str) -> tuple[str, list[str]]:
         if 0 <= found < end:
             end = found
     host, after = rest[:end], rest[end:]
-    if not host.startswith("["):  # an IPv6 address keeps its colons
+    if not host.startswith("[") and not (colon < 0 and _TIMESTAMP.fullmatch(host)):
+        # an IPv6 address keeps its colons, and so does a time after a name without a colon
         host_colon = host.find(":")
         if host_colon >= 0 and not _PORT.fullmatch(host[host_colon + 1 :]):
             # no port: the end of a swapped ``user:secret``, which may hold a ``/``

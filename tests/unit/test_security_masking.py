@@ -192,3 +192,13 @@ def test_management_url_errors_hide_the_password_of_a_broken_url() -> None:
         with pytest.raises(BrokerError) as caught:
             split_credentials(url)
         assert "Pw1" not in str(caught.value), caught.value
+
+
+def test_a_time_after_a_name_is_not_taken_for_a_swapped_password() -> None:
+    # a periodic occurrence's id: job@time; masking it garbled every log line naming one
+    line = "occurrence tick@2026-11-27T08:54:50.000Z/1f3a on jobs not run"
+    assert mask_text(line) == line
+    assert mask_text("at job@2026-11-27T08:54Z") == "at job@2026-11-27T08:54Z"
+    # a real password before it is still hidden, and so is a swapped user:secret
+    assert mask_text("u:s3cret@2026-11-27T08:54:50Z") == "u:***@2026-11-27T08:***"
+    assert mask_text("amqp://host:5672@user:s3cret") == "amqp://host:***@user:***"
