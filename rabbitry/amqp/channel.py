@@ -294,10 +294,15 @@ class Channel:
         arguments: Mapping[str, Any] | None = None,
     ) -> commands.Queue.DeclareOk:
         """Declare (or with ``passive`` only look up) ``queue``; its name and counts."""
-        payload = (
-            _names(queue) + _bits(passive, durable, exclusive, auto_delete) + _table(arguments)
+        frame = frames.queue_declare_frame(
+            CHANNEL,
+            queue,
+            passive=passive,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments,
         )
-        frame = _method(50, 10, b"\x00\x00" + payload)
         answer: commands.Queue.DeclareOk = self._call(
             frame, commands.Queue.DeclareOk, f"queue.declare of {queue!r}"
         )
@@ -314,8 +319,15 @@ class Channel:
         arguments: Mapping[str, Any] | None = None,
     ) -> None:
         """Declare (or with ``passive`` only look up) ``exchange``."""
-        payload = _names(exchange, exchange_type) + _bits(passive, durable, auto_delete)
-        frame = _method(40, 10, b"\x00\x00" + payload + _table(arguments))
+        frame = frames.exchange_declare_frame(
+            CHANNEL,
+            exchange,
+            exchange_type,
+            passive=passive,
+            durable=durable,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
         self._call(frame, commands.Exchange.DeclareOk, f"exchange.declare of {exchange!r}")
 
     def exchange_delete(self, exchange: str) -> None:
@@ -342,15 +354,13 @@ class Channel:
         """Start delivering ``queue`` (``next_delivery`` reads them); the consumer tag."""
         self._consumers += 1
         tag = f"rabbitry.tool.{self._consumers}"
-        payload = b"\x00\x00" + _names(queue, tag) + _bits(False, no_ack) + _table(None)
-        self._call(
-            _method(60, 20, payload), commands.Basic.ConsumeOk, f"basic.consume of {queue!r}"
-        )
+        frame = frames.consume_frame(CHANNEL, queue, tag, no_ack=no_ack)
+        self._call(frame, commands.Basic.ConsumeOk, f"basic.consume of {queue!r}")
         return tag
 
     def cancel(self, consumer_tag: str) -> None:
         """Stop a consumer; deliveries already sent stay unacked until settled."""
-        frame = _method(60, 30, _names(consumer_tag) + _bits())
+        frame = frames.cancel_frame(CHANNEL, consumer_tag)
         self._call(frame, commands.Basic.CancelOk, "basic.cancel")
 
     def next_delivery(self, timeout: float) -> Delivered | None:
@@ -391,20 +401,14 @@ class Channel:
 
 
 def _method(class_id: int, method_id: int, payload: bytes) -> bytes:
-    size = 4 + len(payload)
-    return (
-        struct.pack(">BHIHH", frames.FRAME_METHOD, CHANNEL, size, class_id, method_id)
-        + payload
-        + frames.FRAME_END
-    )
+    return frames.method_payload_frame(CHANNEL, class_id, method_id, payload)
 
 
 def _names(*names: str) -> bytes:
     return b"".join(frames.shortstr(name, "name") for name in names)
 
 
-def _bits(*flags: bool) -> bytes:
-    return bytes((sum(1 << i for i, flag in enumerate(flags) if flag),))
+_bits = frames.bits
 
 
 def _table(arguments: Mapping[str, Any] | None) -> bytes:

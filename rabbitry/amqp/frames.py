@@ -81,6 +81,87 @@ def publish_method_frame(channel: int, exchange: str, routing_key: str, mandator
     return _FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END
 
 
+# Methods that carry names: encoded here rather than through pamqp, which checks names against
+# AMQP 0-9-1's grammar ([a-zA-Z0-9-_.:]*) while RabbitMQ takes any UTF-8 name of up to 255
+# bytes, as rabbitry's spec does: a queue named ``café`` is declared and consumed like any other.
+
+
+def method_payload_frame(channel: int, class_id: int, method_id: int, payload: bytes) -> bytes:
+    """A method frame of ``payload`` (the method's arguments, encoded)."""
+    return (
+        _FRAME_HEAD.pack(FRAME_METHOD, channel, 4 + len(payload))
+        + struct.pack(">HH", class_id, method_id)
+        + payload
+        + FRAME_END
+    )
+
+
+def bits(*flags: bool) -> bytes:
+    """Consecutive bit arguments packed into one octet, the first in the lowest bit."""
+    return bytes((sum(1 << i for i, flag in enumerate(flags) if flag),))
+
+
+def queue_declare_frame(
+    channel: int,
+    queue: str,
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    exclusive: bool = False,
+    auto_delete: bool = False,
+    arguments: Mapping[str, Any] | None = None,
+) -> bytes:
+    payload = (
+        b"\x00\x00"  # reserved ticket
+        + shortstr(queue, "queue name")
+        + bits(passive, durable, exclusive, auto_delete)
+        + headers_table(arguments or {})
+    )
+    return method_payload_frame(channel, 50, 10, payload)
+
+
+def exchange_declare_frame(
+    channel: int,
+    exchange: str,
+    exchange_type: str = "direct",
+    *,
+    passive: bool = False,
+    durable: bool = False,
+    auto_delete: bool = False,
+    arguments: Mapping[str, Any] | None = None,
+) -> bytes:
+    payload = (
+        b"\x00\x00"
+        + shortstr(exchange, "exchange name")
+        + shortstr(exchange_type, "exchange type")
+        + bits(passive, durable, auto_delete)
+        + headers_table(arguments or {})
+    )
+    return method_payload_frame(channel, 40, 10, payload)
+
+
+def consume_frame(
+    channel: int,
+    queue: str,
+    consumer_tag: str,
+    *,
+    no_ack: bool = False,
+    arguments: Mapping[str, Any] | None = None,
+) -> bytes:
+    payload = (
+        b"\x00\x00"
+        + shortstr(queue, "queue name")
+        + shortstr(consumer_tag, "consumer tag")
+        + bits(False, no_ack)  # no-local, no-ack (exclusive, no-wait: off)
+        + headers_table(arguments or {})
+    )
+    return method_payload_frame(channel, 60, 20, payload)
+
+
+def cancel_frame(channel: int, consumer_tag: str) -> bytes:
+    return method_payload_frame(channel, 60, 30, shortstr(consumer_tag, "consumer tag") + bits())
+
+
 def headers_table(headers: Mapping[str, Any]) -> bytes:
     """An AMQP field table (4-byte size prefix included)."""
     return bytes(encode.field_table(dict(headers)))
@@ -259,11 +340,17 @@ __all__ = [
     "PROTOCOL_HEADER",
     "FrameError",
     "FrameReader",
+    "bits",
+    "cancel_frame",
     "commands",
+    "consume_frame",
     "content_frames",
+    "exchange_declare_frame",
     "method_frame",
+    "method_payload_frame",
     "properties_prefix",
     "properties_suffix",
     "publish_method_frame",
+    "queue_declare_frame",
     "shortstr",
 ]

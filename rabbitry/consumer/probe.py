@@ -43,7 +43,7 @@ class Probe:
     def _ask(self) -> bytes:
         out = bytearray(frames.method_frame(PROBE_CHANNEL, commands.Channel.Open()))
         for need in self.asked[self.answered :]:
-            out += frames.method_frame(PROBE_CHANNEL, _passive_declare(need))
+            out += _passive_declare(need)
         return bytes(out)
 
     def receive(self, frame: Any) -> bytes:
@@ -73,7 +73,7 @@ class Probe:
         return frames.method_frame(PROBE_CHANNEL, commands.Channel.Close(200, "checked", 0, 0))
 
 
-def _passive_declare(need: Need) -> commands.Queue.Declare | commands.Exchange.Declare:
+def _passive_declare(need: Need) -> bytes:
     if need.kind is Needed.QUEUE:
-        return commands.Queue.Declare(queue=need.name, passive=True)
-    return commands.Exchange.Declare(exchange=need.name, passive=True)
+        return frames.queue_declare_frame(PROBE_CHANNEL, need.name, passive=True)
+    return frames.exchange_declare_frame(PROBE_CHANNEL, need.name, passive=True)

@@ -120,13 +120,8 @@ class ConsumerSession(Session):
 
     def _consume(self, index: int) -> None:
         sub = self.subscriptions[index]
-        self.out += frames.method_frame(
-            CHANNEL,
-            commands.Basic.Consume(
-                queue=sub.queue,
-                consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
-                arguments=dict(sub.arguments),
-            ),
+        self.out += frames.consume_frame(
+            CHANNEL, sub.queue, f"{CONSUMER_TAG_PREFIX}{index}", arguments=sub.arguments
         )
 
     def _checked(self, probe: Probe) -> None:
@@ -148,9 +143,7 @@ class ConsumerSession(Session):
         if not self.ready:
             return
         for index in range(len(self.subscriptions)):
-            self.out += frames.method_frame(
-                CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
-            )
+            self.out += frames.cancel_frame(CHANNEL, f"{CONSUMER_TAG_PREFIX}{index}")
 
     def pause(self, indices: Sequence[int]) -> None:
         """Stop the consumers ``indices`` (a kill switch tripped), now and after a reconnect;
@@ -158,9 +151,7 @@ class ConsumerSession(Session):
         self.paused.update(indices)
         if self.ready and not self.stopping:
             for index in indices:
-                self.out += frames.method_frame(
-                    CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
-                )
+                self.out += frames.cancel_frame(CHANNEL, f"{CONSUMER_TAG_PREFIX}{index}")
 
     def resume(self, indices: Sequence[int]) -> None:
         """Start the paused consumers ``indices`` again (with the tags they had)."""

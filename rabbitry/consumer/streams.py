@@ -133,9 +133,7 @@ class StreamSession(ConsumerSession):
 
     def declare(self, queue: str, arguments: Mapping[str, Any]) -> None:
         """Declare a durable queue (``declared`` names it once the broker answered)."""
-        self.out += frames.method_frame(
-            CHANNEL, commands.Queue.Declare(queue=queue, durable=True, arguments=dict(arguments))
-        )
+        self.out += frames.queue_declare_frame(CHANNEL, queue, durable=True, arguments=arguments)
 
     def _other(self, channel: int, frame: Any) -> None:
         if isinstance(frame, commands.Queue.DeclareOk):
@@ -148,20 +146,13 @@ class StreamSession(ConsumerSession):
         index = len(self.subscriptions)
         subscription = Subscription(queue, {OFFSET_HEADER: offset})
         self.subscriptions.append(subscription)
-        self.out += frames.method_frame(
-            CHANNEL,
-            commands.Basic.Consume(
-                queue=queue,
-                consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
-                arguments=dict(subscription.arguments),
-            ),
+        self.out += frames.consume_frame(
+            CHANNEL, queue, f"{CONSUMER_TAG_PREFIX}{index}", arguments=subscription.arguments
         )
         return index
 
     def cancel(self, index: int) -> None:
-        self.out += frames.method_frame(
-            CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
-        )
+        self.out += frames.cancel_frame(CHANNEL, f"{CONSUMER_TAG_PREFIX}{index}")
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
         named = _QUEUE_IN_TEXT.search(frame.reply_text or "")
