@@ -20,7 +20,12 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from rabbitry.policies.retry import BROKER_HEADERS, RABBITRY_HEADER_PREFIX, cause_chain
+from rabbitry.policies.retry import (
+    BROKER_HEADERS,
+    RABBITRY_HEADER_PREFIX,
+    STACK_TRACE_HEADER,
+    cause_chain,
+)
 from rabbitry.uri import mask_text
 
 if TYPE_CHECKING:
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TRACE_HEADER", "ParkedHeaders", "stack_trace", "with_extras"]
 
-TRACE_HEADER = "x-rabbitry-stack-trace"
+TRACE_HEADER = STACK_TRACE_HEADER
 """The failure's stack trace on a parked copy, cut to fit the header frame."""
 ParkedHeaders: TypeAlias = "Callable[[IncomingMessage, BaseException], Mapping[str, Any] | None]"
 """A handler's hook: headers of its own for the copy parked after ``error``."""

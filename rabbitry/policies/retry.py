@@ -32,6 +32,8 @@ LAST_ERROR_HEADER = "x-rabbitry-last-error"
 QUEUE_HEADER = "x-rabbitry-queue"
 """The work queue the message failed in: where a replay sends it back."""
 PARKED_REASON_HEADER = "x-rabbitry-parked-reason"
+STACK_TRACE_HEADER = "x-rabbitry-stack-trace"
+"""On a parked copy: the failure's stack trace, cut to fit the header frame."""
 RABBITRY_HEADER_PREFIX = "x-rabbitry-"
 BROKER_HEADERS = (
     "x-delivery-count",  # set by quorum queues on delivery; meaningless on a new publish

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rabbitry.consumer import App, IncomingMessage
+from rabbitry.consumer.decision import replay_headers
 from rabbitry.consumer.engine import header_frame_size
 from rabbitry.consumer.parked_copy import TRACE_HEADER, stack_trace
 from rabbitry.policies.retry import ATTEMPT_HEADER, Backoff, ImmediateRetry, RetryPolicy
@@ -252,3 +253,9 @@ def test_retry_rules_given_in_code_apply_too() -> None:
     calls, handle = flaky(1000, TimeoutError)
     app.add("jobs", handle, retry=retry, immediate=ImmediateRetry(attempts=2, pause_ms=0))
     assert HandlerHarness(app).deliver("jobs", b"x").retried and len(calls) == 2
+
+
+def test_a_replayed_message_goes_back_without_its_old_trace() -> None:
+    headers = replay_headers({TRACE_HEADER: "Traceback ...", ATTEMPT_HEADER: 3, "x-tenant": "a"})
+    assert TRACE_HEADER not in headers and ATTEMPT_HEADER not in headers
+    assert headers["x-tenant"] == "a"
