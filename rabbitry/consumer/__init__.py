@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         MemoryIdempotencyStore,
     )
     from rabbitry.consumer.sync import Worker, cancel_job
-    from rabbitry.policies.retry import NonRetryable
+    from rabbitry.policies.retry import ImmediateRetry, NonRetryable
 
 __all__ = [
     "CANCEL_HEADER",
@@ -55,6 +55,7 @@ __all__ = [
     "Codec",
     "HandlerTimeout",
     "IdempotencyStore",
+    "ImmediateRetry",
     "IncomingMessage",
     "InvalidBody",
     "JsonCodec",
@@ -99,6 +100,7 @@ _LAZY = {
     "MemoryIdempotencyStore": "rabbitry.consumer.stores",
     "Worker": "rabbitry.consumer.sync",
     "cancel_job": "rabbitry.consumer.sync",
+    "ImmediateRetry": "rabbitry.policies.retry",
     "NonRetryable": "rabbitry.policies.retry",
 }
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
+from rabbitry.consumer.message import IncomingMessage
 from rabbitry.policies.retry import (
     BROKER_HEADERS,
     RABBITRY_HEADER_PREFIX,
@@ -28,14 +29,11 @@ from rabbitry.policies.retry import (
 )
 from rabbitry.uri import mask_text
 
-if TYPE_CHECKING:
-    from rabbitry.consumer.message import IncomingMessage
-
 __all__ = ["TRACE_HEADER", "ParkedHeaders", "stack_trace", "with_extras"]
 
 TRACE_HEADER = STACK_TRACE_HEADER
 """The failure's stack trace on a parked copy, cut to fit the header frame."""
-ParkedHeaders: TypeAlias = "Callable[[IncomingMessage, BaseException], Mapping[str, Any] | None]"
+ParkedHeaders: TypeAlias = Callable[[IncomingMessage, BaseException], Mapping[str, Any] | None]
 """A handler's hook: headers of its own for the copy parked after ``error``."""
 MIN_TRACE_BYTES = 64
 """Below this a trace says nothing useful: the header is left out."""
