@@ -14,7 +14,7 @@ from typing import Any
 import pika
 import pytest
 
-from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
+from rabbitry.consumer import App, AsyncWorker, IncomingMessage, TopologyMissing, Worker
 from rabbitry.consumer.faults import FAULT_TYPE
 from rabbitry.consumer.parked_copy import TRACE_HEADER
 from rabbitry.policies.retry import ATTEMPT_HEADER
@@ -249,3 +249,27 @@ def test_a_parked_message_publishes_its_fault_event(applied: Broker, kind: str) 
     assert "KeyError is not in retry_on" in event["reason"]
     assert "raise KeyError" in event["trace"]
     assert applied.count("orders.parking") == 1 and applied.count("orders") == 0
+
+
+def test_a_worker_refuses_to_start_without_its_fault_exchange(applied: Broker) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(applied.vhost_amqp_url))
+    connection.channel().exchange_delete("shop.faults")
+    connection.close()
+    app = make_app(applied)
+    calls: list[str] = []
+    app.add("orders", lambda message: calls.append("ran"))
+    publish(applied, "orders", "order-1")
+
+    async def main() -> BaseException | None:
+        try:
+            async with asyncio.timeout(20):
+                await AsyncWorker(app, applied.vhost_amqp_url).run()
+        except Exception as exc:
+            return exc
+        return None
+
+    error = asyncio.run(main())
+    assert isinstance(error, TopologyMissing), error
+    assert [(n.kind, n.name) for n in error.missing] == [("exchange", "shop.faults")]
+    assert "exchange 'shop.faults' (fault events of 'orders')" in str(error)
+    assert calls == [] and applied.count("orders") == 1
