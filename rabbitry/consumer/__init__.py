@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         MemoryIdempotencyStore,
     )
     from rabbitry.consumer.sync import Worker, cancel_job
-    from rabbitry.policies.retry import NonRetryable
+    from rabbitry.policies.retry import ImmediateRetry, NonRetryable
 
 __all__ = [
     "CANCEL_HEADER",
@@ -58,6 +58,7 @@ __all__ = [
     "Codec",
     "HandlerTimeout",
     "IdempotencyStore",
+    "ImmediateRetry",
     "IncomingMessage",
     "InvalidBody",
     "JsonCodec",
@@ -108,6 +109,7 @@ _LAZY = {
     "MemoryIdempotencyStore": "rabbitry.consumer.stores",
     "Worker": "rabbitry.consumer.sync",
     "cancel_job": "rabbitry.consumer.sync",
+    "ImmediateRetry": "rabbitry.policies.retry",
     "NonRetryable": "rabbitry.policies.retry",
 }
 

@@ -575,7 +575,7 @@ class AsyncWorker:
             try:
                 route.handler(message)
             except Exception as exc:
-                self.core.conclude(message, exc, time.perf_counter() - started)
+                return self._failed(message, route, exc, started)
             else:
                 self.core.conclude(message, None, time.perf_counter() - started)
             return False
@@ -586,15 +586,71 @@ class AsyncWorker:
             self.core.conclude(message, None, time.perf_counter() - started)
             return False
         except Exception as exc:
-            self.core.conclude(message, exc, time.perf_counter() - started)
-            return False
+            return self._failed(message, route, exc, started)
+        self._spawn(self._finish(coro, first, message, route, started), message, route)
+        return True
+
+    def _spawn(
+        self, coro: Coroutine[Any, Any, None], message: IncomingMessage, route: Route
+    ) -> None:
+        """Go on with ``message``'s handling in a task (``_task_done`` frees its place)."""
         assert self._loop is not None
         if route.ordered:
             self._ordered_busy.add(message.consumer)
-        task = self._loop.create_task(self._finish(coro, first, message, route, started))
+        task = self._loop.create_task(coro)
         self._tasks[task] = message
         task.add_done_callback(self._task_done)
+
+    def _failed(
+        self, message: IncomingMessage, route: Route, error: BaseException, started: float
+    ) -> bool:
+        """A first call that failed before it waited: concluded now, or called again in a task
+        (``immediate``); True when a task goes on with it."""
+        pause = self.core.immediate_pause(message, error, 1) if route.immediate else None
+        if pause is None:
+            self.core.conclude(message, error, time.perf_counter() - started)
+            return False
+        self._spawn(self._again(message, route, pause), message, route)
         return True
+
+    async def _again(self, message: IncomingMessage, route: Route, pause: float) -> None:
+        """Immediate retries in the handler's task: pause, call again, until a call succeeds
+        or the rule stops (``immediate.next_pause``); then the verdict."""
+        calls = 1
+        try:
+            while True:
+                await asyncio.sleep(pause)
+                calls += 1
+                started = time.perf_counter()
+                error = await self._call(message, route)
+                following = (
+                    None if error is None else self.core.immediate_pause(message, error, calls)
+                )
+                if following is None:
+                    break
+                pause = following
+        except asyncio.CancelledError:
+            if self._stopping:
+                self.core.requeue(message)  # shutdown: returned to the queue, not failed
+                return
+            raise
+        if message.generation != self.core.generation:
+            return  # the channel is gone: the broker redelivers the message
+        self.core.conclude(message, error, time.perf_counter() - started)
+        self._schedule_write()
+
+    async def _call(self, message: IncomingMessage, route: Route) -> BaseException | None:
+        """One whole call of the handler (a coroutine within its time-to-run); its error."""
+        try:
+            result = route.handler(message)
+            if route.is_async:
+                async with asyncio.timeout(route.timeout):
+                    await cast(Coroutine[Any, Any, Any], result)
+        except TimeoutError as exc:
+            return _timed_out(route) if route.is_async else exc
+        except Exception as exc:
+            return exc
+        return None
 
     async def _finish(
         self,
@@ -618,13 +674,14 @@ class AsyncWorker:
                 return
             raise
         except TimeoutError:
-            from rabbitry.consumer.decision import HandlerTimeout
-
-            error = HandlerTimeout(
-                f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
-            )
+            error = _timed_out(route)
         except Exception as exc:
             error = exc
+        if error is not None and route.immediate is not None:
+            pause = self.core.immediate_pause(message, error, 1)
+            if pause is not None:
+                await self._again(message, route, pause)
+                return
         if message.generation != self.core.generation:
             return  # the channel is gone: the broker redelivers the message
         self.core.conclude(message, error, time.perf_counter() - started)
@@ -646,3 +703,11 @@ class AsyncWorker:
             nxt = self._waiting.popleft()
             self._run(nxt, self.core.routes[nxt.consumer])
         self._schedule_write()
+
+
+def _timed_out(route: Route) -> BaseException:
+    from rabbitry.consumer.decision import HandlerTimeout
+
+    return HandlerTimeout(
+        f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
+    )

@@ -30,6 +30,7 @@ from rabbitry.consumer.kill_switch import KillSwitch
 from rabbitry.consumer.limits import Limits
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.middleware import Middleware
+from rabbitry.consumer.parked_copy import ParkedHeaders
 from rabbitry.consumer.periodic import (
     PeriodicError,
     PeriodicJob,
@@ -46,6 +47,7 @@ from rabbitry.consumer.stores import (
 )
 from rabbitry.consumer.targets import Target, TargetError, group_of, retry_of, target_of
 from rabbitry.errors import RabbitryError, SpecError
+from rabbitry.policies.retry import ImmediateRetry
 from rabbitry.topology.patterns.retry_setup import QueueRetry
 from rabbitry.uri import split_uris
 
@@ -102,6 +104,11 @@ class Route:
     """``queue`` is a modulus-sharded exchange's name, which the sharding plugin consumes from."""
     kill_switch: KillSwitch | None = None
     """Stop consuming the queue a while when its handler fails too often (``kill_switch``)."""
+    immediate: ImmediateRetry | None = None
+    """Calls in process before a failure goes to the ladder (``immediate=``, else the spec's
+    ``retry.immediate``; None: one call)."""
+    parked_headers: ParkedHeaders | None = None
+    """Extra headers for the parked copy of a message (``parked_headers=``)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,12 @@ class HandlerOptions(TypedDict, total=False):
     """How many of them may start back to back (default 1)."""
     kill_switch: KillSwitch | None
     """Stop consuming the queue for a cool-down when the handler's failures pass a ratio."""
+    immediate: ImmediateRetry | None
+    """Calls of the handler in process, a short pause apart, before a failure goes to the
+    retry ladder; replaces the spec's ``retry.immediate`` (``ImmediateRetry(attempts=1)``: off)."""
+    parked_headers: ParkedHeaders | None
+    """``fn(message, error) -> headers``: headers of your own on the copy parked for a message
+    (names of ``x-rabbitry-`` and the broker's ``x-death`` family are rabbitry's and skipped)."""
 
 
 class App:
@@ -531,6 +544,8 @@ class App:
             track=track,
             sharded_exchange=target.sharded_exchange,
             kill_switch=kill_switch,
+            immediate=options.get("immediate") or (retry.policy.immediate if retry else None),
+            parked_headers=options.get("parked_headers"),
         )
         self.routes[key] = route
         return route

@@ -30,6 +30,7 @@ from rabbitry.policies.retry import (
     LAST_ERROR_HEADER,
     LAST_FAILURE_HEADER,
     PARKED_REASON_HEADER,
+    STACK_TRACE_HEADER,
     Outcome,
     failed_attempts,
     failure_headers,
@@ -264,6 +265,7 @@ RETRY_STATE_HEADERS = (
     LAST_FAILURE_HEADER,
     LAST_ERROR_HEADER,
     PARKED_REASON_HEADER,
+    STACK_TRACE_HEADER,
 )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -34,10 +34,13 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
+from rabbitry.consumer.faults import FAULT_TYPE, FaultEvent, fault_event
+from rabbitry.consumer.immediate import next_pause
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
+from rabbitry.consumer.parked_copy import with_extras
 from rabbitry.consumer.periodic import (
     Occurrence,
     PeriodicQueue,
@@ -62,6 +65,14 @@ _KEPT_PROPERTIES = (
     "reply_to",
     "priority",
 )
+
+
+def header_frame_size(frames: bytes) -> int:
+    """Bytes of the content header frame in a publish's ``frames`` (method frame first): what
+    must fit the negotiated ``frame_max``."""
+    method_size = int.from_bytes(frames[3:7], "big")
+    start = 7 + method_size + 1
+    return 7 + int.from_bytes(frames[start + 3 : start + 7], "big") + 1
 
 
 def failure_text(error: BaseException) -> str:
@@ -281,6 +292,8 @@ class WorkerCore:
         self.session: ConsumerSession | None = None
         self.generation = 0
         self._pending: dict[Delivery, _Pending] = {}
+        self._faults: dict[Delivery, tuple[IncomingMessage, FaultEvent]] = {}
+        """Fault events sent for parked messages, each holding its message's ack."""
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
@@ -752,6 +765,8 @@ class WorkerCore:
                 tier=verdict.tier_label if verdict.action is Action.RETRY else None,
                 reason=verdict.reason or None,
             )
+        if verdict.action is Action.PARK and verdict.publishes:
+            verdict = self._parked_copy(message, route, verdict, error)
         if chain:
             run_decided(chain, message, verdict)
         if verdict.action is Action.REJECT:
@@ -766,6 +781,66 @@ class WorkerCore:
             return verdict
         self._republish(message, verdict, failure)
         return verdict
+
+    def immediate_pause(
+        self, message: IncomingMessage, error: BaseException, calls: int
+    ) -> float | None:
+        """Seconds before the handler is called again in process after its ``calls``-th call
+        failed (``immediate``), None when the failure goes on to its verdict."""
+        route = self.routes[message.consumer]
+        pause = next_pause(route, error, calls)
+        if pause is not None:
+            logger.info(
+                "handler of %s failed on message %s (call %d): %s; calling it again in %d ms",
+                route.queue,
+                message.message_id,
+                calls,
+                failure_text(error),
+                round(pause * 1000),
+                extra={**self._log_fields(message, route.queue), "action": "call-again"},
+            )
+        return pause
+
+    def _parked_copy(
+        self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
+    ) -> Verdict:
+        """The parked copy with the stack trace and the handler's own headers, within the
+        negotiated frame size (``parked_copy``)."""
+
+        def room(headers: Mapping[str, Any]) -> int:
+            copy = self._copy(message, replace(verdict, headers=headers))
+            return self.builder.frame_max - header_frame_size(copy.frames)
+
+        headers = with_extras(verdict.headers or {}, message, error, route.parked_headers, room)
+        return replace(verdict, headers=headers)
+
+    def _announce(self, message: IncomingMessage, verdict: Verdict, exchange: str) -> None:
+        """Publish the fault event of a parked message (``faults``); its confirm acks it."""
+        event = fault_event(
+            exchange, message.queue, message.message_id, verdict, int(time.time() * 1000)
+        )
+        delivery = self.builder.build(
+            event.encoded(),
+            exchange=event.exchange,
+            routing_key=event.routing_key,
+            content_type="application/json",
+            correlation_id=event.correlation_id,
+            message_type=FAULT_TYPE,
+        )
+        self._faults[delivery] = (message, event)
+        self._send(delivery)
+
+    def _announced(self, delivery: Delivery, message: IncomingMessage) -> None:
+        if delivery.status is not Status.CONFIRMED:
+            logger.error(
+                "message %s of %s is parked, but its fault event to %r could not be stored: %s",
+                message.message_id,
+                message.queue,
+                delivery.exchange,
+                delivery.error,
+                extra=self._log_fields(message, message.queue),
+            )
+        self._ack(message)
 
     def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
         """A stream's failed delivery: logged with its offset and acked (credit only)."""
@@ -819,6 +894,12 @@ class WorkerCore:
                     self._positions[message.consumer].handled(offset)
 
     def _republish(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
+        delivery = self._copy(message, verdict)
+        self._pending[delivery] = _Pending(message, verdict, failure)
+        self._send(delivery)
+
+    def _copy(self, message: IncomingMessage, verdict: Verdict) -> Delivery:
+        """The retry or parked copy of ``message`` as ``verdict`` says, built to send."""
         props: dict[str, Any] = {}
         if message._flags:
             all_props = message.properties
@@ -830,7 +911,7 @@ class WorkerCore:
                 props["message_type"] = all_props["type"]
             if "timestamp" in all_props:
                 props["timestamp"] = all_props["timestamp"]
-        delivery = self.builder.build(
+        return self.builder.build(
             message.body,
             exchange=verdict.exchange,
             routing_key=verdict.routing_key,
@@ -839,8 +920,6 @@ class WorkerCore:
             message_id=message.message_id,
             **props,
         )
-        self._pending[delivery] = _Pending(message, verdict, failure)
-        self._send(delivery)
 
     def _send(self, delivery: Delivery) -> None:
         session = self.session
@@ -867,6 +946,9 @@ class WorkerCore:
             scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
             if scheduled is not None:
                 self._scheduled(delivery, scheduled)
+            parked = self._faults.pop(delivery, None) if self._faults else None
+            if parked is not None:
+                self._announced(delivery, parked[0])
             return
         message, verdict = pending.message, pending.verdict
         counters = self.metrics.queues[message.queue]
@@ -875,8 +957,13 @@ class WorkerCore:
                 counters.parked += 1
             else:
                 counters.retried[verdict.tier_label] += 1
-            self._log_failure(message, self.routes[message.consumer], verdict, pending.failure)
-            self._ack(message)
+            route = self.routes[message.consumer]
+            self._log_failure(message, route, verdict, pending.failure)
+            faults = route.retry.fault_exchange if route.retry is not None else None
+            if faults is not None and verdict.action is Action.PARK:
+                self._announce(message, verdict, faults)
+            else:
+                self._ack(message)
             return
         route = self.routes[message.consumer]
         if self._gone(message, route, verdict, delivery, pending.failure):
@@ -1041,7 +1128,7 @@ class WorkerCore:
 
     @property
     def publishing(self) -> int:
-        return len(self._pending) + len(self._scheduling) + len(self._recording)
+        return len(self._pending) + len(self._scheduling) + len(self._recording) + len(self._faults)
 
     def take_output(self, flush: bool = False) -> bytes:
         """Ack/nack frames due now, then whatever the session queued."""

@@ -202,11 +202,21 @@ def level_needs(scheme: DelayScheme, what: str) -> Iterator[Need]:
     )
 
 
+def fault_exchanges(routes: Sequence[Route], broker: BrokerFacts) -> Iterator[Need]:
+    """The exchange a queue's fault events go to (``retry.faults``): a publish to an exchange
+    that does not exist closes the worker's channel, and the parked message with it."""
+    for route in routes:
+        if route.retry is not None and route.retry.fault_exchange is not None:
+            why = f"fault events of {route.queue!r}"
+            yield Need(Needed.EXCHANGE, route.retry.fault_exchange, why)
+
+
 STEPS: tuple[Step, ...] = (
     Step("consumed queues", consumed_queues),
     Step("retry mechanism", retry_mechanism),
     Step("parking lots", parking_lots),
     Step("delay levels", delay_levels),
+    Step("fault exchanges", fault_exchanges),
 )
 """The start-up check, in order: one more is one more line here."""
 

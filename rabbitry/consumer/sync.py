@@ -33,6 +33,7 @@ from rabbitry.consumer.engine import (
     vhost_parts,
     worker_core,
 )
+from rabbitry.consumer.immediate import call_again
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
@@ -90,7 +91,8 @@ def handle_blocking(
     core: WorkerCore, message: IncomingMessage, loop: Callable[[], asyncio.AbstractEventLoop]
 ) -> None:
     """Handle an admitted delivery in this thread: its span current, the middlewares'
-    ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    ``before`` hooks, the handler (called again in place while ``immediate`` says so, pausing
+    this thread), then ``core.conclude`` (hooks, verdict, ack or republish)."""
     if core.switches and core.hold(message):
         return  # its queue's kill switch is open
     token = core.enter(message)
@@ -98,7 +100,15 @@ def handle_blocking(
         if core.middleware and not core.before(message):
             return
         started = time.perf_counter()
-        error = call_handler(core.routes[message.consumer], message, loop)
+        route = core.routes[message.consumer]
+        error = call_handler(route, message, loop)
+        if error is not None and route.immediate is not None:
+            error, started = call_again(
+                error,
+                started,
+                lambda: call_handler(route, message, loop),
+                lambda failed, calls: core.immediate_pause(message, failed, calls),
+            )
         core.conclude(message, error, time.perf_counter() - started)
     finally:
         core.leave(token)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rabbitry.policies.delay import BinaryDelays, DelayScheme, FixedDelays
-from rabbitry.policies.retry import Backoff, RetryPolicy
+from rabbitry.policies.retry import Backoff, ImmediateRetry, RetryPolicy
 from rabbitry.topology.patterns.retry_setup import BrokerRetry, QueueRetry
 from rabbitry.topology.spec.limits import SpecLimits
 
@@ -54,7 +54,7 @@ __all__ = [
     "spec_text",
 ]
 
-FORMAT = 2
+FORMAT = 3
 """Bumped when the entry's shape or meaning changes."""
 KEY_FILE = "key"
 """The user's random key in the cache directory: entries are named and signed with it."""
@@ -193,6 +193,7 @@ def _retry_json(retry: QueueRetry | None) -> dict[str, Any] | None:
         if delay is None
         else {"binary" if isinstance(delay, BinaryDelays) else "fixed": asdict(delay)},
         "broker": asdict(retry.broker) if retry.broker is not None else None,
+        "fault_exchange": retry.fault_exchange,
     }
 
 
@@ -214,11 +215,14 @@ def _retry_of_json(data: Mapping[str, Any] | None) -> QueueRetry | None:
             attempts=policy["attempts"],
             backoff=Backoff(**backoff),
             never_retry=tuple(policy["never_retry"]),
+            retry_on=tuple(policy["retry_on"]),
+            immediate=ImmediateRetry(**policy["immediate"]) if policy["immediate"] else None,
         ),
         data["parking_queue"],
         {int(ms): queue for ms, queue in data["tier_queues"]},
         delay,
         BrokerRetry(**data["broker"]) if data["broker"] is not None else None,
+        data["fault_exchange"],
     )
 
 

@@ -67,6 +67,8 @@ class Outcome:
     scheduled: Occurrence | None = None
     """The occurrence of a periodic job published before the ack: the next one after a run,
     the same one delayed again, or the one that replaces it under a changed schedule."""
+    fault: Mapping[str, Any] | None = None
+    """The fault event published for a parked message (``retry.faults``): its JSON fields."""
 
     @property
     def action(self) -> Action:
@@ -431,8 +433,18 @@ class HandlerHarness:
                 if d.message_id == message.message_id and d.routing_key == verdict.routing_key
             )
             tracker.ack(copy.tag, multiple=False)
+        fault = None
+        for delivery, (parked, event) in list(core._faults.items()):
+            if parked is message:
+                fault = event.body
+                core.tracker.ack(delivery.tag, multiple=False)
         return Outcome(
-            verdict=verdict, message=message, error=error, copy=copy, scheduled=scheduled
+            verdict=verdict,
+            message=message,
+            error=error,
+            copy=copy,
+            scheduled=scheduled,
+            fault=fault,
         )
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

@@ -58,12 +58,11 @@ def test_a_queue_and_exchange_named_outside_ascii_are_consumed_with_their_retrie
         for i in range(3):
             publisher.publish(f"tarte-{i}".encode(), exchange="commandes-été", routing_key="crème")
 
-    done = lambda: (
-        sorted(calls)
-        == sorted(  # noqa: E731
-            [(f"tarte-{i}", attempt) for i in range(3) for attempt in (1, 2)]
-        )
-    )
+    expected = sorted((f"tarte-{i}", attempt) for i in range(3) for attempt in (1, 2))
+
+    def done() -> bool:
+        return sorted(calls) == expected
+
     if shell == "blocking":
         worker = Worker(app, broker.vhost_amqp_url)
         thread = threading.Thread(target=worker.run, daemon=True)

@@ -114,6 +114,8 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                     "a retrying queue needs a parking lot for what exhausts its retries:"
                     " remove `parking: false`",
                 )
+            if retry.faults is not None:
+                check_fault_exchange(retry.faults.exchange, vhost, loc, findings)
             if retry.via == VIA_QUEUES:
                 if isinstance(retry.backoff, ExponentialBackoffSpec) and retry.backoff.jitter:
                     findings.error(
@@ -144,6 +146,26 @@ def check_retries(spec: Spec, findings: Findings) -> None:
                         f"delay {retry.via!r} has fixed levels: jittered delays are rounded up"
                         " to the next level",
                     )
+
+
+def check_fault_exchange(name: str, vhost: VhostSpec, loc: Loc, findings: Findings) -> None:
+    """``retry.faults.exchange``: rabbitry declares it (a topic exchange) unless the spec does;
+    events are routed by the work queue's name, which a built-in or a headers exchange would
+    not route as the spec means."""
+    where = (*loc, "retry", "faults", "exchange")
+    if name.startswith("amq."):
+        findings.error(
+            where, f"fault exchange {name!r}: amq.* names are the broker's; pick another"
+        )
+        return
+    declared = next((e for e in vhost.exchanges if e.name == name), None)
+    if declared is not None and declared.type == "headers":
+        findings.error(
+            where,
+            f"fault exchange {name!r} is declared as a headers exchange: fault events are routed"
+            " by the work queue's name; declare it topic, direct or fanout, or drop its"
+            " declaration and rabbitry declares a topic exchange",
+        )
 
 
 def check_broker_retry(queue: QueueSpec, qtype: QueueType, loc: Loc, findings: Findings) -> None:

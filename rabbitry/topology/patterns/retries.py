@@ -8,6 +8,7 @@ queue's, and deleting a queue's spec removes its tiers with it. ``via: <delay>``
 through that delay's levels instead (exact per-message delays, jitter included). Exhausted and
 never-retried messages go to the parking lot ``<queue>.parking``; what the broker dead-letters
 (rejects, the quorum delivery limit) goes there too unless ``dead_letter`` says otherwise.
+``retry.faults`` declares the topic exchange a worker announces each parked message on.
 
 ``via: broker`` declares no tier queue: a quorum queue of RabbitMQ 4.3+ holds a message the
 worker returns as failed (basic.reject with requeue) for x-delayed-retry-min x its failed
@@ -36,7 +37,7 @@ from rabbitry.topology.patterns.retry_setup import (
     duration_label,
     retry_policy,
 )
-from rabbitry.topology.primitives import JSON, Queue, QueueType
+from rabbitry.topology.primitives import JSON, Exchange, ExchangeType, Queue, QueueType
 from rabbitry.topology.spec.model import QueueSpec, RetrySpec, VhostSpec
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "QueueRetry",
     "backoff_of",
     "dead_letter_queue_of",
+    "declare_fault_exchange",
     "declare_retries",
     "linear_problem",
     "parking_queue_of",
@@ -107,21 +109,24 @@ def queue_retry(vhost: VhostSpec, queue: QueueSpec) -> QueueRetry | None:
         return None
     parking = parking_queue_of(queue) or f"{queue.name}.parking"
     policy = retry_policy(queue.retry)
+    faults = queue.retry.faults.exchange if queue.retry.faults is not None else None
     if queue.retry.via == VIA_QUEUES:
         tiers = {
             delay: f"{queue.name}.retry.{duration_label(delay)}"
             for delay in tier_delays(queue.retry)
         }
-        return QueueRetry(queue.name, policy, parking, tiers)
+        return QueueRetry(queue.name, policy, parking, tiers, fault_exchange=faults)
     if queue.retry.via == VIA_BROKER:
-        return QueueRetry(queue.name, policy, parking, broker=BrokerRetry.of(queue.retry))
+        return QueueRetry(
+            queue.name, policy, parking, broker=BrokerRetry.of(queue.retry), fault_exchange=faults
+        )
     delay = next((d for d in vhost.delays if d.name == queue.retry.via), None)
     if delay is None:
         raise SpecError(
             f"queue {queue.name!r} retries via {queue.retry.via!r}, which is not a delay of"
             f" vhost {vhost.name!r}"
         )
-    return QueueRetry(queue.name, policy, parking, delay=delay_scheme(delay))
+    return QueueRetry(queue.name, policy, parking, delay=delay_scheme(delay), fault_exchange=faults)
 
 
 def declare_retries(draft: VhostDraft) -> None:
@@ -157,6 +162,7 @@ def declare_retries(draft: VhostDraft) -> None:
         retry = queue_retry(draft.spec, spec)
         if retry is None:
             continue
+        declare_fault_exchange(draft, retry.fault_exchange)
         for delay_ms, tier in retry.tier_queues.items():
             declared.add(tier)
             draft.queues.append(
@@ -166,3 +172,11 @@ def declare_retries(draft: VhostDraft) -> None:
                     arguments=ttl_queue_arguments(work.type.value, delay_ms, "", spec.name),
                 )
             )
+
+
+def declare_fault_exchange(draft: VhostDraft, name: str | None) -> None:
+    """The topic exchange fault events go to (``retry.faults``), once per vhost; one the spec
+    declares itself is left as declared."""
+    if name is None or any(e.name == name for e in draft.exchanges):
+        return
+    draft.exchanges.append(Exchange(name=name, type=ExchangeType.TOPIC))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rabbitry.policies.delay import DelayScheme
-from rabbitry.policies.retry import Backoff, RetryPolicy
+from rabbitry.policies.retry import Backoff, ImmediateRetry, RetryPolicy
 
 if TYPE_CHECKING:
     from rabbitry.topology.spec.model import RetrySpec
@@ -48,8 +48,15 @@ def backoff_of(spec: RetrySpec) -> Backoff:
 
 
 def retry_policy(spec: RetrySpec) -> RetryPolicy:
+    immediate = spec.immediate
     return RetryPolicy(
-        attempts=spec.attempts, backoff=backoff_of(spec), never_retry=tuple(spec.never_retry)
+        attempts=spec.attempts,
+        backoff=backoff_of(spec),
+        never_retry=tuple(spec.never_retry),
+        retry_on=tuple(spec.retry_on),
+        immediate=None
+        if immediate is None
+        else ImmediateRetry(attempts=immediate.attempts, pause_ms=immediate.pause),
     )
 
 
@@ -104,6 +111,8 @@ class QueueRetry:
     """The delay levels retries go through (``via: <delay>``)."""
     broker: BrokerRetry | None = None
     """The queue's own delayed retry (``via: broker``): failed messages go back to it."""
+    fault_exchange: str | None = None
+    """Where a fault event goes when a message is parked (``retry.faults.exchange``)."""
 
     def tier_queue(self, delay_ms: int) -> str:
         """The TTL queue for a scheduled delay (only exact tiers exist: no jitter via queues)."""

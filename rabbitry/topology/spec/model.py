@@ -302,6 +302,36 @@ class ExponentialBackoffSpec(SpecModel):
     """Random spread as a fraction (0.1 = +-10%); needs `via: <delay name>` (exact per message)."""
 
 
+def _exception_name(value: str) -> str:
+    if not _EXCEPTION_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an exception class name: give a class name (ValueError) or its"
+            " dotted path (myapp.errors.Invalid)"
+        )
+    return value
+
+
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+ExceptionName = Annotated[str, Field(max_length=255), AfterValidator(_exception_name)]
+
+
+class ImmediateRetrySpec(SpecModel):
+    """Calls of the handler in process before a failure goes to the retry ladder."""
+
+    attempts: int = Field(3, ge=1, le=100)
+    """Calls of the handler for one delivery, the first included (3: two more after a failure)."""
+    pause: Milliseconds = Field(50, le=60_000)
+    """Pause between two calls (e.g. 50ms); the worker's handler slot stays taken meanwhile."""
+
+
+class FaultsSpec(SpecModel):
+    """Where a worker announces the messages it parks."""
+
+    exchange: Name
+    """Topic exchange the fault events go to, with the work queue's name as routing key;
+    declared by rabbitry unless the spec declares it (then any type but headers works)."""
+
+
 class RetrySpec(SpecModel):
     """Retry failed messages with back-off, then park them. Attempts are counted in
     rabbitry's own headers (x-rabbitry-attempt), never in x-death."""
@@ -318,8 +348,29 @@ class RetrySpec(SpecModel):
     queue's own delayed retry (RabbitMQ 4.3+), no tier queues: the delay before retry n is
     x-delayed-retry-min x n, up to x-delayed-retry-max, so back-off tiers must be such a
     ramp ([1s, 2s, 3s]), an exponential back-off grows linearly, and jitter is refused."""
-    never_retry: list[str] = Field(default_factory=list)
-    """Exception class names that park at once (ValueError, myapp.errors.Invalid)."""
+    never_retry: list[ExceptionName] = Field(default_factory=list)
+    """Exception class names that park at once (ValueError, myapp.errors.Invalid), matched on
+    the failure and along its cause chain (`raise ... from`, or raised while handling); it wins
+    over `retry_on`."""
+    retry_on: list[ExceptionName] = Field(default_factory=list)
+    """When given, only failures that are, or were caused by, one of these exception classes
+    retry; any other parks at once (an allow-list: ConnectionError, myapp.errors.Transient)."""
+    immediate: ImmediateRetrySpec | None = None
+    """Calls of the handler in process, a short pause apart, before a retryable failure goes
+    to the ladder: `{attempts: 3, pause: 50ms}`. They do not count toward `attempts`, which
+    counts deliveries."""
+    faults: FaultsSpec | None = None
+    """Publish a fault event for every message parked: `{exchange: orders.faults}`."""
+
+    @model_validator(mode="after")
+    def _one_list_per_name(self) -> RetrySpec:
+        both = sorted(set(self.retry_on) & set(self.never_retry))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is in both `retry_on` and `never_retry`: keep it in one"
+                " (never_retry wins, so in retry_on it would never retry)"
+            )
+        return self
 
 
 class QueueSpec(SpecModel):

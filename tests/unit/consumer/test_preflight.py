@@ -72,6 +72,12 @@ def test_a_ladder_needs_its_queue_its_tier_queues_and_its_parking_lot() -> None:
     ]
 
 
+def test_a_queue_with_fault_events_needs_its_fault_exchange() -> None:
+    faults = QueueRetry("work", POLICY, "work.parking", {1000: "work.retry.1s"}, fault_exchange="f")
+    needs = needs_of([route("work", faults)], RABBITMQ_4_0)
+    assert needs[-1] == Need(Needed.EXCHANGE, "f", "fault events of 'work'", "fault exchanges")
+
+
 def test_a_retry_via_a_delay_needs_every_level_the_delivery_exchange_and_the_layout_marker() -> (
     None
 ):

@@ -35,6 +35,11 @@ vhosts:
   - name: two
     queues:
       - {name: tiers, retry: {attempts: 2, backoff: [3s], never_retry: [ValueError]}}
+      - name: failures
+        retry:
+          retry_on: [ConnectionError]
+          immediate: {attempts: 2, pause: 20ms}
+          faults: {exchange: two.faults}
 """
 
 
@@ -54,6 +59,10 @@ def test_the_view_read_back_resolves_every_queue_as_the_spec_does(tmp_path: Path
     assert one["broker"].retry is not None and one["broker"].retry.broker is not None
     assert one["levels"].retry is not None and one["levels"].retry.delay is not None
     assert one["plain"].ordered and one["log"].stream and one["log"].retry is None
+    failures = again.queues["two"]["failures"].retry
+    assert failures is not None and failures.fault_exchange == "two.faults"
+    assert failures.policy.retry_on == ("ConnectionError",)
+    assert failures.policy.immediate is not None and failures.policy.immediate.pause_ms == 20
 
 
 def test_a_templated_example_is_cached_by_its_rendered_text(tmp_path: Path) -> None:

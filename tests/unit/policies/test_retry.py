@@ -13,9 +13,11 @@ from rabbitry.policies.retry import (
     PARKED_REASON_HEADER,
     QUEUE_HEADER,
     Backoff,
+    ImmediateRetry,
     Outcome,
     RetryConfigError,
     RetryPolicy,
+    cause_chain,
     distinct_tiers,
     failed_attempts,
     failure_headers,
@@ -94,3 +96,74 @@ def test_longest_ms_bounds_every_jittered_delay() -> None:
     assert max(backoff.delay_ms(n, rng) for n in (1, 2, 3) for _ in range(2000)) <= 13_514
     assert Backoff(tiers_ms=(500, 2000)).longest_ms(5) == 2000
     assert Backoff().longest_ms(0) == 0
+
+
+class Transient(ConnectionError):
+    pass
+
+
+def raised(outer: Exception, cause: Exception | None = None, *, context: bool = False) -> Exception:
+    """``outer`` raised ``from cause`` (or, with ``context``, while handling ``cause``)."""
+    try:
+        if cause is None:
+            raise outer
+        try:
+            raise cause
+        except Exception as inner:
+            if context:
+                raise outer  # noqa: B904 - the implicit context is what is tested
+            raise outer from inner
+    except Exception as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+def test_retry_on_retries_only_the_listed_errors_and_parks_the_others_at_once() -> None:
+    policy = RetryPolicy(attempts=3, retry_on=("ConnectionError",))
+    assert policy.decide(0, Transient("down")).outcome is Outcome.RETRY
+    parked = policy.decide(0, KeyError("id"))
+    assert parked.outcome is Outcome.PARK and parked.attempt == 1
+    assert parked.reason == "KeyError is not in retry_on (ConnectionError)"
+
+
+def test_an_error_caused_by_an_allow_listed_one_retries() -> None:
+    policy = RetryPolicy(retry_on=(f"{__name__}.Transient",))
+    assert policy.is_retryable(raised(RuntimeError("wrapped"), Transient("down")))
+    assert policy.is_retryable(raised(RuntimeError("wrapped"), Transient("down"), context=True))
+    assert not policy.is_retryable(raised(RuntimeError("wrapped"), KeyError("id")))
+
+
+def test_never_retry_matches_the_cause_chain_too_and_wins_over_retry_on() -> None:
+    policy = RetryPolicy(never_retry=("ValueError",), retry_on=("RuntimeError",))
+    parked = policy.decide(0, raised(RuntimeError("wrapped"), Invalid("bad")))
+    assert parked.outcome is Outcome.PARK
+    assert parked.reason == "Invalid (cause of RuntimeError) is never retried"
+
+
+def test_raise_from_none_hides_the_context_from_the_rules() -> None:
+    try:
+        try:
+            raise Invalid("bad")
+        except Invalid:
+            raise RuntimeError("clean") from None
+    except RuntimeError as exc:
+        hidden = exc
+    assert RetryPolicy(never_retry=("ValueError",)).is_retryable(hidden)
+
+
+def test_a_cause_cycle_ends_the_chain() -> None:
+    a, b = RuntimeError("a"), KeyError("b")
+    a.__cause__, b.__cause__ = b, a
+    assert [type(e) for e in cause_chain(a)] == [RuntimeError, KeyError]
+
+
+def test_a_name_in_both_lists_is_refused() -> None:
+    with pytest.raises(RetryConfigError, match="both retry_on and never_retry"):
+        RetryPolicy(never_retry=("KeyError",), retry_on=("KeyError",))
+
+
+def test_immediate_retry_needs_a_call_and_no_negative_pause() -> None:
+    with pytest.raises(RetryConfigError, match="at least 1"):
+        ImmediateRetry(attempts=0)
+    with pytest.raises(RetryConfigError, match="negative"):
+        ImmediateRetry(pause_ms=-1)
