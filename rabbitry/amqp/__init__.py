@@ -10,6 +10,8 @@ Shaped like h11/httpcore: the protocol is pure, the I/O is thin.
 - ``reconnect``: the one rule for a failed connect: retry after back-off, or stop (a refused
   login, a certificate that cannot verify, ``give_up_after`` passed).
 - ``blocking`` and ``aio``: the two transports, a non-blocking socket and an asyncio protocol.
+- ``inprocess`` (and ``peer_transport``): connections to a peer in this process instead of a
+  socket, for a host a test attached one to (``rabbitry.testing.ScriptedBroker``).
 
 Users reach it through ``rabbitry.publisher`` and ``rabbitry.consumer``; nothing here imports
 them.
