@@ -18,7 +18,8 @@ delete and purge, qos, consume and cancel, publish (confirmed by ``ack`` unless 
 otherwise; a mandatory message that no queue takes comes back as ``basic.return``), the
 client's ack, nack and reject, heartbeats and close. Deliveries follow the prefetch.
 
-Faults on demand: ``answer_publishes`` (nack, or drop the connection at a publish),
+Faults on demand: ``answer_publishes`` (nack, hold the confirm until ``release_confirms``,
+or drop the connection at a publish),
 ``drop_after`` (the connection drops at the n-th frame from now), ``close_channel_on`` (the
 next such method closes its channel with 404, 406...), ``block``/``unblock``
 (``connection.blocked``), ``close_connections`` (the broker closes with 320).
@@ -79,6 +80,8 @@ class PublishAnswer(enum.Enum):
     """``basic.nack``: the broker could not take it (the message is not stored)."""
     DROP = "drop"
     """The connection drops when the publish arrives: not stored, not confirmed."""
+    HOLD = "hold"
+    """Stored, but its confirm waits for ``release_confirms()``."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class _Channel:
     unacked: dict[int, tuple[str, ScriptedMessage]] = field(default_factory=dict)
     consumers: dict[str, str] = field(default_factory=dict)
     """consumer tag -> queue."""
+    held: list[int] = field(default_factory=list)
+    """Publish sequence numbers stored whose confirms wait for ``release_confirms``."""
     closing: bool = False
     """The broker closed it: frames are ignored until the client's close-ok."""
     publish: tuple[commands.Basic.Publish, commands.Basic.Properties, int] | None = None
@@ -180,6 +185,7 @@ class ScriptedBroker:
         }
         self.heartbeat = heartbeat
         self.lock = threading.RLock()
+        self._changed = threading.Condition(self.lock)
         self.routing = Routing()
         self.frames: list[FrameRecord] = []
         """Every method received and sent, in order (heartbeats and content frames aside)."""
@@ -274,6 +280,13 @@ class ScriptedBroker:
             self._dispatch(queue)
         return message
 
+    def wait_for(self, condition: Callable[[ScriptedBroker], bool], timeout: float = 10.0) -> bool:
+        """Wait until ``condition(broker)`` holds (checked whenever a frame comes or goes), at
+        most ``timeout`` seconds; whether it holds. For clients that run in another thread
+        (from asyncio: ``await asyncio.to_thread(broker.wait_for, ...)``)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: condition(self), timeout)
+
     def received(self, name: str) -> list[FrameRecord]:
         """The methods named ``name`` (``basic.publish``) that clients sent, in order."""
         with self.lock:
@@ -290,6 +303,18 @@ class ScriptedBroker:
         """Answer the next publishes (in confirm mode) so, in order; then ``ack`` again."""
         with self.lock:
             self._answers.extend(PublishAnswer(a) for a in answers)
+
+    def release_confirms(self) -> int:
+        """Send the confirms ``PublishAnswer.HOLD`` held back; how many."""
+        count = 0
+        with self.lock:
+            for connection in self._connections:
+                for channel in connection.channels.values():
+                    for seq in channel.held:
+                        self._send(connection, channel.number, commands.Basic.Ack(seq))
+                    count += len(channel.held)
+                    channel.held.clear()
+        return count
 
     def drop_after(self, frames: int) -> None:
         """Drop the connection that sends the ``frames``-th frame from now (that frame is
@@ -386,7 +411,7 @@ class ScriptedBroker:
             self._content(connection, number, frame)
             return
         name = method_name(frame)
-        self.frames.append(FrameRecord(connection.number, number, name, frame, False))
+        self._record(FrameRecord(connection.number, number, name, frame, False))
         channel = connection.channels.get(number)
         if channel is not None and channel.closing:
             if isinstance(frame, commands.Channel.CloseOk):
@@ -578,7 +603,9 @@ class ScriptedBroker:
             queue.messages.append(
                 ScriptedMessage(exchange, message.routing_key, message.body, message.properties)
             )
-        if channel.confirming:
+        if answer is PublishAnswer.HOLD:
+            channel.held.append(channel.publish_seq)
+        elif channel.confirming:
             self._send(c, channel.number, commands.Basic.Ack(delivery_tag=channel.publish_seq))
         for queue in queues:
             self._dispatch(queue.name)
@@ -726,7 +753,7 @@ class ScriptedBroker:
     ) -> None:
         if not c.open:
             return
-        self.frames.append(FrameRecord(c.number, n, method_name(method), method, True, message))
+        self._record(FrameRecord(c.number, n, method_name(method), method, True, message))
         data = frames.method_frame(n, method)
         if message is not None:
             data += pamqp_frame.marshal(
@@ -739,6 +766,10 @@ class ScriptedBroker:
                 )
         c.send(data)
 
+    def _record(self, record: FrameRecord) -> None:
+        self.frames.append(record)
+        self._changed.notify_all()
+
     def _gone(self, c: _Connection) -> None:
         """The connection ended (closed by the client, or its close-ok came)."""
         if c in self._connections:
@@ -746,6 +777,7 @@ class ScriptedBroker:
         c.open = False
         for number in list(c.channels):
             self._forget_channel(c, number)
+        self._changed.notify_all()
 
     def _drop(self, c: _Connection) -> None:
         """The broker drops the connection (a fault, a shutdown): the client sees it lost."""
@@ -765,7 +797,7 @@ _REPLY = {
 
 def method_name(method: Any) -> str:
     """The spec's name of a pamqp method: ``Basic.ConsumeOk`` is ``basic.consume-ok``."""
-    cls, _, name = method.name.partition(".")
+    cls, _, name = str(method.name).partition(".")
     return (cls + "." + _WORD_START.sub(r"-\1", name)).lower()
 
 
