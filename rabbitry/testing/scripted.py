@@ -287,6 +287,21 @@ class ScriptedBroker:
         with self._changed:
             return self._changed.wait_for(lambda: condition(self), timeout)
 
+    def move(self, source: str, target: str) -> int:
+        """Move the ready messages of ``source`` to the end of ``target`` (consumers of
+        ``target`` get them at once); how many. Stands in for what a broker does over time,
+        which this one does not model: a retry tier's TTL dead-lettering its messages back."""
+        with self.lock:
+            self._known(queue=source)
+            self._known(queue=target)
+            messages = self.routing.queues[source].messages
+            count = len(messages)
+            self.routing.queues[target].messages.extend(messages)
+            messages.clear()
+            self._dispatch(target)
+            self._changed.notify_all()
+            return count
+
     def received(self, name: str) -> list[FrameRecord]:
         """The methods named ``name`` (``basic.publish``) that clients sent, in order."""
         with self.lock:
