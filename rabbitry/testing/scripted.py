@@ -72,6 +72,10 @@ _FRAME_MAX = 131072
 _hosts = itertools.count(1)
 
 
+class _ChannelError(Exception):
+    """A client used a channel it did not open: the broker closes the connection (504)."""
+
+
 class PublishAnswer(enum.Enum):
     """How the scripted broker answers one publish (``answer_publishes``)."""
 
@@ -420,6 +424,10 @@ class ScriptedBroker:
                 self.not_modelled.append(str(exc))
                 self._send(connection, 0, commands.Connection.Close(540, _text(exc), 0, 0))
                 self._drop(connection)
+            except _ChannelError as exc:
+                text = f"CHANNEL_ERROR - {exc}"
+                self._send(connection, 0, commands.Connection.Close(504, text, 0, 0))
+                self._drop(connection)
 
     def _frame(self, connection: _Connection, number: int, frame: Any) -> None:
         if isinstance(frame, header.ContentHeader | pamqp_body.ContentBody):
@@ -717,7 +725,7 @@ class ScriptedBroker:
     def _channel(self, c: _Connection, n: int) -> _Channel:
         channel = c.channels.get(n)
         if channel is None:
-            raise NotModelled(f"a method on channel {n}, which is not open (504 CHANNEL_ERROR)")
+            raise _ChannelError(f"a method on channel {n}, which is not open")
         return channel
 
     def _known(self, *, queue: str | None = None, exchange: str | None = None) -> None:
