@@ -5,7 +5,6 @@ failed message is acked only after the copy that replaces it was confirmed."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.policies.retry import ATTEMPT_HEADER, Backoff, RetryPolicy
 from rabbitry.testing import FrameRecord, PublishAnswer, ScriptedBroker
 from rabbitry.topology.patterns.retries import QueueRetry
+from tests.unit.testing.test_scripted_worker_features import drive
 
 RETRY = QueueRetry(
     queue="work",
@@ -181,24 +181,22 @@ def test_the_async_worker_acks_and_retries_in_the_same_order(broker: ScriptedBro
     assert_each_copy_confirmed_before_its_original_is_acked(broker)
 
 
+@pytest.mark.parametrize("kind", [AsyncWorker, Worker])
 def test_a_failed_message_stays_unacked_while_its_retry_copy_waits_for_its_confirm(
-    broker: ScriptedBroker,
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
     """The core guarantee, with the confirm held back: the broker stored the copy, the
     worker has not heard so, and the original must stay unacked until it does."""
     broker.answer_publishes(PublishAnswer.HOLD)
     broker.put("work", b"bad", message_id="bad-1")
-    worker = Worker(failing_app({b"bad"}), broker.url)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+
+    def script() -> None:
         assert broker.wait_for(lambda b: len(b.received("basic.publish")) == 1)
         # a bound, not a synchronisation: correct code never acks here, however long the
         # wait; a wrong one acks in the same write as the copy (seen when checking this test)
         assert not broker.wait_for(lambda b: bool(acked_tags(b)), timeout=0.5)
         assert broker.release_confirms() == 1
         assert broker.wait_for(lambda b: acked_tags(b) == {1})
-    finally:
-        worker.stop()
-        thread.join(10)
+
+    drive(kind(failing_app({b"bad"}), broker.url), script)
     assert_each_copy_confirmed_before_its_original_is_acked(broker)
