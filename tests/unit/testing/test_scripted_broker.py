@@ -95,3 +95,12 @@ def test_a_method_it_does_not_model_closes_the_connection_with_540_and_says_so()
     assert broker.not_modelled == [
         "the scripted broker does not model basic.get: test it on a real broker"
     ]
+
+
+def test_the_pytest_fixture_gives_an_attached_broker_without_the_broker_marker(
+    scripted_broker: ScriptedBroker, request: pytest.FixtureRequest
+) -> None:
+    scripted_broker.declare_queue("eu")
+    with Publisher(scripted_broker.url) as publisher:
+        assert publisher.publish(b"x", routing_key="eu").ok
+    assert request.node.get_closest_marker("broker") is None
