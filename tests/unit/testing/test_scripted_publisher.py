@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rabbitry.amqp import inprocess
 from rabbitry.amqp.errors import ExchangeNotFound
 from rabbitry.errors import Nacked, Unroutable
 from rabbitry.publisher import AsyncPublisher, Publisher
@@ -156,6 +157,10 @@ def test_what_the_broker_does_not_model_closes_the_connection_and_says_so() -> N
             broker.put("nowhere", b"x")
 
 
-def test_an_unattached_broker_url_resolves_nowhere() -> None:
+def test_only_an_attached_broker_answers_its_host_and_that_host_resolves_nowhere() -> None:
     broker = ScriptedBroker()
-    assert broker.host.endswith(".invalid")
+    assert broker.host.endswith(".invalid")  # RFC 6761: never a real host
+    assert inprocess.peer_for(broker.host) is None
+    with broker:
+        assert inprocess.peer_for(broker.host.upper()) is broker
+    assert inprocess.peer_for(broker.host) is None
