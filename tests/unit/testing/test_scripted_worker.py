@@ -13,7 +13,7 @@ from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.policies.retry import ATTEMPT_HEADER, Backoff, RetryPolicy
 from rabbitry.testing import FrameRecord, PublishAnswer, ScriptedBroker
 from rabbitry.topology.patterns.retries import QueueRetry
-from tests.unit.testing.test_scripted_worker_features import drive
+from tests.unit.testing.test_scripted_worker_features import drive, until
 
 RETRY = QueueRetry(
     queue="work",
@@ -94,8 +94,8 @@ def assert_each_copy_confirmed_before_its_original_is_acked(broker: ScriptedBrok
 def test_each_message_is_handled_and_acked(broker: ScriptedBroker) -> None:
     for i in range(5):
         broker.put("work", f"m{i}".encode(), message_id=f"id-{i}")
-    Worker(failing_app(set()), broker.url).run(max_idle=0.3)
-    assert acked_tags(broker) == {1, 2, 3, 4, 5}
+    worker = Worker(failing_app(set()), broker.url)
+    drive(worker, lambda: until(broker, lambda b: acked_tags(b) == {1, 2, 3, 4, 5}))
     assert not broker.queue("work").messages
     assert broker.received("basic.publish") == []
 
@@ -105,7 +105,8 @@ def test_a_failure_is_republished_to_its_tier_then_acked_after_the_confirm(
 ) -> None:
     broker.put("work", b"ok", message_id="ok-1")
     broker.put("work", b"bad", message_id="bad-1")
-    Worker(failing_app({b"bad"}), broker.url).run(max_idle=0.3)
+    worker = Worker(failing_app({b"bad"}), broker.url)
+    drive(worker, lambda: until(broker, lambda b: acked_tags(b) == {1, 2}))
     retried = list(broker.queue("work.retry.1s").messages)
     assert [m.message_id for m in retried] == ["bad-1"]
     assert retried[0].headers[ATTEMPT_HEADER] == 1  # the attempt that failed
@@ -116,7 +117,8 @@ def test_a_failure_is_republished_to_its_tier_then_acked_after_the_confirm(
 def test_a_retry_the_broker_nacks_is_parked_and_only_then_acked(broker: ScriptedBroker) -> None:
     broker.answer_publishes(PublishAnswer.NACK)
     broker.put("work", b"bad", message_id="bad-1")
-    Worker(failing_app({b"bad"}), broker.url).run(max_idle=0.3)
+    worker = Worker(failing_app({b"bad"}), broker.url)
+    drive(worker, lambda: until(broker, lambda b: acked_tags(b) == {1}))
     assert not broker.queue("work.retry.1s").messages
     assert [m.message_id for m in broker.queue("work.parking").messages] == ["bad-1"]
     publishes = [f.message.routing_key for f in broker.received("basic.publish") if f.message]
@@ -157,7 +159,7 @@ def test_a_dropped_connection_returns_unacked_messages_and_the_worker_reconnects
         if len(seen) == 1:
             broker.drop_after(1)  # the next frame from the worker is its first ack
 
-    Worker(app, broker.url).run(max_idle=0.3)
+    drive(Worker(app, broker.url), lambda: until(broker, lambda b: len(acked_tags(b)) >= 3))
     assert broker.connections_opened == 2
     assert not broker.queue("work").messages
     redelivered = [f.method.redelivered for f in broker.sent("basic.deliver")]
@@ -194,7 +196,7 @@ def test_a_failed_message_stays_unacked_while_its_retry_copy_waits_for_its_confi
         assert broker.wait_for(lambda b: len(b.received("basic.publish")) == 1)
         # a bound, not a synchronisation: correct code never acks here, however long the
         # wait; a wrong one acks in the same write as the copy (seen when checking this test)
-        assert not broker.wait_for(lambda b: bool(acked_tags(b)), timeout=0.5)
+        assert not broker.wait_for(lambda b: bool(acked_tags(b)), timeout=0.2)
         assert broker.release_confirms() == 1
         assert broker.wait_for(lambda b: acked_tags(b) == {1})
 
