@@ -1,8 +1,10 @@
 """A worker checks at start that the broker holds what its handlers need, and refuses to start
 (consuming nothing) when it does not: the issue's case, a ``retry: {via: broker}`` worker on a
 broker older than 4.3 that had 5 of 5 failing messages redelivered until the quorum queue
-dropped them, and missing retry tiers, parking lots and delay levels. Queue depths are exact
-AMQP counts (passive declares)."""
+dropped them, the CLI's refusal, and starting once ``apply`` made what was missing. Queue depths
+are exact AMQP counts (passive declares). Missing retry tiers, parking lots and delay levels,
+and ``async with`` refusing on entry, run on the scripted broker:
+tests/unit/testing/test_scripted_preflight.py."""
 
 from __future__ import annotations
 
@@ -168,52 +170,6 @@ def test_worker_run_refuses_with_one_error_line_and_exit_1(
     assert depth(broker, "work") == 5
 
 
-def test_a_missing_parking_lot_refuses_naming_it_and_the_command(broker: Broker) -> None:
-    path = broker.spec(LADDER)
-    broker.apply(LADDER)
-    delete(broker, queue="work.parking")
-    publish(broker, "work", [b"a", b"b", b"c"])
-    app = app_of(broker, path)
-    calls = failing(app)
-    error = start_async(AsyncWorker(app, broker.vhost_amqp_url))
-    assert isinstance(error, TopologyMissing), error
-    assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.parking")]
-    assert "queue 'work.parking' (parking lot of 'work')" in str(error)
-    assert f"run `rabbitry apply {path}` to make them" in str(error)
-    assert calls == [] and depth(broker, "work") == 3
-
-
-def test_a_missing_retry_tier_refuses_the_blocking_worker_too(broker: Broker) -> None:
-    path = broker.spec(LADDER)
-    broker.apply(LADDER)
-    delete(broker, queue="work.retry.2s")
-    publish(broker, "work", [b"a"])
-    app = app_of(broker, path)
-    calls = failing(app)
-    error = start_blocking(Worker(app, broker.vhost_amqp_url))
-    assert isinstance(error, TopologyMissing), error
-    assert [n.name for n in error.missing] == ["work.retry.2s"]
-    assert "retry tier of 'work', 2000 ms" in str(error)
-    assert calls == [] and depth(broker, "work") == 1
-
-
-def test_missing_delay_levels_are_each_named(broker: Broker) -> None:
-    path = broker.spec(VIA_DELAY)
-    broker.apply(VIA_DELAY)
-    delete(broker, exchange="delay.02")
-    delete(broker, queue="delay.00")
-    publish(broker, "mail", [b"a"])
-    app = app_of(broker, path)
-    calls = failing(app, "mail")
-    error = start_async(AsyncWorker(app, broker.vhost_amqp_url))
-    assert isinstance(error, TopologyMissing), error
-    assert sorted((n.kind, n.name) for n in error.missing) == [
-        ("exchange", "delay.02"),
-        ("queue", "delay.00"),
-    ]
-    assert calls == [] and depth(broker, "mail") == 1
-
-
 def test_after_apply_the_same_workers_start_and_handle_the_message(broker: Broker) -> None:
     path = broker.spec(LADDER)
     broker.apply(LADDER)
@@ -268,18 +224,3 @@ def test_async_with_runs_the_worker_for_the_block_and_await_stop_waits_for_it(
     assert calls == [b"in the block", b"second"] and depth(broker, "work") == 0
     started = "the broker holds what the handlers need (4 queues and exchanges): consuming work"
     assert [r.getMessage() for r in caplog.records].count(started) == 2
-
-
-def test_async_with_raises_the_refusal_on_entry(broker: Broker) -> None:
-    path = broker.spec(LADDER)
-    broker.apply(LADDER)
-    delete(broker, queue="work.retry.1s")
-    app = app_of(broker, path)
-    handled(app)
-
-    async def main() -> None:
-        with pytest.raises(TopologyMissing, match=r"queue 'work\.retry\.1s'"):
-            async with AsyncWorker(app, broker.vhost_amqp_url):
-                raise AssertionError("entered without the retry tier")
-
-    asyncio.run(main())
