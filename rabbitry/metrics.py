@@ -19,6 +19,9 @@ publishers that were garbage-collected stay in the sums, so no total ever goes d
   ``rabbitry_worker_timeouts_total{queue}``, ``rabbitry_worker_retried_total{queue,tier}``;
 - ``rabbitry_worker_handler_seconds{queue}`` (histogram), ``rabbitry_worker_in_flight{queue}``,
   ``rabbitry_worker_reconnects_total``;
+- ``rabbitry_worker_kill_switch_state{queue,state}``: how many of the process's workers have the
+  queue's kill switch ``closed``, ``open`` or ``half_open`` (queues with a kill switch only);
+  ``rabbitry_worker_kill_switch_trips_total{queue}``;
 - ``rabbitry_publisher_messages_total{outcome}``: ``confirmed``, ``nacked``, ``returned``,
   ``failed``; ``rabbitry_publisher_republished_total``, ``rabbitry_publisher_in_flight``,
   ``rabbitry_publisher_reconnects_total``, ``rabbitry_publisher_confirm_seconds`` (histogram).
@@ -67,6 +70,9 @@ OUTCOMES = (
 )
 
 
+SWITCH_STATES = ("closed", "open", "half_open")
+
+
 def _buckets(bounds: Sequence[float], counts: Sequence[int], total: int) -> list[tuple[str, float]]:
     out, running = [], 0
     for bound, count in zip(bounds, counts, strict=False):
@@ -113,6 +119,8 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
     }
     retried: dict[tuple[str, str], int] = defaultdict(int)
     in_flight: dict[str, int] = defaultdict(int)
+    switches: dict[tuple[str, str], int] = defaultdict(int)
+    trips: dict[str, int] = defaultdict(int)
     histogram: dict[str, list[Any]] = {}
     reconnects = 0
     for worker in workers:
@@ -141,6 +149,11 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
             for tier, count in list(c.retried.items()):
                 retried[(queue, tier)] += count
             in_flight[queue] += worker.in_flight(queue)
+            if c.kill_switch and not worker.settled_only:
+                for state in SWITCH_STATES:
+                    switches[(queue, state)] += c.kill_switch == state
+            if c.kill_switch_trips:
+                trips[queue] += c.kill_switch_trips
             h = histogram.setdefault(queue, [[0] * len(c.latency_buckets), 0.0, 0])
             h[0] = [a + b for a, b in zip(h[0], c.latency_buckets, strict=True)]
             h[1] += c.latency_sum
@@ -177,6 +190,22 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
     for queue, value in sorted(in_flight.items()):
         gauge.add_metric([queue], value)
     yield gauge
+    gauge = GaugeMetricFamily(
+        "rabbitry_worker_kill_switch_state",
+        "Workers whose kill switch of the queue is in this state.",
+        labels=["queue", "state"],
+    )
+    for (queue, state), value in sorted(switches.items()):
+        gauge.add_metric([queue, state], value)
+    yield gauge
+    family = CounterMetricFamily(
+        "rabbitry_worker_kill_switch_trips",
+        "Times a kill switch stopped consuming the queue.",
+        labels=["queue"],
+    )
+    for queue, value in sorted(trips.items()):
+        family.add_metric([queue], value)
+    yield family
     hist = HistogramMetricFamily(
         "rabbitry_worker_handler_seconds", "Handler run time.", labels=["queue"]
     )

@@ -11,8 +11,10 @@
 #     rabbitry supports, and RabbitMQ 4.3 from forky (Debian testing), the newest, for the
 #     compatibility runs of scripts/test.sh.
 #   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark-local]'`, a Java runtime for
-#     Spark when none is there, and .rabbitry/env.sh with the environment the tests need
-#     (scripts/test.sh sources it; so can you).
+#     Spark when none is there, the AsyncAPI 3.0 JSON Schema the tests validate against
+#     (scripts/asyncapi_schema.py: the @asyncapi/specs package of the npm registry, pinned), and
+#     .rabbitry/env.sh with the environment the tests need (scripts/test.sh sources it; so can
+#     you).
 #
 # Settings (environment): PYTHON (interpreter for the venv, default python3),
 # RABBITRY_RUN_DIR (podman socket, config and log; default /run/rabbitry),
@@ -317,6 +319,9 @@ main() {
         apt_install graphviz
     fi
     ensure_venv
+    # The official AsyncAPI 3.0 JSON Schema `rabbitry asyncapi`'s tests validate against.
+    "$VENV/bin/python" "$ROOT/scripts/asyncapi_schema.py" "$STATE_DIR/asyncapi" ||
+        die "the AsyncAPI schema could not be installed (see above)"
     write_env_file "$engine"
     log "ready in $((SECONDS - started)) s (engine: $engine; environment: $ENV_FILE)"
 }

@@ -1,4 +1,5 @@
-"""rabbitry's AMQP 0-9-1 client layer, under the publisher, the workers and the Spark sink.
+"""rabbitry's AMQP 0-9-1 client layer, under the publisher, the workers, the Spark sink and the
+tools beside them; the only AMQP client the package uses.
 
 Shaped like h11/httpcore: the protocol is pure, the I/O is thin.
 
@@ -10,6 +11,9 @@ Shaped like h11/httpcore: the protocol is pure, the I/O is thin.
 - ``reconnect``: the one rule for a failed connect: retry after back-off, or stop (a refused
   login, a certificate that cannot verify, ``give_up_after`` passed).
 - ``blocking`` and ``aio``: the two transports, a non-blocking socket and an asyncio protocol.
+- ``channel``: one plain blocking channel (declare, bind, purge, consume, settle, one call at a
+  time) for the tools: the parking lots, exact queue counts, the shard check, the Spark driver's
+  checks and the delay layout check.
 - ``inprocess`` (and ``peer_transport``): connections to a peer in this process instead of a
   socket, for a host a test attached one to (``rabbitry.testing.ScriptedBroker``).
 

@@ -1,7 +1,8 @@
 """Errors of the client layer: what the broker sends on a channel, and a connection gone for good.
 
-All are ``PublishError`` so one ``except`` around publishing catches every failure;
-``ConnectionLost`` is a ``BrokerError`` too, which is what a worker that gives up raises.
+All but ``ChannelRefused`` are ``PublishError`` so one ``except`` around publishing catches
+every failure; ``ConnectionLost`` is a ``BrokerError`` too, which is what a worker that gives
+up raises. ``ChannelRefused`` is what ``amqp.channel`` raises for a method the broker refused.
 """
 
 from __future__ import annotations
@@ -37,3 +38,13 @@ class ConnectionLost(PublishError, BrokerError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.deliveries = []
+
+
+class ChannelRefused(BrokerError):
+    """The broker refused a method (a passive declare of something missing: 404) and closed
+    the channel; ``reply_code`` and ``reply_text`` are its answer."""
+
+    def __init__(self, reply_code: int, reply_text: str) -> None:
+        self.reply_code = reply_code
+        self.reply_text = reply_text
+        super().__init__(f"{reply_code} {reply_text}")

@@ -23,6 +23,7 @@ COMMANDS = {
     "render": ("spec_commands", "render"),
     "schema": ("spec_commands", "schema"),
     "graph": ("spec_commands", "graph"),
+    "asyncapi": ("asyncapi", "asyncapi_command"),
     "plan": ("plan", "plan_command"),  # its own module: its broker reads start before loading
     "apply": ("apply", "apply_command"),  # its own module: it claims its lock before loading
     "reconcile": ("reconcile", "reconcile_command"),

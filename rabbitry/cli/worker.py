@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -15,11 +17,13 @@ import click
 from rabbitry.cli.common import (
     Invocation,
     MaskingFormatter,
+    fail,
     group,
     log_options,
     reset_verbosity,
 )
 from rabbitry.consumer.app import App, url_for_app
+from rabbitry.consumer.supervisor import announce_ready
 from rabbitry.uri import mask_text
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
@@ -116,6 +120,14 @@ def worker() -> None:
     help="Seconds in-flight handlers may finish after SIGTERM/SIGINT.",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, each with its own connection and prefetch, under a supervisor that"
+    " starts a crashed one again and drains all on SIGTERM/SIGINT (handlers that hold the CPU).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     help="Serve Prometheus metrics on this port (/metrics; OpenMetrics when asked).",
@@ -129,6 +141,7 @@ def run(
     concurrency: int,
     blocking: bool,
     shutdown_timeout: float,
+    processes: int,
     metrics_port: int | None,
     log_level: str,
     log_format: str,
@@ -137,12 +150,28 @@ def run(
 
     MODULE is a module name (package.module) or a file (path/to/app.py); APP defaults to app.
     A spec that did not change since it was last validated is read from its cached worker view
-    (docs/worker.md, Memory).
+    (docs/worker.md, Memory). With --processes N a supervisor runs N such workers
+    (docs/worker.md, Processes).
     """
+    verbose = Invocation.verbose
     setup_logging(log_level, log_format)
     if metrics_port is not None:  # refused before the app loads when the metrics extra is missing
         from rabbitry.metrics import serve as serve_metrics
     app = load_app(target)
+    if processes > 1:
+        if metrics_port is not None:
+            raise click.UsageError(
+                "--metrics-port serves one process's metrics: give it without --processes,"
+                " or run one `rabbitry worker run --metrics-port` per process"
+            )
+        child = [target, "--prefetch", str(prefetch), "--concurrency", str(concurrency)]
+        child += ["--shutdown-timeout", f"{shutdown_timeout:g}"]
+        child += ["--log-level", "debug" if verbose else log_level, "--log-format", log_format]
+        child += ["--sync"] if blocking else []
+        child += ["--node-order", node_order] if node_order else []
+        raise click.exceptions.Exit(
+            run_pool(app, child, url, processes=processes, shutdown_timeout=shutdown_timeout)
+        )
     address = url or app.url
     if address is None:
         address = "amqp://guest:guest@localhost:5672/"
@@ -163,8 +192,10 @@ def run(
         )
         if metrics_port is not None:
             serve_metrics(metrics_port)
+        announce_ready([w.core for w in sync_worker.workers] or [sync_worker.core])
         log.info("starting the blocking worker of %s", ", ".join(app.queues))
-        sync_worker.run(handle_signals=True)
+        with refusal_exit_code():
+            sync_worker.run(handle_signals=True)
     else:
         import asyncio
 
@@ -180,7 +211,58 @@ def run(
         )
         if metrics_port is not None:
             serve_metrics(metrics_port)
+        announce_ready([w.core for w in async_worker.workers] or [async_worker.core])
         log.info("starting the worker of %s", ", ".join(app.queues))
         started = time.monotonic()
-        asyncio.run(async_worker.run(handle_signals=True))
+        with refusal_exit_code():
+            asyncio.run(async_worker.run(handle_signals=True))
         log.debug("ran for %.1f s", time.monotonic() - started)
+
+
+def run_pool(
+    app: App, child: list[str], url: str | None, *, processes: int, shutdown_timeout: float
+) -> int:
+    """Supervise ``processes`` children of ``rabbitry worker run`` with the options ``child``;
+    the supervisor's exit code. The URL reaches them through the environment, not their
+    command line, where other users of the machine could read its password."""
+    from rabbitry.consumer.supervisor import Supervisor
+
+    env = dict(os.environ)
+    if url is not None:
+        env["RABBITRY_URL"] = url
+    command = [sys.executable, "-c", "from rabbitry.cli import main; main()", "worker", "run"]
+    spec = app.spec_file or "SPEC"
+    supervisor = Supervisor(
+        [*command, *child],
+        processes=processes,
+        env=env,
+        drain_timeout=shutdown_timeout + _DRAIN_MARGIN,
+        refusal_hint=f"run `rabbitry apply {spec}` to make what the handlers need, then start"
+        " the workers again",
+    )
+    logging.getLogger("rabbitry.worker").info(
+        "starting %d worker processes of %s", processes, ", ".join(app.queues)
+    )
+    return supervisor.run()
+
+
+_DRAIN_MARGIN = 15.0
+"""Seconds a child may take past its --shutdown-timeout to close its connection and exit."""
+
+
+@contextmanager
+def refusal_exit_code() -> Iterator[None]:
+    """In a child of the process pool, a refused start (``TopologyMissing``) is said as
+    always and exits with ``EXIT_REFUSED``, so the supervisor does not start it again."""
+    from rabbitry.consumer.preflight import TopologyMissing
+    from rabbitry.consumer.supervisor import READY_FD_ENV
+
+    try:
+        yield
+    except TopologyMissing as exc:
+        if READY_FD_ENV not in os.environ:
+            raise
+        from rabbitry.consumer.restarts import EXIT_REFUSED
+
+        fail(exc)
+        raise click.exceptions.Exit(EXIT_REFUSED) from None

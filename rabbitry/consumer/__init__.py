@@ -6,7 +6,9 @@ them, and periodic jobs to the spec's periodic queue (``@app.periodic``: ``sched
 ``periodic`` how each occurrence schedules the next). ``AsyncWorker`` (asyncio) and ``Worker``
 (blocking) run them over one pure core: ``decision`` says what happens to each delivery (ack,
 retry at a tier, park, reject, drop a duplicate or a cancelled job), ``engine`` turns that into
-confirmed publishes and batched acks. ``dlq`` lists, shows, replays and purges parking lots.
+confirmed publishes and batched acks. A handler's ``KillSwitch`` stops consuming its queue while
+it keeps failing and resumes after a cool-down (``kill_switch``, ``switchboard``). ``dlq``
+lists, shows, replays and purges parking lots.
 
 The names are loaded on first use, so a process running the asyncio worker does not also load
 the blocking one (and the reverse): each costs memory in every worker process.
@@ -30,11 +32,12 @@ if TYPE_CHECKING:
         Verdict,
         decide,
     )
+    from rabbitry.consumer.kill_switch import KillSwitch, SwitchState
     from rabbitry.consumer.message import IncomingMessage
     from rabbitry.consumer.metrics import WorkerMetrics
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
-    from rabbitry.consumer.preflight import TopologyMissing
+    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -58,6 +61,7 @@ __all__ = [
     "IncomingMessage",
     "InvalidBody",
     "JsonCodec",
+    "KillSwitch",
     "MemoryCancelStore",
     "MemoryIdempotencyStore",
     "Middleware",
@@ -65,6 +69,8 @@ __all__ = [
     "Occurrence",
     "PeriodicJob",
     "Route",
+    "SwitchState",
+    "TopologyLost",
     "TopologyMissing",
     "Verdict",
     "Worker",
@@ -87,11 +93,14 @@ _LAZY = {
     "HandlerTimeout": "rabbitry.consumer.decision",
     "Verdict": "rabbitry.consumer.decision",
     "decide": "rabbitry.consumer.decision",
+    "KillSwitch": "rabbitry.consumer.kill_switch",
+    "SwitchState": "rabbitry.consumer.kill_switch",
     "IncomingMessage": "rabbitry.consumer.message",
     "WorkerMetrics": "rabbitry.consumer.metrics",
     "Middleware": "rabbitry.consumer.middleware",
     "Occurrence": "rabbitry.consumer.periodic",
     "PeriodicJob": "rabbitry.consumer.periodic",
+    "TopologyLost": "rabbitry.consumer.preflight",
     "TopologyMissing": "rabbitry.consumer.preflight",
     "CancelStore": "rabbitry.consumer.stores",
     "IdempotencyStore": "rabbitry.consumer.stores",

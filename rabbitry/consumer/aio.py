@@ -239,6 +239,9 @@ class AsyncWorker:
                 if self._failure is not None:
                     raise self._failure
             await self._shutdown()
+            gone = self.core.take_lost()
+            if gone is not None:
+                raise gone
         finally:
             if self._ticker is not None:
                 self._ticker.cancel()
@@ -391,6 +394,8 @@ class AsyncWorker:
         if wire is not self._wire or session is None or not wire.feed(session, data):
             return
         core.sync_generation()
+        if core.lost is not None and not self._stopping:
+            self.stop()  # a queue or exchange the handlers need is gone: stop
         if session.state is State.CLOSED:
             self._write()
             if wire.transport is not None:
@@ -475,6 +480,11 @@ class AsyncWorker:
             else:
                 self.core.reseed(time.monotonic())
                 self._write(flush=True)
+                if session.inbox and not self._stopping:  # held deliveries a kill switch let go
+                    inbox, session.inbox = session.inbox, []
+                    for message in inbox:
+                        self._dispatch(message)
+                    self._write()
         self._ticker = loop.call_later(_TICK, self._tick)
 
     # -- handlers ---------------------------------------------------------------------------------
@@ -556,6 +566,8 @@ class AsyncWorker:
 
     def _start(self, message: IncomingMessage, route: Route) -> bool:
         """Run the handler up to its first real wait; True when it goes on in a task."""
+        if self.core.switches and self.core.hold(message):
+            return False  # its queue's kill switch is open
         if self.core.middleware and not self.core.before(message):
             return False
         started = time.perf_counter()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, Unpack
 
 from rabbitry.amqp.codecs import JSON, Codec
 from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
+from rabbitry.consumer.kill_switch import KillSwitch
 from rabbitry.consumer.limits import Limits
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.middleware import Middleware
@@ -99,6 +100,8 @@ class Route:
     """A stream handler's reader name: its position is kept on the broker (``tracking``)."""
     sharded_exchange: bool = False
     """``queue`` is a modulus-sharded exchange's name, which the sharding plugin consumes from."""
+    kill_switch: KillSwitch | None = None
+    """Stop consuming the queue a while when its handler fails too often (``kill_switch``)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ class HandlerOptions(TypedDict, total=False):
     """At most this many of this handler's messages started per second."""
     burst: int
     """How many of them may start back to back (default 1)."""
+    kill_switch: KillSwitch | None
+    """Stop consuming the queue for a cool-down when the handler's failures pass a ratio."""
 
 
 class App:
@@ -489,6 +494,17 @@ class App:
             limits = Limits(concurrency=concurrency, rate=rate, burst=options.get("burst", 1))
         except ValueError as exc:
             raise AppError(f"handler of {queue!r}: {exc}") from None
+        kill_switch = options.get("kill_switch")
+        if kill_switch is not None and (stream or not isinstance(kill_switch, KillSwitch)):
+            raise AppError(
+                f"kill_switch= of queue {queue!r}: "
+                + (
+                    "a stream keeps its messages and is read by offset, so a failure is skipped,"
+                    " not retried: drop kill_switch="
+                    if stream
+                    else f"give a rabbitry.consumer.KillSwitch(...), not {kill_switch!r}"
+                )
+            )
         try:
             shape = handler_shape(func)
         except SignatureError as exc:
@@ -514,6 +530,7 @@ class App:
             consumers=target.consumers,
             track=track,
             sharded_exchange=target.sharded_exchange,
+            kill_switch=kill_switch,
         )
         self.routes[key] = route
         return route

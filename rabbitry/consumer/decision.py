@@ -70,6 +70,9 @@ class Action(enum.StrEnum):
     SKIPPED = "skipped"
     """A failed delivery of a stream queue: logged and acked (the ack only returns credit).
     A stream cannot dead-letter and keeps the message: it can be read again by offset."""
+    HELD = "held"
+    """The queue's kill switch is open: the handler did not run; the delivery waits, unacked,
+    and is handled first when the switch half-opens (``kill_switch``)."""
 
 
 @dataclass(frozen=True)

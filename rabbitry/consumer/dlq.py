@@ -26,10 +26,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pika
+from pamqp.commands import Basic
 
+from rabbitry.amqp.channel import Channel
+from rabbitry.amqp.errors import ChannelRefused
 from rabbitry.amqp.message import Message
-from rabbitry.amqp.pika_errors import blocking_connection
 from rabbitry.consumer.decision import replay_headers
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.retry import (
@@ -130,7 +131,7 @@ class Parked:
 
     position: int
     body: bytes
-    properties: pika.BasicProperties
+    properties: Basic.Properties
     routing_key: str
     exchange: str
     delivery_tag: int = 0
@@ -228,14 +229,14 @@ class ParkingLot:
         self.queue = queue
         self.any_queue = any_queue
         self.parking_lots = parking_lots
-        self._connection = blocking_connection(url)
-        self._channel = self._connection.channel()
+        self._channel = Channel(url)
+        self._consumer: str | None = None
         try:
             declared = self._channel.queue_declare(queue, passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            self._connection.close()
+        except ChannelRefused as exc:
+            self._channel.close()
             raise DlqError(f"no queue {queue!r} in this vhost ({exc.reply_text})") from None
-        self.depth = int(declared.method.message_count)
+        self.depth = int(declared.message_count or 0)
 
     def __enter__(self) -> ParkingLot:
         return self
@@ -244,25 +245,31 @@ class ParkingLot:
         self.close()
 
     def close(self) -> None:
-        if self._connection.is_open:
-            self._connection.close()
+        self._channel.close()
 
     def _scan(self, prefetch: int = 0) -> Iterator[Parked]:
         """Every message present at the start, once, unacked (they return when we close)."""
         channel = self._channel
-        channel.basic_qos(prefetch_count=prefetch)
+        channel.qos(prefetch)
+        self._consumer = channel.consume(self.queue)
         position = 0
         total = self.depth
         idle_since = time.monotonic()
-        for method, props, body in channel.consume(self.queue, inactivity_timeout=0.1):
-            if method is None:
+        while True:
+            delivered = channel.next_delivery(0.1)
+            if delivered is None:
                 if position >= total or time.monotonic() - idle_since > _IDLE:
                     break
                 continue
             idle_since = time.monotonic()
             position += 1
             yield Parked(
-                position, body, props, method.routing_key, method.exchange, method.delivery_tag
+                position,
+                delivered.body,
+                delivered.properties,
+                delivered.routing_key,
+                delivered.exchange,
+                delivered.delivery_tag,
             )
             if position >= total:
                 break
@@ -286,12 +293,13 @@ class ParkingLot:
             refuse_unless_parking_lot(self.queue, verb, self.parking_lots)
 
     def _return_all(self) -> None:
+        """Stop consuming and give every unacked message back, in its order."""
         channel = self._channel
-        if channel.is_open:
-            channel.cancel()
-            channel.basic_nack(0, multiple=True, requeue=True)
-            channel.close()
-        self._channel = self._connection.channel()
+        if self._consumer is not None:
+            channel.cancel(self._consumer)
+            self._consumer = None
+        channel.nack(0, multiple=True, requeue=True)
+        channel.flush()
 
     def replay(
         self,
@@ -340,7 +348,7 @@ class ParkingLot:
                 correlation_id=props.correlation_id,
                 reply_to=props.reply_to,
                 priority=props.priority,
-                message_type=props.type,
+                message_type=props.message_type,
                 persistent=props.delivery_mode != 1,
             )
 
@@ -357,7 +365,7 @@ class ParkingLot:
             deliveries = publisher.stream(m for _, m in sendable)
             for (parked, _), delivery in zip(sendable, deliveries, strict=True):
                 if delivery.ok:
-                    self._channel.basic_ack(parked.delivery_tag)
+                    self._channel.ack(parked.delivery_tag)
                     report.moved += 1
                 else:
                     report.failed.append((parked.message_id, str(delivery.error)))
@@ -372,14 +380,13 @@ class ParkingLot:
         """Delete the selected messages (all of them with the empty selection); how many."""
         self._refuse_unless_lot("purge")
         if selection.everything:
-            result = self._channel.queue_purge(self.queue)
-            return int(result.method.message_count)
+            return self._channel.queue_purge(self.queue)
         removed = 0
         for parked in self._scan():
             if selection.count is not None and removed >= selection.count:
                 continue
             if selection.accepts(parked):
-                self._channel.basic_ack(parked.delivery_tag)
+                self._channel.ack(parked.delivery_tag)
                 removed += 1
         self._return_all()
         return removed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -37,10 +38,17 @@ from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
-from rabbitry.consumer.periodic import Occurrence, PeriodicQueue, Step, plan_occurrence
+from rabbitry.consumer.periodic import (
+    Occurrence,
+    PeriodicQueue,
+    Step,
+    plan_occurrence,
+    read_occurrence,
+)
 from rabbitry.consumer.positions import StreamPosition
-from rabbitry.consumer.preflight import StartCheck
+from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.uri import mask_text
 
@@ -285,6 +293,15 @@ class WorkerCore:
         self._next_seed = 0.0
         self.start_check = StartCheck(self.routes, app.spec_file)
         """What the broker must hold before the first consumer starts (``preflight``)."""
+        self.on_started: list[Callable[[], None]] = []
+        """Called each time a connection consumes (the process pool learns its child is up)."""
+        self.lost: TopologyLost | None = None
+        """A retry tier, parking lot or delay the worker published into went away while it
+        ran: the shells stop consuming and raise it once they shut down (``_gone``)."""
+        self.switchboard = Switchboard(self.routes, self.metrics)
+        """The kill switches of the handlers that have one (``switchboard``)."""
+        self.switches = self.switchboard.switches
+        self._returning = self.switchboard.returning
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -309,6 +326,8 @@ class WorkerCore:
             start_check=self.start_check,
         )
         session.stopping = stopping
+        if self.switches:
+            session.paused = self.switchboard.paused_consumers()
         self.session = session
         return session
 
@@ -371,16 +390,21 @@ class WorkerCore:
             self.acks.forget()
 
     def log_started(self, session: ConsumerSession) -> None:
-        """Say that the worker consumes, once its start-up check passed on ``session``."""
+        """Say that the worker consumes, once its start-up check passed on ``session``
+        (the log line, then ``on_started``)."""
         if session.checked is not None:
             logger.info(
                 "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
                 session.checked,
                 ", ".join(dict.fromkeys(route.queue for route in self.routes)),
             )
+        for started in self.on_started:
+            started()
 
     def connection_lost(self) -> None:
         self.acks.forget()
+        if self.switches:
+            self.switchboard.forget()  # the broker requeued them with the channel
         self._holds.clear()  # their messages go back to the queue with the channel
         self.generation += 1
         self.session = None
@@ -401,6 +425,9 @@ class WorkerCore:
 
     def admit(self, message: IncomingMessage) -> bool:
         """Count a new delivery; False when it was settled without its handler."""
+        if self._returning and message in self._returning:
+            self._returning.discard(message)
+            return True  # held by a kill switch: counted and admitted when it first came
         self.acks.received(message.tag)
         if self._positions and message.consumer in self._positions and not self._take(message):
             return False
@@ -495,6 +522,15 @@ class WorkerCore:
             if message_id is not None:
                 store.remember(message_id)
             assert tick.publish is not None
+            if tick.behind:  # said, so that a worker's absence shows as late runs, not as none
+                assert tick.occurrence is not None
+                logger.info(
+                    "occurrence %s on %s runs late: %s",
+                    tick.occurrence.label,
+                    route.queue,
+                    tick.reason,
+                    extra=self._log_fields(message, route.queue),
+                )
             self._holds[message] = 2  # the handler's end and the next occurrence's confirm
             self._schedule(message, tick.publish, carrier, now_ms, ran=True)
             return True
@@ -578,6 +614,26 @@ class WorkerCore:
             self._ack(message)
             return
         occurrence = scheduled.occurrence
+        carrier = scheduled.carrier
+        why = f"delay levels carrying occurrences of {carrier.queue!r}"
+        need = lost_need(delivery.error, delivery.exchange, delivery.routing_key, why)
+        if need is not None:
+            # not published again nor given up (which ends the chain): the worker stops and
+            # the occurrence goes back to its queue, run again once the delay is back
+            current = read_occurrence(message.headers)
+            held = current.label if current is not None else message.message_id
+            lost = self._stop_for(need, carrier.queue, f"occurrence {held}")
+            logger.error(
+                "could not store occurrence %s (published for %s): %s",
+                occurrence.label,
+                held,
+                lost,
+            )
+            if not scheduled.ran:
+                self.requeue(message)
+            # a run keeps the hold this publish would have released: never acked, it goes
+            # back to its queue when the worker closes its channel
+            return
         if scheduled.tries < _SCHEDULE_TRIES:
             logger.warning(
                 "could not store occurrence %s (try %d): %s; publishing it again",
@@ -654,6 +710,8 @@ class WorkerCore:
         chain = self.middleware
         if chain:
             error = run_after(chain, len(chain) if entered is None else entered, message, error)
+        if self.switches:
+            self.switchboard.record(route.queue, error is not None, self.session)
         if error is None:
             if route.idempotent:
                 mid = message.message_id
@@ -821,6 +879,8 @@ class WorkerCore:
             self._ack(message)
             return
         route = self.routes[message.consumer]
+        if self._gone(message, route, verdict, delivery, pending.failure):
+            return
         parks = verdict.action is Action.RETRY and route.retry is not None
         logger.error(
             "handler of %s failed on message %s (attempt %d): %s; could not store its %s copy"
@@ -850,6 +910,63 @@ class WorkerCore:
             self._republish(message, park, pending.failure)
         else:
             self.requeue(message)
+
+    def _gone(
+        self,
+        message: IncomingMessage,
+        route: Route,
+        verdict: Verdict,
+        delivery: Delivery,
+        failure: str,
+    ) -> bool:
+        """A retry or parked copy that found its queue or exchange gone (unroutable, 404):
+        the message goes back to its queue and the worker stops (``lost``), the way it
+        refuses to start without that object. Redelivered at once, the message would only
+        fail the same way again and again. False for any other failure."""
+        if verdict.action is Action.PARK:
+            why = f"parking lot of {route.queue!r}"
+        elif route.retry is not None and route.retry.delay is not None:
+            why = f"delay levels carrying retries of {route.queue!r}"
+        else:
+            why = f"retry tier of {route.queue!r}, {verdict.delay_ms} ms"
+        need = lost_need(delivery.error, verdict.exchange, verdict.routing_key, why)
+        if need is None:
+            return False
+        lost = self._stop_for(need, route.queue, "the failed message")
+        logger.error(
+            "handler of %s failed on message %s (attempt %d): %s; its %s copy came back (%s): %s",
+            route.queue,
+            message.message_id,
+            verdict.attempt,
+            failure,
+            verdict.action.value,
+            delivery.error,
+            lost,
+            extra={
+                **self._log_fields(message, route.queue),
+                "attempt": verdict.attempt,
+                "action": "requeue",
+            },
+        )
+        self.requeue(message)
+        return True
+
+    def _stop_for(self, need: Need, queue: str, held: str) -> TopologyLost:
+        """Note that ``need`` went away (the first one is what the worker stops with)."""
+        broker = self.settings.display.rsplit("/", 1)[0]  # the vhost is named apart
+        where = f"vhost {self.settings.vhost!r} on {broker}"
+        lost = TopologyLost([need], where, self.app.spec_file, queue, held)
+        if self.lost is None:
+            self.lost = lost
+        return lost
+
+    def take_lost(self) -> TopologyLost | None:
+        """What the worker stopped for (None: nothing went away); the next run checks the
+        broker again before it consumes."""
+        lost, self.lost = self.lost, None
+        if lost is not None:
+            self.start_check.passed = False
+        return lost
 
     def _log_failure(
         self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
@@ -931,6 +1048,8 @@ class WorkerCore:
         session = self.session
         if session is None:
             return b""
+        if self.switches and session.ready:
+            self._settle_switches(session)
         acks = self.acks
         if session.ready and (flush or acks._since or acks._singles):
             frames = acks.take_frames(flush)
@@ -941,3 +1060,38 @@ class WorkerCore:
         if not session.out:
             return b""
         return session.take_output()
+
+    # -- kill switches ----------------------------------------------------------------------------
+
+    def hold(self, message: IncomingMessage) -> bool:
+        """True when the message's queue is paused by its kill switch: its handler must not
+        run; the delivery waits, unacked, to be handled first when the switch half-opens."""
+        return self.switchboard.hold(message)
+
+    def resume_due(self) -> list[IncomingMessage]:
+        """Half-open the kill switches whose cool-down has passed and consume their queues
+        again; the deliveries that waited for them, oldest first."""
+        released = self.switchboard.resume_due(self.session)
+        return [m for m in released if m.generation == self.generation]
+
+    def _settle_switches(self, session: ConsumerSession) -> None:
+        """Return what the switches held too long (or all of it at shutdown); consume the
+        queues whose cool-down has passed, their held deliveries first."""
+        board = self.switchboard
+        for message in board.take_all() if session.stopping else board.overdue():
+            self.requeue(message)
+        if session.stopping:
+            returning = self._returning
+            if returning:  # handed back, not handled: returned, counted once
+                for message in [m for m in session.inbox if m in returning]:
+                    self.requeue(message)
+                session.inbox = [m for m in session.inbox if m not in returning]
+                returning.clear()
+            return
+        released = self.resume_due()
+        if board.released:
+            released += [m for m in board.take_released() if m.generation == self.generation]
+        if released:
+            # the shells read the inbox when the broker answers (basic.consume-ok at the latest)
+            self._returning.update(released)
+            session.inbox[:0] = released

@@ -34,6 +34,10 @@ class QueueCounters:
     timeouts: int = 0
     skipped: int = 0
     """Failed deliveries of a stream, logged and acked (a stream cannot dead-letter)."""
+    kill_switch_trips: int = 0
+    """Times the queue's kill switch tripped (``kill_switch``)."""
+    kill_switch: str = ""
+    """Its kill switch's state (``closed``, ``open``, ``half_open``); empty: it has none."""
     retried: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """By tier (``1s``, ``5s``)."""
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
@@ -53,6 +57,7 @@ class QueueCounters:
             "cancelled",
             "timeouts",
             "skipped",
+            "kill_switch_trips",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for tier, count in list(other.retried.items()):

@@ -69,6 +69,12 @@ class Occurrence:
         return occurrence_id(self.job, self.schedule, self.scheduled_ms)
 
     @property
+    def label(self) -> str:
+        """``cleanup at 2026-11-25T10:05:00.000Z``: how log lines name it (the id's ``@`` and
+        ``:`` read as a URL's password to the masking every log line goes through)."""
+        return f"{self.job} at {_iso(self.scheduled_ms)}"
+
+    @property
     def headers(self) -> dict[str, Any]:
         return {
             JOB_HEADER: self.job,
@@ -162,7 +168,8 @@ class Step(enum.StrEnum):
 
     RUN = "run"
     """Due, first copy: publish ``publish`` (the next occurrence), run the job, ack when the
-    job ended and the next occurrence is confirmed."""
+    job ended and the next occurrence is confirmed. ``behind``: the next occurrence is due
+    already (occurrences missed while no worker ran): they run one after the other."""
     RETRY = "retry"
     """A retry of an occurrence that failed (attempt > 1): run the job; its next occurrence
     was published by the first attempt."""
@@ -188,6 +195,8 @@ class Tick:
     publish: Occurrence | None = None
     """The occurrence to publish (confirmed) before the ack."""
     reason: str = ""
+    behind: bool = False
+    """A run whose next occurrence is due already: the job catches up (``Step.RUN``)."""
 
 
 def plan_occurrence(
@@ -228,7 +237,19 @@ def plan_occurrence(
         return Tick(Step.EARLY, occurrence, job, publish=occurrence, reason="not due yet")
     if duplicate:
         return Tick(Step.DUPLICATE, occurrence, job, reason="occurrence already taken")
-    return Tick(Step.RUN, occurrence, job, publish=job.next_after(occurrence))
+    following = job.next_after(occurrence)
+    if following.scheduled_ms > now_ms:
+        return Tick(Step.RUN, occurrence, job, publish=following)
+    return Tick(
+        Step.RUN,
+        occurrence,
+        job,
+        publish=following,
+        reason=f"due {(now_ms - occurrence.scheduled_ms) / 1000:.1f} s ago, and the next"
+        f" ({_iso(following.scheduled_ms)}) is due too: the occurrences missed while no worker"
+        " ran run one after the other",
+        behind=True,
+    )
 
 
 def delay_route(scheme: DelayScheme, queue: str, delay_ms: int) -> Route:

@@ -1,4 +1,5 @@
-"""What a worker checks on the broker before it consumes anything, and the error it refuses with.
+"""What a worker checks on the broker before it consumes anything, and the error it refuses with
+(or stops with, when such an object goes away while it runs: ``TopologyLost``).
 
 A worker's handlers rely on broker objects that only ``rabbitry apply`` makes: the queues they
 consume, the retry tier queues or delay levels a failed message is published into, the parking
@@ -35,7 +36,9 @@ __all__ = [
     "Needed",
     "StartCheck",
     "Step",
+    "TopologyLost",
     "TopologyMissing",
+    "lost_need",
     "needs_of",
 ]
 
@@ -269,3 +272,58 @@ def refusal_text(missing: Sequence[Need], where: str, spec: str | None) -> str:
         parts.append(f"{where} lacks {listed}: run `{command}` to make them")
     parts.extend(str(need) for need in broker)
     return "the worker refused to start (nothing was consumed): " + "; ".join(parts)
+
+
+# -- gone while the worker runs -------------------------------------------------------------------
+
+
+def lost_need(
+    error: BaseException | None, exchange: str, routing_key: str, why: str
+) -> Need | None:
+    """What a worker's own publish (a retry or parked copy, published to ``exchange`` with
+    ``routing_key`` for the reason ``why``) found gone from the broker: the queue of a publish to
+    the default exchange that came back unroutable, the exchange of one refused with 404, or
+    delay levels a message reached no queue through. None for any other failure (a nack, a
+    channel closed for another reason): those are not about a missing object."""
+    from rabbitry.amqp.errors import ExchangeNotFound
+    from rabbitry.errors import Unroutable
+
+    if isinstance(error, ExchangeNotFound):
+        return Need(Needed.EXCHANGE, exchange, why)
+    if not isinstance(error, Unroutable):
+        return None
+    if exchange == "":
+        return Need(Needed.QUEUE, routing_key, why)
+    return Need(Needed.EXCHANGE, exchange, f"{why}: a message published into it reached no queue")
+
+
+class TopologyLost(TopologyMissing):
+    """A running worker stopped: an object its handlers need went away from the broker (a
+    ``TopologyMissing``: the restarted worker refuses to start until ``rabbitry apply``)."""
+
+    def __init__(
+        self,
+        missing: Sequence[Need],
+        where: str,
+        spec: str | None,
+        queue: str,
+        held: str = "the failed message",
+    ) -> None:
+        self.missing = list(missing)
+        self.where = where
+        self.spec = spec
+        self.queue = queue
+        """The queue whose message found the object gone (it is back in that queue)."""
+        CapabilityError.__init__(self, lost_text(self.missing, where, spec, queue, held))
+
+
+def lost_text(missing: Sequence[Need], where: str, spec: str | None, queue: str, held: str) -> str:
+    """One line: what went away, where the message (``held``) that needed it is, and what
+    to run."""
+    listed = "; ".join(str(need) for need in missing)
+    command = f"rabbitry apply {spec}" if spec else "rabbitry apply SPEC"
+    return (
+        f"the worker stopped consuming: {where} lacks {listed}, gone while the worker ran;"
+        f" {held} of {queue!r} that needed it is back in its queue: run"
+        f" `{command}` to make it, then start the worker again"
+    )

@@ -85,6 +85,8 @@ class ConsumerSession(Session):
         """Bumped whenever the channel is (re)opened: older delivery tags are void."""
         self.consuming: set[int] = set()
         self.cancelled_by_broker: list[str] = []
+        self.paused: set[int] = set()
+        """Consumers not started when the channel opens (their queue's kill switch is open)."""
         self.stopping = False
         self._incoming: list[Any] | None = None  # tag, consumer, redelivered, exchange, key
         self._flags = 0
@@ -112,15 +114,20 @@ class ConsumerSession(Session):
         self.out += frames.method_frame(
             CHANNEL, commands.Basic.Qos(prefetch_count=min(self.prefetch, 65535))
         )
-        for index, sub in enumerate(self.subscriptions):
-            self.out += frames.method_frame(
-                CHANNEL,
-                commands.Basic.Consume(
-                    queue=sub.queue,
-                    consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
-                    arguments=dict(sub.arguments),
-                ),
-            )
+        for index in range(len(self.subscriptions)):
+            if index not in self.paused:
+                self._consume(index)
+
+    def _consume(self, index: int) -> None:
+        sub = self.subscriptions[index]
+        self.out += frames.method_frame(
+            CHANNEL,
+            commands.Basic.Consume(
+                queue=sub.queue,
+                consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}",
+                arguments=dict(sub.arguments),
+            ),
+        )
 
     def _checked(self, probe: Probe) -> None:
         """The probe has every answer: consume, or refuse and close the connection."""
@@ -144,6 +151,23 @@ class ConsumerSession(Session):
             self.out += frames.method_frame(
                 CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
             )
+
+    def pause(self, indices: Sequence[int]) -> None:
+        """Stop the consumers ``indices`` (a kill switch tripped), now and after a reconnect;
+        the deliveries already in hand stay the worker's, unacked."""
+        self.paused.update(indices)
+        if self.ready and not self.stopping:
+            for index in indices:
+                self.out += frames.method_frame(
+                    CHANNEL, commands.Basic.Cancel(consumer_tag=f"{CONSUMER_TAG_PREFIX}{index}")
+                )
+
+    def resume(self, indices: Sequence[int]) -> None:
+        """Start the paused consumers ``indices`` again (with the tags they had)."""
+        self.paused.difference_update(indices)
+        if self.ready and not self.stopping:
+            for index in indices:
+                self._consume(index)
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
         self._incoming = None

@@ -91,6 +91,8 @@ def handle_blocking(
 ) -> None:
     """Handle an admitted delivery in this thread: its span current, the middlewares'
     ``before`` hooks, the handler, then ``core.conclude`` (hooks, verdict, ack or republish)."""
+    if core.switches and core.hold(message):
+        return  # its queue's kill switch is open
     token = core.enter(message)
     try:
         if core.middleware and not core.before(message):
@@ -229,6 +231,9 @@ class Worker:
                             continue  # another node at once; with one, the back-off as ever
                 time.sleep(retry.failed(exc, time.monotonic()))
         self._shutdown()
+        gone = core.take_lost()
+        if gone is not None:
+            raise gone
 
     def _connect(self) -> ConsumerSession:
         self._wire = wire = SocketWire(self.core.walk.current)
@@ -271,9 +276,11 @@ class Worker:
         core = self.core
         wire, session = self._wire, core.session
         assert wire is not None and session is not None
-        if not wire.exchange(session, timeout):
-            return 0
+        if not wire.exchange(session, timeout) and not session.inbox:
+            return 0  # (a kill switch may hand held deliveries back without new bytes)
         core.sync_generation()
+        if core.lost is not None:
+            self._stopping = True  # a queue or exchange the handlers need is gone: stop
         if session.cancelled_by_broker:
             logger.error(
                 "the broker cancelled the consumer of %s", ", ".join(session.cancelled_by_broker)

@@ -14,7 +14,7 @@ from rabbitry.errors import BrokerError
 from rabbitry.management.endpoints import Endpoints
 
 if TYPE_CHECKING:
-    import pika
+    from rabbitry.amqp.channel import Channel
 
 
 class AmqpQueueCounter:
@@ -23,8 +23,7 @@ class AmqpQueueCounter:
 
     def __init__(self, endpoints: Endpoints) -> None:
         self.endpoints = endpoints
-        self._connections: dict[str, pika.BlockingConnection] = {}
-        self._channels: dict[str, pika.adapters.blocking_connection.BlockingChannel] = {}
+        self._channels: dict[str, Channel] = {}
 
     def __enter__(self) -> AmqpQueueCounter:
         return self
@@ -38,49 +37,39 @@ class AmqpQueueCounter:
         self.close()
 
     def close(self) -> None:
-        for connection in self._connections.values():
-            if connection.is_open:
-                connection.close()
-        self._connections.clear()
+        for channel in self._channels.values():
+            channel.close()
         self._channels.clear()
 
-    def _channel(self, vhost: str, queue: str) -> pika.adapters.blocking_connection.BlockingChannel:
-        # pika loads at the first count: most plans count nothing
-        from rabbitry.amqp.pika_errors import blocking_connection
+    def _channel(self, vhost: str, queue: str) -> Channel:
+        # the AMQP client loads at the first count: most plans count nothing
+        from rabbitry.amqp.channel import Channel
 
-        connection = self._connections.get(vhost)
-        if connection is None or not connection.is_open:
+        channel = self._channels.get(vhost)
+        if channel is None or not channel.is_open:
             try:
-                connection = blocking_connection(self.endpoints.amqp_url_for(vhost))
+                channel = Channel(self.endpoints.amqp_url_for(vhost))
             except BrokerError as exc:
                 raise BrokerError(
                     f"cannot count the messages of {vhost}/{queue} over AMQP: {exc}"
                     " (or pass --force to go on without the count)"
                 ) from None
-            self._connections[vhost] = connection
-            self._channels.pop(vhost, None)
-        channel = self._channels.get(vhost)
-        if channel is None or not channel.is_open:
-            channel = connection.channel()
             self._channels[vhost] = channel
         return channel
 
     def __call__(self, vhost: str, queue: str) -> tuple[int, int]:
-        import pika.exceptions
+        from rabbitry.amqp.errors import ChannelRefused
 
         channel = self._channel(vhost, queue)
         try:
-            frame = channel.queue_declare(queue, passive=True)
-            return int(frame.method.message_count), int(frame.method.consumer_count)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            # the broker closed this channel: the next count opens another on the same connection
-            self._channels.pop(vhost, None)
+            declared = channel.queue_declare(queue, passive=True)
+            return int(declared.message_count or 0), int(declared.consumer_count or 0)
+        except ChannelRefused as exc:
+            # the broker closed the channel; it opens again on the same connection for the next
             if exc.reply_code == 404:
                 return 0, 0
             raise BrokerError(f"cannot inspect {vhost}/{queue}: {exc.reply_text}") from None
-        except pika.exceptions.AMQPError as exc:
-            self._connections.pop(vhost, None)
+        except BrokerError as exc:  # the connection broke, or the broker did not answer
             self._channels.pop(vhost, None)
-            raise BrokerError(
-                f"lost the AMQP connection counting {vhost}/{queue}: {exc!r}"
-            ) from None
+            channel.close()
+            raise BrokerError(f"lost the AMQP connection counting {vhost}/{queue}: {exc}") from None

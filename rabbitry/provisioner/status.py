@@ -17,9 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pika
-
-from rabbitry.amqp.pika_errors import blocking_connection
+from rabbitry.amqp.channel import Channel
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient, q
 from rabbitry.topology.patterns.federation import FederatedObject, expected_links
@@ -267,9 +265,7 @@ def measure_distribution(
     timeout: float = 120.0,
 ) -> DistributionReport:
     """Publish every key ``repeats`` times through a scratch copy of the sharded exchange."""
-    connection = blocking_connection(amqp_url)
-    try:
-        channel = connection.channel()
+    with Channel(amqp_url) as channel:
         scratch = f"rabbitry.shards-check.{secrets.token_hex(4)}"
         arguments: dict[str, Any] = {}
         if sharding.source is HashSource.HEADER:
@@ -283,44 +279,42 @@ def measure_distribution(
             shard_of_queue: dict[str, str] = {}
             for shard, weight in zip(sharding.queues, sharding.weights, strict=True):
                 declared = channel.queue_declare("", exclusive=True, auto_delete=True)
-                name = declared.method.queue
+                name = declared.queue or ""
                 channel.queue_bind(name, scratch, routing_key=str(weight))
                 shard_of_queue[name] = shard
             for _ in range(repeats):
                 for key in keys:
                     route = sharding.route(key)
-                    properties = pika.BasicProperties(
-                        headers=route.headers or None, **route.properties
+                    channel.publish(
+                        key.encode(),
+                        exchange=scratch,
+                        routing_key=route.routing_key,
+                        headers=route.headers or None,
+                        **route.properties,
                     )
-                    channel.basic_publish(scratch, route.routing_key, key.encode(), properties)
+            channel.flush()
+            shard_of_consumer = {
+                channel.consume(name, no_ack=True): shard for name, shard in shard_of_queue.items()
+            }
             shards_of_key: dict[str, set[str]] = defaultdict(set)
-            received = [0]
+            received = 0
             total = len(keys) * repeats
-            for name, shard in shard_of_queue.items():
-                channel.basic_consume(
-                    name, _collector(shard, shards_of_key, received), auto_ack=True
-                )
             deadline = time.monotonic() + timeout
-            while received[0] < total:
-                if time.monotonic() > deadline:
+            while received < total:
+                left = deadline - time.monotonic()
+                delivered = channel.next_delivery(left) if left > 0 else None
+                if delivered is None:
                     raise BrokerError(
-                        f"only {received[0]} of {total} sample messages came back within"
+                        f"only {received} of {total} sample messages came back within"
                         f" {timeout:.0f} s"
                     )
-                connection.process_data_events(time_limit=0.2)
+                received += 1
+                shards_of_key[delivered.body.decode()].add(
+                    shard_of_consumer[delivered.consumer_tag]
+                )
         finally:
             if channel.is_open:
                 channel.exchange_delete(scratch)
-    finally:
-        connection.close()
     counts = Counter(next(iter(shards)) for shards in shards_of_key.values() if len(shards) == 1)
     split = sorted(key for key, shards in shards_of_key.items() if len(shards) > 1)
     return DistributionReport(sharding, len(keys), dict(counts), split)
-
-
-def _collector(shard: str, shards_of_key: dict[str, set[str]], received: list[int]) -> Any:
-    def on_message(channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        received[0] += 1
-        shards_of_key[body.decode()].add(shard)
-
-    return on_message

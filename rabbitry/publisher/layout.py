@@ -7,15 +7,16 @@ spec's levels a client passively declares the layout's marker exchange
 (``<delay>.layout.<fingerprint>``, which ``rabbitry apply`` declares with the levels): present,
 the layouts agree; absent, the client refuses, naming both and what to do.
 
-One connection per check (pika, blocking): a publisher runs it once per delay at its first
-delayed message, a worker once at start, so no message pays for it.
+One connection per check (``amqp.channel``, blocking): a publisher runs it once per delay at its
+first delayed message, a worker once at start, so no message pays for it.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 
+from rabbitry.amqp.channel import Channel
+from rabbitry.amqp.errors import ChannelRefused
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, PublishError
 from rabbitry.policies.delay import DelayScheme
@@ -47,34 +48,26 @@ def check_delay_layouts(
     """Raise ``DelayLayoutMismatch`` unless the vhost ``url`` names holds the layout marker of
     every one of ``schemes`` (``BrokerError`` when the broker cannot be asked); changes
     nothing on the broker (passive declares only)."""
-    import pika.exceptions
-
-    from rabbitry.amqp.pika_errors import blocking_connection
-
     wanted = list(schemes)
     if not wanted:
         return
     settings = url if isinstance(url, ConnectionSettings) else ConnectionSettings.from_url(url)
-    connection = blocking_connection(settings, timeout=timeout)
-    try:
-        channel = connection.channel()
+    with Channel(settings, timeout=timeout) as channel:
         for scheme in wanted:
             try:
                 channel.exchange_declare(scheme.layout_exchange, passive=True)
-            except pika.exceptions.ChannelClosedByBroker as exc:
+            except ChannelRefused as exc:
                 if exc.reply_code == 404:
                     raise DelayLayoutMismatch(mismatch_message(scheme, settings.display)) from None
                 raise BrokerError(
                     f"cannot check the layout of delay {scheme.prefix!r} at {settings.display}:"
                     f" {exc.reply_code} {exc.reply_text}"
                 ) from None
-    except pika.exceptions.AMQPError as exc:
-        raise BrokerError(
-            f"lost the AMQP connection checking the delay levels at {settings.display}: {exc!r}"
-        ) from None
-    finally:
-        with contextlib.suppress(Exception):
-            connection.close()
+            except BrokerError as exc:  # the connection broke, or the broker did not answer
+                raise BrokerError(
+                    f"lost the AMQP connection checking the delay levels at {settings.display}:"
+                    f" {exc}"
+                ) from None
 
 
 def layout_check_for(settings: ConnectionSettings) -> Callable[[DelayScheme], None]:

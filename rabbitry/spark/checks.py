@@ -8,16 +8,13 @@ check needs only the URL the tasks use.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import pika
-import pika.exceptions
-
-from rabbitry.amqp.pika_errors import blocking_connection
+from rabbitry.amqp.channel import Channel
+from rabbitry.amqp.errors import ChannelRefused
 from rabbitry.errors import BrokerError, RabbitryError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.routing import Router
@@ -85,16 +82,15 @@ def check_broker(options: SinkOptions, delays: DelayScheme | None) -> None:
     exchange = delays.delivery_exchange if delays is not None else options.exchange
     try:
         # every node of a cluster's list is tried, in the order the tasks will walk them
-        connection = blocking_connection(options.url, timeout=CONNECT_TIMEOUT)
+        channel = Channel(options.url, timeout=CONNECT_TIMEOUT)
     except BrokerError as exc:
         raise SparkSinkError(str(exc)) from None
-    try:
+    with channel:
         if not exchange or exchange.startswith("amq."):
             return
-        channel = connection.channel()
         try:
             channel.exchange_declare(exchange, passive=True)
-        except pika.exceptions.ChannelClosedByBroker as exc:
+        except ChannelRefused as exc:
             if exc.reply_code == 404:
                 raise SinkOptionError(
                     f"exchange {exchange!r} does not exist in vhost {options.url_vhost!r} at"
@@ -104,9 +100,6 @@ def check_broker(options: SinkOptions, delays: DelayScheme | None) -> None:
                 f"checking exchange {exchange!r} at {options.display_url}:"
                 f" {exc.reply_code} {exc.reply_text}"
             ) from None
-    finally:
-        with contextlib.suppress(Exception):
-            connection.close()
 
 
 def plan_write(

@@ -86,7 +86,11 @@ def probe_docker_host(docker_host: str) -> EngineProbe:
         # ssh://, npipe://, TLS: let the Docker SDK find out; assume it answers.
         return EngineProbe(True)
     try:
-        with httpx.Client(transport=transport, base_url=base, timeout=5.0) as client:
+        # Podman's service answers /version in milliseconds when idle and took over 5 s on a
+        # machine at load 20: the socket exists, so wait for the answer rather than call the
+        # engine missing; a socket nobody listens on still fails at once (connect).
+        timeout = httpx.Timeout(30.0, connect=5.0)
+        with httpx.Client(transport=transport, base_url=base, timeout=timeout) as client:
             response = client.get("/version")
     except httpx.HTTPError:
         return EngineProbe(False)

@@ -18,6 +18,11 @@ construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integr
 it; its outcome's ``scheduled`` is the occurrence the run published before its ack
 (``schedule(job, count)`` follows the chain).
 
+A handler with a kill switch (``kill_switch=KillSwitch(...)``) trips it here as in a worker:
+``kill_switch(queue)`` says its state, a message delivered while it is open is ``held`` (its
+handler does not run), and ``advance(seconds)`` moves the switches' clock past the cool-down:
+the switch half-opens and the held messages are handled, first, as a worker handles them.
+
 ``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
 plain test. From an async test, ``await harness.deliver_async(...)`` goes through
 ``AsyncWorker``'s own dispatch on the test's loop instead.
@@ -38,6 +43,7 @@ from rabbitry.amqp.message import Body, encode_body
 from rabbitry.consumer.aio import AsyncWorker
 from rabbitry.consumer.app import App, AppError
 from rabbitry.consumer.decision import Action, Verdict, broker_failures
+from rabbitry.consumer.kill_switch import SwitchState
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
@@ -78,6 +84,12 @@ class Outcome:
     @property
     def parked(self) -> bool:
         return self.verdict.action is Action.PARK
+
+    @property
+    def held(self) -> bool:
+        """The queue's kill switch was open: the handler did not run; the message waits for
+        the switch to half-open (``HandlerHarness.advance``)."""
+        return self.verdict.action is Action.HELD
 
     @property
     def rejected(self) -> bool:
@@ -187,10 +199,38 @@ class HandlerHarness:
         self._queues = {route.queue: index for index, route in enumerate(self.core.routes)}
         self._tags = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._offset = 0.0
+        self.core.switchboard.clock = lambda: time.monotonic() + self._offset
 
     @property
     def metrics(self) -> WorkerMetrics:
         return self.core.metrics
+
+    def kill_switch(self, queue: str) -> SwitchState:
+        """Where the kill switch of ``queue``'s handler stands."""
+        switch = self.core.switches.get(queue)
+        if switch is None:
+            with_one = ", ".join(self.core.switches) or "none"
+            raise AppError(
+                f"the handler of {queue!r} has no kill switch (handlers with one: {with_one});"
+                " give it kill_switch=KillSwitch(...)"
+            )
+        return switch.state
+
+    def advance(self, seconds: float) -> list[Outcome]:
+        """Move the kill switches' clock on by ``seconds``: a switch whose cool-down has passed
+        half-opens and the messages it held are handled, as a worker handles them first when
+        it consumes the queue again (one at a time: the probes), as are those a half-open
+        switch let go since (``advance(0)``); their outcomes, in order."""
+        self._offset += seconds
+        outcomes = []
+        waiting = self.core.resume_due() + self.core.switchboard.take_released()
+        while waiting:
+            message = waiting.pop(0)
+            handle_blocking(self.core, message, self._event_loop)
+            outcomes.append(self._outcome(message))
+            waiting += self.core.switchboard.take_released()
+        return outcomes
 
     def close(self) -> None:
         """Close the private event loop of coroutine handlers (if one was needed)."""
@@ -250,7 +290,10 @@ class HandlerHarness:
         )
         settled = self._recorder.waiters[id(message)] = asyncio.Event()
         self._worker.take(message)
-        await settled.wait()
+        if self._held(message):
+            self._recorder.waiters.pop(id(message), None)
+        else:
+            await settled.wait()
         return self._outcome(message)
 
     def follow(
@@ -368,7 +411,10 @@ class HandlerHarness:
         """The verdict reached for ``message``; its copy (retry or park), if any, is taken as
         confirmed by the broker, so the worker acks the original as after a real confirm."""
         recorder = self._recorder
-        verdict = recorder.verdicts.pop(id(message))
+        verdict = recorder.verdicts.pop(id(message), None)
+        if verdict is None:
+            assert self._held(message), "a delivery settles with a verdict or is held"
+            verdict = Verdict(Action.HELD, reason=f"the kill switch of {message.queue} is open")
         error = recorder.errors.pop(id(message), None)
         copy = None
         scheduled = None
@@ -393,6 +439,10 @@ class HandlerHarness:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+    def _held(self, message: IncomingMessage) -> bool:
+        held = self.core.switchboard.held.get(self.core.routes[message.consumer].queue, ())
+        return any(m is message for m in held)
 
 
 def _ms(at: datetime | int | None) -> int | None:

@@ -228,3 +228,40 @@ def test_a_parking_lot_named_otherwise_is_known_from_the_spec(broker: Broker) ->
     held = cli(broker, "purge", "held", "--vhost", broker.vhost, "--yes", *spec_args)
     assert held.exit_code == 0 and "deleted 3" in held.output, held.output
     assert broker.count("held") == 0
+
+
+def test_a_parking_lot_named_outside_ascii_replays_every_property(broker: Broker) -> None:
+    # RabbitMQ and the spec take such names; a client that checks names against ASCII (as
+    # pamqp does) would refuse the declare before the broker saw it
+    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
+    channel = connection.channel()
+    for queue in ("commandes-été", "commandes-été.parking"):
+        channel.queue_declare(queue, durable=True)
+    properties = pika.BasicProperties(
+        message_id="m-é",
+        content_type="application/json",
+        correlation_id="c-1",
+        reply_to="answers",
+        priority=3,
+        type="order.placed",
+        delivery_mode=1,
+        headers={QUEUE_HEADER: "commandes-été", ATTEMPT_HEADER: 2, "pays": "côte"},
+    )
+    channel.basic_publish("", "commandes-été.parking", b'{"n": 1}', properties)
+    connection.close()
+
+    shown = cli(broker, "show", "commandes-été.parking", "--vhost", broker.vhost, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["messages"][0]["origin"] == "commandes-été"
+    result = cli(broker, "replay", "commandes-été.parking", "--all", "--vhost", broker.vhost)
+    assert result.exit_code == 0 and "replayed 1 of 1" in result.output, result.output
+    [(props, body)] = contents(broker, "commandes-été")
+    assert body == b'{"n": 1}' and props.message_id == "m-é"
+    assert (props.content_type, props.correlation_id, props.reply_to) == (
+        "application/json",
+        "c-1",
+        "answers",
+    )
+    assert (props.priority, props.type, props.delivery_mode) == (3, "order.placed", 1)
+    assert props.headers["pays"] == "côte" and ATTEMPT_HEADER not in props.headers
+    assert broker.count("commandes-été.parking") == 0

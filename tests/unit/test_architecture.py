@@ -2,7 +2,8 @@
 
 Every import counts, those inside functions too: an import deferred to a function keeps a
 heavy module off the start-up path, and still ties the two layers together when it runs. Only
-``TYPE_CHECKING`` blocks are left out (they never run).
+``TYPE_CHECKING`` blocks are left out (they never run). pika may not be imported anywhere
+(rabbitry's own client serves every AMQP user).
 """
 
 from __future__ import annotations
@@ -168,3 +169,26 @@ def test_no_import_circles() -> None:
         if node not in state:
             walk(node)
     assert circles == []
+
+
+def imports_anywhere(path: Path) -> set[str]:
+    """Every module a file imports: at load time, inside functions, under TYPE_CHECKING."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_no_module_imports_pika_not_even_inside_a_function() -> None:
+    # rabbitry's own client (rabbitry.amqp) serves every AMQP user; pika is a test and
+    # benchmark peer only, not a dependency of the package
+    wrong = [
+        f"{module_name(path)} imports {name}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for name in sorted(imports_anywhere(path))
+        if name == "pika" or name.startswith("pika.")
+    ]
+    assert wrong == []

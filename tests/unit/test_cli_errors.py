@@ -72,6 +72,7 @@ BAD_VALUES = {
     "schema": ["schema", "extra"],
     "stacks": ["stacks", "--vhost"],  # no value
     "reconcile": ["reconcile", SPEC, "--listen", "nowhere"],
+    "asyncapi": ["asyncapi", SPEC, "--app", "no_such_module:app"],
 }
 
 

@@ -34,6 +34,7 @@ from rabbitry.topology import validate
 from rabbitry.topology.patterns.expand import expand
 from rabbitry.topology.spec.loader import parse_spec
 from rabbitry.topology.spec.model import Spec
+from rabbitry.uri import mask_text
 from tests.unit.consumer.test_engine import client_acks
 
 SPEC = """
@@ -106,6 +107,20 @@ def test_a_late_occurrence_still_runs_and_its_successor_follows_its_own_time() -
     )
     assert tick.step is Step.RUN
     assert tick.publish is not None and tick.publish.scheduled_ms == 2 * FIVE_MINUTES
+
+
+def test_a_run_whose_next_occurrence_is_due_already_says_it_is_behind() -> None:
+    on_time = plan_occurrence(
+        job(), occurrence_headers(FIVE_MINUTES), attempt=1, now_ms=FIVE_MINUTES, duplicate=False
+    )
+    assert not on_time.behind and on_time.reason == ""
+    late = FIVE_MINUTES + 2 * FIVE_MINUTES + 1500
+    tick = plan_occurrence(
+        job(), occurrence_headers(FIVE_MINUTES), attempt=1, now_ms=late, duplicate=False
+    )
+    assert tick.step is Step.RUN and tick.behind
+    assert tick.publish == Occurrence("cleanup", 2 * FIVE_MINUTES, "every 5m")
+    assert "due 601.5 s ago, and the next (1970-01-01T00:10:00.000Z) is due too" in tick.reason
 
 
 def test_a_second_copy_of_an_occurrence_is_a_duplicate() -> None:
@@ -375,3 +390,39 @@ def test_a_running_worker_seeds_its_jobs_again_now_and_then() -> None:
     assert seed.message_id == occurrence_id("cleanup", "every 5m", 1_500_000)
     core.reseed(soon + RESEED_EVERY_S + 1)
     assert len(core.tracker.pending()) == 1  # not again before the next period
+
+
+def test_a_run_behind_its_schedule_is_logged_as_late(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", "rabbitry.worker")
+    core, [message] = delivered(FIVE_MINUTES, 3 * FIVE_MINUTES)
+    assert core.admit(message)
+    [line] = [r.getMessage() for r in caplog.records if "runs late" in r.getMessage()]
+    assert line.startswith("occurrence cleanup at 1970-01-01T00:05:00.000Z on jobs runs late")
+    assert "due 600.0 s ago, and the next (1970-01-01T00:10:00.000Z) is due too" in line
+    caplog.clear()
+    on_time, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
+    assert on_time.admit(message)
+    assert not [r for r in caplog.records if "runs late" in r.getMessage()]
+
+
+def test_a_next_occurrence_its_delay_levels_no_longer_route_stops_the_worker_unacked() -> None:
+    from tests.unit.consumer.test_topology_lost import returned
+
+    core, [message] = delivered(FIVE_MINUTES, FIVE_MINUTES)
+    assert core.admit(message)
+    [following] = core.tracker.pending()
+    session = core.session
+    assert session is not None
+    session.take_output()
+    session.receive(
+        returned(following.message_id, following.routing_key, following.tag, following.exchange)
+    )
+    core.conclude(message, None, 0.01)
+    assert core.tracker.pending() == [], "not published again, not given up"
+    assert client_acks(core.take_output(flush=True)) == [], "it goes back when the channel closes"
+    assert core.lost is not None and core.lost.queue == "jobs"
+    [need] = core.lost.missing
+    assert (need.kind, need.name) == ("exchange", following.exchange)
+    held = "occurrence cleanup at 1970-01-01T00:05:00.000Z of 'jobs' that needed it is back"
+    assert held in str(core.lost)
+    assert mask_text(str(core.lost)) == str(core.lost), "log lines show it as it is"

@@ -421,3 +421,51 @@ def test_await_stop_of_a_worker_that_is_not_running_returns_at_once_and_not_awai
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         AsyncWorker(app).stop()  # from a signal handler or plain code: nothing to await
+
+
+# -- gone while the worker runs -------------------------------------------------------------------
+
+
+def test_a_copy_returned_unroutable_from_the_default_exchange_names_the_queue_gone() -> None:
+    from rabbitry.consumer.preflight import Need, Needed, lost_need
+    from rabbitry.errors import Unroutable
+
+    error = Unroutable("message m to (default exchange) [work.parking]: reached no queue")
+    assert lost_need(error, "", "work.parking", "parking lot of 'work'") == Need(
+        Needed.QUEUE, "work.parking", "parking lot of 'work'"
+    )
+
+
+def test_a_copy_refused_with_404_or_lost_in_delay_levels_names_the_exchange() -> None:
+    from rabbitry.amqp.errors import ExchangeNotFound
+    from rabbitry.consumer.preflight import Needed, lost_need
+    from rabbitry.errors import Unroutable
+
+    refused = lost_need(ExchangeNotFound("404", 404), "d.layout.x", "0.0.work", "delay levels")
+    assert refused is not None and (refused.kind, refused.name) == (Needed.EXCHANGE, "d.layout.x")
+    through = lost_need(Unroutable("no queue"), "d.layout.x", "0.0.work", "delay levels")
+    assert through is not None and "reached no queue" in through.why
+
+
+def test_a_nack_or_another_channel_error_is_no_missing_object() -> None:
+    from rabbitry.amqp.errors import ChannelClosed
+    from rabbitry.consumer.preflight import lost_need
+    from rabbitry.errors import Nacked
+
+    assert lost_need(Nacked("nacked"), "", "work.parking", "parking lot") is None
+    assert lost_need(ChannelClosed("406", 406), "", "work.parking", "parking lot") is None
+    assert lost_need(None, "", "work.parking", "parking lot") is None
+
+
+def test_the_stop_names_what_went_away_the_queue_of_the_message_and_the_command() -> None:
+    from rabbitry.consumer.preflight import Need, Needed, TopologyLost, TopologyMissing
+
+    need = Need(Needed.QUEUE, "work.parking", "parking lot of 'work'")
+    lost = TopologyLost([need], "vhost 'shop' on amqp://rabbit:5672", "spec.yaml", "work")
+    assert isinstance(lost, TopologyMissing) and lost.missing == [need]
+    assert str(lost) == (
+        "the worker stopped consuming: vhost 'shop' on amqp://rabbit:5672 lacks queue"
+        " 'work.parking' (parking lot of 'work'), gone while the worker ran; the failed message"
+        " of 'work' that needed it is back in its queue: run `rabbitry apply spec.yaml` to make"
+        " it, then start the worker again"
+    )

@@ -1,0 +1,411 @@
+"""One plain channel for the tools that ask the broker things in turn: the parking-lot tools,
+exact queue counts, the shard check, the Spark driver's checks, the publisher's layout check.
+
+They declare (passively, mostly), bind, purge, consume and settle one call at a time, where
+the publisher and the workers stream. ``ChannelSession`` is the publisher's ``Session`` (the
+same handshake, heartbeats and connection close) with one channel outside confirm mode whose
+method replies, refusals and deliveries it keeps for the driver; no I/O. ``Channel`` drives it
+over the blocking transport (``SocketWire``).
+
+A method the broker refuses (a passive declare of something missing: 404) closes the channel,
+not the connection: the call raises ``ChannelRefused`` and the channel opens again for the next
+call. Methods that carry names are encoded here rather than through pamqp, which refuses names
+outside ASCII that RabbitMQ and the spec accept.
+
+Connecting tries each node once, in the walk's order (``NodeWalk``); a refused login or a
+certificate that does not verify stops at once. A tool reports a broker it cannot reach
+instead of waiting through a publisher's back-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pamqp import body as pamqp_body
+from pamqp import commands, header
+
+from rabbitry.amqp import frames
+from rabbitry.amqp.blocking import Disconnected, SocketWire
+from rabbitry.amqp.confirms import ConfirmTracker
+from rabbitry.amqp.errors import ChannelRefused, ConnectionLost
+from rabbitry.amqp.message import CHANNEL, Body, MessageBuilder
+from rabbitry.amqp.reconnect import NodeWalk
+from rabbitry.amqp.session import Session, State
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import BrokerError
+from rabbitry.uri import mask_text
+
+__all__ = ["Channel", "ChannelSession", "Delivered"]
+
+DEFAULT_TIMEOUT = 8.0
+"""Seconds for a connect (a port that accepts and never answers included) and for each reply."""
+
+_SEND_EVERY = 0.2  # seconds an ack may wait in the buffer for more to share its write
+_SEND_SIZE = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One message the broker delivered on the channel."""
+
+    consumer_tag: str
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    properties: commands.Basic.Properties
+    body: bytes
+
+
+_REPLIES = (
+    commands.Queue.DeclareOk,
+    commands.Queue.BindOk,
+    commands.Queue.PurgeOk,
+    commands.Exchange.DeclareOk,
+    commands.Exchange.DeleteOk,
+    commands.Basic.QosOk,
+    commands.Basic.ConsumeOk,
+    commands.Basic.CancelOk,
+)
+
+
+class ChannelSession(Session):
+    """A connection with one channel (no confirm mode): ``replies`` in order, ``refused`` when
+    the broker closed the channel (it is opened again at once), ``deliveries`` as they came."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        super().__init__(settings, ConfirmTracker(), MessageBuilder(), confirms=False)
+        self.replies: deque[Any] = deque()
+        self.refused: ChannelRefused | None = None
+        self.deliveries: deque[Delivered] = deque()
+        self._deliver: commands.Basic.Deliver | None = None
+        self._properties = commands.Basic.Properties()
+        self._left = 0
+        self._parts: list[bytes] = []
+
+    def settled(self, delivery_tag: int, multiple: bool) -> None:
+        """Forget buffered deliveries an ack or nack just settled (tag 0, multiple: all)."""
+        if not multiple:
+            return
+        if delivery_tag == 0:
+            self.deliveries.clear()
+        else:
+            while self.deliveries and self.deliveries[0].delivery_tag <= delivery_tag:
+                self.deliveries.popleft()
+
+    def _frame(self, channel: int, frame: Any) -> None:
+        if channel != CHANNEL:
+            super()._frame(channel, frame)
+        elif isinstance(frame, commands.Basic.Deliver):
+            self._deliver = frame
+        elif isinstance(frame, header.ContentHeader) and self._deliver is not None:
+            self._properties = frame.properties
+            self._left = frame.body_size
+            self._parts = []
+            if not self._left:
+                self._delivered()
+        elif isinstance(frame, pamqp_body.ContentBody) and self._deliver is not None:
+            self._parts.append(frame.value)
+            self._left -= len(frame.value)
+            if self._left <= 0:
+                self._delivered()
+        elif isinstance(frame, _REPLIES):
+            self.replies.append(frame)
+        else:  # channel.open-ok and close, a consumer the broker cancelled
+            super()._frame(channel, frame)
+
+    def _delivered(self) -> None:
+        method = self._deliver
+        assert method is not None
+        self._deliver = None
+        parts = self._parts
+        self.deliveries.append(
+            Delivered(
+                method.consumer_tag or "",
+                method.delivery_tag or 0,
+                bool(method.redelivered),
+                method.exchange,
+                method.routing_key or "",
+                self._properties,
+                parts[0] if len(parts) == 1 else b"".join(parts),
+            )
+        )
+
+    def _channel_closed(self, frame: commands.Channel.Close) -> None:
+        # the deliveries of the closed channel went back to their queues: their tags are void
+        self.out += frames.method_frame(CHANNEL, commands.Channel.CloseOk())
+        self.refused = ChannelRefused(frame.reply_code or 0, mask_text(frame.reply_text))
+        self.replies.clear()
+        self.deliveries.clear()
+        self._deliver = None
+        self.state = State.OPENING_CHANNEL
+        self.out += frames.method_frame(CHANNEL, commands.Channel.Open())
+
+
+class Channel:
+    """A blocking connection with one channel: ``with Channel(url) as channel: ...``.
+
+    Each method waits for the broker's answer (at most ``timeout`` seconds); acks, nacks and
+    publishes are written in batches (``flush`` sends what waits). A refusal raises
+    ``ChannelRefused``; a connection lost raises ``ConnectionLost``; both are ``BrokerError``s.
+    Not thread-safe."""
+
+    def __init__(
+        self, url: str | ConnectionSettings | list[str], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        settings = url if isinstance(url, ConnectionSettings) else ConnectionSettings.from_url(url)
+        self.settings = replace(settings, connect_timeout=timeout)
+        self.timeout = timeout
+        self._consumers = 0
+        self._wire: SocketWire | None
+        self._session, self._wire = self._connect()
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._wire is not None
+
+    def _connect(self) -> tuple[ChannelSession, SocketWire]:
+        walk = NodeWalk(self.settings)
+        for _ in range(len(walk)):
+            target = walk.current
+            started = time.monotonic()
+            wire: SocketWire | None = None
+            try:
+                wire = SocketWire(target)
+                session = ChannelSession(target)
+                wire.handshake(session)
+                return session, wire
+            except (OSError, Disconnected, frames.FrameError) as exc:
+                # a refused login or certificate is a BrokerError and stops here at once
+                if wire is not None:
+                    wire.close()
+                refusal = target.tls_failure(exc)
+                if refusal is not None:
+                    raise refusal from None
+                failure, took = exc, time.monotonic() - started
+                walk.advance()
+        raise self._unreachable(failure, took)
+
+    def _unreachable(self, exc: BaseException, took: float) -> BrokerError:
+        display = self.settings.display
+        if isinstance(exc, TimeoutError) or took >= self.timeout:
+            return BrokerError(
+                f"{display} did not complete the AMQP handshake in time: is it a RabbitMQ"
+                " AMQP port (5672, or 5671 for amqps)? set --url or RABBITRY_URL"
+            )
+        reason = f"{type(exc).__name__}: {mask_text(str(exc))}".rstrip(": ")
+        return BrokerError(
+            f"cannot connect to {display}: {reason}: is the broker running and listening"
+            " there? set --url or RABBITRY_URL"
+        )
+
+    def close(self) -> None:
+        """Close the connection (unacked deliveries go back to their queues)."""
+        wire, session = self._wire, self._session
+        if wire is None:
+            return
+        self._wire = None
+        with contextlib.suppress(OSError, Disconnected, BrokerError):
+            session.close()
+            end = time.monotonic() + 1.0
+            while session.state is not State.CLOSED and time.monotonic() < end:
+                wire.exchange(session, 0.1)
+        wire.close()
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def _pump(self, timeout: float, *, want_read: bool = True) -> None:
+        wire, session = self._wire, self._session
+        if wire is None:
+            raise ConnectionLost(f"the connection to {self.settings.display} is closed")
+        try:
+            wire.exchange(session, timeout, want_read=want_read)
+            if session.tick(time.monotonic()):
+                return
+            reason = "no heartbeat from the broker"
+        except Disconnected as exc:
+            reason = str(exc)
+        self._wire = None
+        wire.close()
+        raise ConnectionLost(f"lost the connection to {self.settings.display}: {reason}")
+
+    def _until(self, done: Any, what: str) -> None:
+        """Pump until ``done()`` is true; a refusal meanwhile raises it."""
+        session = self._session
+        end = time.monotonic() + self.timeout
+        while True:
+            refused = session.refused
+            if refused is not None:
+                session.refused = None
+                raise refused
+            if done():
+                return
+            left = end - time.monotonic()
+            if left <= 0:
+                raise BrokerError(
+                    f"{self.settings.display} did not answer {what} in {self.timeout} s"
+                )
+            self._pump(min(left, 0.5))
+
+    def _call(self, method: bytes, reply: type[Any], what: str) -> Any:
+        session = self._session
+        self._until(lambda: session.ready, "channel.open")  # again after a refusal
+        session.replies.clear()
+        session.out += method
+        self._until(lambda: bool(session.replies), what)
+        answer = session.replies.popleft()
+        if not isinstance(answer, reply):
+            raise BrokerError(f"{self.settings.display} answered {what} with {answer.name}")
+        return answer
+
+    def flush(self) -> None:
+        """Write every ack, nack and publish still buffered."""
+        wire = self._wire
+        while wire is not None and (self._session.out or wire.wbuf):
+            self._pump(0.5, want_read=False)
+
+    def _send_soon(self) -> None:
+        session = self._session
+        if len(session.out) >= _SEND_SIZE or time.monotonic() - session.last_sent >= _SEND_EVERY:
+            self._pump(0.0)
+
+    # -- methods --------------------------------------------------------------------------------
+
+    def queue_declare(
+        self,
+        queue: str,
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> commands.Queue.DeclareOk:
+        """Declare (or with ``passive`` only look up) ``queue``; its name and counts."""
+        payload = (
+            _names(queue) + _bits(passive, durable, exclusive, auto_delete) + _table(arguments)
+        )
+        frame = _method(50, 10, b"\x00\x00" + payload)
+        answer: commands.Queue.DeclareOk = self._call(
+            frame, commands.Queue.DeclareOk, f"queue.declare of {queue!r}"
+        )
+        return answer
+
+    def exchange_declare(
+        self,
+        exchange: str,
+        exchange_type: str = "direct",
+        *,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Declare (or with ``passive`` only look up) ``exchange``."""
+        payload = _names(exchange, exchange_type) + _bits(passive, durable, auto_delete)
+        frame = _method(40, 10, b"\x00\x00" + payload + _table(arguments))
+        self._call(frame, commands.Exchange.DeclareOk, f"exchange.declare of {exchange!r}")
+
+    def exchange_delete(self, exchange: str) -> None:
+        frame = _method(40, 20, b"\x00\x00" + _names(exchange) + _bits())
+        self._call(frame, commands.Exchange.DeleteOk, f"exchange.delete of {exchange!r}")
+
+    def queue_bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        payload = _names(queue, exchange, routing_key) + _bits() + _table(None)
+        frame = _method(50, 20, b"\x00\x00" + payload)
+        self._call(frame, commands.Queue.BindOk, f"queue.bind of {queue!r}")
+
+    def queue_purge(self, queue: str) -> int:
+        """Delete every message ready in ``queue``; how many."""
+        frame = _method(50, 30, b"\x00\x00" + _names(queue) + _bits())
+        answer = self._call(frame, commands.Queue.PurgeOk, f"queue.purge of {queue!r}")
+        return int(answer.message_count or 0)
+
+    def qos(self, prefetch_count: int) -> None:
+        """At most ``prefetch_count`` unacked deliveries (0: no limit)."""
+        frame = frames.method_frame(CHANNEL, commands.Basic.Qos(prefetch_count=prefetch_count))
+        self._call(frame, commands.Basic.QosOk, "basic.qos")
+
+    def consume(self, queue: str, *, no_ack: bool = False) -> str:
+        """Start delivering ``queue`` (``next_delivery`` reads them); the consumer tag."""
+        self._consumers += 1
+        tag = f"rabbitry.tool.{self._consumers}"
+        payload = b"\x00\x00" + _names(queue, tag) + _bits(False, no_ack) + _table(None)
+        self._call(
+            _method(60, 20, payload), commands.Basic.ConsumeOk, f"basic.consume of {queue!r}"
+        )
+        return tag
+
+    def cancel(self, consumer_tag: str) -> None:
+        """Stop a consumer; deliveries already sent stay unacked until settled."""
+        frame = _method(60, 30, _names(consumer_tag) + _bits())
+        self._call(frame, commands.Basic.CancelOk, "basic.cancel")
+
+    def next_delivery(self, timeout: float) -> Delivered | None:
+        """The next delivery, waiting up to ``timeout`` seconds for one; None if none came."""
+        session = self._session
+        end = time.monotonic() + timeout
+        while not session.deliveries:
+            if session.refused is not None:
+                refused, session.refused = session.refused, None
+                raise refused
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            self._pump(left)
+        return session.deliveries.popleft()
+
+    def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
+        self._session.out += _method(60, 80, struct.pack(">Q", delivery_tag) + _bits(multiple))
+        self._session.settled(delivery_tag, multiple)
+        self._send_soon()
+
+    def nack(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
+        """Give deliveries back (``requeue``, in their order) or drop them; tag 0 with
+        ``multiple``: every delivery not yet settled."""
+        payload = struct.pack(">Q", delivery_tag) + _bits(multiple, requeue)
+        self._session.out += _method(60, 120, payload)
+        self._session.settled(delivery_tag, multiple)
+        self._send_soon()
+
+    def publish(self, body: Body, *, exchange: str, routing_key: str, **properties: Any) -> None:
+        """Publish without a confirm (``properties``: ``MessageBuilder.build``'s keywords)."""
+        session = self._session
+        self._until(lambda: session.ready, "channel.open")
+        session.publish(
+            session.builder.build(body, exchange=exchange, routing_key=routing_key, **properties)
+        )
+        self._send_soon()
+
+
+def _method(class_id: int, method_id: int, payload: bytes) -> bytes:
+    size = 4 + len(payload)
+    return (
+        struct.pack(">BHIHH", frames.FRAME_METHOD, CHANNEL, size, class_id, method_id)
+        + payload
+        + frames.FRAME_END
+    )
+
+
+def _names(*names: str) -> bytes:
+    return b"".join(frames.shortstr(name, "name") for name in names)
+
+
+def _bits(*flags: bool) -> bytes:
+    return bytes((sum(1 << i for i, flag in enumerate(flags) if flag),))
+
+
+def _table(arguments: Mapping[str, Any] | None) -> bytes:
+    return frames.headers_table(arguments or {})
