@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rabbitry.amqp.inprocess import peer_for
+from rabbitry.amqp.peer_transport import open_peer_transport
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session
 from rabbitry.amqp.settings import ConnectionSettings
@@ -76,6 +78,10 @@ class Wire(asyncio.Protocol):
 async def open_wire(settings: ConnectionSettings, attach: Callable[[], Wire]) -> None:
     """Open the TCP (and TLS) connection; ``attach`` runs before the broker's first bytes."""
     s = settings
+    peer = peer_for(s.host)
+    if peer is not None:  # a peer in this process (a scripted broker): no socket
+        open_peer_transport(peer, attach())
+        return
     await asyncio.get_running_loop().create_connection(
         attach,
         s.host,

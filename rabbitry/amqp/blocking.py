@@ -14,6 +14,7 @@ import select
 import socket
 import time
 
+from rabbitry.amqp.inprocess import PeerSocket, peer_for
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.amqp.settings import ConnectionSettings
@@ -31,7 +32,10 @@ class SocketWire:
 
     def __init__(self, settings: ConnectionSettings) -> None:
         self.settings = settings
-        self.sock = open_socket(settings)
+        peer = peer_for(settings.host)
+        self.sock: socket.socket | PeerSocket = (
+            open_socket(settings) if peer is None else PeerSocket(peer)
+        )
         self.wbuf = bytearray()
         self.tls = settings.tls is not None
         """A TLS socket: it may hold decrypted bytes select() cannot see (``pending``)."""
@@ -79,7 +83,7 @@ class SocketWire:
                     session.last_sent = time.monotonic()
                 except self.would_block:
                     pass
-            if not (self.tls and sock.pending() > 0):  # type: ignore[attr-defined]
+            if not (self.tls and sock.pending() > 0):  # type: ignore[union-attr]
                 readable, _, _ = select.select(
                     [sock] if want_read else [],
                     [sock] if self.wbuf else [],
@@ -99,7 +103,7 @@ class SocketWire:
                 got = True
                 session.receive(data, time.monotonic())
                 if len(data) < READ_SIZE and not (
-                    self.tls and sock.pending()  # type: ignore[attr-defined]
+                    self.tls and sock.pending()  # type: ignore[union-attr]
                 ):
                     break
             return got

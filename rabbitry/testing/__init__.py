@@ -7,6 +7,10 @@ Outside pytest, ``provide_broker()`` and ``start_broker()`` give the same broker
 For handler tests without a broker, ``HandlerHarness`` (``rabbitry.testing.handlers``) runs an
 ``App``'s handlers in memory and reports what the worker would do with each message; it is
 loaded on first use, so the plugin does not load the worker.
+
+For client code without a broker, ``ScriptedBroker`` (``rabbitry.testing.scripted``) answers
+rabbitry's publishers and workers in this process, frame by frame, with faults on demand; it is
+loaded on first use too.
 """
 
 from __future__ import annotations
@@ -37,8 +41,25 @@ from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost, 
 
 if TYPE_CHECKING:
     from rabbitry.testing.handlers import HandlerHarness, Outcome
+    from rabbitry.testing.scripted import (
+        FrameRecord,
+        NotModelled,
+        PublishAnswer,
+        ScriptedBroker,
+        ScriptedMessage,
+        ScriptedQueue,
+    )
 
-_LAZY = {"HandlerHarness": "rabbitry.testing.handlers", "Outcome": "rabbitry.testing.handlers"}
+_LAZY = {
+    "HandlerHarness": "rabbitry.testing.handlers",
+    "Outcome": "rabbitry.testing.handlers",
+    "FrameRecord": "rabbitry.testing.scripted",
+    "NotModelled": "rabbitry.testing.scripted",
+    "PublishAnswer": "rabbitry.testing.scripted",
+    "ScriptedBroker": "rabbitry.testing.scripted",
+    "ScriptedMessage": "rabbitry.testing.scripted",
+    "ScriptedQueue": "rabbitry.testing.scripted",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -58,10 +79,16 @@ __all__ = [
     "BrokerOptions",
     "BrokerUnavailable",
     "ContainerEngine",
+    "FrameRecord",
     "HandlerHarness",
+    "NotModelled",
     "Outcome",
     "ProviderChoice",
     "ProviderKind",
+    "PublishAnswer",
+    "ScriptedBroker",
+    "ScriptedMessage",
+    "ScriptedQueue",
     "TestVhost",
     "broker_from_env",
     "broker_from_urls",

@@ -4,8 +4,9 @@ Fixtures:
     rabbitmq_broker          session: the tests' ``Broker`` (from RABBITMQ_URL or a container)
     rabbitmq_vhost           function: a fresh ``TestVhost`` on that broker, deleted afterwards
     rabbitmq_broker_factory  function: ``BrokerFactory`` that starts extra container brokers
+    scripted_broker          function: an attached ``ScriptedBroker`` (no broker; no marker)
 
-Tests using them get the ``broker`` marker, so ``pytest -m "not broker"`` runs the rest.
+Tests using the first three get the ``broker`` marker, so ``pytest -m "not broker"`` runs the rest.
 Under pytest-xdist every worker uses one container broker (``rabbitry.testing.shared``).
 Disable the plugin with ``-p no:rabbitry``.
 """
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from rabbitry.testing.containers import BrokerOptions
+    from rabbitry.testing.scripted import ScriptedBroker
 
 BROKER_FIXTURES = frozenset({"rabbitmq_broker", "rabbitmq_vhost", "rabbitmq_broker_factory"})
 MARKER = "broker: needs a real RabbitMQ broker (from RABBITMQ_URL or testcontainers)"
@@ -157,3 +159,13 @@ def rabbitmq_broker_factory() -> Iterator[BrokerFactory]:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture
+def scripted_broker() -> Iterator[ScriptedBroker]:
+    """An AMQP broker in this process for rabbitry's clients (``rabbitry.testing.scripted``):
+    attached for the test, detached after it."""
+    from rabbitry.testing.scripted import ScriptedBroker  # loads the AMQP layer: only when used
+
+    with ScriptedBroker() as broker:
+        yield broker

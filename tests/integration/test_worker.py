@@ -1,4 +1,8 @@
-"""Workers on a real broker: the retry ladder, parking, crashes, shutdown, poison, cancellation."""
+"""Workers on a real broker: the retry ladder, parking, crashes, shutdown, poison, cancellation.
+
+What needs no broker (duplicates, time-to-run, errors never retried, reconnecting after the
+broker closed the connection) runs on the scripted broker:
+tests/unit/testing/test_scripted_worker_features.py."""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pika
 import pytest
@@ -24,7 +27,7 @@ from rabbitry.policies.retry import (
     PARKED_REASON_HEADER,
     QUEUE_HEADER,
 )
-from rabbitry.publisher import Backoff, Publisher
+from rabbitry.publisher import Publisher
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
 from tests.integration.conftest import Broker, one_vhost_spec, worker_process
@@ -161,59 +164,6 @@ def test_always_failing_parks_after_n_attempts_with_bounded_headers(applied: Bro
     assert len(headers[LAST_ERROR_HEADER]) <= MAX_ERROR_TEXT
     assert "3 attempts" in headers[PARKED_REASON_HEADER]
     assert depth(applied, "mail") == 0
-
-
-def test_non_retryable_error_parks_at_once(applied: Broker) -> None:
-    app = make_app(applied)
-    calls: list[int] = []
-
-    @app.handler("work")
-    async def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        raise ValueError("malformed order")
-
-    publish(applied, "work", [b"bad"])
-    worker = AsyncWorker(app, applied.vhost_amqp_url)
-    run_worker(worker, lambda: worker.metrics["work"].parked >= 1, timeout=10)
-    assert calls == [1]
-    ((props, _),) = drain(applied, "work.parking")
-    assert props.headers[ATTEMPT_HEADER] == 1
-    assert "never retried" in props.headers[PARKED_REASON_HEADER]
-    assert worker.metrics["work"].retried == {}
-
-
-def test_handler_timeout_counts_as_a_failure(applied: Broker) -> None:
-    app = make_app(applied)
-    calls: list[int] = []
-
-    @app.handler("work", timeout=0.2)
-    async def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        if len(calls) == 1:
-            await asyncio.sleep(5)
-
-    publish(applied, "work", [b"slow"])
-    worker = AsyncWorker(app, applied.vhost_amqp_url)
-    run_worker(worker, lambda: len(calls) >= 2 and worker.in_flight == 0, timeout=10)
-    assert calls == [1, 2]
-    assert worker.metrics["work"].timeouts == 1
-
-
-def test_duplicates_by_message_id_are_skipped(applied: Broker) -> None:
-    app = make_app(applied)
-    seen: list[str | None] = []
-
-    @app.handler("slow", idempotent=True)
-    def handle(message: IncomingMessage) -> None:
-        seen.append(message.message_id)
-
-    with Publisher(applied.vhost_amqp_url) as pub:
-        for mid in ("a", "b", "a", "c", "b"):
-            pub.publish(b"x", routing_key="slow", message_id=mid)
-    worker = AsyncWorker(app, applied.vhost_amqp_url)
-    run_worker(worker, lambda: worker.metrics["slow"].received >= 5, timeout=10)
-    assert seen == ["a", "b", "c"]
-    assert worker.metrics["slow"].duplicates == 2
 
 
 WORKER_MODULE = """
@@ -366,40 +316,3 @@ def test_cancellation_drops_the_cancelled_delayed_job_and_delivers_the_others(
     assert time.monotonic() - started >= 0.8, "the jobs waited for their delay"
     assert worker.metrics["jobs"].cancelled == 1
     assert depth(applied, "jobs") == 0
-
-
-def test_worker_reconnects_and_consumes_again_after_its_connection_is_closed(
-    applied: Broker,
-) -> None:
-    app = make_app(applied)
-    got: list[str | None] = []
-
-    @app.handler("slow")
-    def handle(message: IncomingMessage) -> None:
-        got.append(message.message_id)
-
-    name = f"worker-{applied.vhost}"
-    worker = AsyncWorker(
-        app, applied.vhost_amqp_url, connection_name=name, backoff=Backoff(initial=0.05)
-    )
-    publish(applied, "slow", [b"before"])
-    closed: list[int] = []
-
-    def progress() -> bool:
-        if got and not closed:
-            connections = applied.get("/connections") or []
-            for connection in connections:
-                if (connection.get("client_properties") or {}).get("connection_name") == name:
-                    response = applied.http.delete(
-                        f"/connections/{quote(connection['name'], safe='')}"
-                    )
-                    closed.append(response.status_code)
-        if closed and worker.metrics.reconnects >= 1 and len(got) == 1:
-            with Publisher(applied.vhost_amqp_url) as pub:
-                pub.publish(b"after", routing_key="slow", message_id="after-0")
-            got.append("published")
-        return "after-0" in got
-
-    run_worker(worker, progress, timeout=30)
-    assert closed and worker.metrics.reconnects >= 1
-    assert got == ["slow-0", "published", "after-0"]
