@@ -50,6 +50,7 @@ from rabbitry.errors import (
     ConfirmTimeout,
     MissingExtra,
     Nacked,
+    NoAnswer,
     PlanError,
     PublishError,
     RabbitryError,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from rabbitry.amqp.errors import (
         AccessRefused,
         ChannelClosed,
+        ChannelRefused,
         ConnectionLost,
         ExchangeNotFound,
     )
@@ -81,14 +83,29 @@ if TYPE_CHECKING:
         Worker,
         cancel_job,
     )
-    from rabbitry.consumer.preflight import TopologyMissing
+    from rabbitry.consumer.app import AppError
+    from rabbitry.consumer.bodies import SignatureError
+    from rabbitry.consumer.decision import HandlerTimeout
+    from rabbitry.consumer.dlq import DlqError, NotAParkingLot
+    from rabbitry.consumer.periodic import PeriodicError
+    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
+    from rabbitry.consumer.schedule import ScheduleError
+    from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamUnreachable
+    from rabbitry.consumer.targets import TargetError
+    from rabbitry.files import UnsafeFileError
+    from rabbitry.policies.delay import DelayError
+    from rabbitry.policies.retry import RetryConfigError
     from rabbitry.provisioner.applier import ApplyResult
     from rabbitry.provisioner.lock import LockHeld, LockLost
+    from rabbitry.provisioner.ownership import RecordUnreadable
     from rabbitry.provisioner.planner import Plan
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.publisher.layout import DelayLayoutMismatch
+    from rabbitry.publisher.routing import NoRoute, UnknownExchange
+    from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
+    from rabbitry.topology.asyncapi import AsyncApiError
 
 _LAZY = {
     # spec and topology
@@ -127,6 +144,30 @@ _LAZY = {
     "InvalidBody": "rabbitry.consumer",
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
+    # every other error of the tree (docs/api.md)
+    "AppError": "rabbitry.consumer.app",
+    "AsyncApiError": "rabbitry.topology.asyncapi",
+    "ChannelRefused": "rabbitry.amqp.errors",
+    "DelayError": "rabbitry.policies.delay",
+    "DlqError": "rabbitry.consumer.dlq",
+    "HandlerTimeout": "rabbitry.consumer.decision",
+    "NoRoute": "rabbitry.publisher.routing",
+    "NotAParkingLot": "rabbitry.consumer.dlq",
+    "PeriodicError": "rabbitry.consumer.periodic",
+    "RecordUnreadable": "rabbitry.provisioner.ownership",
+    "RetryConfigError": "rabbitry.policies.retry",
+    "ScheduleError": "rabbitry.consumer.schedule",
+    "SignatureError": "rabbitry.consumer.bodies",
+    "StreamError": "rabbitry.consumer.streams",
+    "StreamNotFound": "rabbitry.consumer.streams",
+    "StreamProtocolError": "rabbitry.stream.errors",
+    "StreamRefused": "rabbitry.stream.errors",
+    "StreamUnavailable": "rabbitry.stream.errors",
+    "StreamUnreachable": "rabbitry.consumer.streams",
+    "TargetError": "rabbitry.consumer.targets",
+    "TopologyLost": "rabbitry.consumer.preflight",
+    "UnknownExchange": "rabbitry.publisher.routing",
+    "UnsafeFileError": "rabbitry.files",
     # apply runs
     "LockHeld": "rabbitry.provisioner.lock",
     "LockLost": "rabbitry.provisioner.lock",
@@ -138,21 +179,27 @@ _LAZY = {
 __all__ = [
     "AccessRefused",
     "App",
+    "AppError",
     "ApplyError",
     "ApplyResult",
+    "AsyncApiError",
     "AsyncPublisher",
     "AsyncWorker",
     "Backoff",
     "BrokerError",
     "CapabilityError",
     "ChannelClosed",
+    "ChannelRefused",
     "Codec",
     "ConfirmTimeout",
     "ConnectionLost",
     "ConnectionSettings",
+    "DelayError",
     "DelayLayoutMismatch",
     "Delivery",
+    "DlqError",
     "ExchangeNotFound",
+    "HandlerTimeout",
     "IncomingMessage",
     "InvalidBody",
     "LockHeld",
@@ -161,22 +208,40 @@ __all__ = [
     "Middleware",
     "MissingExtra",
     "Nacked",
+    "NoAnswer",
+    "NoRoute",
     "NodeOrder",
     "NonRetryable",
+    "NotAParkingLot",
     "Occurrence",
+    "PeriodicError",
     "Plan",
     "PlanError",
     "PublishError",
     "Publisher",
     "PublisherClosed",
     "RabbitryError",
+    "RecordUnreadable",
+    "RetryConfigError",
+    "ScheduleError",
+    "SignatureError",
     "Spec",
     "SpecError",
     "SpecProblem",
+    "StreamError",
+    "StreamNotFound",
+    "StreamProtocolError",
+    "StreamRefused",
+    "StreamUnavailable",
+    "StreamUnreachable",
     "TLSHandshakeError",
+    "TargetError",
     "Topology",
+    "TopologyLost",
     "TopologyMissing",
+    "UnknownExchange",
     "Unroutable",
+    "UnsafeFileError",
     "Worker",
     "__version__",
     "apply",

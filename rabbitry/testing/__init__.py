@@ -21,6 +21,7 @@ from rabbitry.testing.broker import Broker, BrokerUnavailable, broker_from_urls,
 from rabbitry.testing.containers import (
     BrokerContainer,
     BrokerOptions,
+    ContainerExited,
     broker_network,
     start_broker,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "BrokerOptions",
     "BrokerUnavailable",
     "ContainerEngine",
+    "ContainerExited",
     "FrameRecord",
     "HandlerHarness",
     "NotModelled",
