@@ -155,7 +155,7 @@ class AsyncPublisher(PublisherBase):
     ) -> AsyncIterator[Delivery]:
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
         batch = self.batch(options)
-        limit = batch.window
+        fixed = batch.window
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         issued: list[Delivery] = []
@@ -164,6 +164,7 @@ class AsyncPublisher(PublisherBase):
         try:
             for item in messages:
                 session = self._session
+                limit = fixed or self.window
                 if session is None or not self._can_send(session, limit):
                     while head < len(issued) and issued[head].status is not Status.PENDING:
                         yield issued[head]
@@ -210,6 +211,8 @@ class AsyncPublisher(PublisherBase):
             session = self._session
             if session is not None and self._can_send(session, limit):
                 return session
+            if self.adaptive is not None and self.tracker.unsettled >= limit:
+                self.adaptive.filled()
             if session is not None and session.out:
                 self._flush()
                 if self._can_send(session, limit):
@@ -274,6 +277,8 @@ class AsyncPublisher(PublisherBase):
         session = self._session
         if wire is not self._wire or session is None or not wire.feed(session, data):
             return
+        if self.adaptive is not None:
+            self.adaptive.update(self.tracker.latency)
         if session.out:
             self._flush()
         if session.ready:

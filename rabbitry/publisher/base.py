@@ -26,6 +26,7 @@ from rabbitry.amqp.settings import (
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.metrics import LivePublishers
+from rabbitry.publisher.window import AdaptiveWindow
 
 if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
     from rabbitry.publisher.routing import DelayLevels
@@ -35,6 +36,8 @@ if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the
 logger = logging.getLogger("rabbitry.publisher")
 
 DEFAULT_WINDOW = 512
+"""The window of ``window=None`` batches on a fixed-window publisher (and the adaptive
+window's ceiling): see ``rabbitry.publisher.window``."""
 
 RepublishHook = Callable[[list[Delivery]], None]
 
@@ -73,7 +76,8 @@ class Batch:
     routing_key: str
     mandatory: bool | None
     headers: Mapping[str, Any] | None
-    window: int
+    window: int | None
+    """The batch's own window; None follows the publisher's (adaptive unless fixed)."""
     trace: Mapping[str, str] | None = None
     """The trace context every message of the batch carries (its PRODUCER span's)."""
     span: Any = None
@@ -117,7 +121,7 @@ class PublisherBase:
         url: str | ConnectionSettings | None = None,
         *,
         confirms: bool = True,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         confirm_timeout: float | None = 30.0,
         exchange: str = "",
         mandatory: bool = True,
@@ -132,7 +136,7 @@ class PublisherBase:
         on_republish: RepublishHook | None = None,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
-        if window < 1:
+        if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         if confirm_timeout is not None and confirm_timeout <= 0:
             raise ValueError("confirm_timeout must be positive (or None to wait forever)")
@@ -146,7 +150,9 @@ class PublisherBase:
         self.walk = NodeWalk(settings)
         """Which of the cluster's nodes (one or more) the next connect goes to."""
         self.confirms = confirms
-        self.window = window
+        self.adaptive = AdaptiveWindow() if window is None else None
+        """The window's rule when none was given (``rabbitry.publisher.window``)."""
+        self._fixed_window = window
         self.confirm_timeout = confirm_timeout
         self.default_exchange = exchange
         self.default_mandatory = mandatory
@@ -215,6 +221,16 @@ class PublisherBase:
 
             publisher.router.layout_check = layout_check_for(publisher.settings)
         return publisher
+
+    @property
+    def window(self) -> int:
+        """How many messages may be unconfirmed now: the ``window`` given, else the adaptive
+        window's current size."""
+        adaptive = self.adaptive
+        if adaptive is not None:
+            return adaptive.window
+        assert self._fixed_window is not None
+        return self._fixed_window
 
     @property
     def blocked(self) -> bool:
@@ -324,7 +340,7 @@ class PublisherBase:
             routing_key=options.get("routing_key", ""),
             mandatory=options.get("mandatory"),
             headers=headers,
-            window=options.get("window") or self.window,
+            window=options.get("window") or None,
             trace=carrier,
             span=span,
         )

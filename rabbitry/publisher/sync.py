@@ -146,15 +146,16 @@ class Publisher(PublisherBase):
     def _stream(
         self, messages: Iterable[Message | Body], batch: Batch, count: list[int]
     ) -> Iterator[Delivery]:
-        limit = batch.window
         tracker = self.tracker
         issued: deque[Delivery] = deque()
         source = iter(messages)
         exhausted = False
         prepare = self.prepare_item
         timeout = self.confirm_timeout
+        adaptive = self.adaptive if batch.window is None else None
         while True:
             session = self._ready_session()
+            limit = batch.window or self.window
             if not exhausted:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 out = session.out
@@ -175,6 +176,8 @@ class Publisher(PublisherBase):
                         session.publish(delivery)
                     issued.append(delivery)
                     count[0] += 1
+                if adaptive is not None and tracker.unsettled >= limit:
+                    adaptive.filled()
             while issued and issued[0].status is not Status.PENDING:
                 yield issued.popleft()
             if exhausted and not issued:
@@ -190,6 +193,8 @@ class Publisher(PublisherBase):
     def _send(self, delivery: Delivery) -> None:
         session = self._ready_session()
         while session.blocked or (self.confirms and self.tracker.unsettled >= self.window):
+            if self.adaptive is not None:
+                self.adaptive.filled()
             self._step(0.5)
             session = self._ready_session()
         session.publish(delivery)
@@ -226,6 +231,8 @@ class Publisher(PublisherBase):
         except Disconnected as exc:
             logger.warning("connection to %s lost: %s", self.walk.current.display, exc)
             self._open(first=False)
+        if self.adaptive is not None:
+            self.adaptive.update(self.tracker.latency)
         session = self._session
         if session is not None:
             now = time.monotonic()

@@ -1,0 +1,102 @@
+"""The default window: how many messages a publisher keeps unconfirmed, adapted to confirm latency.
+
+A window is a queue as much as a pipeline: past the size that keeps the broker busy, every
+extra unconfirmed message waits in the broker before it is stored, and that wait is added to
+each message (a delayed job's lateness starts with it). A fixed 512 suits a quiet broker's
+throughput and makes a burst of delayed jobs 40-70 ms late on a loaded one; a fixed 64 keeps
+them on time and costs a third of the rate. So a publisher built without ``window=`` adapts it.
+
+The rule (``next_window``, pure: no clock, no I/O; the shell passes the latencies it measured):
+once per *round* (as many confirms as the window held when the round began) the round's mean
+confirm latency is compared with a target, ``base + allowance``, where ``base`` is the lowest
+round mean seen on the publisher (what a confirm costs with nothing queued ahead of it: the
+network's round trip plus the broker's write; a remote broker's long round trip raises the
+target with it, so the window never starves a slow link):
+
+- latency above the target: the window shrinks in proportion (``window * target / latency``),
+  by a quarter at most per round (one slow round on a busy machine is not a trend), and never
+  below ``floor``;
+- latency at or below the target, and the round filled the window: it grows by an eighth (at
+  least one), never above ``ceiling``;
+- otherwise (the publisher was not sending fast enough to fill it) it stays: an idle publisher
+  does not grow a window it never used, so a burst after a quiet spell starts small.
+
+It settles where the messages in flight keep the broker busy and wait ``allowance`` at most
+beyond ``base``: about ``rate * (base + allowance)`` messages. ``window=N`` on the publisher
+(or per call) turns the rule off and keeps N.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rabbitry.amqp.confirms import Latency
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRule:
+    """The bounds and target of the adaptive window (seconds for times)."""
+
+    start: int = 64
+    """The window of a new publisher, before any confirm was measured."""
+    floor: int = 16
+    ceiling: int = 512
+    allowance: float = 0.005
+    """How much longer than ``base`` a confirm may take before the window shrinks."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.floor <= self.start <= self.ceiling:
+            raise ValueError(
+                f"window rule needs 1 <= floor <= start <= ceiling, got floor={self.floor},"
+                f" start={self.start}, ceiling={self.ceiling}"
+            )
+        if self.allowance <= 0:
+            raise ValueError(f"window rule allowance must be positive, got {self.allowance}")
+
+
+DEFAULT_RULE = WindowRule()
+
+
+def next_window(window: int, latency: float, base: float, full: bool, rule: WindowRule) -> int:
+    """The window for the next round, from this round's mean confirm ``latency``, the lowest
+    round mean seen (``base``) and whether the round filled the window (``full``)."""
+    target = base + rule.allowance
+    if latency > target:
+        return max(rule.floor, window - window // 4, int(window * target / latency))
+    if full:
+        return min(rule.ceiling, window + max(1, window // 8))
+    return window
+
+
+class AdaptiveWindow:
+    """The rule's state on one publisher: the current window and the round being measured.
+
+    The shell calls ``filled()`` when a send found the window full and ``update(latency)``
+    after reading from the broker; both cost a few comparisons (``latency`` is the confirm
+    tracker's histogram, whose running sum and count give a round's mean)."""
+
+    __slots__ = ("_count", "_full", "_size", "_sum", "base", "rule", "window")
+
+    def __init__(self, rule: WindowRule = DEFAULT_RULE) -> None:
+        self.rule = rule
+        self.window = rule.start
+        self.base = float("inf")
+        self._count = 0
+        self._sum = 0.0
+        self._size = rule.start
+        self._full = False
+
+    def filled(self) -> None:
+        self._full = True
+
+    def update(self, latency: Latency) -> None:
+        count = latency.count - self._count
+        if count < self._size:
+            return
+        mean = (latency.sum - self._sum) / count
+        if mean < self.base:
+            self.base = mean
+        self.window = next_window(self.window, mean, self.base, self._full, self.rule)
+        self._count, self._sum = latency.count, latency.sum
+        self._size = self.window
+        self._full = False

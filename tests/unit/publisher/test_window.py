@@ -1,0 +1,98 @@
+"""The adaptive window's rule: shrink when confirms slow down, grow while they stay fast."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rabbitry.amqp.confirms import Latency
+from rabbitry.publisher.window import AdaptiveWindow, WindowRule, next_window
+
+RULE = WindowRule(start=64, floor=16, ceiling=512, allowance=0.005)
+
+
+def test_a_full_round_under_the_target_grows_the_window_by_an_eighth() -> None:
+    assert next_window(64, 0.003, 0.001, True, RULE) == 72
+
+
+def test_growth_stops_at_the_ceiling() -> None:
+    assert next_window(500, 0.002, 0.001, True, RULE) == 512
+    assert next_window(512, 0.002, 0.001, True, RULE) == 512
+
+
+def test_a_round_that_did_not_fill_the_window_leaves_it_as_it_is() -> None:
+    assert next_window(64, 0.002, 0.001, False, RULE) == 64
+
+
+def test_latency_above_the_target_shrinks_the_window_in_proportion() -> None:
+    # target 6 ms, measured 8 ms: three quarters of the window
+    assert next_window(400, 0.008, 0.001, True, RULE) == 300
+
+
+def test_one_slow_round_shrinks_the_window_by_a_quarter_at_most() -> None:
+    assert next_window(400, 0.600, 0.001, True, RULE) == 300
+
+
+def test_the_window_never_shrinks_below_the_floor() -> None:
+    assert next_window(20, 0.600, 0.001, True, RULE) == 16
+
+
+def test_a_long_round_trip_raises_the_target_so_a_remote_broker_keeps_its_window() -> None:
+    # 40 ms of network round trip is base, not queueing: 44 ms is under 45 ms
+    assert next_window(256, 0.044, 0.040, True, RULE) == 288
+
+
+def test_the_rule_rejects_bounds_that_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="floor <= start <= ceiling"):
+        WindowRule(start=8, floor=16)
+    with pytest.raises(ValueError, match="allowance must be positive"):
+        WindowRule(allowance=0)
+
+
+@given(
+    window=st.integers(16, 512),
+    latency=st.floats(0, 10, allow_nan=False),
+    base=st.floats(0, 10, allow_nan=False),
+    full=st.booleans(),
+)
+def test_the_window_stays_within_its_bounds_and_moves_the_right_way(
+    window: int, latency: float, base: float, full: bool
+) -> None:
+    new = next_window(window, latency, base, full, RULE)
+    assert RULE.floor <= new <= RULE.ceiling
+    if latency > base + RULE.allowance:
+        assert new <= window
+    else:
+        assert new >= window
+
+
+def full_round(adaptive: AdaptiveWindow, latency: Latency, seconds: float) -> None:
+    """One window's worth of confirms, each taking ``seconds``, with the window kept full."""
+    adaptive.filled()
+    for _ in range(adaptive.window):
+        latency.observe(seconds)
+        adaptive.update(latency)
+
+
+def test_the_window_settles_where_confirms_take_the_target() -> None:
+    """A broker that confirms in (window / 32,000) s, 1 ms at least: base is what the first
+    rounds measured (64 messages: 2 ms), and the window settles near rate * (base + allowance),
+    about 224 messages, where the rate is still the broker's."""
+    adaptive = AdaptiveWindow(RULE)
+    latency = Latency()
+    seen = []
+    for _ in range(200):
+        full_round(adaptive, latency, max(0.001, adaptive.window / 32_000))
+        seen.append(adaptive.window)
+    assert adaptive.base == pytest.approx(0.002)
+    assert 180 <= min(seen[-20:]) <= max(seen[-20:]) <= 260
+
+
+def test_an_idle_publisher_does_not_grow_a_window_it_never_filled() -> None:
+    adaptive = AdaptiveWindow(RULE)
+    latency = Latency()
+    for _ in range(1_000):  # one message at a time, confirmed in 1 ms
+        latency.observe(0.001)
+        adaptive.update(latency)
+    assert adaptive.window == RULE.start
