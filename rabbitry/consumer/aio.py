@@ -561,17 +561,17 @@ class AsyncWorker:
         started = time.perf_counter()
         if not route.is_async:
             try:
-                route.handler(message)
+                result = route.handler(message)
             except Exception as exc:
                 self.core.conclude(message, exc, time.perf_counter() - started)
             else:
-                self.core.conclude(message, None, time.perf_counter() - started)
+                self.core.conclude(message, None, time.perf_counter() - started, result=result)
             return False
         coro = cast(Coroutine[Any, Any, Any], route.handler(message))
         try:
             first = coro.send(None)
-        except StopIteration:
-            self.core.conclude(message, None, time.perf_counter() - started)
+        except StopIteration as stop:
+            self.core.conclude(message, None, time.perf_counter() - started, result=stop.value)
             return False
         except Exception as exc:
             self.core.conclude(message, exc, time.perf_counter() - started)
@@ -593,13 +593,14 @@ class AsyncWorker:
         started: float,
     ) -> None:
         error: BaseException | None = None
+        result: Any = None
         try:
             if route.timeout is not None:
                 remaining = route.timeout - (time.perf_counter() - started)
                 async with asyncio.timeout(max(0.0, remaining)):
-                    await _Resume(coro, first)
+                    result = await _Resume(coro, first)
             else:
-                await _Resume(coro, first)
+                result = await _Resume(coro, first)
         except asyncio.CancelledError:
             if self._stopping:
                 self.core.requeue(message)  # shutdown: returned to the queue, not failed
@@ -615,7 +616,7 @@ class AsyncWorker:
             error = exc
         if message.generation != self.core.generation:
             return  # the channel is gone: the broker redelivers the message
-        self.core.conclude(message, error, time.perf_counter() - started)
+        self.core.conclude(message, error, time.perf_counter() - started, result=result)
         self._schedule_write()
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:

@@ -60,9 +60,10 @@ def call_handler(
     route: Route,
     message: IncomingMessage,
     loop: Callable[[], asyncio.AbstractEventLoop],
-) -> BaseException | None:
+) -> tuple[BaseException | None, Any]:
     """Run ``route``'s handler to its end in this thread (a coroutine handler on ``loop()``,
-    cancelled at its time-to-run); the exception it ended with, None on success."""
+    cancelled at its time-to-run); the exception it ended with (None on success) and what it
+    returned (the reply, when the message names a reply-to)."""
     try:
         result = route.handler(message)
         if route.is_async:
@@ -72,18 +73,18 @@ def call_handler(
                 import asyncio
 
                 coro = asyncio.wait_for(result, route.timeout)
-            loop().run_until_complete(coro)
+            result = loop().run_until_complete(coro)
     except TimeoutError as exc:
         if not route.is_async:
-            return exc
+            return exc, None
         from rabbitry.consumer.decision import HandlerTimeout
 
         return HandlerTimeout(
             f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
-        )
+        ), None
     except Exception as exc:
-        return exc
-    return None
+        return exc, None
+    return None, result
 
 
 def handle_blocking(
@@ -96,8 +97,8 @@ def handle_blocking(
         if core.middleware and not core.before(message):
             return
         started = time.perf_counter()
-        error = call_handler(core.routes[message.consumer], message, loop)
-        core.conclude(message, error, time.perf_counter() - started)
+        error, result = call_handler(core.routes[message.consumer], message, loop)
+        core.conclude(message, error, time.perf_counter() - started, result=result)
     finally:
         core.leave(token)
 

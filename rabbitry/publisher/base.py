@@ -16,7 +16,7 @@ from rabbitry.amqp.codecs import Codec
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
-from rabbitry.amqp.session import Session
+from rabbitry.amqp.session import ReplyHook, Session
 from rabbitry.amqp.settings import (
     ConnectionOptions,
     ConnectionSettings,
@@ -26,6 +26,7 @@ from rabbitry.amqp.settings import (
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.metrics import LivePublishers
+from rabbitry.publisher.requests import PendingReplies
 from rabbitry.publisher.window import AdaptiveWindow
 
 if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
@@ -166,6 +167,10 @@ class PublisherBase:
         )
         self.tracker = ConfirmTracker(clock=time.monotonic)
         self.on_republish = on_republish
+        self.replies = PendingReplies()
+        """Requests waiting for their replies (``request``)."""
+        self._reply_hook: ReplyHook | None = None
+        """Set by the first request: every connection then consumes replies."""
         self.reconnects = 0
         self.closed = False
         self.traced = True
@@ -401,6 +406,13 @@ class PublisherBase:
         )
         delivery.deadline = deadline
         return delivery
+
+    def _want_replies(self, session: Session) -> None:
+        """Consume direct replies on ``session`` (and on every later one) from now on."""
+        hook = self._reply_hook
+        if hook is None:
+            hook = self._reply_hook = self.replies.deliver
+        session.consume_replies(hook)
 
     def _announce_republish(self, deliveries: list[Delivery]) -> None:
         if not deliveries:

@@ -31,6 +31,13 @@ from rabbitry.publisher.base import (
     logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
+from rabbitry.publisher.requests import (
+    DEFAULT_REQUEST_TIMEOUT,
+    Reply,
+    RequestOptions,
+    start_request,
+    timed_out,
+)
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -115,6 +122,38 @@ class Publisher(PublisherBase):
         while delivery.status is Status.PENDING:
             self._step(0.5)
         return delivery.result()
+
+    def request(
+        self,
+        body: Body,
+        *,
+        routing_key: str = "",
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        **options: Unpack[RequestOptions],
+    ) -> Reply:
+        """Publish a request (confirmed, mandatory) and wait up to ``timeout`` seconds for the
+        reply a handler sends back over direct reply-to; the ``Reply``.
+
+        Raises ``Unroutable`` at its confirm when no queue takes the request, and
+        ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
+        self._want_replies(self._ready_session())
+        delivery, waiting = start_request(self, body, routing_key, timeout, options)
+        try:
+            self._send(delivery)
+            end = time.monotonic() + timeout
+            while waiting.reply is None and waiting.error is None:
+                if delivery.error is not None:
+                    raise delivery.error
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise timed_out(waiting, routing_key, timeout)
+                self._step(min(0.5, left))
+        finally:
+            self.replies.forget(waiting.correlation_id)
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.reply is not None
+        return waiting.reply
 
     def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
@@ -255,6 +294,7 @@ class Publisher(PublisherBase):
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
+            self.replies.channel_lost("the connection was lost")
         while True:
             try:
                 self._connect_once(retry.target, resend)
@@ -281,7 +321,12 @@ class Publisher(PublisherBase):
     def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
         self._wire = wire = SocketWire(target)
         self._session = Session(
-            target, self.tracker, self.builder, confirms=self.confirms, resend=resend
+            target,
+            self.tracker,
+            self.builder,
+            confirms=self.confirms,
+            resend=resend,
+            on_reply=self._reply_hook,
         )
         wire.handshake(self._session)
 

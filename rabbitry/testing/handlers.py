@@ -18,6 +18,9 @@ construction; the broker fixtures of ``rabbitry.testing.plugin`` stay for integr
 it; its outcome's ``scheduled`` is the occurrence the run published before its ack
 (``schedule(job, count)`` follows the chain).
 
+A message delivered with ``reply_to=`` (as ``Publisher.request`` sends it) gets the handler's
+return value as its reply before the ack, as on a worker: the outcome's ``reply``.
+
 ``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
 plain test. From an async test, ``await harness.deliver_async(...)`` goes through
 ``AsyncWorker``'s own dispatch on the test's loop instead.
@@ -43,6 +46,7 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.periodic import Occurrence
 from rabbitry.consumer.sync import handle_blocking
+from rabbitry.publisher import Reply
 
 FOLLOW_LIMIT = 100
 """``follow`` stops after this many deliveries of one message (a ladder that never ends)."""
@@ -61,6 +65,9 @@ class Outcome:
     scheduled: Occurrence | None = None
     """The occurrence of a periodic job published before the ack: the next one after a run,
     the same one delayed again, or the one that replaces it under a changed schedule."""
+    reply: Reply | None = None
+    """The reply sent before the ack (a message delivered with ``reply_to=``): the handler's
+    return value as the requester's ``request`` gets it."""
 
     @property
     def action(self) -> Action:
@@ -377,6 +384,16 @@ class HandlerHarness:
             if entry.message is message:
                 scheduled = entry.occurrence
                 core.tracker.ack(delivery.tag, multiple=False)
+        reply = None
+        for delivery, replying in list(core._replies.items()):
+            if replying.message is message:
+                reply = Reply(
+                    body=replying.body,
+                    correlation_id=message.correlation_id or message.message_id or "",
+                    content_type=replying.content_type,
+                    message_id=delivery.message_id,
+                )
+                core.tracker.ack(delivery.tag, multiple=False)
         if verdict.publishes:
             tracker = self.core.tracker
             copy = next(
@@ -386,7 +403,12 @@ class HandlerHarness:
             )
             tracker.ack(copy.tag, multiple=False)
         return Outcome(
-            verdict=verdict, message=message, error=error, copy=copy, scheduled=scheduled
+            verdict=verdict,
+            message=message,
+            error=error,
+            copy=copy,
+            scheduled=scheduled,
+            reply=reply,
         )
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
