@@ -5,8 +5,8 @@ publishers only move bytes between it and a socket. It performs the handshake (P
 EXTERNAL auth, tune, vhost, one channel, confirm mode), tracks confirms and returns, follows
 ``connection.blocked``, answers heartbeats, and recovers a channel the broker closed because of
 one message: that message (and any other to the same missing exchange) fails, the rest are
-republished on the reopened channel Once asked (``consume_replies``), it consumes
-direct reply-to on its channel and hands each reply to a hook (``Publisher.request``).
+republished on the reopened channel. Once asked (``consume_replies``), it consumes direct
+reply-to on its channel and hands each reply to a hook (``Publisher.request``).
 """
 
 from __future__ import annotations

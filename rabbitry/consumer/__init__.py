@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
     from rabbitry.consumer.preflight import TopologyMissing
+    from rabbitry.consumer.replies import InvalidReply
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -57,6 +58,7 @@ __all__ = [
     "IdempotencyStore",
     "IncomingMessage",
     "InvalidBody",
+    "InvalidReply",
     "JsonCodec",
     "MemoryCancelStore",
     "MemoryIdempotencyStore",
@@ -82,6 +84,7 @@ _LAZY = {
     "AppError": "rabbitry.consumer.app",
     "Route": "rabbitry.consumer.app",
     "InvalidBody": "rabbitry.consumer.bodies",
+    "InvalidReply": "rabbitry.consumer.replies",
     "CANCEL_HEADER": "rabbitry.consumer.decision",
     "Action": "rabbitry.consumer.decision",
     "HandlerTimeout": "rabbitry.consumer.decision",
