@@ -162,10 +162,6 @@ class AsyncPublisher(PublisherBase):
 
         Raises ``Unroutable`` at its confirm when no queue takes the request, and
         ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
-        session = self._session
-        if session is None or not session.ready:
-            session = await self._room(self.window)
-        self._want_replies(session)
         done = asyncio.get_running_loop().create_future()
         delivery, waiting = start_request(self, body, routing_key, timeout, options, done)
         try:
@@ -173,6 +169,7 @@ class AsyncPublisher(PublisherBase):
                 session = self._session
                 if session is None or not self._can_send(session, self.window):
                     session = await self._room(self.window)
+                self._want_replies(session)  # the consumer first, then the request
                 self._write(session, delivery)
                 await _settled(delivery)
                 delivery.result()  # an unroutable or refused request raises here, at once

@@ -136,9 +136,9 @@ class Publisher(PublisherBase):
 
         Raises ``Unroutable`` at its confirm when no queue takes the request, and
         ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
-        self._want_replies(self._ready_session())
         delivery, waiting = start_request(self, body, routing_key, timeout, options)
         try:
+            self._want_replies(self._ready_session())  # the consumer first, then the request
             self._send(delivery)
             end = time.monotonic() + timeout
             while waiting.reply is None and waiting.error is None:

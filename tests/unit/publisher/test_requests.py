@@ -44,3 +44,13 @@ def test_a_lost_channel_fails_the_confirmed_requests_and_keeps_the_ones_sent_aga
     replies.channel_lost("the connection was lost")
     assert isinstance(confirmed.error, ReplyLost)
     assert unconfirmed.error is None and len(replies) == 1
+
+
+def test_a_request_needs_confirms_and_a_positive_timeout_and_says_so_before_connecting() -> None:
+    from rabbitry.publisher import Publisher
+
+    unconfirmed = Publisher("amqp://nobody@127.0.0.1:1/", confirms=False)
+    with pytest.raises(PublishError, match="needs publisher confirms"):
+        unconfirmed.request(b"x", routing_key="rpc")
+    with pytest.raises(ValueError, match="timeout must be positive"):
+        Publisher("amqp://nobody@127.0.0.1:1/").request(b"x", routing_key="rpc", timeout=0)
