@@ -102,6 +102,10 @@ def harness_app() -> App:
         await asyncio.sleep(0)
         return Total(total.total + 1)
 
+    @app.handler("at-once")
+    async def at_once(message: IncomingMessage) -> str:
+        return "no wait"
+
     @app.handler("bad")
     def bad(message: IncomingMessage) -> object:
         return object()
@@ -137,3 +141,19 @@ def test_a_reply_that_cannot_be_encoded_parks_the_request_without_a_reply() -> N
         assert outcome.reply is None
         assert isinstance(outcome.error, InvalidReply)
         assert not outcome.acked
+
+
+def test_every_path_of_the_async_dispatch_sends_the_return_value() -> None:
+    """A plain handler, a coroutine that never waits (finished inline) and one that waits (in
+    a task): three ways AsyncWorker runs a handler, one reply each."""
+    harness = HandlerHarness(harness_app())
+
+    async def main() -> list[bytes]:
+        replies = []
+        for queue, body in (("double", {"n": 3}), ("at-once", b""), ("typed", {"total": 1})):
+            outcome = await harness.deliver_async(queue, body, reply_to="amq.rabbitmq.reply-to.x")
+            assert outcome.reply is not None
+            replies.append(outcome.reply.body)
+        return replies
+
+    assert asyncio.run(main()) == [b'{"double":6}', b"no wait", b'{"total":2}']
