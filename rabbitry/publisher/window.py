@@ -8,10 +8,10 @@ them on time and costs a third of the rate. So a publisher built without ``windo
 
 The rule (``next_window``, pure: no clock, no I/O; the shell passes the latencies it measured):
 once per *round* (as many confirms as the window held when the round began) the round's mean
-confirm latency is compared with a target, ``base + allowance``, where ``base`` is the lowest
-round mean seen on the publisher (what a confirm costs with nothing queued ahead of it: the
-network's round trip plus the broker's write; a remote broker's long round trip raises the
-target with it, so the window never starves a slow link):
+confirm latency is compared with a target, ``base + allowance``, where ``base`` is what a
+confirm costs with little queued ahead of it: the network's round trip, the broker's write,
+and whatever the machine's load adds (a remote broker's long round trip or a busy host raises
+the target with it, so neither starves the window):
 
 - latency above the target: the window shrinks in proportion (``window * target / latency``),
   by a quarter at most per round (one slow round on a busy machine is not a trend), and never
@@ -20,6 +20,13 @@ target with it, so the window never starves a slow link):
   least one), never above ``ceiling``;
 - otherwise (the publisher was not sending fast enough to fill it) it stays: an idle publisher
   does not grow a window it never used, so a burst after a quiet spell starts small.
+
+``base`` is measured, not assumed (``AdaptiveWindow``): the lowest round mean since the last
+*probe*, and every ``probe_every`` rounds one probe: the window drops to ``floor`` for a round
+that lets the deeper window's confirms drain, then a round whose mean becomes the new ``base``
+(as TCP BBR re-measures its minimum round trip). Without it, a base measured on a quiet machine
+would make every later round on a loaded one look queued, and the window would collapse to the
+floor; a base that only rose would let the window creep up without bound.
 
 It settles where the messages in flight keep the broker busy and wait ``allowance`` at most
 beyond ``base``: about ``rate * (base + allowance)`` messages. ``window=N`` on the publisher
@@ -43,6 +50,8 @@ class WindowRule:
     ceiling: int = 512
     allowance: float = 0.005
     """How much longer than ``base`` a confirm may take before the window shrinks."""
+    probe_every: int = 64
+    """Rounds between two measurements of ``base`` at the floor."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.start <= self.ceiling:
@@ -52,6 +61,8 @@ class WindowRule:
             )
         if self.allowance <= 0:
             raise ValueError(f"window rule allowance must be positive, got {self.allowance}")
+        if self.probe_every < 1:
+            raise ValueError(f"window rule probe_every must be at least 1, got {self.probe_every}")
 
 
 DEFAULT_RULE = WindowRule()
@@ -69,13 +80,25 @@ def next_window(window: int, latency: float, base: float, full: bool, rule: Wind
 
 
 class AdaptiveWindow:
-    """The rule's state on one publisher: the current window and the round being measured.
+    """The rule's state on one publisher: the current window, the round being measured, and
+    when ``base`` is measured again.
 
     The shell calls ``filled()`` when a send found the window full and ``update(latency)``
     after reading from the broker; both cost a few comparisons (``latency`` is the confirm
     tracker's histogram, whose running sum and count give a round's mean)."""
 
-    __slots__ = ("_count", "_full", "_size", "_sum", "base", "rule", "window")
+    __slots__ = (
+        "_count",
+        "_full",
+        "_probe",
+        "_resume",
+        "_rounds",
+        "_size",
+        "_sum",
+        "base",
+        "rule",
+        "window",
+    )
 
     def __init__(self, rule: WindowRule = DEFAULT_RULE) -> None:
         self.rule = rule
@@ -85,6 +108,10 @@ class AdaptiveWindow:
         self._sum = 0.0
         self._size = rule.start
         self._full = False
+        self._rounds = 0
+        self._probe = 0
+        """Rounds of the probe still to run: 2 (draining), 1 (measuring), 0 (none)."""
+        self._resume = rule.start
 
     def filled(self) -> None:
         self._full = True
@@ -94,9 +121,26 @@ class AdaptiveWindow:
         if count < self._size:
             return
         mean = (latency.sum - self._sum) / count
+        self._count, self._sum = latency.count, latency.sum
+        rule = self.rule
+        if self._probe == 2:  # the deeper window's confirms have drained: measure
+            self._probe = 1
+            self._size = rule.floor
+            return
+        if self._probe == 1:
+            self._probe = 0
+            self.base = mean
+            self.window = self._size = self._resume
+            self._full = False
+            return
         if mean < self.base:
             self.base = mean
-        self.window = next_window(self.window, mean, self.base, self._full, self.rule)
-        self._count, self._sum = latency.count, latency.sum
+        self.window = next_window(self.window, mean, self.base, self._full, rule)
         self._size = self.window
         self._full = False
+        self._rounds += 1
+        if self._rounds >= rule.probe_every:
+            self._rounds = 0
+            self._probe = 2
+            self._resume = self.window
+            self.window = rule.floor  # the round in flight drains first, at the old size
