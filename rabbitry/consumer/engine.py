@@ -893,8 +893,8 @@ class WorkerCore:
         message = reply.message
         if delivery.status is not Status.CONFIRMED:
             logger.warning(
-                "the reply to message %s from %s reached no one (%s): the requester is gone"
-                " or timed out",
+                "the reply to message %s from %s was not delivered (%s); a returned reply means"
+                " the requester is gone or stopped waiting",
                 message.message_id,
                 message.queue,
                 delivery.error,

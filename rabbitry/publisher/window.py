@@ -8,10 +8,10 @@ them on time and costs a third of the rate. So a publisher built without ``windo
 
 The rule (``next_window``, pure: no clock, no I/O; the shell passes the latencies it measured):
 once per *round* (as many confirms as the window held when the round began) the round's mean
-confirm latency is compared with a target, ``base + allowance``, where ``base`` is what a
-confirm costs with little queued ahead of it: the network's round trip, the broker's write,
-and whatever the machine's load adds (a remote broker's long round trip or a busy host raises
-the target with it, so neither starves the window):
+confirm latency is compared with a target, ``base + max(allowance, ratio * base)``, where
+``base`` is what a confirm costs with little queued ahead of it: the network's round trip, the
+broker's write, and whatever the machine's load adds (a remote broker's long round trip or a
+busy host raises the target with it, so neither starves the window):
 
 - latency above the target: the window shrinks in proportion (``window * target / latency``),
   by a quarter at most per round (one slow round on a busy machine is not a trend), and never
@@ -28,9 +28,12 @@ that lets the deeper window's confirms drain, then a round whose mean becomes th
 would make every later round on a loaded one look queued, and the window would collapse to the
 floor; a base that only rose would let the window creep up without bound.
 
-It settles where the messages in flight keep the broker busy and wait ``allowance`` at most
-beyond ``base``: about ``rate * (base + allowance)`` messages. ``window=N`` on the publisher
-(or per call) turns the rule off and keeps N.
+It settles where the messages in flight keep the broker busy and wait 5 ms (``allowance``) or
+three times ``base`` (``ratio``), whichever is more, beyond ``base``: about ``rate * target``
+messages. The time a round costs whatever its size (``base``) is amortised over a window that
+queues at least three times as long, which keeps three quarters of the rate a deeper window
+would get where that rate grows linearly with the window, and more where it saturates.
+``window=N`` on the publisher (or per call) turns the rule off and keeps N.
 """
 
 from __future__ import annotations
@@ -49,7 +52,11 @@ class WindowRule:
     floor: int = 16
     ceiling: int = 512
     allowance: float = 0.005
-    """How much longer than ``base`` a confirm may take before the window shrinks."""
+    """How much longer than ``base`` a confirm may take before the window shrinks..."""
+    ratio: float = 3.0
+    """... or this many times ``base``, when that is more: on a host whose load makes every
+    confirm slow, a window that queues only ``allowance`` cannot amortise the fixed cost of a
+    round, and the rate would collapse."""
     probe_every: int = 64
     """Rounds between two measurements of ``base`` at the floor."""
 
@@ -59,8 +66,11 @@ class WindowRule:
                 f"window rule needs 1 <= floor <= start <= ceiling, got floor={self.floor},"
                 f" start={self.start}, ceiling={self.ceiling}"
             )
-        if self.allowance <= 0:
-            raise ValueError(f"window rule allowance must be positive, got {self.allowance}")
+        if self.allowance <= 0 or self.ratio < 0:
+            raise ValueError(
+                "window rule allowance must be positive and ratio not negative, got"
+                f" allowance={self.allowance}, ratio={self.ratio}"
+            )
         if self.probe_every < 1:
             raise ValueError(f"window rule probe_every must be at least 1, got {self.probe_every}")
 
@@ -71,7 +81,7 @@ DEFAULT_RULE = WindowRule()
 def next_window(window: int, latency: float, base: float, full: bool, rule: WindowRule) -> int:
     """The window for the next round, from this round's mean confirm ``latency``, the lowest
     round mean seen (``base``) and whether the round filled the window (``full``)."""
-    target = base + rule.allowance
+    target = base + max(rule.allowance, base * rule.ratio)
     if latency > target:
         return max(rule.floor, window - window // 4, int(window * target / latency))
     if full:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from rabbitry.amqp.confirms import Latency
 from rabbitry.publisher.window import AdaptiveWindow, WindowRule, next_window
 
-RULE = WindowRule(start=64, floor=16, ceiling=512, allowance=0.005)
+RULE = WindowRule(start=64, floor=16, ceiling=512, allowance=0.005, ratio=3.0)
 
 
 def test_a_full_round_under_the_target_grows_the_window_by_an_eighth() -> None:
@@ -26,8 +26,8 @@ def test_a_round_that_did_not_fill_the_window_leaves_it_as_it_is() -> None:
 
 
 def test_latency_above_the_target_shrinks_the_window_in_proportion() -> None:
-    # target 6 ms, measured 8 ms: three quarters of the window
-    assert next_window(400, 0.008, 0.001, True, RULE) == 300
+    # target 6 ms, measured 7 ms: six sevenths of the window
+    assert next_window(700, 0.007, 0.001, True, RULE) == 600
 
 
 def test_one_slow_round_shrinks_the_window_by_a_quarter_at_most() -> None:
@@ -39,15 +39,24 @@ def test_the_window_never_shrinks_below_the_floor() -> None:
 
 
 def test_a_long_round_trip_raises_the_target_so_a_remote_broker_keeps_its_window() -> None:
-    # 40 ms of network round trip is base, not queueing: 44 ms is under 45 ms
-    assert next_window(256, 0.044, 0.040, True, RULE) == 288
+    # 40 ms of network round trip is base, not queueing: 150 ms is under 40 + 3 * 40
+    assert next_window(256, 0.150, 0.040, True, RULE) == 288
+
+
+def test_the_queueing_allowed_is_five_ms_or_three_times_the_base_whichever_is_more() -> None:
+    assert next_window(100, 0.0059, 0.001, True, RULE) == 112  # 1 + 5 ms
+    assert next_window(100, 0.0061, 0.001, True, RULE) < 100
+    assert next_window(100, 0.0399, 0.010, True, RULE) == 112  # 10 + 30 ms
+    assert next_window(100, 0.0401, 0.010, True, RULE) < 100
 
 
 def test_the_rule_rejects_bounds_that_cannot_hold() -> None:
     with pytest.raises(ValueError, match="floor <= start <= ceiling"):
         WindowRule(start=8, floor=16)
-    with pytest.raises(ValueError, match="allowance must be positive"):
+    with pytest.raises(ValueError, match="allowance must be positive and ratio not negative"):
         WindowRule(allowance=0)
+    with pytest.raises(ValueError, match="allowance must be positive and ratio not negative"):
+        WindowRule(ratio=-1)
     with pytest.raises(ValueError, match="probe_every must be at least 1"):
         WindowRule(probe_every=0)
 
@@ -63,7 +72,7 @@ def test_the_window_stays_within_its_bounds_and_moves_the_right_way(
 ) -> None:
     new = next_window(window, latency, base, full, RULE)
     assert RULE.floor <= new <= RULE.ceiling
-    if latency > base + RULE.allowance:
+    if latency > base + max(RULE.allowance, RULE.ratio * base):
         assert new <= window
     else:
         assert new >= window
@@ -83,9 +92,9 @@ def full_round(adaptive: AdaptiveWindow, latency: Latency, seconds: float) -> No
 
 
 def test_the_window_settles_where_confirms_take_the_target() -> None:
-    """A broker that confirms in (window / 32,000) s, 1 ms at least: base is what the first
-    rounds measured (64 messages: 2 ms), and the window settles near rate * (base + allowance),
-    about 224 messages, where the rate is still the broker's."""
+    """A broker that confirms in (window / 32,000) s, 1 ms at least: base is what the probes
+    measure at the floor (1 ms), the target 1 + max(5, 3 * 1) = 6 ms, and the window settles
+    near rate * target, about 192 messages, under the sawtooth of its rounds."""
     adaptive = AdaptiveWindow(RULE)
     latency = Latency()
     seen = []
@@ -93,8 +102,8 @@ def test_the_window_settles_where_confirms_take_the_target() -> None:
         full_round(adaptive, latency, max(0.001, adaptive.window / 32_000))
         seen.append(adaptive.window)
     settled = outside_probes(seen[-40:])
-    assert adaptive.base == pytest.approx(0.002, abs=0.0011)  # 64 messages, or a probe's 16
-    assert 150 <= min(settled) <= max(settled) <= 260
+    assert adaptive.base == pytest.approx(0.001)
+    assert 170 <= min(settled) <= max(settled) <= 240
 
 
 def broker_latency(window: int, load: float) -> float:
@@ -126,7 +135,7 @@ def test_the_window_does_not_creep_up_when_every_round_is_as_slow_as_the_last() 
     latency = Latency()
     for _ in range(1_000):
         full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
-    assert adaptive.window <= 300
+    assert adaptive.window <= 320
 
 
 def test_an_idle_publisher_does_not_grow_a_window_it_never_filled() -> None:
