@@ -19,7 +19,11 @@ busy host raises the target with it, so neither starves the window):
 - latency at or below the target, and the round filled the window: it grows by an eighth (at
   least one), never above ``ceiling``;
 - otherwise (the publisher was not sending fast enough to fill it) it stays: an idle publisher
-  does not grow a window it never used, so a burst after a quiet spell starts small.
+  does not grow a window it never used, so a burst after a quiet spell starts small;
+- after ``sustained`` full rounds in a row (about 5,000 messages at the usual sizes) the
+  publisher is streaming a bulk load, not a burst: the latency no longer shrinks the window,
+  which grows to ``ceiling`` (the fixed 512 of old) and keeps that rate; the first round that
+  does not fill the window ends the stream.
 
 ``base`` is measured, not assumed (``AdaptiveWindow``): the lowest round mean since the last
 *probe*, and every ``probe_every`` rounds one probe: the window drops to ``floor`` for a round
@@ -59,6 +63,9 @@ class WindowRule:
     round, and the rate would collapse."""
     probe_every: int = 64
     """Rounds between two measurements of ``base`` at the floor."""
+    sustained: int = 32
+    """Full rounds in a row after which the publisher is streaming a bulk load: from then on
+    its rate counts more than one message's wait, and the window grows to ``ceiling``."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.start <= self.ceiling:
@@ -71,18 +78,24 @@ class WindowRule:
                 "window rule allowance must be positive and ratio not negative, got"
                 f" allowance={self.allowance}, ratio={self.ratio}"
             )
-        if self.probe_every < 1:
-            raise ValueError(f"window rule probe_every must be at least 1, got {self.probe_every}")
+        if self.probe_every < 1 or self.sustained < 1:
+            raise ValueError(
+                "window rule probe_every and sustained must be at least 1, got"
+                f" probe_every={self.probe_every}, sustained={self.sustained}"
+            )
 
 
 DEFAULT_RULE = WindowRule()
 
 
-def next_window(window: int, latency: float, base: float, full: bool, rule: WindowRule) -> int:
-    """The window for the next round, from this round's mean confirm ``latency``, the lowest
-    round mean seen (``base``) and whether the round filled the window (``full``)."""
+def next_window(
+    window: int, latency: float, base: float, full: bool, rule: WindowRule, streak: int = 0
+) -> int:
+    """The window for the next round, from this round's mean confirm ``latency``, the base
+    (``base``), whether the round filled the window (``full``) and how many rounds in a row
+    did before it (``streak``)."""
     target = base + max(rule.allowance, base * rule.ratio)
-    if latency > target:
+    if latency > target and streak < rule.sustained:
         return max(rule.floor, window - window // 4, int(window * target / latency))
     if full:
         return min(rule.ceiling, window + max(1, window // 8))
@@ -104,6 +117,7 @@ class AdaptiveWindow:
         "_resume",
         "_rounds",
         "_size",
+        "_streak",
         "_sum",
         "base",
         "rule",
@@ -119,6 +133,8 @@ class AdaptiveWindow:
         self._size = rule.start
         self._full = False
         self._rounds = 0
+        self._streak = 0
+        """Full rounds in a row (``WindowRule.sustained``)."""
         self._probe = 0
         """Rounds of the probe still to run: 2 (draining), 1 (measuring), 0 (none)."""
         self._resume = rule.start
@@ -145,7 +161,8 @@ class AdaptiveWindow:
             return
         if mean < self.base:
             self.base = mean
-        self.window = next_window(self.window, mean, self.base, self._full, rule)
+        self.window = next_window(self.window, mean, self.base, self._full, rule, self._streak)
+        self._streak = self._streak + 1 if self._full else 0
         self._size = self.window
         self._full = False
         self._rounds += 1

@@ -57,8 +57,10 @@ def test_the_rule_rejects_bounds_that_cannot_hold() -> None:
         WindowRule(allowance=0)
     with pytest.raises(ValueError, match="allowance must be positive and ratio not negative"):
         WindowRule(ratio=-1)
-    with pytest.raises(ValueError, match="probe_every must be at least 1"):
+    with pytest.raises(ValueError, match="probe_every and sustained must be at least 1"):
         WindowRule(probe_every=0)
+    with pytest.raises(ValueError, match="probe_every and sustained must be at least 1"):
+        WindowRule(sustained=0)
 
 
 @given(
@@ -94,8 +96,9 @@ def full_round(adaptive: AdaptiveWindow, latency: Latency, seconds: float) -> No
 def test_the_window_settles_where_confirms_take_the_target() -> None:
     """A broker that confirms in (window / 32,000) s, 1 ms at least: base is what the probes
     measure at the floor (1 ms), the target 1 + max(5, 3 * 1) = 6 ms, and the window settles
-    near rate * target, about 192 messages, under the sawtooth of its rounds."""
-    adaptive = AdaptiveWindow(RULE)
+    near rate * target, about 192 messages, under the sawtooth of its rounds (rounds that never
+    come in a long full streak: no bulk load)."""
+    adaptive = AdaptiveWindow(WindowRule(sustained=10_000))
     latency = Latency()
     seen = []
     for _ in range(200):
@@ -114,8 +117,8 @@ def broker_latency(window: int, load: float) -> float:
 def test_a_loaded_host_raises_the_base_instead_of_collapsing_the_window() -> None:
     """The base measured on a quiet host (2 ms) would make every round on a host whose load
     adds 18 ms look queued; the probes measure the base again and the window settles near
-    rate * (base + allowance) for the new base."""
-    adaptive = AdaptiveWindow(RULE)
+    rate * (base + allowance) for the new base (rounds never in a long full streak)."""
+    adaptive = AdaptiveWindow(WindowRule(sustained=10_000))
     latency = Latency()
     for _ in range(200):
         full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
@@ -130,12 +133,45 @@ def test_a_loaded_host_raises_the_base_instead_of_collapsing_the_window() -> Non
 
 
 def test_the_window_does_not_creep_up_when_every_round_is_as_slow_as_the_last() -> None:
-    """Latency that grows with the window keeps it bounded, probes or not."""
-    adaptive = AdaptiveWindow(RULE)
+    """Latency that grows with the window keeps it bounded, probes or not, while rounds do
+    not come in a long full streak."""
+    adaptive = AdaptiveWindow(WindowRule(sustained=10_000))
     latency = Latency()
     for _ in range(1_000):
         full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
     assert adaptive.window <= 320
+
+
+def test_a_stream_that_keeps_the_window_full_is_a_bulk_load_and_grows_to_the_ceiling() -> None:
+    assert next_window(200, 0.050, 0.001, True, RULE, streak=RULE.sustained - 1) < 200
+    assert next_window(200, 0.050, 0.001, True, RULE, streak=RULE.sustained) == 225
+    assert next_window(500, 0.050, 0.001, True, RULE, streak=100) == 512
+
+
+def test_a_burst_stays_near_the_target_and_a_long_stream_reaches_the_full_window() -> None:
+    adaptive = AdaptiveWindow(RULE)
+    latency = Latency()
+    sent, windows = 0, []
+    while sent < 60_000:
+        full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
+        sent += adaptive.window
+        windows.append((sent, adaptive.window))
+    assert max(w for n, w in windows if n <= 3_000) <= 300  # a burst of 3,000: near the target
+    assert outside_probes([w for n, w in windows if n > 30_000])[-1] == RULE.ceiling
+
+
+def test_a_round_that_does_not_fill_the_window_ends_the_stream() -> None:
+    adaptive = AdaptiveWindow(RULE)
+    latency = Latency()
+    for _ in range(100):
+        full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
+    assert adaptive.window > 400
+    for _ in range(adaptive.window):  # one round not filled, slow: the window shrinks again
+        latency.observe(0.05)
+        adaptive.update(latency)
+    for _ in range(3):
+        full_round(adaptive, latency, broker_latency(adaptive.window, 0.0))
+    assert adaptive.window < 400
 
 
 def test_an_idle_publisher_does_not_grow_a_window_it_never_filled() -> None:
