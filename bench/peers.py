@@ -61,8 +61,6 @@ DRAIN_ONLY = "the first Celery row runs retries and countdowns"
 DELAY_ONLY = "the publisher's window matters only to the delay scenario"
 """Why the default-window rabbitry row runs only the delay (left out of the other tables)."""
 LEFT_OUT = (DRAIN_ONLY, DELAY_ONLY)
-WINDOW = 64
-"""The publisher window rabbitry's delayed jobs are sent with (docs/publisher.md, Window)."""
 QUIET = 30.0
 """Seconds without a new ledger line after which the jobs not yet done count as lost."""
 
@@ -171,10 +169,8 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             "defaults (prefetch 300, asyncio); spec `retry: {attempts: 2, backoff: [1s]}`,"
             " delay levels of 1 s (`delay=`); the spec applied and validated beforehand"
             " (`rabbitry validate`), so the worker reads its cached worker view; jobs published"
-            f" by `Publisher.stream(window={WINDOW})`, as docs/publisher.md advises where"
-            " lateness counts (the default window, 512, is the next row but one)",
+            " by `Publisher.stream` at its defaults (the adaptive window, docs/publisher.md)",
             peer=False,
-            env={"PEERS_WINDOW": str(WINDOW)},
         ),
         Contender(
             "rabbitry-sync",
@@ -183,15 +179,14 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--sync", "--log-level", "error"),
             "as above, blocking worker",
             peer=False,
-            env={"PEERS_WINDOW": str(WINDOW)},
         ),
         Contender(
             "rabbitry-window-512",
             "rabbitry worker run, jobs published with window 512",
             "rabbitry_jobs",
             (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
-            "the asyncio worker again, its delayed jobs published at the publisher's default"
-            " window (512 unconfirmed): for comparison, not held to the targets",
+            "the asyncio worker again, its delayed jobs published with `window=512`, the fixed"
+            " default before the adaptive window: for comparison, not held to the targets",
             peer=False,
             env={"PEERS_WINDOW": "512"},
             reference=True,

@@ -1,10 +1,11 @@
 """The publisher's window: confirmed throughput against the time each message waits.
 
-Usage:  python bench/window.py [--messages 50000] [--windows 16,32,64,128,256,512] [--rounds 3]
-        [--write-docs]
+Usage:  python bench/window.py [--messages 50000] [--windows 16,32,64,128,256,512,default]
+        [--rounds 3] [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else a dev broker (`rabbitry dev-broker up`).
 
-One blocking `Publisher.stream` per window and queue type sends N persistent 1 KB messages to
+One blocking `Publisher.stream` per window (`default`: the publisher's adaptive window, no
+`window=`) and queue type sends N persistent 1 KB messages to
 a durable queue (re-created empty for each round), as fast as the window allows; each row is
 the median round by rate. Reported: confirmed msg/s, and the time from handing each message to
 the client until its confirm, p50 and p99. Past the window that keeps the broker busy, more
@@ -35,7 +36,7 @@ from rabbitry.uri import mask_uri
 HEADING = "## Publisher window: throughput or wait (bench/window.py)"
 
 
-def one(url: str, queue: str, window: int, count: int) -> tuple[float, float, float]:
+def one(url: str, queue: str, window: int | None, count: int) -> tuple[float, float, float]:
     """(msg/s, p50 ms, p99 ms) of ``count`` messages through ``window``."""
     body = b"x" * 1024
     handed: list[float] = []
@@ -67,10 +68,10 @@ def drop(url: str, queue: str) -> None:
 def main() -> int:
     parser = arguments(__doc__, "amqp://guest:guest@localhost:5672/%2F")
     parser.add_argument("--messages", type=int, default=50_000)
-    parser.add_argument("--windows", default="16,32,64,128,256,512")
+    parser.add_argument("--windows", default="16,32,64,128,256,512,default")
     parser.add_argument("--queue-types", default="quorum,classic")
     args = parser.parse_args()
-    windows = [int(w) for w in args.windows.split(",")]
+    windows = [None if w == "default" else int(w) for w in args.windows.split(",")]
     version = broker_version(args.url)
     print(f"{version} at {mask_uri(args.url)}", flush=True)
     rows = ["| queue | window | msg/s | wait p50 ms | wait p99 ms |", "|---|---|---|---|---|"]
@@ -81,7 +82,8 @@ def main() -> int:
                 queue = fresh_queue(args.url, f"bench-window-{queue_type}", queue_type)
                 rounds.append(one(args.url, queue, window, args.messages))
             rate, p50, p99 = sorted(rounds)[len(rounds) // 2]
-            row = f"| {queue_type} | {window} | {rate:,.0f} | {p50:.1f} | {p99:.1f} |"
+            shown = "default (adaptive)" if window is None else window
+            row = f"| {queue_type} | {shown} | {rate:,.0f} | {p50:.1f} | {p99:.1f} |"
             rows.append(row)
             print(row, flush=True)
         drop(args.url, f"bench-window-{queue_type}")

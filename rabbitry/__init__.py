@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer.dlq import DlqError, NotAParkingLot
     from rabbitry.consumer.periodic import PeriodicError
     from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
+    from rabbitry.consumer.replies import InvalidReply
     from rabbitry.consumer.schedule import ScheduleError
     from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamUnreachable
     from rabbitry.consumer.targets import TargetError
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.publisher.layout import DelayLayoutMismatch
+    from rabbitry.publisher.requests import ReplyLost, RequestTimeout
     from rabbitry.publisher.routing import NoRoute, UnknownExchange
     from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
@@ -145,6 +147,9 @@ _LAZY = {
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
     # every other error of the tree (docs/api.md)
+    "InvalidReply": "rabbitry.consumer.replies",
+    "RequestTimeout": "rabbitry.publisher.requests",
+    "ReplyLost": "rabbitry.publisher.requests",
     "AppError": "rabbitry.consumer.app",
     "AsyncApiError": "rabbitry.topology.asyncapi",
     "ChannelRefused": "rabbitry.amqp.errors",
@@ -202,6 +207,7 @@ __all__ = [
     "HandlerTimeout",
     "IncomingMessage",
     "InvalidBody",
+    "InvalidReply",
     "LockHeld",
     "LockLost",
     "Message",
@@ -222,6 +228,8 @@ __all__ = [
     "PublisherClosed",
     "RabbitryError",
     "RecordUnreadable",
+    "ReplyLost",
+    "RequestTimeout",
     "RetryConfigError",
     "ScheduleError",
     "SignatureError",

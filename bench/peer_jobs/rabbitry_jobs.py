@@ -7,7 +7,8 @@ The spec (``PEERS_SPEC``, written and applied by bench/peers.py) declares the qu
 ``retry: {attempts: 2, backoff: [1s]}`` (a failed job goes to the 1 s tier queue, then back)
 and a binary delay with a 1 s unit targeting it (``delay=`` of the publisher). The worker runs
 at its defaults: prefetch 300, batched multiple acks, retries published with a confirm before
-the ack. Jobs are published with the window ``PEERS_WINDOW`` (the publisher's default when unset).
+the ack. Jobs are published at the publisher's defaults (its adaptive window), or with the fixed
+window ``PEERS_WINDOW`` when set (the reference row at 512).
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ def publish(first: int, count: int, max_delay: int) -> None:
             due = time.time() + delay if delay else 0.0
             yield Message(ledger.body(job_id, due), delay=delay or None)
 
-    # the bench sets PEERS_WINDOW: delayed jobs are published with the window docs/publisher.md
-    # advises where lateness counts (a deep window is a queue ahead of each message)
+    # unset: the publisher's own default, as users keep it; the reference row sets 512
     window = int(os.environ["PEERS_WINDOW"]) if os.environ.get("PEERS_WINDOW") else None
     with Publisher.from_spec(SPEC, vhost=VHOST, url=ledger.URL) as pub:
         for delivery in pub.stream(messages(), routing_key=ledger.QUEUE, window=window):

@@ -5,7 +5,8 @@ publishers only move bytes between it and a socket. It performs the handshake (P
 EXTERNAL auth, tune, vhost, one channel, confirm mode), tracks confirms and returns, follows
 ``connection.blocked``, answers heartbeats, and recovers a channel the broker closed because of
 one message: that message (and any other to the same missing exchange) fails, the rest are
-republished on the reopened channel.
+republished on the reopened channel. Once asked (``consume_replies``), it consumes direct
+reply-to on its channel and hands each reply to a hook (``Publisher.request``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import enum
 import logging
 import platform
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pamqp import body as pamqp_body
@@ -31,6 +32,12 @@ from rabbitry.uri import mask_text
 logger = logging.getLogger("rabbitry.publisher")
 
 _EXCHANGE_IN_TEXT = re.compile(r"exchange '(?P<name>.*)' in vhost")
+_REPLY_QUEUE = "amq.rabbitmq.reply-to"
+_REPLY_CONSUMER = "rabbitry-replies"
+_REPLY_PROPERTIES = ("correlation_id", "content_type", "headers", "message_id")
+
+ReplyHook = Callable[[Mapping[str, Any], bytes], object]
+"""Called with a direct reply-to delivery's properties and body."""
 
 
 class State(enum.Enum):
@@ -88,6 +95,7 @@ class Session:
         confirms: bool = True,
         resend: list[Delivery] | None = None,
         on_blocked: Callable[[bool], None] | None = None,
+        on_reply: ReplyHook | None = None,
     ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -104,6 +112,12 @@ class Session:
         self._return: tuple[int, str, str, str] | None = None
         self._skip_body = 0
         self._on_blocked = on_blocked
+        self.on_reply = on_reply
+        """Where replies go (direct reply-to); set, the channel consumes them when it opens."""
+        self._reply: Mapping[str, Any] | None = None
+        self._reply_body = bytearray()
+        self._reply_left = 0
+        self._delivering = False
         self.last_received = 0.0
         self.last_sent = 0.0
 
@@ -127,6 +141,21 @@ class Session:
         else:
             delivery.status = Status.SENT
         self.out += delivery.frames
+
+    def consume_replies(self, on_reply: ReplyHook) -> None:
+        """Consume ``amq.rabbitmq.reply-to`` (no-ack, as the broker requires) on this channel,
+        and on every channel it reopens, before anything published after this call: requests
+        naming it as ``reply_to`` are refused on a channel without that consumer."""
+        first = self.on_reply is None
+        self.on_reply = on_reply
+        if first and self.ready:
+            self._consume_replies()
+
+    def _consume_replies(self) -> None:
+        self.out += frames.method_frame(
+            CHANNEL,
+            commands.Basic.Consume(queue=_REPLY_QUEUE, consumer_tag=_REPLY_CONSUMER, no_ack=True),
+        )
 
     def take_output(self) -> bytes:
         data = bytes(self.out)
@@ -166,6 +195,11 @@ class Session:
 
     def _frame(self, channel: int, frame: Any) -> None:
         if (self._return is not None or self._skip_body) and self._content(frame):
+            return
+        if self._delivering and self._reply_content(frame):
+            return
+        if isinstance(frame, commands.Basic.Deliver):
+            self._delivering = True  # a reply (the only consumer a publisher has)
             return
         if isinstance(frame, commands.Basic.Return):
             self._return = (
@@ -224,6 +258,25 @@ class Session:
             return True
         return False
 
+    def _reply_content(self, frame: Any) -> bool:
+        """Header and body of a reply; True when the frame was consumed."""
+        if isinstance(frame, header.ContentHeader):
+            props = frame.properties
+            self._reply = {name: getattr(props, name, None) for name in _REPLY_PROPERTIES}
+            self._reply_left = frame.body_size
+            self._reply_body.clear()
+        elif isinstance(frame, pamqp_body.ContentBody):
+            self._reply_body += frame.value
+            self._reply_left -= len(frame.value)
+        else:
+            return False
+        if self._reply_left <= 0 and self._reply is not None:
+            reply, self._reply = self._reply, None
+            self._delivering = False
+            if self.on_reply is not None:
+                self.on_reply(reply, bytes(self._reply_body))
+        return True
+
     def _start(self, frame: commands.Connection.Start) -> None:
         mechanisms = (frame.mechanisms or "").split()
         s = self.settings
@@ -265,6 +318,8 @@ class Session:
 
     def _become_ready(self) -> None:
         self.state = State.READY
+        if self.on_reply is not None:
+            self._consume_replies()  # ahead of the requests republished below
         resend, self._resend = self._resend, []
         for delivery in resend:
             if delivery.status is Status.PENDING:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
     from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
+    from rabbitry.consumer.replies import InvalidReply
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -61,6 +62,7 @@ __all__ = [
     "ImmediateRetry",
     "IncomingMessage",
     "InvalidBody",
+    "InvalidReply",
     "JsonCodec",
     "KillSwitch",
     "MemoryCancelStore",
@@ -89,6 +91,7 @@ _LAZY = {
     "AppError": "rabbitry.consumer.app",
     "Route": "rabbitry.consumer.app",
     "InvalidBody": "rabbitry.consumer.bodies",
+    "InvalidReply": "rabbitry.consumer.replies",
     "CANCEL_HEADER": "rabbitry.consumer.decision",
     "Action": "rabbitry.consumer.decision",
     "HandlerTimeout": "rabbitry.consumer.decision",

@@ -573,17 +573,17 @@ class AsyncWorker:
         started = time.perf_counter()
         if not route.is_async:
             try:
-                route.handler(message)
+                result = route.handler(message)
             except Exception as exc:
                 return self._failed(message, route, exc, started)
             else:
-                self.core.conclude(message, None, time.perf_counter() - started)
+                self.core.conclude(message, None, time.perf_counter() - started, result=result)
             return False
         coro = cast(Coroutine[Any, Any, Any], route.handler(message))
         try:
             first = coro.send(None)
-        except StopIteration:
-            self.core.conclude(message, None, time.perf_counter() - started)
+        except StopIteration as stop:
+            self.core.conclude(message, None, time.perf_counter() - started, result=stop.value)
             return False
         except Exception as exc:
             return self._failed(message, route, exc, started)
@@ -622,7 +622,7 @@ class AsyncWorker:
                 await asyncio.sleep(pause)
                 calls += 1
                 started = time.perf_counter()
-                error = await self._call(message, route)
+                error, result = await self._call(message, route)
                 following = (
                     None if error is None else self.core.immediate_pause(message, error, calls)
                 )
@@ -636,21 +636,24 @@ class AsyncWorker:
             raise
         if message.generation != self.core.generation:
             return  # the channel is gone: the broker redelivers the message
-        self.core.conclude(message, error, time.perf_counter() - started)
+        self.core.conclude(message, error, time.perf_counter() - started, result=result)
         self._schedule_write()
 
-    async def _call(self, message: IncomingMessage, route: Route) -> BaseException | None:
-        """One whole call of the handler (a coroutine within its time-to-run); its error."""
+    async def _call(
+        self, message: IncomingMessage, route: Route
+    ) -> tuple[BaseException | None, Any]:
+        """One whole call of the handler (a coroutine within its time-to-run); its error, and
+        what it returned (the reply, when the message names a reply-to)."""
         try:
             result = route.handler(message)
             if route.is_async:
                 async with asyncio.timeout(route.timeout):
-                    await cast(Coroutine[Any, Any, Any], result)
+                    result = await cast(Coroutine[Any, Any, Any], result)
         except TimeoutError as exc:
-            return _timed_out(route) if route.is_async else exc
+            return (_timed_out(route) if route.is_async else exc), None
         except Exception as exc:
-            return exc
-        return None
+            return exc, None
+        return None, result
 
     async def _finish(
         self,
@@ -661,13 +664,14 @@ class AsyncWorker:
         started: float,
     ) -> None:
         error: BaseException | None = None
+        result: Any = None
         try:
             if route.timeout is not None:
                 remaining = route.timeout - (time.perf_counter() - started)
                 async with asyncio.timeout(max(0.0, remaining)):
-                    await _Resume(coro, first)
+                    result = await _Resume(coro, first)
             else:
-                await _Resume(coro, first)
+                result = await _Resume(coro, first)
         except asyncio.CancelledError:
             if self._stopping:
                 self.core.requeue(message)  # shutdown: returned to the queue, not failed
@@ -684,7 +688,7 @@ class AsyncWorker:
                 return
         if message.generation != self.core.generation:
             return  # the channel is gone: the broker redelivers the message
-        self.core.conclude(message, error, time.perf_counter() - started)
+        self.core.conclude(message, error, time.perf_counter() - started, result=result)
         self._schedule_write()
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:

@@ -26,7 +26,8 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.errors import RabbitryError
 from rabbitry.policies.retry import NonRetryable
 
-Handler = Callable[[IncomingMessage], Awaitable[None] | None]
+Handler = Callable[[IncomingMessage], Awaitable[Any] | Any]
+"""Called with the message; what it returns is the reply when the message names a reply-to."""
 _MAX_PROBLEMS = 10
 
 
@@ -149,13 +150,13 @@ def typed_handler(
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
-        async def call_async(message: IncomingMessage) -> None:
-            await func(*arguments(message))
+        async def call_async(message: IncomingMessage) -> Any:
+            return await func(*arguments(message))
 
         return call_async
 
     @functools.wraps(func)
-    def call(message: IncomingMessage) -> None:
-        func(*arguments(message))
+    def call(message: IncomingMessage) -> Any:
+        return func(*arguments(message))
 
     return call

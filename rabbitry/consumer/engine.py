@@ -50,6 +50,7 @@ from rabbitry.consumer.periodic import (
 )
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
+from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
@@ -234,6 +235,20 @@ class _Scheduled:
         self.tries = 1
 
 
+class _Replying:
+    """A reply waiting for its confirm before its request's ack."""
+
+    __slots__ = ("body", "content_type", "delivery", "message")
+
+    def __init__(
+        self, message: IncomingMessage, delivery: Delivery, body: bytes, content_type: str | None
+    ) -> None:
+        self.message = message
+        self.delivery = delivery
+        self.body = body
+        self.content_type = content_type
+
+
 _SCHEDULE_TRIES = 3
 RESEED_EVERY_S = 600.0
 """How often a running worker seeds its periodic jobs again (besides when it connects): a
@@ -294,6 +309,8 @@ class WorkerCore:
         self._pending: dict[Delivery, _Pending] = {}
         self._faults: dict[Delivery, tuple[IncomingMessage, FaultEvent]] = {}
         """Fault events sent for parked messages, each holding its message's ack."""
+        self._replies: dict[Delivery, _Replying] = {}
+        """Replies to requests, each holding its request's ack until it is confirmed."""
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
@@ -707,8 +724,10 @@ class WorkerCore:
         elapsed: float,
         *,
         entered: int | None = None,
+        result: Any = None,
     ) -> Verdict:
         """Act on how the handler ended: ack, or publish a retry/parked copy then ack.
+        A delivery that names a ``reply_to`` gets the handler's ``result`` as its reply first.
 
         The ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless a
         ``before`` hook failed) run first and may change the error; the verdict follows."""
@@ -720,6 +739,12 @@ class WorkerCore:
                 f"handler of {route.queue} ran {elapsed:.3f} s, longer than its"
                 f" time-to-run of {route.timeout:g} s"
             )
+        reply = None
+        if error is None and message._flags & REPLY_TO_FLAG and message.reply_to:
+            try:
+                reply = _Replying(message, *build_reply(self.builder, message, result, route.codec))
+            except InvalidReply as exc:
+                error = exc
         chain = self.middleware
         if chain:
             error = run_after(chain, len(chain) if entered is None else entered, message, error)
@@ -734,7 +759,14 @@ class WorkerCore:
                 tracing.finish(message.span, "acked")
             if chain:
                 run_decided(chain, message, ACK)
-            self._ack(message)
+            if reply is not None:
+                # The reply first, the ack once the broker confirmed it: a crash in between
+                # redelivers the request and gives a duplicate reply, never a lost one (the
+                # requester drops a reply whose correlation id no longer waits).
+                self._replies[reply.delivery] = reply
+                self._send(reply.delivery)
+            else:
+                self._ack(message)
             return ACK
         counters.failed += 1
         if isinstance(error, HandlerTimeout):
@@ -932,6 +964,11 @@ class WorkerCore:
     def _settled(self, delivery: Delivery) -> None:
         pending = self._pending.pop(delivery, None)
         if pending is None:
+            if self._replies:
+                reply = self._replies.pop(delivery, None)
+                if reply is not None:
+                    self._replied(delivery, reply)
+                    return
             if self._recording:
                 index = self._recording.pop(delivery, None)
                 if index is not None:
@@ -1055,6 +1092,20 @@ class WorkerCore:
             self.start_check.passed = False
         return lost
 
+    def _replied(self, delivery: Delivery, reply: _Replying) -> None:
+        """A reply settled: the request is done either way (its handler succeeded)."""
+        message = reply.message
+        if delivery.status is not Status.CONFIRMED:
+            logger.warning(
+                "the reply to message %s from %s was not delivered (%s); a returned reply means"
+                " the requester is gone or stopped waiting",
+                message.message_id,
+                message.queue,
+                delivery.error,
+                extra=self._log_fields(message, message.queue),
+            )
+        self._ack(message)
+
     def _log_failure(
         self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
     ) -> None:
@@ -1128,7 +1179,13 @@ class WorkerCore:
 
     @property
     def publishing(self) -> int:
-        return len(self._pending) + len(self._scheduling) + len(self._recording) + len(self._faults)
+        return (
+            len(self._pending)
+            + len(self._scheduling)
+            + len(self._recording)
+            + len(self._faults)
+            + len(self._replies)
+        )
 
     def take_output(self, flush: bool = False) -> bytes:
         """Ack/nack frames due now, then whatever the session queued."""

@@ -112,6 +112,15 @@ class IncomingMessage:
         return value if isinstance(value, str) else None
 
     @property
+    def reply_to(self) -> str | None:
+        """Where the sender waits for a reply: the worker sends the handler's return value
+        there (``Publisher.request`` names its direct reply-to)."""
+        if not self._flags & (1 << 9):
+            return None
+        value = self.properties.get("reply_to")
+        return value if isinstance(value, str) else None
+
+    @property
     def timestamp(self) -> int | None:
         value = self.properties.get("timestamp")
         return value if isinstance(value, int) else None

@@ -61,9 +61,10 @@ def call_handler(
     route: Route,
     message: IncomingMessage,
     loop: Callable[[], asyncio.AbstractEventLoop],
-) -> BaseException | None:
+) -> tuple[BaseException | None, Any]:
     """Run ``route``'s handler to its end in this thread (a coroutine handler on ``loop()``,
-    cancelled at its time-to-run); the exception it ended with, None on success."""
+    cancelled at its time-to-run); the exception it ended with (None on success) and what it
+    returned (the reply, when the message names a reply-to)."""
     try:
         result = route.handler(message)
         if route.is_async:
@@ -73,18 +74,18 @@ def call_handler(
                 import asyncio
 
                 coro = asyncio.wait_for(result, route.timeout)
-            loop().run_until_complete(coro)
+            result = loop().run_until_complete(coro)
     except TimeoutError as exc:
         if not route.is_async:
-            return exc
+            return exc, None
         from rabbitry.consumer.decision import HandlerTimeout
 
         return HandlerTimeout(
             f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
-        )
+        ), None
     except Exception as exc:
-        return exc
-    return None
+        return exc, None
+    return None, result
 
 
 def handle_blocking(
@@ -101,15 +102,22 @@ def handle_blocking(
             return
         started = time.perf_counter()
         route = core.routes[message.consumer]
-        error = call_handler(route, message, loop)
+        error, result = call_handler(route, message, loop)
         if error is not None and route.immediate is not None:
+            last: list[Any] = [None]  # what the last call returned: the reply, on success
+
+            def again() -> BaseException | None:
+                failed, last[0] = call_handler(route, message, loop)
+                return failed
+
             error, started = call_again(
                 error,
                 started,
-                lambda: call_handler(route, message, loop),
+                again,
                 lambda failed, calls: core.immediate_pause(message, failed, calls),
             )
-        core.conclude(message, error, time.perf_counter() - started)
+            result = last[0]
+        core.conclude(message, error, time.perf_counter() - started, result=result)
     finally:
         core.leave(token)
 

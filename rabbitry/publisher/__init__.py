@@ -2,7 +2,8 @@
 
 A message counts as sent only when the broker confirmed it. Both publishers keep a window of
 unconfirmed messages in flight, report each message's outcome, republish what was unconfirmed
-when a connection is lost, and resolve exchanges, shard keys and delays from the spec.
+when a connection is lost, and resolve exchanges, shard keys and delays from the spec; their
+``request`` publishes a request and waits for its ``Reply`` over direct reply-to.
 
 The names are loaded on first use: a program that publishes from one of the two does not
 load the other (a worker's handler module importing ``Publisher`` among them).
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from rabbitry.publisher.base import PublisherStats
     from rabbitry.publisher.errors import PublisherClosed
     from rabbitry.publisher.layout import DelayLayoutMismatch, check_delay_layouts
+    from rabbitry.publisher.requests import Reply, ReplyLost, RequestTimeout
     from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
     from rabbitry.publisher.sync import Publisher
 
@@ -51,6 +53,9 @@ __all__ = [
     "Publisher",
     "PublisherClosed",
     "PublisherStats",
+    "Reply",
+    "ReplyLost",
+    "RequestTimeout",
     "Router",
     "Status",
     "TLSHandshakeError",
@@ -84,6 +89,9 @@ _LAZY = {
     "PublisherClosed": "rabbitry.publisher.errors",
     "DelayLayoutMismatch": "rabbitry.publisher.layout",
     "check_delay_layouts": "rabbitry.publisher.layout",
+    "Reply": "rabbitry.publisher.requests",
+    "ReplyLost": "rabbitry.publisher.requests",
+    "RequestTimeout": "rabbitry.publisher.requests",
     "NoRoute": "rabbitry.publisher.routing",
     "Router": "rabbitry.publisher.routing",
     "UnknownExchange": "rabbitry.publisher.routing",

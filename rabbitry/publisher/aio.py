@@ -32,6 +32,13 @@ from rabbitry.publisher.base import (
     logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
+from rabbitry.publisher.requests import (
+    DEFAULT_REQUEST_TIMEOUT,
+    Reply,
+    RequestOptions,
+    start_request,
+    timed_out,
+)
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18
@@ -98,6 +105,7 @@ class AsyncPublisher(PublisherBase):
                 lambda d: True,
                 lambda d: PublisherClosed(f"message {d.message_id}: publisher closed unconfirmed"),
             )
+            self.replies.channel_lost("the publisher was closed")
             wire, session = self._wire, self._session
             if wire is not None and wire.transport is not None and session is not None:
                 session.close()
@@ -140,6 +148,42 @@ class AsyncPublisher(PublisherBase):
         self._write(session, delivery)
         return delivery
 
+    async def request(
+        self,
+        body: Body,
+        *,
+        routing_key: str = "",
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        **options: Unpack[RequestOptions],
+    ) -> Reply:
+        """Publish a request (confirmed, mandatory) and wait up to ``timeout`` seconds for the
+        reply a handler sends back over direct reply-to; the ``Reply``. Any number may wait
+        at once, each for its own reply.
+
+        Raises ``Unroutable`` at its confirm when no queue takes the request, and
+        ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
+        done = asyncio.get_running_loop().create_future()
+        delivery, waiting = start_request(self, body, routing_key, timeout, options, done)
+        try:
+            async with asyncio.timeout(timeout):
+                session = self._session
+                if session is None or not self._can_send(session, self.window):
+                    session = await self._room(self.window)
+                self._want_replies(session)  # the consumer first, then the request
+                self._write(session, delivery)
+                await _settled(delivery)
+                delivery.result()  # an unroutable or refused request raises here, at once
+                if waiting.reply is None and waiting.error is None:
+                    await done
+        except TimeoutError:
+            raise timed_out(waiting, routing_key, timeout) from None
+        finally:
+            self.replies.forget(waiting.correlation_id)
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.reply is not None
+        return waiting.reply
+
     async def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> list[Delivery]:
@@ -155,7 +199,7 @@ class AsyncPublisher(PublisherBase):
     ) -> AsyncIterator[Delivery]:
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
         batch = self.batch(options)
-        limit = batch.window
+        fixed = batch.window
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         issued: list[Delivery] = []
@@ -164,6 +208,7 @@ class AsyncPublisher(PublisherBase):
         try:
             for item in messages:
                 session = self._session
+                limit = fixed or self.window
                 if session is None or not self._can_send(session, limit):
                     while head < len(issued) and issued[head].status is not Status.PENDING:
                         yield issued[head]
@@ -210,6 +255,8 @@ class AsyncPublisher(PublisherBase):
             session = self._session
             if session is not None and self._can_send(session, limit):
                 return session
+            if self.adaptive is not None and self.tracker.unsettled >= limit:
+                self.adaptive.filled()
             if session is not None and session.out:
                 self._flush()
                 if self._can_send(session, limit):
@@ -274,6 +321,8 @@ class AsyncPublisher(PublisherBase):
         session = self._session
         if wire is not self._wire or session is None or not wire.feed(session, data):
             return
+        if self.adaptive is not None:
+            self.adaptive.update(self.tracker.latency)
         if session.out:
             self._flush()
         if session.ready:
@@ -312,6 +361,7 @@ class AsyncPublisher(PublisherBase):
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
+            self.replies.channel_lost("the connection was lost")
         try:
             while not self.closed:
                 try:
@@ -339,7 +389,14 @@ class AsyncPublisher(PublisherBase):
             self._reconnecting = None
 
     async def _connect_once(self, s: ConnectionSettings, resend: list[Delivery]) -> None:
-        session = Session(s, self.tracker, self.builder, confirms=self.confirms, resend=resend)
+        session = Session(
+            s,
+            self.tracker,
+            self.builder,
+            confirms=self.confirms,
+            resend=resend,
+            on_reply=self._reply_hook,
+        )
         session.last_received = time.monotonic()
         assert self._loop is not None
         self._ready = self._loop.create_future()

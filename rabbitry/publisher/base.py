@@ -16,7 +16,7 @@ from rabbitry.amqp.codecs import Codec
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import Body, Message, MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
-from rabbitry.amqp.session import Session
+from rabbitry.amqp.session import ReplyHook, Session
 from rabbitry.amqp.settings import (
     ConnectionOptions,
     ConnectionSettings,
@@ -26,6 +26,8 @@ from rabbitry.amqp.settings import (
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.metrics import LivePublishers
+from rabbitry.publisher.requests import PendingReplies
+from rabbitry.publisher.window import AdaptiveWindow
 
 if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
     from rabbitry.publisher.routing import DelayLevels
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the
 logger = logging.getLogger("rabbitry.publisher")
 
 DEFAULT_WINDOW = 512
+"""The window of ``window=None`` batches on a fixed-window publisher (and the adaptive
+window's ceiling): see ``rabbitry.publisher.window``."""
 
 RepublishHook = Callable[[list[Delivery]], None]
 
@@ -73,7 +77,8 @@ class Batch:
     routing_key: str
     mandatory: bool | None
     headers: Mapping[str, Any] | None
-    window: int
+    window: int | None
+    """The batch's own window; None follows the publisher's (adaptive unless fixed)."""
     trace: Mapping[str, str] | None = None
     """The trace context every message of the batch carries (its PRODUCER span's)."""
     span: Any = None
@@ -117,7 +122,7 @@ class PublisherBase:
         url: str | ConnectionSettings | None = None,
         *,
         confirms: bool = True,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         confirm_timeout: float | None = 30.0,
         exchange: str = "",
         mandatory: bool = True,
@@ -132,7 +137,7 @@ class PublisherBase:
         on_republish: RepublishHook | None = None,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
-        if window < 1:
+        if window is not None and window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         if confirm_timeout is not None and confirm_timeout <= 0:
             raise ValueError("confirm_timeout must be positive (or None to wait forever)")
@@ -146,7 +151,9 @@ class PublisherBase:
         self.walk = NodeWalk(settings)
         """Which of the cluster's nodes (one or more) the next connect goes to."""
         self.confirms = confirms
-        self.window = window
+        self.adaptive = AdaptiveWindow() if window is None else None
+        """The window's rule when none was given (``rabbitry.publisher.window``)."""
+        self._fixed_window = window
         self.confirm_timeout = confirm_timeout
         self.default_exchange = exchange
         self.default_mandatory = mandatory
@@ -160,6 +167,10 @@ class PublisherBase:
         )
         self.tracker = ConfirmTracker(clock=time.monotonic)
         self.on_republish = on_republish
+        self.replies = PendingReplies()
+        """Requests waiting for their replies (``request``)."""
+        self._reply_hook: ReplyHook | None = None
+        """Set by the first request: every connection then consumes replies."""
         self.reconnects = 0
         self.closed = False
         self.traced = True
@@ -215,6 +226,16 @@ class PublisherBase:
 
             publisher.router.layout_check = layout_check_for(publisher.settings)
         return publisher
+
+    @property
+    def window(self) -> int:
+        """How many messages may be unconfirmed now: the ``window`` given, else the adaptive
+        window's current size."""
+        adaptive = self.adaptive
+        if adaptive is not None:
+            return adaptive.window
+        assert self._fixed_window is not None
+        return self._fixed_window
 
     @property
     def blocked(self) -> bool:
@@ -324,7 +345,7 @@ class PublisherBase:
             routing_key=options.get("routing_key", ""),
             mandatory=options.get("mandatory"),
             headers=headers,
-            window=options.get("window") or self.window,
+            window=options.get("window") or None,
             trace=carrier,
             span=span,
         )
@@ -385,6 +406,13 @@ class PublisherBase:
         )
         delivery.deadline = deadline
         return delivery
+
+    def _want_replies(self, session: Session) -> None:
+        """Consume direct replies on ``session`` (and on every later one) from now on."""
+        hook = self._reply_hook
+        if hook is None:
+            hook = self._reply_hook = self.replies.deliver
+        session.consume_replies(hook)
 
     def _announce_republish(self, deliveries: list[Delivery]) -> None:
         if not deliveries:

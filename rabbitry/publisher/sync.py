@@ -31,6 +31,13 @@ from rabbitry.publisher.base import (
     logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
+from rabbitry.publisher.requests import (
+    DEFAULT_REQUEST_TIMEOUT,
+    Reply,
+    RequestOptions,
+    start_request,
+    timed_out,
+)
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -116,6 +123,38 @@ class Publisher(PublisherBase):
             self._step(0.5)
         return delivery.result()
 
+    def request(
+        self,
+        body: Body,
+        *,
+        routing_key: str = "",
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        **options: Unpack[RequestOptions],
+    ) -> Reply:
+        """Publish a request (confirmed, mandatory) and wait up to ``timeout`` seconds for the
+        reply a handler sends back over direct reply-to; the ``Reply``.
+
+        Raises ``Unroutable`` at its confirm when no queue takes the request, and
+        ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
+        delivery, waiting = start_request(self, body, routing_key, timeout, options)
+        try:
+            self._want_replies(self._ready_session())  # the consumer first, then the request
+            self._send(delivery)
+            end = time.monotonic() + timeout
+            while waiting.reply is None and waiting.error is None:
+                if delivery.error is not None:
+                    raise delivery.error
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise timed_out(waiting, routing_key, timeout)
+                self._step(min(0.5, left))
+        finally:
+            self.replies.forget(waiting.correlation_id)
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.reply is not None
+        return waiting.reply
+
     def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
     ) -> list[Delivery]:
@@ -146,15 +185,16 @@ class Publisher(PublisherBase):
     def _stream(
         self, messages: Iterable[Message | Body], batch: Batch, count: list[int]
     ) -> Iterator[Delivery]:
-        limit = batch.window
         tracker = self.tracker
         issued: deque[Delivery] = deque()
         source = iter(messages)
         exhausted = False
         prepare = self.prepare_item
         timeout = self.confirm_timeout
+        adaptive = self.adaptive if batch.window is None else None
         while True:
             session = self._ready_session()
+            limit = batch.window or self.window
             if not exhausted:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 out = session.out
@@ -175,6 +215,8 @@ class Publisher(PublisherBase):
                         session.publish(delivery)
                     issued.append(delivery)
                     count[0] += 1
+                if adaptive is not None and tracker.unsettled >= limit:
+                    adaptive.filled()
             while issued and issued[0].status is not Status.PENDING:
                 yield issued.popleft()
             if exhausted and not issued:
@@ -190,6 +232,8 @@ class Publisher(PublisherBase):
     def _send(self, delivery: Delivery) -> None:
         session = self._ready_session()
         while session.blocked or (self.confirms and self.tracker.unsettled >= self.window):
+            if self.adaptive is not None:
+                self.adaptive.filled()
             self._step(0.5)
             session = self._ready_session()
         session.publish(delivery)
@@ -226,6 +270,8 @@ class Publisher(PublisherBase):
         except Disconnected as exc:
             logger.warning("connection to %s lost: %s", self.walk.current.display, exc)
             self._open(first=False)
+        if self.adaptive is not None:
+            self.adaptive.update(self.tracker.latency)
         session = self._session
         if session is not None:
             now = time.monotonic()
@@ -248,6 +294,7 @@ class Publisher(PublisherBase):
         resend = self.tracker.take_unsettled() if self.confirms else []
         if not first:
             self.reconnects += 1
+            self.replies.channel_lost("the connection was lost")
         while True:
             try:
                 self._connect_once(retry.target, resend)
@@ -274,7 +321,12 @@ class Publisher(PublisherBase):
     def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
         self._wire = wire = SocketWire(target)
         self._session = Session(
-            target, self.tracker, self.builder, confirms=self.confirms, resend=resend
+            target,
+            self.tracker,
+            self.builder,
+            confirms=self.confirms,
+            resend=resend,
+            on_reply=self._reply_hook,
         )
         wire.handshake(self._session)
 

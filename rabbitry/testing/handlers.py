@@ -22,6 +22,8 @@ A handler with a kill switch (``kill_switch=KillSwitch(...)``) trips it here as 
 ``kill_switch(queue)`` says its state, a message delivered while it is open is ``held`` (its
 handler does not run), and ``advance(seconds)`` moves the switches' clock past the cool-down:
 the switch half-opens and the held messages are handled, first, as a worker handles them.
+A message delivered with ``reply_to=`` (as ``Publisher.request`` sends it) gets the handler's
+return value as its reply before the ack, as on a worker: the outcome's ``reply``.
 
 ``deliver`` runs coroutine handlers on a private event loop, as ``Worker`` does: call it from a
 plain test. From an async test, ``await harness.deliver_async(...)`` goes through
@@ -49,6 +51,7 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.periodic import Occurrence
 from rabbitry.consumer.sync import handle_blocking
+from rabbitry.publisher import Reply
 
 FOLLOW_LIMIT = 100
 """``follow`` stops after this many deliveries of one message (a ladder that never ends)."""
@@ -69,6 +72,9 @@ class Outcome:
     the same one delayed again, or the one that replaces it under a changed schedule."""
     fault: Mapping[str, Any] | None = None
     """The fault event published for a parked message (``retry.faults``): its JSON fields."""
+    reply: Reply | None = None
+    """The reply sent before the ack (a message delivered with ``reply_to=``): the handler's
+    return value as the requester's ``request`` gets it."""
 
     @property
     def action(self) -> Action:
@@ -425,6 +431,16 @@ class HandlerHarness:
             if entry.message is message:
                 scheduled = entry.occurrence
                 core.tracker.ack(delivery.tag, multiple=False)
+        reply = None
+        for delivery, replying in list(core._replies.items()):
+            if replying.message is message:
+                reply = Reply(
+                    body=replying.body,
+                    correlation_id=message.correlation_id or message.message_id or "",
+                    content_type=replying.content_type,
+                    message_id=delivery.message_id,
+                )
+                core.tracker.ack(delivery.tag, multiple=False)
         if verdict.publishes:
             tracker = self.core.tracker
             copy = next(
@@ -445,6 +461,7 @@ class HandlerHarness:
             copy=copy,
             scheduled=scheduled,
             fault=fault,
+            reply=reply,
         )
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

@@ -155,9 +155,9 @@ def test_the_blocking_worker_still_runs_coroutine_handlers_and_their_time_to_run
     loop = asyncio.new_event_loop()
     try:
         message = IncomingMessage(1, 0, False, "", "quick", 0, b"", b"hi", "quick")
-        assert call_handler(app.routes["quick"], message, lambda: loop) is None
+        assert call_handler(app.routes["quick"], message, lambda: loop) == (None, None)
         assert done == ["hi"]
-        late = call_handler(app.routes["slow"], message, lambda: loop)
+        late, _ = call_handler(app.routes["slow"], message, lambda: loop)
         assert isinstance(late, HandlerTimeout), late
     finally:
         loop.close()
