@@ -12,7 +12,7 @@ from typing import Any
 import pika
 import pytest
 
-from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
+from rabbitry.consumer import App, AsyncWorker, ImmediateRetry, IncomingMessage, Worker
 from rabbitry.publisher import AsyncPublisher, Publisher, RequestTimeout, Unroutable
 from rabbitry.topology import load_spec
 from tests.integration.conftest import Broker, one_vhost_spec
@@ -144,3 +144,57 @@ def test_an_unroutable_request_raises_at_its_confirm_not_at_the_timeout(applied:
                 await apub.request(b"x", routing_key="no-such-queue", timeout=3600)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("shell", ["blocking", "asyncio-sync-handler", "asyncio-async-handler"])
+def test_a_handler_that_succeeds_on_an_immediate_retry_replies_with_that_calls_value(
+    applied: Broker, shell: str
+) -> None:
+    spec = load_spec(applied.tmp / "spec.yaml", {"vhost": applied.vhost, "stack": applied.stack})
+    app = App(spec)
+    calls: list[int] = []
+    immediate = ImmediateRetry(attempts=3, pause_ms=10)
+
+    if shell == "asyncio-async-handler":
+
+        @app.handler("rpc", immediate=immediate)
+        async def flaky_async(message: IncomingMessage) -> dict[str, Any]:
+            calls.append(1)
+            await asyncio.sleep(0)  # the retried call runs in the handler's task
+            if len(calls) == 1:
+                raise ConnectionError("transient")
+            return {"double": 2 * message.json()["n"], "calls": len(calls)}
+
+    else:
+
+        @app.handler("rpc", immediate=immediate)
+        def flaky(message: IncomingMessage) -> dict[str, Any]:
+            calls.append(1)
+            if len(calls) == 1:
+                raise ConnectionError("transient")
+            return {"double": 2 * message.json()["n"], "calls": len(calls)}
+
+    if shell == "blocking":
+        worker = Worker(app, applied.vhost_amqp_url)
+        thread = threading.Thread(target=worker.run, name="rpc worker")
+        thread.start()
+        try:
+            with Publisher(applied.vhost_amqp_url) as pub:
+                reply = pub.request({"n": 5}, routing_key="rpc", timeout=30).json()
+        finally:
+            worker.stop()
+            thread.join(30)
+    else:
+        async_worker = AsyncWorker(app, applied.vhost_amqp_url)
+
+        async def main() -> Any:
+            task = asyncio.create_task(async_worker.run())
+            try:
+                async with AsyncPublisher(applied.vhost_amqp_url) as pub:
+                    return (await pub.request({"n": 5}, routing_key="rpc", timeout=30)).json()
+            finally:
+                await async_worker.stop()
+                await task
+
+        reply = asyncio.run(main())
+    assert reply == {"double": 10, "calls": 2}
