@@ -29,6 +29,7 @@ from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.early import stack_name
 from rabbitry.provisioner.endpoints import Endpoints
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
+from rabbitry.provisioner.management import ObjectNotFound
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget
 from rabbitry.provisioner.planner import Plan, targeted
 from rabbitry.provisioner.target import Target
@@ -149,6 +150,8 @@ def export_command(
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
     omitted: list[str] = []
+    # every vhost is listed first, then read: one deleted meanwhile is left out, not an error
+    vanished: list[str] | None = [] if all_vhosts else None
     with endpoints.management() as client:
         if all_vhosts:
             vhosts = tuple(sorted(v["name"] for v in client.vhosts()))
@@ -161,10 +164,23 @@ def export_command(
                 include_users=users is not None,
                 all_users=users == "all" or (users is not None and all_vhosts),
                 left_out=omitted,
+                vanished=vanished,
+            )
+        for gone in vanished or ():
+            err(
+                f"warning: vhost {gone!r} was deleted while the export ran: it is left out of"
+                " the spec"
             )
         connected = client.username
         if not users:
-            left_out = sorted({p["user"] for v in vhosts for p in client.permissions(v)})
+            holders: set[str] = set()
+            for vhost in topology.vhosts:
+                try:
+                    holders.update(p["user"] for p in client.permissions(vhost.name))
+                except ObjectNotFound:
+                    if vanished is None:
+                        raise
+            left_out = sorted(holders)
             if left_out:
                 shown = ", ".join(left_out[:5]) + (" ..." if len(left_out) > 5 else "")
                 err(

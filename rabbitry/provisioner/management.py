@@ -114,6 +114,11 @@ _ANY_STATUS = tuple(range(400, 600))
 """Every error status: a read made ahead keeps its answer for the reader to judge."""
 
 
+class ObjectNotFound(BrokerError):
+    """The management API answered 404: what the request names is not on the broker (or no
+    longer: a vhost deleted while it is read)."""
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -334,7 +339,8 @@ class ManagementClient:
         self, method: str, path: str, response: httpx.Response, allow: tuple[int, ...]
     ) -> httpx.Response:
         if response.status_code >= 400 and response.status_code not in allow:
-            raise BrokerError(self._describe_failure(method, path, response))
+            failure = ObjectNotFound if response.status_code == 404 else BrokerError
+            raise failure(self._describe_failure(method, path, response))
         return response
 
     def _describe_failure(self, method: str, path: str, response: httpx.Response) -> str:
@@ -402,6 +408,9 @@ class ManagementClient:
     def vhosts(self) -> list[JSONDict]:
         result: list[JSONDict] = self.get("/vhosts")
         return result
+
+    def vhost_exists(self, vhost: str) -> bool:
+        return self.get_optional(f"/vhosts/{q(vhost)}") is not None
 
     def vhost_definitions(self, vhost: str) -> JSONDict:
         result: JSONDict = self.get(f"/definitions/{q(vhost)}")
