@@ -146,6 +146,7 @@ def export_command(
     (exchange types of plugins, arguments no check covers) is kept unchecked; what the broker
     made for its own plugins (federation links' queues and exchanges, the queues of MQTT and
     STOMP clients' subscriptions) is left out, with its bindings. Both are named on stderr.
+    With --all-vhosts, a vhost deleted while the export runs is left out whole, with a warning.
     """
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
