@@ -41,6 +41,8 @@ from results import load_average
 from scale import cli_env, fresh_broker, run, spec_text
 
 from rabbitry.provisioner.management import ManagementClient, q
+from rabbitry.testing.broker import BrokerUnavailable
+from rabbitry.testing.containers import BrokerContainer
 
 HERE = Path(__file__).resolve().parent
 SETTLE = 30
@@ -66,7 +68,7 @@ def main() -> int:
         spec.write_text(spec_text(name, name, args.objects))
         applies: dict[str, float] = {}
         for side in ("after", "before"):  # each into an empty vhost of a fresh broker
-            with fresh_broker() as broker:
+            with started_broker() as broker:
                 env = cli_env(broker.broker)
                 with ManagementClient(env["RABBITRY_MANAGEMENT_URL"], timeout=3600) as client:
                     client.put(f"/vhosts/{q(name)}", {})
@@ -106,6 +108,18 @@ def main() -> int:
     )
     print(f"plan runs: {plans}")
     return 0
+
+
+def started_broker(attempts: int = 3) -> BrokerContainer:
+    """bench/scale.py's fresh broker; on a loaded machine the container engine may not answer
+    its first call in time, so it is asked again."""
+    for _ in range(attempts - 1):
+        try:
+            return fresh_broker()
+        except BrokerUnavailable as exc:
+            print(f"no broker yet ({exc}): asking again", flush=True)
+            time.sleep(10)
+    return fresh_broker()
 
 
 def answer_sizes(management_url: str, vhost: str) -> dict[str, int]:

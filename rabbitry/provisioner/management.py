@@ -1,7 +1,9 @@
 """A small client for the RabbitMQ management HTTP API: the provisioner's only I/O.
 
 Every error becomes a ``BrokerError`` whose text names the request and the broker's reason, with
-credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
+credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``). Every answer,
+those read ahead in threads too, is read as it streams in and no further than a limit
+(``answer_limit``: ``RABBITRY_MANAGEMENT_MAX_BYTES``, 256 MiB decoded by default).
 
 Given several URLs (a cluster's nodes, comma-separated), a request that cannot reach a node
 (connection refused, no connection within the timeout, or no first answer at all to a read)
