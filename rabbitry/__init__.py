@@ -94,6 +94,8 @@ if TYPE_CHECKING:
     from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamUnreachable
     from rabbitry.consumer.targets import TargetError
     from rabbitry.files import UnsafeFileError
+    from rabbitry.management.answer_limit import AnswerTooLarge
+    from rabbitry.management.client import ObjectNotFound
     from rabbitry.policies.delay import DelayError
     from rabbitry.policies.retry import RetryConfigError
     from rabbitry.provisioner.applier import ApplyResult
@@ -147,6 +149,8 @@ _LAZY = {
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
     # every other error of the tree (docs/api.md)
+    "AnswerTooLarge": "rabbitry.management.answer_limit",
+    "ObjectNotFound": "rabbitry.management.client",
     "InvalidReply": "rabbitry.consumer.replies",
     "RequestTimeout": "rabbitry.publisher.requests",
     "ReplyLost": "rabbitry.publisher.requests",
@@ -183,6 +187,7 @@ _LAZY = {
 
 __all__ = [
     "AccessRefused",
+    "AnswerTooLarge",
     "App",
     "AppError",
     "ApplyError",
@@ -219,6 +224,7 @@ __all__ = [
     "NodeOrder",
     "NonRetryable",
     "NotAParkingLot",
+    "ObjectNotFound",
     "Occurrence",
     "PeriodicError",
     "Plan",

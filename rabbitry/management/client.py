@@ -2,7 +2,9 @@
 source's, for a super stream's partitions).
 
 Every error becomes a ``BrokerError`` whose text names the request and the broker's reason, with
-credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``).
+credentials masked. Names in paths are percent-encoded (vhost ``/`` is ``%2F``). Every answer,
+those read ahead in threads too, is read as it streams in and no further than a limit
+(``answer_limit``: ``RABBITRY_MANAGEMENT_MAX_BYTES``, 256 MiB decoded by default).
 
 Given several URLs (a cluster's nodes, comma-separated), a request that cannot reach a node
 (connection refused, no connection within the timeout, or no first answer at all to a read)
@@ -26,6 +28,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
+from rabbitry.management.answer_limit import ACCEPT_ENCODING, max_answer_bytes, read_capped
 from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
 
 JSONDict = dict[str, Any]
@@ -114,6 +117,11 @@ _ANY_STATUS = tuple(range(400, 600))
 """Every error status: a read made ahead keeps its answer for the reader to judge."""
 
 
+class ObjectNotFound(BrokerError):
+    """The management API answered 404: what the request names is not on the broker (or no
+    longer: a vhost deleted while it is read)."""
+
+
 class ManagementClient:
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
@@ -125,6 +133,7 @@ class ManagementClient:
         password: str | None = None,
         timeout: float = 30.0,
         verify: bool | str = True,
+        max_answer: int | None = None,
     ) -> None:
         nodes = [split_credentials(one) for one in split_uris(url)] or [split_credentials(url)]
         base, url_user, url_password = nodes[0]
@@ -140,12 +149,15 @@ class ManagementClient:
         apply's lock holder checks it still holds the lock: ``provisioner.lock``)."""
         password = password if password is not None else url_password
         self._settings = (username, password, timeout, verify)
+        self.max_answer = max_answer if max_answer is not None else max_answer_bytes()
+        """The most bytes of one answer read, decoded (``RABBITRY_MANAGEMENT_MAX_BYTES``):
+        ``answer_limit``."""
         self._client = httpx.Client(
             base_url=base + "/api",
             auth=(self.username, password if password is not None else "guest"),
             timeout=timeout,
             verify=_trust(verify),
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING},
         )
 
     def __repr__(self) -> str:
@@ -161,6 +173,7 @@ class ManagementClient:
             password=password,
             timeout=timeout,
             verify=verify,
+            max_answer=self.max_answer,
         )
         clone._answered = self._answered  # the same broker: it is known to answer
         return clone
@@ -279,17 +292,13 @@ class ManagementClient:
             url = _api_url(node, path)
             try:
                 try:
-                    return self._client.request(
-                        method, url, json=json, params=params, timeout=timeout
-                    )
+                    return self._exchange(method, path, url, json, params, timeout)
                 except httpx.RemoteProtocolError:
                     # the broker closes keep-alive connections left idle (a long apply, a wait
                     # for a lock): an idempotent request goes again once on a fresh connection
                     if method not in ("GET", "PUT", "DELETE"):
                         raise
-                    return self._client.request(
-                        method, url, json=json, params=params, timeout=timeout
-                    )
+                    return self._exchange(method, path, url, json, params, timeout)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadTimeout) as exc:
                 # nothing reached a node that refused or timed out connecting; a read timeout
                 # moves on only for a first read (a node that never answered, not a slow apply)
@@ -298,6 +307,21 @@ class ManagementClient:
                     raise
                 self._next_node(node, exc)
         raise AssertionError("unreachable: the last node's failure is raised")
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        url: httpx.URL,
+        json: Any,
+        params: Mapping[str, str] | None,
+        timeout: Any,
+    ) -> httpx.Response:
+        """One request and its answer, the body read as it streams in and no further than
+        ``max_answer`` bytes decoded (``answer_limit``)."""
+        request = self._client.build_request(method, url, json=json, params=params, timeout=timeout)
+        response = self._client.send(request, stream=True)
+        return read_capped(response, self.max_answer, f"{method} /api{path}")
 
     def _next_node(self, failed: str, exc: httpx.HTTPError) -> None:
         """Move on from ``failed``, unless a request made at the same time already did."""
@@ -318,7 +342,8 @@ class ManagementClient:
         self, method: str, path: str, response: httpx.Response, allow: tuple[int, ...]
     ) -> httpx.Response:
         if response.status_code >= 400 and response.status_code not in allow:
-            raise BrokerError(self._describe_failure(method, path, response))
+            failure = ObjectNotFound if response.status_code == 404 else BrokerError
+            raise failure(self._describe_failure(method, path, response))
         return response
 
     def _describe_failure(self, method: str, path: str, response: httpx.Response) -> str:
@@ -386,6 +411,9 @@ class ManagementClient:
     def vhosts(self) -> list[JSONDict]:
         result: list[JSONDict] = self.get("/vhosts")
         return result
+
+    def vhost_exists(self, vhost: str) -> bool:
+        return self.get_optional(f"/vhosts/{q(vhost)}") is not None
 
     def vhost_definitions(self, vhost: str) -> JSONDict:
         result: JSONDict = self.get(f"/definitions/{q(vhost)}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.gcpause import pauses_collector
-from rabbitry.management.client import ManagementClient
+from rabbitry.management.client import ManagementClient, ObjectNotFound
 from rabbitry.provisioner.names import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import read_state
@@ -33,28 +33,46 @@ def export_topology(
     include_users: bool = False,
     all_users: bool = False,
     left_out: list[str] | None = None,
+    vanished: list[str] | None = None,
 ) -> Topology:
     """The given vhosts as they are on the broker, as a topology named ``name``; what no spec
     can declare is left out, one line each in ``left_out``. ``include_users``: the users with a
     permission in those vhosts come along; ``all_users``: every user of the broker does, those
     without any permission too (an administrator-only or monitoring-only user), for a
-    take-over of the whole broker."""
+    take-over of the whole broker. A vhost that is not on the broker is an error; with
+    ``vanished`` (an export of every vhost, listed beforehand), one deleted before or while it
+    is read is left out whole and named there instead."""
     wanted = list(vhosts)
     existing = {v["name"] for v in client.vhosts()}
     missing = [v for v in wanted if v not in existing]
-    if missing:
+    if missing and vanished is None:
         raise BrokerError(
             f"no such vhost on the broker: {', '.join(missing)}"
             f" (known: {', '.join(sorted(existing))})"
         )
+    if vanished is not None:
+        vanished.extend(missing)
+        wanted = [v for v in wanted if v in existing]
     users: set[str] = set()
     if all_users:
         users.update(u["name"] for u in client.users())
     elif include_users:
-        for vhost in wanted:
-            users.update(p["user"] for p in client.permissions(vhost))
+        for vhost in list(wanted):
+            try:
+                users.update(p["user"] for p in client.permissions(vhost))
+            except ObjectNotFound:
+                if vanished is None or client.vhost_exists(vhost):
+                    raise
+                vanished.append(vhost)
+                wanted.remove(vhost)
     state = read_state(
-        client, stack=name, vhosts=wanted, users=users, with_stats=False, left_out=left_out
+        client,
+        stack=name,
+        vhosts=wanted,
+        users=users,
+        with_stats=False,
+        left_out=left_out,
+        vanished=vanished,
     )
     exported_users = tuple(
         User(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rabbitry.errors import BrokerError
-from rabbitry.management.client import ManagementClient, q
+from rabbitry.management.client import ManagementClient, ObjectNotFound, q
 from rabbitry.provisioner.ownership import (
     OwnershipRecord,
     RecordUnreadable,
@@ -314,9 +314,13 @@ def read_state(
     with_stats: bool = True,
     counter: Counter | None = None,
     left_out: list[str] | None = None,
+    vanished: list[str] | None = None,
 ) -> BrokerState:
     """Read the vhosts of interest (the spec's and the stack's recorded ones) from the broker;
-    queue counts, read when asked for, come exact from ``counter`` where it reaches the queue."""
+    queue counts, read when asked for, come exact from ``counter`` where it reaches the queue.
+    With ``vanished``, a vhost deleted while it is read (a read of it answers 404, or it is gone
+    once its reads are done) is left out whole, never in part, and named there; without it,
+    that 404 is an error."""
     # one read gives every stack's record (and the global parameters the spec declares)
     parameters = client.global_parameters()
     unreadable: dict[str, RecordUnreadable] = {}
@@ -338,17 +342,29 @@ def read_state(
         meta = existing.get(name)
         if meta is None:
             continue
-        observed_vhosts.append(
-            observed_vhost(
+        its_left_out: list[str] = []
+        try:
+            observed = observed_vhost(
                 name,
                 meta,
                 client.vhost_objects(name),
                 client.permissions(name),
                 client.topic_permissions(name),
                 vhost_limits.get(name),
-                left_out=left_out,
+                left_out=its_left_out,
             )
-        )
+        except ObjectNotFound:
+            if vanished is None or client.vhost_exists(name):
+                raise
+            vanished.append(name)
+            continue
+        if vanished is not None and not client.vhost_exists(name):
+            # deleted after some of its reads: what was read may be half of it
+            vanished.append(name)
+            continue
+        if left_out is not None:
+            left_out.extend(its_left_out)
+        observed_vhosts.append(observed)
 
     observed_users = []
     hashes: dict[str, tuple[str, str]] = {}
