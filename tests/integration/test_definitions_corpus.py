@@ -279,7 +279,7 @@ def test_a_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -
             # (4.0 refuses the file); rabbitry refuses it by name before any change
             assert not [x for x in expected["bindings"] if x["source"].startswith("amq.")]
             made = [v for v in b.vhosts.values() if broker.get(f"/vhosts/{quote(v, safe='')}")]
-            assert made == [], planned.output
+            assert made == [], applied.output
             return
         assert applied.exit_code == 0, applied.output
         b.drop_grants_to(broker, connected)
