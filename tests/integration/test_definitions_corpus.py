@@ -1,5 +1,6 @@
-"""Public definitions files of every RabbitMQ era (3.6 to 4.x shapes, tests/data/definitions,
-SOURCES.md says where each came from), taken under rabbitry both ways on a real broker:
+"""Definitions files of every RabbitMQ era (3.6 to 4.2 shapes, tests/data/definitions: rabbitry's
+own files, one shape or a few each; its README.md says what each shows), taken under rabbitry both
+ways on a real broker:
 
 - the broker imports the file (copy A): its own export of A is what is expected;
 - `import-definitions` of the same file, applied (copy B), must give the same export;
@@ -10,7 +11,8 @@ so that the shared broker's `/`, its users and its cluster name are never touche
 kind by kind, except what rabbitry names as left out (plugin-internal objects, what the broker's
 own import skips) and what a direction cannot carry: an export holds no global parameters,
 and its users are those with a permission in the exported vhosts. A user given a plain
-password must log in with it: its hash is checked against the password, not compared."""
+password must log in with it: its hash is checked against the password, not compared. A file
+named `refused-...` is one every broker refuses: rabbitry must refuse it too, before any change."""
 
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from .test_import_definitions import KINDS
 
 CORPUS = Path(__file__).parents[1] / "data" / "definitions"
 FILES = sorted(path.name for path in CORPUS.glob("*.json"))
-BROKER_REFUSES = {name for name in FILES if "failing_case" in name}
-"""Files the broker's own test suite names as failing imports: rabbitry must refuse them too."""
+BROKER_REFUSES = {name for name in FILES if name.startswith("refused-")}
+"""Files every broker refuses to import (named `refused-...`): rabbitry must refuse them too."""
 
 VHOST_KINDS = KINDS[2:5] + KINDS[6:]
 RACE = "the broker's import declares these concurrently and may keep either"
@@ -235,7 +237,7 @@ def compare(
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_a_public_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -> None:
+def test_a_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -> None:
     try:
         data = json.loads((CORPUS / name).read_text())
     except ValueError:
@@ -277,7 +279,7 @@ def test_a_public_definitions_file_comes_back_kind_by_kind(broker: Broker, name:
             # (4.0 refuses the file); rabbitry refuses it by name before any change
             assert not [x for x in expected["bindings"] if x["source"].startswith("amq.")]
             made = [v for v in b.vhosts.values() if broker.get(f"/vhosts/{quote(v, safe='')}")]
-            assert made == [], planned.output
+            assert made == [], applied.output
             return
         assert applied.exit_code == 0, applied.output
         b.drop_grants_to(broker, connected)
