@@ -88,6 +88,12 @@ class ChannelSession(Session):
         self._properties = commands.Basic.Properties()
         self._left = 0
         self._parts: list[bytes] = []
+        self.server_properties: dict[str, Any] = {}
+        """What the broker said of itself in ``connection.start`` (``cluster_name`` names it)."""
+
+    def _start(self, frame: commands.Connection.Start) -> None:
+        self.server_properties = dict(frame.server_properties or {})
+        super()._start(frame)
 
     def settled(self, delivery_tag: int, multiple: bool) -> None:
         """Forget buffered deliveries an ack or nack just settled (tag 0, multiple: all)."""
@@ -175,6 +181,11 @@ class Channel:
     @property
     def is_open(self) -> bool:
         return self._wire is not None
+
+    @property
+    def server_properties(self) -> dict[str, Any]:
+        """The broker's ``connection.start`` properties (product, version, cluster_name)."""
+        return self._session.server_properties
 
     def _connect(self) -> tuple[ChannelSession, SocketWire]:
         walk = NodeWalk(self.settings)

@@ -239,6 +239,26 @@ def check_pairing(amqp: str, amqp_from: str, mgmt: str, mgmt_from: str) -> None:
     )
 
 
+def check_same_broker(
+    endpoints: Endpoints, amqp_cluster: str | None, management_cluster: str | None
+) -> None:
+    """Refuse endpoints whose AMQP side and management API answer for different clusters.
+
+    Hosts alone cannot tell two brokers on one host apart (127.0.0.1:5672 with :15672, and
+    :35672 with :45672): the cluster name each side gives for itself can (AMQP
+    ``connection.start``'s ``cluster_name``, the management API's ``/api/overview``). Compared
+    only when both are known: an older broker or a management read that failed says nothing."""
+    if not amqp_cluster or not management_cluster or amqp_cluster == management_cluster:
+        return
+    raise BrokerError(
+        f"the AMQP URL {mask_uri(endpoints.amqp_url)!r} reaches cluster {amqp_cluster!r} but the"
+        f" management URL {mask_uri(endpoints.management_url)!r} answers for cluster"
+        f" {management_cluster!r}: they are two brokers, and one command works on one; pass the"
+        " management URL of the same broker (--management-url or RABBITRY_MANAGEMENT_URL), or"
+        " unset RABBITRY_MANAGEMENT_URL to derive it from --url"
+    )
+
+
 def _joined(urls: str | list[str] | None) -> str | None:
     """A spec's URL or list of URLs as one comma-separated value (None when there is none)."""
     if isinstance(urls, list):

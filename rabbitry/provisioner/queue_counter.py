@@ -3,15 +3,25 @@
 The management API's counts are refreshed every few seconds, and quorum queues do not support
 the broker's ``if-empty`` delete; before deleting or migrating a queue, and before a plan says how
 many messages are at stake, rabbitry asks the queue itself.
+
+The counts must come from the broker the plan is made against: at the first connection the
+cluster the AMQP side names (``connection.start``) is compared with the one the management API
+names (``/api/overview``), and two different clusters are refused (``check_same_broker``). A plan
+that counts nothing opens no AMQP connection and so makes no such comparison; its endpoints are
+then paired by host alone (``check_pairing``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rabbitry.errors import BrokerError
-from rabbitry.management.endpoints import Endpoints
+from rabbitry.management.endpoints import Endpoints, check_same_broker
+
+logger = logging.getLogger("rabbitry.queue_counter")
 
 if TYPE_CHECKING:
     from rabbitry.amqp.channel import Channel
@@ -19,11 +29,40 @@ if TYPE_CHECKING:
 
 class AmqpQueueCounter:
     """Callable ``(vhost, queue) -> (messages, consumers)``: one connection per vhost, opened at
-    the first count and kept for the next ones until ``close`` (or the end of a ``with``)."""
+    the first count and kept for the next ones until ``close`` (or the end of a ``with``).
 
-    def __init__(self, endpoints: Endpoints) -> None:
+    ``management_cluster`` gives the cluster name the management API answers for (by default
+    read from ``/api/overview`` once, at the first connection; None when unknown)."""
+
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        *,
+        management_cluster: Callable[[], str | None] | None = None,
+    ) -> None:
         self.endpoints = endpoints
         self._channels: dict[str, Channel] = {}
+        self._management_cluster = management_cluster or self._overview_cluster
+        self._same_broker_checked = False
+
+    def _overview_cluster(self) -> str | None:
+        try:
+            with self.endpoints.management() as client:
+                name = client.get("/overview").get("cluster_name")
+        except BrokerError as exc:  # the plan's own reads report an unreachable API
+            logger.debug("cluster name of the management API unknown: %s", exc)
+            return None
+        return str(name) if name else None
+
+    def _check_same_broker(self, channel: Channel) -> None:
+        if self._same_broker_checked:
+            return
+        amqp_cluster = channel.server_properties.get("cluster_name")
+        if isinstance(amqp_cluster, bytes):
+            amqp_cluster = amqp_cluster.decode("utf-8", "replace")
+        if amqp_cluster:
+            check_same_broker(self.endpoints, str(amqp_cluster), self._management_cluster())
+        self._same_broker_checked = True
 
     def __enter__(self) -> AmqpQueueCounter:
         return self
@@ -54,6 +93,11 @@ class AmqpQueueCounter:
                     f"cannot count the messages of {vhost}/{queue} over AMQP: {exc}"
                     " (or pass --force to go on without the count)"
                 ) from None
+            try:
+                self._check_same_broker(channel)
+            except BrokerError:
+                channel.close()
+                raise
             self._channels[vhost] = channel
         return channel
 
