@@ -102,6 +102,21 @@ class AmqpQueueCounter:
         return channel
 
     def __call__(self, vhost: str, queue: str) -> tuple[int, int]:
+        # a connection kept from an earlier count may have died while idle (a heartbeat missed,
+        # a broker restart, a proxy's timeout): one fresh connection tries again before failing
+        try:
+            return self._count(vhost, queue)
+        except _Lost as lost:
+            logger.debug("AMQP connection lost counting %s/%s, opening a fresh one", vhost, queue)
+            try:
+                return self._count(vhost, queue)
+            except _Lost as again:
+                raise BrokerError(
+                    f"lost the AMQP connection counting {vhost}/{queue} twice: {again.cause}"
+                    f" (first: {lost.cause})"
+                ) from None
+
+    def _count(self, vhost: str, queue: str) -> tuple[int, int]:
         from rabbitry.amqp.errors import ChannelRefused
 
         channel = self._channel(vhost, queue)
@@ -116,4 +131,12 @@ class AmqpQueueCounter:
         except BrokerError as exc:  # the connection broke, or the broker did not answer
             self._channels.pop(vhost, None)
             channel.close()
-            raise BrokerError(f"lost the AMQP connection counting {vhost}/{queue}: {exc}") from None
+            raise _Lost(exc) from None
+
+
+class _Lost(Exception):
+    """The connection of a count broke (``cause``): the caller may try once more."""
+
+    def __init__(self, cause: BrokerError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause

@@ -57,3 +57,24 @@ def test_an_unknown_cluster_name_on_either_side_is_not_compared(broker: Scripted
     endpoints = Endpoints(amqp_url=broker.url, management_url=OTHER_MANAGEMENT)
     check_same_broker(endpoints, None, "rabbit@first")
     check_same_broker(endpoints, "", "rabbit@first")
+
+
+def test_a_connection_that_died_while_idle_is_opened_again_for_the_next_count(
+    broker: ScriptedBroker,
+) -> None:
+    with counter_for(broker, "rabbit@second") as counter:
+        assert counter("/", "work") == (2, 0)
+        broker.close_connections()  # the kept connection dies between two counts
+        broker.put("work", b"three")
+        assert counter("/", "work") == (3, 0)
+    assert broker.connections_opened == 2
+
+
+def test_a_count_that_loses_its_fresh_connection_too_says_so(broker: ScriptedBroker) -> None:
+    with counter_for(broker, "rabbit@second") as counter:
+        assert counter("/", "work") == (2, 0)
+        broker.close_connections()
+        # the fresh connection's passive declare (after start-ok, tune-ok, open, channel.open)
+        broker.drop_after(5)
+        with pytest.raises(BrokerError, match="lost the AMQP connection counting //work twice"):
+            counter("/", "work")
