@@ -12,7 +12,9 @@ components, bindings to or from what was left out, and the broker's own global p
 (``internal_cluster_id``). What the broker's own import takes is taken: an object written twice
 is its last entry (the others named, and where they differ and the broker's import declares
 the kind concurrently, said to be a race there), ``amq.*`` queues and exchanges are left out by name
-(the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's).
+(the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's), but a
+binding to such a queue in a file of RabbitMQ 4.0 on is refused, as that broker's import refuses
+it (``check_server_named_bindings``).
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
 metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as
@@ -38,6 +40,14 @@ from rabbitry.provisioner.strict_json import loads
 from rabbitry.topology.plugin_objects import MQTT_QOS0_QUEUE_TYPE
 from rabbitry.topology.primitives import GlobalParameter, QueueType, Topology, User
 from rabbitry.topology.spec.passwords import ALGORITHMS, DEFAULT_ALGORITHM, hash_problem
+from rabbitry.topology.versions import (
+    SERVER_NAMED_BINDING,
+    Kind,
+    Use,
+    Version,
+    judge,
+    parse_version,
+)
 
 if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
@@ -364,10 +374,55 @@ def scoped(
     return out
 
 
-def topology_from_definitions(data: JSONDict, name: str, file: str | None = None) -> Imported:
+def version_of_definitions(data: JSONDict) -> Version | None:
+    """The RabbitMQ version that wrote a definitions file (``rabbitmq_version``, or
+    ``rabbit_version`` before 3.8), None when it does not say."""
+    for key in ("rabbitmq_version", "rabbit_version"):
+        version = parse_version(str(data.get(key) or ""))
+        if version:
+            return version
+    return None
+
+
+SERVER_NAMED_PREFIX = "amq.gen-"
+"""The names the broker gives the queues a client declares without a name."""
+
+
+def check_server_named_bindings(
+    data: JSONDict, version: Version | None, file: str | None = None
+) -> None:
+    """A SpecError naming each binding to a server-named queue when the broker of ``version``
+    refuses the file for it (``versions.SERVER_NAMED_BINDING``: 4.0 on), as its own import
+    would; older brokers, and an unknown version, leave such a binding out with its queue."""
+    if version is None:
+        return
+    verdicts = judge([Use(Kind.FEATURE, SERVER_NAMED_BINDING)], version)
+    if not any(v.refused for v in verdicts):
+        return
+    problems: list[SpecProblem] = []
+    for entry in data.get("bindings") or []:
+        destination = str(entry.get("destination", ""))
+        if entry.get("destination_type") == "queue" and destination.startswith(SERVER_NAMED_PREFIX):
+            where = (
+                f"binding {entry.get('vhost', '/')}/{entry.get('source', '')} ->"
+                f" {destination} (routing key {entry.get('routing_key', '')!r})"
+            )
+            problems.extend(
+                SpecProblem(verdict.message(where, runs="the file is from"), file=file)
+                for verdict in verdicts
+            )
+    if problems:
+        raise SpecError(problems)
+
+
+def topology_from_definitions(
+    data: JSONDict, name: str, file: str | None = None, version: Version | None = None
+) -> Imported:
     """The topology of a definitions document, as stack ``name``; ``file`` is what problems
-    name as the file."""
+    name as the file. ``version``: the RabbitMQ version the file is judged against (by
+    default the one that wrote it, ``version_of_definitions``)."""
     check_definitions(data, file)
+    check_server_named_bindings(data, version or version_of_definitions(data), file)
     left_out: list[str] = []
     data = one_of_each(data, left_out)
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
@@ -508,4 +563,5 @@ __all__ = [
     "scoped",
     "spec_of_definitions",
     "topology_from_definitions",
+    "version_of_definitions",
 ]

@@ -24,6 +24,7 @@ __all__ = [
     "FACTS",
     "RETRY_VIA_BROKER",
     "SERIES",
+    "SERVER_NAMED_BINDING",
     "Fact",
     "Kind",
     "Use",
@@ -133,6 +134,10 @@ class Fact:
 
 RETRY_VIA_BROKER = "quorum queue delayed retry (retry: {via: broker})"
 """The feature a queue that retries through the broker relies on (not a key of its own)."""
+
+SERVER_NAMED_BINDING = "import of a binding to a server-named (amq.gen-*) queue"
+"""What the broker's definitions import does with such a binding: it skips the queue (its
+client's, gone with it), and from 4.0 refuses the binding to it rather than skip it too."""
 
 CLASSIC = frozenset({QueueType.CLASSIC})
 QUORUM = frozenset({QueueType.QUORUM})
@@ -395,6 +400,17 @@ FACTS: tuple[Fact, ...] = (
         )
         for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
         for key in ("delayed-retry-type", "delayed-retry-min", "delayed-retry-max")
+    ),
+    Fact(
+        Kind.FEATURE,
+        SERVER_NAMED_BINDING,
+        # checked by importing one file on both: 3.11 to 3.13 not checked, so the first version
+        # that refuses may be older than 4.0
+        source="RabbitMQ 4.0.5 refuses the import (resources_missing), 3.10.8 takes it without"
+        " the binding (checked)",
+        advice="remove the binding (and its amq.gen-* queue) from the file: the queue was a"
+        " client's, and the client declares and binds it again when it connects",
+        removed=(4, 0),
     ),
     Fact(
         Kind.POLICY_KEY,

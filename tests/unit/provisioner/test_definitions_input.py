@@ -293,3 +293,59 @@ def test_the_permissions_of_a_user_the_file_counts_on_existing_stay_with_users()
     assert [p["user"] for p in scoped(data, (), "all")["permissions"]] == ["app", "other", "guest"]
     assert [p["user"] for p in scoped(data, ("a",), "access")["permissions"]] == ["app", "guest"]
     assert scoped(data, (), "none")["permissions"] == []
+
+
+def server_named_binding(version: str | None) -> dict[str, object]:
+    data: dict[str, object] = {
+        "vhosts": [{"name": "v"}],
+        "queues": [{"name": "amq.gen-x1", "vhost": "v"}, {"name": "q", "vhost": "v"}],
+        "bindings": [
+            {"source": "amq.topic", "vhost": "v", "destination": "q", "destination_type": "queue"},
+            {
+                "source": "amq.topic",
+                "vhost": "v",
+                "destination": "amq.gen-x1",
+                "destination_type": "queue",
+                "routing_key": "orders.#",
+            },
+        ],
+    }
+    if version is not None:
+        data["rabbitmq_version"] = version
+    return data
+
+
+@pytest.mark.parametrize("version", ["4.0.5", "4.3.1"])
+def test_a_binding_to_a_server_named_queue_is_refused_as_a_4x_broker_refuses_it(
+    version: str,
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        topology_from_definitions(server_named_binding(version), "defs", "defs.json")
+    text = str(caught.value)
+    assert "defs.json" in text
+    assert "binding v/amq.topic -> amq.gen-x1 (routing key 'orders.#')" in text
+    assert "RabbitMQ 4.0 and newer refuse" in text and version in text
+    assert "remove the binding" in text
+
+
+def test_the_broker_named_against_overrides_the_version_the_file_was_written_by() -> None:
+    with pytest.raises(SpecError, match=r"amq\.gen-x1"):
+        topology_from_definitions(server_named_binding("3.10.8"), "defs", version=(4, 0, 5))
+    imported = topology_from_definitions(server_named_binding("4.0.5"), "defs", version=(3, 10))
+    assert "binding v/amq.topic -> amq.gen-x1" in "\n".join(imported.left_out)
+
+
+@pytest.mark.parametrize("version", ["3.10.8", None])
+def test_a_binding_to_a_server_named_queue_is_left_out_where_the_broker_skips_it(
+    version: str | None,
+) -> None:
+    imported = topology_from_definitions(server_named_binding(version), "defs")
+    (vhost,) = imported.topology.vhosts
+    assert [(b.source, b.destination) for b in vhost.bindings] == [("amq.topic", "q")]
+    assert "binding v/amq.topic -> amq.gen-x1" in "\n".join(imported.left_out)
+
+
+def test_a_4x_definitions_file_with_a_server_named_binding_is_no_spec(tmp_path: Path) -> None:
+    path = tmp_path / "defs.json"
+    with pytest.raises(SpecError, match=r"amq\.gen-x1"):
+        spec_of_definitions(path, server_named_binding("4.0.5"), lambda problem: None)
