@@ -9,6 +9,7 @@ heavy module off the start-up path, and still ties the two layers together when 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import rabbitry
@@ -114,6 +115,7 @@ def imports(path: Path) -> set[str]:
     return {name for name in found if name.startswith("rabbitry")}
 
 
+@functools.cache  # every test reads the same source: parsed once
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in ROOT.rglob("*.py")}
     edges: dict[str, set[str]] = {}
