@@ -194,7 +194,9 @@ class PublisherBase:
         include its address. ``delays=`` names the delay to use instead (or gives its levels;
         a ``Topology`` keeps no delays, so with one ``delays=`` levels are the only way).
         Before the first message through one of the spec's delays, the publisher checks once
-        that the broker's levels have that delay's layout (``DelayLayoutMismatch`` if not)."""
+        that the broker's levels have that delay's layout (``DelayLayoutMismatch`` if not).
+        Without ``url``, the spec's ``broker.url`` is used (as workers use it), else the
+        default local broker."""
         from rabbitry.publisher.routing import SpecDelays
         from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec
 
@@ -205,6 +207,10 @@ class PublisherBase:
             model = spec if isinstance(spec, Spec) else load_spec(Path(spec), variables)
             check_spec(model)
             topology = expand(model)
+        if url is None and model is not None and model.broker is not None:
+            # the spec's broker, as `rabbitry worker run` and App take it: a publisher and the
+            # workers of one spec must not end up on two brokers for want of a url=
+            url = model.broker.urls
         named = delays if isinstance(delays, str) else None
         if named is not None and model is None:
             raise PublishError(

@@ -120,6 +120,18 @@ def test_from_spec_refuses_a_url_naming_another_vhost_than_the_one_asked_for(
         Publisher.from_spec(spec, url="amqp://u:p@h:5672/%2F")
 
 
+def test_from_spec_without_a_url_takes_the_specs_broker_as_workers_do(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("broker:\n  url: amqp://app:s3cret@rabbit.internal:5673\n" + SHOP_SPEC)
+    settings = Publisher.from_spec(spec).settings
+    assert settings.display == "amqp://app@rabbit.internal:5673/shop"
+    assert settings.display == worker_settings(App(spec), App(spec).url, {}).display
+    # a url= given wins over the spec's
+    assert Publisher.from_spec(spec, url="amqp://u:p@h:5672").settings.display == (
+        "amqp://u@h:5672/shop"
+    )
+
+
 def test_workers_follow_the_rule(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SHOP_SPEC)
