@@ -12,7 +12,7 @@ import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from rabbitry.management.answer_limit import (
     max_answer_bytes,
 )
 from rabbitry.management.client import ManagementClient
+from tests.unit.http_server import QuietServer
 
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
@@ -113,7 +114,7 @@ class _Hostile(BaseHTTPRequestHandler):
         return
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(QuietServer):
     daemon_threads = True
     everything: str | None = None
     sent = 0

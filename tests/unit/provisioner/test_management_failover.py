@@ -8,7 +8,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
+from tests.unit.http_server import QuietServer
 
 
 class _Node(BaseHTTPRequestHandler):
@@ -34,7 +35,7 @@ class _Node(BaseHTTPRequestHandler):
 
 
 def _node() -> Iterator[tuple[str, list[str]]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Node)
+    server = QuietServer(("127.0.0.1", 0), _Node)
     seen: list[str] = []
     server.seen = seen  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -8,13 +8,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
+from tests.unit.http_server import QuietServer
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
@@ -52,7 +53,7 @@ class _Slow(BaseHTTPRequestHandler):
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(management, "FIRST_ANSWER_TIMEOUT", SLOW / 3)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    server = QuietServer(("127.0.0.1", 0), _Slow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
     server.shutdown()
