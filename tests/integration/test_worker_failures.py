@@ -21,6 +21,7 @@ from rabbitry.policies.retry import ATTEMPT_HEADER
 from rabbitry.publisher import Publisher
 from rabbitry.topology import load_spec
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_dlq import contents
 
 pytestmark = pytest.mark.broker
 
@@ -90,19 +91,6 @@ def run_until(
     return aworker
 
 
-def get_all(broker: Broker, queue: str) -> list[tuple[Any, bytes]]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
-    channel = connection.channel()
-    out = []
-    while True:
-        method, props, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        out.append((props, body))
-    connection.close()
-    return out
-
-
 @pytest.mark.parametrize("kind", WORKERS)
 def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tier(
     applied: Broker, kind: str
@@ -141,7 +129,7 @@ def test_an_always_failing_handler_goes_through_immediate_calls_then_the_ladder_
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["quick"].parked == 1)
     assert calls == [1, 1, 1, 2, 2, 2]  # immediate calls do not count as ladder attempts
     assert dict(worker.metrics["quick"].retried) == {"200ms": 1}
-    parked = get_all(applied, "quick.parking")
+    parked = contents(applied, "quick.parking")
     assert len(parked) == 1 and parked[0][0].headers[ATTEMPT_HEADER] == 2
     assert applied.count("quick.retry.200ms") == 0 and applied.count("quick") == 0
 
@@ -177,7 +165,7 @@ def test_an_allow_listed_error_retries_another_parks_at_once_and_a_cause_counts(
     assert calls == {"conn": 3, "key": 1, "wrapped": 3}
     assert dict(worker.metrics["orders"].retried) == {"1m": 2}
     assert applied.count("orders.retry.1m") == 2
-    parked = get_all(applied, "orders.parking")
+    parked = contents(applied, "orders.parking")
     assert [props.message_id for props, _ in parked] == ["key"]
     assert "KeyError is not in retry_on" in parked[0][0].headers["x-rabbitry-parked-reason"]
 
@@ -209,7 +197,7 @@ def test_the_parked_copy_carries_the_trace_and_own_headers_within_the_frame_size
     )
     assert worker.core.builder.frame_max == frame_max  # negotiated as asked
     assert worker.metrics.reconnects == 0  # a header frame over frame_max closes the connection
-    parked = get_all(applied, "deep.parking")
+    parked = contents(applied, "deep.parking")
     assert len(parked) == 1
     headers = parked[0][0].headers
     assert headers["x-tenant"] == "acme" and headers["x-failed-with"] == "RuntimeError"
@@ -237,7 +225,7 @@ def test_a_parked_message_publishes_its_fault_event(applied: Broker, kind: str) 
 
     publish(applied, "orders", "order-9")
     run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["orders"].parked == 1)
-    events = get_all(applied, "faults.audit")
+    events = contents(applied, "faults.audit")
     assert len(events) == 1
     props, body = events[0]
     assert props.type == FAULT_TYPE and props.correlation_id == "order-9"
