@@ -244,6 +244,12 @@ class ManagementClient:
                 " the broker may still be working on it: run the same command again to see"
                 " where it stands"
             ) from None
+        except httpx.DecodingError as exc:
+            # the node answered: its body (or a proxy's rewrite of it) is what is wrong
+            raise BrokerError(
+                f"{method} /api{path} at {self.base_url} answered a body that cannot be"
+                f" decoded: {mask_text(str(exc))}; a proxy between may be altering it"
+            ) from None
         except httpx.HTTPError as exc:
             text = mask_text(str(exc))
             if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:

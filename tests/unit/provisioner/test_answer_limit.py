@@ -56,7 +56,8 @@ def gzip_bomb(size: int) -> bytes:
 
 class _Hostile(BaseHTTPRequestHandler):
     """``/api/endless``: chunked zeros without end; ``/api/announced``: a Content-Length of
-    10 GiB; ``/api/bomb``: gzip that inflates to ``BOMB``; ``/api/small``: ``{}``. With
+    10 GiB; ``/api/bomb``: gzip that inflates to ``BOMB``; ``/api/garbled``: a body
+    that says gzip and is not; ``/api/small``: ``{}``. With
     ``server.everything`` set, every GET answers that way. Any other method is recorded."""
 
     server: _Server
@@ -71,6 +72,8 @@ class _Hostile(BaseHTTPRequestHandler):
             self._zeros(None)
         elif kind == "bomb":
             self._send(200, self.server.bomb, {"Content-Encoding": "gzip"})
+        elif kind == "garbled":
+            self._send(200, b"not gzip at all", {"Content-Encoding": "gzip"})
         else:
             self._send(200, b"{}")
 
@@ -182,6 +185,21 @@ def test_a_gzip_bomb_stops_at_the_limit_counted_decoded(server: _Server) -> None
         tracemalloc.stop()
     # the limit and one step of inflating (1 MiB), with what reading needs; never 256 MiB
     assert peak < 16 * MiB, f"{peak / MiB:.0f} MiB held"
+
+
+def test_an_answer_that_cannot_be_decoded_says_so_not_that_the_api_is_unreachable(
+    server: _Server,
+) -> None:
+    with (
+        ManagementClient(url_of(server)) as client,
+        pytest.raises(BrokerError) as raised,
+    ):
+        client.get("/garbled")
+    message = str(raised.value)
+    assert "GET /api/garbled" in message
+    assert "not valid gzip" in message
+    assert "cannot reach" not in message
+    assert SECRET not in message
 
 
 def test_answers_within_the_limit_are_read_whole_and_decoded(server: _Server) -> None:
