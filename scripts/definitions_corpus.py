@@ -4,13 +4,14 @@ takes both ways on a real broker beside rabbitry's own files. They are not copie
 repository: each is made here, at setup time, from a release of its project on PyPI, pinned by
 the release's sha256, the template's sha256 inside it and the sha256 of what it renders to.
 
-The files so published are the RabbitMQ definitions templates of kolla-ansible (OpenStack's
-deployment of RabbitMQ, Apache-2.0), one per change to it from 2017 to 2026: Jinja templates
-that Ansible renders into the definitions file each deployed broker loads at boot. Each is
-rendered here with Jinja2 (rabbitry's own dependency) the way Ansible renders it, with the
-variables of the variant named below (users and passwords of the test's own, each option that
-changes what the file holds turned on or off). A release's artifact is downloaded once for all
-of its variants; a second run with every file in place and current does nothing.
+The files so published are templates of the definitions file a deployed broker loads at boot:
+kolla-ansible's (OpenStack's deployment of RabbitMQ, Apache-2.0), one per change to it from 2017
+to 2026, Jinja templates rendered here with Jinja2 (rabbitry's own dependency) the way Ansible
+renders them; and vantage6's (Apache-2.0), a dict literal its CLI fills in and writes out, done
+here the same way without running its code. Each is made with the variables of its variant
+(users and passwords of the test's own, each option that changes what the file holds turned on
+or off). A release's artifact is downloaded once for all of its variants; a second run with
+every file in place and current does nothing.
 
 Any mismatch (artifact, template, rendered file) or a download that fails stops the run with an
 error naming it: scripts/setup.sh fails, never leaving a file out silently.
@@ -20,6 +21,8 @@ Usage: .venv/bin/python scripts/definitions_corpus.py [DEST_DIR]
 
 from __future__ import annotations
 
+import ast
+import base64
 import hashlib
 import io
 import json
@@ -45,6 +48,7 @@ class Template:
     member: str  # the template's path inside the artifact
     member_sha256: str
     era: str  # the RabbitMQ releases the project deployed with it
+    kind: str = "ansible"  # how the project makes its file of it: "ansible" or "vantage6"
 
     @property
     def url(self) -> str:
@@ -139,6 +143,17 @@ K22 = _kolla(
     "ad0484d39ece1bf66c55cb528f9fc037872512209ff9f67eaeac2586c5347e8e",
     "aafa836418962cda6ad950f5c94777c583c9a929e5a5fb5e02351c9816d0e0be",
     "2026.1: RabbitMQ 4.x",
+)
+
+V6 = Template(
+    "vantage6",
+    "4.15.2",
+    "eb/6f/3b5bb6de7edef187b432c6121206f88ed2abd35b302f823a436b6f533da6/vantage6-4.15.2.tar.gz",
+    "0b7e96486182cf90137addb59cbff1b9bbe39e720227f0f9cf4a9fa5a65d117e",
+    "vantage6-4.15.2/vantage6/cli/rabbitmq/definitions.py",
+    "09c4bd8c6ed9181e8b8f31d0a99d859620eeacf22d52f3528c7ace629b4e4598",
+    "written as a RabbitMQ 3.6.6 export; deployed 2020-2025 with RabbitMQ 3.8 to 3.13",
+    kind="vantage6",
 )
 
 BASE: dict[str, Any] = {
@@ -266,6 +281,14 @@ VARIANTS: tuple[Variant, ...] = (
         {**MONITORING, "om_enable_rabbitmq_stream_fanout": True},
         "3b0a8ec4ceebbe2469430dfd3d1ddc9f920122bca35ab2df0fff35a88787e21a",
     ),
+    Variant(
+        "vantage6-4.15.2",
+        V6,
+        "a 3.6.6 export's shape: `rabbit_version`, every kind listed (empty), a `password_hash`"
+        " with `hashing_algorithm` sha256, tags as one string",
+        {"user": "vantage6", "password": "corpus-vantage6-secret", "vhost": "vantage6"},
+        "d81d6175177215f692943b4140646d71eb269cade73165e03b7b8f1499aea445",
+    ),
 )
 
 
@@ -295,6 +318,34 @@ def render(template: str, variables: dict[str, Any]) -> str:
     )
     environment.filters["bool"] = _ansible_bool
     return environment.from_string(template).render(**variables)
+
+
+VANTAGE6_SALT = b"v6\x00\x01"
+"""The salt of the hash the vantage6 file gets (vantage6 draws one at random: a fixed one keeps
+the file pinnable)."""
+
+
+def render_vantage6(source: str, variables: dict[str, Any]) -> str:
+    """The definitions file vantage6 writes (vantage6/cli/rabbitmq/queue_manager.py,
+    `_get_rabbitmq_definitions`): its module's `RABBITMQ_DEFINITIONS` literal, read without
+    running the module, with the first user, vhost and permission set, the password hashed as
+    the broker hashes (sha256 of salt + password, the salt before it, in base64), written out
+    with `json.dump(..., indent=2)`."""
+    literal = None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "RABBITMQ_DEFINITIONS" for t in node.targets
+        ):
+            literal = ast.literal_eval(node.value)
+    if not isinstance(literal, dict):
+        raise CorpusError("vantage6: no RABBITMQ_DEFINITIONS literal in its definitions module")
+    digest = hashlib.sha256(VANTAGE6_SALT + str(variables["password"]).encode()).digest()
+    literal["users"][0]["name"] = variables["user"]
+    literal["users"][0]["password_hash"] = base64.b64encode(VANTAGE6_SALT + digest).decode()
+    literal["permissions"][0]["user"] = variables["user"]
+    literal["vhosts"][0]["name"] = variables["vhost"]
+    literal["permissions"][0]["vhost"] = variables["vhost"]
+    return json.dumps(literal, indent=2)
 
 
 def canonical_sha256(text: str) -> str:
@@ -351,7 +402,11 @@ def install(dest: Path, variants: tuple[Variant, ...] = VARIANTS) -> list[str]:
         template = variant.template
         if template.url not in artifacts:
             artifacts[template.url] = _template_text(template, _download(template))
-        text = render(artifacts[template.url], {**BASE, **variant.variables})
+        source = artifacts[template.url]
+        if template.kind == "vantage6":
+            text = render_vantage6(source, variant.variables)
+        else:
+            text = render(source, {**BASE, **variant.variables})
         try:
             digest = canonical_sha256(text)
         except ValueError as exc:

@@ -14,8 +14,8 @@
 #     Spark when none is there, the AsyncAPI 3.0 JSON Schema the tests validate against
 #     (scripts/asyncapi_schema.py: the @asyncapi/specs package of the npm registry, pinned), the
 #     public definitions files of the definitions corpus test (scripts/definitions_corpus.py:
-#     kolla-ansible's releases on PyPI, pinned), and .rabbitry/env.sh with the environment the
-#     tests need (scripts/test.sh sources it; so can you).
+#     kolla-ansible's and vantage6's releases on PyPI, pinned), and .rabbitry/env.sh with the
+#     environment the tests need (scripts/test.sh sources it; so can you).
 #
 # Settings (environment): PYTHON (interpreter for the venv, default python3),
 # RABBITRY_RUN_DIR (podman socket, config and log; default /run/rabbitry),

@@ -127,3 +127,22 @@ def test_every_public_file_is_pinned_and_counts_once() -> None:
     assert all(len(d) == 64 for d in digests)
     assert len(set(digests)) == len(digests)
     assert len({variant.name for variant in module.VARIANTS}) == len(module.VARIANTS)
+
+
+def test_vantage6s_literal_is_filled_in_as_its_cli_does_with_a_hash_of_the_password() -> None:
+    from rabbitry.topology.spec.passwords import password_matches
+
+    module = load()
+    source = 'X = 1\nRABBITMQ_DEFINITIONS = {"users": [{"name": "{{u}}", "password_hash": "",\n'
+    source += '"tags": "administrator"}], "vhosts": [{"name": "/"}],\n'
+    source += '"permissions": [{"user": "{{u}}", "vhost": "/"}], "queues": []}\n'
+    made = json.loads(
+        module.render_vantage6(source, {"user": "v", "password": "pw", "vhost": "vh"})
+    )
+    assert made["users"][0]["name"] == made["permissions"][0]["user"] == "v"
+    assert made["vhosts"][0]["name"] == made["permissions"][0]["vhost"] == "vh"
+    assert password_matches(
+        "pw", made["users"][0]["password_hash"], "rabbit_password_hashing_sha256"
+    )
+    with pytest.raises(module.CorpusError, match="RABBITMQ_DEFINITIONS"):
+        module.render_vantage6("OTHER = {}\n", {"user": "v", "password": "pw", "vhost": "vh"})
