@@ -12,9 +12,10 @@
 #     compatibility runs of scripts/test.sh.
 #   - Always: the virtualenv .venv with `pip install -c constraints.txt -e '.[dev,spark-local]'`, a Java runtime for
 #     Spark when none is there, the AsyncAPI 3.0 JSON Schema the tests validate against
-#     (scripts/asyncapi_schema.py: the @asyncapi/specs package of the npm registry, pinned), and
-#     .rabbitry/env.sh with the environment the tests need (scripts/test.sh sources it; so can
-#     you).
+#     (scripts/asyncapi_schema.py: the @asyncapi/specs package of the npm registry, pinned), the
+#     public definitions files of the definitions corpus test (scripts/definitions_corpus.py:
+#     kolla-ansible's and vantage6's releases on PyPI, pinned), and .rabbitry/env.sh with the
+#     environment the tests need (scripts/test.sh sources it; so can you).
 #
 # Settings (environment): PYTHON (interpreter for the venv, default python3),
 # RABBITRY_RUN_DIR (podman socket, config and log; default /run/rabbitry),
@@ -322,6 +323,10 @@ main() {
     # The official AsyncAPI 3.0 JSON Schema `rabbitry asyncapi`'s tests validate against.
     "$VENV/bin/python" "$ROOT/scripts/asyncapi_schema.py" "$STATE_DIR/asyncapi" ||
         die "the AsyncAPI schema could not be installed (see above)"
+    # The public definitions files the definitions corpus test takes both ways, made from the
+    # releases that publish them (tests/data/definitions/PUBLIC.md).
+    "$VENV/bin/python" "$ROOT/scripts/definitions_corpus.py" "$STATE_DIR/definitions-corpus" ||
+        die "the public definitions corpus could not be installed (see above)"
     write_env_file "$engine"
     log "ready in $((SECONDS - started)) s (engine: $engine; environment: $ENV_FILE)"
 }

@@ -12,11 +12,17 @@ kind by kind, except what rabbitry names as left out (plugin-internal objects, w
 own import skips) and what a direction cannot carry: an export holds no global parameters,
 and its users are those with a permission in the exported vhosts. A user given a plain
 password must log in with it: its hash is checked against the password, not compared. A file
-named `refused-...` is one every broker refuses: rabbitry must refuse it too, before any change."""
+named `refused-...` is one every broker refuses: rabbitry must refuse it too, before any change.
+
+The public files (tests/data/definitions/PUBLIC.md: other projects' files, not in this
+repository) are taken the same way, from .rabbitry/definitions-corpus where scripts/setup.sh puts
+them, on every release image (`versions`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +40,24 @@ CORPUS = Path(__file__).parents[1] / "data" / "definitions"
 FILES = sorted(path.name for path in CORPUS.glob("*.json"))
 BROKER_REFUSES = {name for name in FILES if name.startswith("refused-")}
 """Files every broker refuses to import (named `refused-...`): rabbitry must refuse them too."""
+
+ROOT = Path(__file__).parents[2]
+PUBLIC_CORPUS = ROOT / ".rabbitry" / "definitions-corpus"
+"""Where scripts/setup.sh puts the public files (tests/data/definitions/PUBLIC.md)."""
+
+
+def _public_files() -> list[str]:
+    spec = importlib.util.spec_from_file_location(
+        "definitions_corpus", ROOT / "scripts" / "definitions_corpus.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return [variant.name for variant in module.VARIANTS]
+
+
+PUBLIC_FILES = _public_files()
 
 VHOST_KINDS = KINDS[2:5] + KINDS[6:]
 RACE = "the broker's import declares these concurrently and may keep either"
@@ -238,10 +262,25 @@ def compare(
 
 @pytest.mark.parametrize("name", FILES)
 def test_a_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -> None:
+    comes_back(broker, CORPUS / name, refused_by_every_broker=name in BROKER_REFUSES)
+
+
+@pytest.mark.versions
+@pytest.mark.parametrize("name", PUBLIC_FILES)
+def test_a_public_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -> None:
+    path = PUBLIC_CORPUS / f"{name}.json"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: scripts/setup.sh makes it (scripts/definitions_corpus.py)")
+    comes_back(broker, path, refused_by_every_broker=False)
+
+
+def comes_back(broker: Broker, path: Path, *, refused_by_every_broker: bool) -> None:
+    """The file at ``path`` taken both ways (the module's docstring); one every broker refuses
+    must be refused by rabbitry too."""
     try:
-        data = json.loads((CORPUS / name).read_text())
+        data = json.loads(path.read_text())
     except ValueError:
-        refused = CliRunner().invoke(cli, ["validate", str(CORPUS / name)])
+        refused = CliRunner().invoke(cli, ["validate", str(path)])
         assert refused.exit_code == 1, refused.output  # not JSON: nobody takes it
         return
     plain = {str(u["name"]): u["password"] for u in data.get("users") or [] if "password" in u}
@@ -255,7 +294,7 @@ def test_a_definitions_file_comes_back_kind_by_kind(broker: Broker, name: str) -
         for names in (a, b):
             names.make_existing(broker)
         imported = broker.http.post("/definitions", json=a.copy(data))
-        assert (imported.status_code >= 400) >= (name in BROKER_REFUSES), imported.text
+        assert (imported.status_code >= 400) >= refused_by_every_broker, imported.text
         if imported.status_code >= 400:
             # what this broker refuses (classic mirroring on 4.0 ...), rabbitry refuses before
             # any change
