@@ -9,7 +9,7 @@ here: a need of kind ``version`` carries what an object uses, judged by the tabl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,6 +23,7 @@ from rabbitry.topology.primitives import (
     Topology,
 )
 from rabbitry.topology.versions import (
+    NO_DEPRECATIONS,
     Use,
     Verdict,
     Version,
@@ -76,6 +77,10 @@ class BrokerCapabilities:
     plugins_known: bool = True
     """False when a node did not list its plugins (3.10 omits them for a few seconds after
     start): then only what the exchange types prove is checked."""
+    deprecated: Mapping[str, bool] = field(default_factory=dict, compare=False)
+    """The broker's deprecated features, each True when permitted (``GET
+    /api/deprecated-features``; empty before 3.13 or when the user may not read them): they
+    decide over the version's defaults (``versions.Fact.deprecated_feature``)."""
 
     @property
     def version_text(self) -> str:
@@ -197,9 +202,8 @@ def missing(
     for item in needs:
         if item.kind == "version" and broker.version:
             if item.key is None or declared(item.key):
-                problems.extend(
-                    v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
-                )
+                judged = judge(item.uses, broker.version, deprecated=broker.deprecated)
+                problems.extend(v.message(item.because) for v in judged if v.refused)
         elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
@@ -275,6 +279,14 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         if flags_known
         else set()
     )
+    # what this broker permits, whatever its version's default (Debian's 4.3 permits
+    # transient queues); a broker before 3.13 has no such list
+    answer = client.request("GET", "/deprecated-features", allow=(401, 403, 404))
+    deprecated = (
+        {str(f["name"]): f.get("state") == "permitted" for f in answer.json() if "name" in f}
+        if answer.status_code == 200
+        else {}
+    )
     return BrokerCapabilities(
         version=parse_version(str(overview.get("rabbitmq_version", ""))),
         plugins=frozenset(plugins),
@@ -282,6 +294,7 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         exchange_types=frozenset(t["name"] for t in overview.get("exchange_types", [])),
         flags_known=flags_known,
         plugins_known=plugins_known,
+        deprecated=deprecated,
     )
 
 
@@ -303,7 +316,7 @@ class CapabilityReport:
     def _refused(self) -> list[tuple[Need, list[str]]]:
         if self.judged is not None:
             return self.judged
-        return _judged(self.needs, self.broker.version)[0]
+        return _judged(self.needs, self.broker.version, self.broker.deprecated)[0]
 
     def refusals(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
         """What the broker's version refuses of the objects a plan declares."""
@@ -326,7 +339,7 @@ class CapabilityReport:
 
 
 def _judged(
-    needs: Iterable[Need], version: Version | None
+    needs: Iterable[Need], version: Version | None, deprecated: Mapping[str, bool] = NO_DEPRECATIONS
 ) -> tuple[list[tuple[Need, list[str]]], list[str]]:
     """One pass of the version table over ``needs``: the refused ones with their messages,
     and the notes (what the version accepts without effect). A plan of 50,000 objects asks
@@ -342,7 +355,8 @@ def _judged(
             continue
         known = shared.get(id(item.uses))
         if known is None:
-            known = shared[id(item.uses)] = (item.uses, judge(item.uses, version))
+            judged = judge(item.uses, version, deprecated=deprecated)
+            known = shared[id(item.uses)] = (item.uses, judged)
         verdicts = known[1]
         if not verdicts:
             continue
@@ -356,6 +370,6 @@ def _judged(
 def check(client: ManagementClient, topology: Topology) -> CapabilityReport:
     broker = read_capabilities(client)
     needs = requirements(topology)
-    refused, notes = _judged(needs, broker.version)
+    refused, notes = _judged(needs, broker.version, broker.deprecated)
     others = [n for n in needs if n.kind != "version"]
     return CapabilityReport(broker, needs, missing(others, broker), notes, refused)

@@ -7,6 +7,11 @@ refuses it (``removed``) or changes its default (``changed``), with what to do a
 fact comes from. Facts that could not be confirmed from RabbitMQ's release notes or source
 are left out rather than guessed.
 
+A refusal that is only a deprecated feature's default (``Fact.deprecated_feature``: an operator
+permits it in rabbitmq.conf, and Debian's RabbitMQ 4.3 packages permit transient queues) is
+the version's verdict only where no broker says otherwise: a live broker's own state of the
+feature (``GET /api/deprecated-features``, passed to ``judge`` as ``deprecated``) decides.
+
 ``uses_of_queue`` / ``uses_of_exchange`` / ``uses_of_policy`` say what one object uses;
 ``judge`` holds those uses against a version. Both are pure: no broker, no spec file.
 """
@@ -17,11 +22,13 @@ import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from rabbitry.topology.queue_types import QueueType
 
 __all__ = [
     "FACTS",
+    "NO_DEPRECATIONS",
     "RETRY_VIA_BROKER",
     "SERIES",
     "SERVER_NAMED_BINDING",
@@ -115,6 +122,10 @@ class Fact:
     """First version that refuses it."""
     changed: Version | None = None
     """Version whose behaviour differs from the one before (a new default)."""
+    deprecated_feature: str | None = None
+    """The broker's deprecated feature behind a ``removed`` that is only a default (from
+    ``removed`` on, denied unless rabbitmq.conf permits it): a broker that reports the feature
+    permitted accepts the use, one that reports it denied refuses it, whatever its version."""
 
     @property
     def label(self) -> str:
@@ -186,13 +197,18 @@ FACTS: tuple[Fact, ...] = (
     Fact(
         Kind.FEATURE,
         "non-durable non-exclusive queues",
-        # deprecated feature transient_nonexcl_queues moved to denied_by_default
+        # deprecated feature transient_nonexcl_queues moved to denied_by_default upstream; Debian
+        # patches it back to permitted_by_default (rabbitmq-server 4.3.0-3 on), so the version
+        # alone does not decide: a live broker's deprecated-feature state does
         source=f"{NOTES}4.3.0.md (Deprecated Features are Now Disabled by Default);"
         f" {SRC}rabbit_amqqueue.erl: transient_nonexcl_queues is permitted_by_default up to"
-        " v4.2.0, denied_by_default in v4.3.0",
+        " v4.2.0, denied_by_default from v4.3.0 to v4.3.5; Debian's rabbitmq-server 4.3.0-3 on"
+        " (do-not-deprecate-transient_nonexcl_queues.patch) permits it: its 4.3.6 declares and"
+        " imports such queues (tests/integration/test_broker_versions.py)",
         advice="make the queue durable (add x-expires to delete it when unused), or permit it on"
         " every node: deprecated_features.permit.transient_nonexcl_queues = true",
         removed=(4, 3),
+        deprecated_feature="transient_nonexcl_queues",
     ),
     Fact(
         Kind.FEATURE,
@@ -249,6 +265,7 @@ FACTS: tuple[Fact, ...] = (
         advice="use x-queue-leader-locator (client-local or balanced) instead, or permit it on"
         " every node: deprecated_features.permit.queue_master_locator = true",
         removed=(4, 3),
+        deprecated_feature="queue_master_locator",
     ),
     Fact(
         Kind.QUEUE_ARGUMENT,
@@ -432,11 +449,12 @@ class Verdict:
     version: Version
     state: str
     """``missing`` (too old), ``unknown`` (too old, accepted without effect), ``removed``,
-    ``ignored`` or ``changed``."""
+    ``denied`` (a deprecated feature the broker itself reports denied), ``ignored`` or
+    ``changed``."""
 
     @property
     def refused(self) -> bool:
-        return self.state in ("missing", "removed")
+        return self.state in ("missing", "removed", "denied")
 
     def message(self, where: str = "", runs: str = "the broker runs") -> str:
         """One line: what, which version, what to do; ``runs`` names where the version is from."""
@@ -450,6 +468,13 @@ class Verdict:
             )
         elif self.state == "removed":
             text = f"RabbitMQ {format_version(fact.removed or ())} and newer refuse {fact.label}"
+            if fact.deprecated_feature:
+                text += f" by default (deprecated feature {fact.deprecated_feature})"
+        elif self.state == "denied":
+            text = (
+                f"the broker refuses {fact.label}: it reports deprecated feature"
+                f" {fact.deprecated_feature} denied"
+            )
         elif self.state == "ignored":
             text = (
                 f"RabbitMQ {format_version(fact.ignored or ())} and newer accept {fact.label}"
@@ -461,11 +486,24 @@ class Verdict:
         return f"{prefix}{text} ({runs} {shown}); {fact.advice}"
 
 
+NO_DEPRECATIONS: Mapping[str, bool] = MappingProxyType({})
+"""No broker's word on its deprecated features: each version's defaults hold."""
+
+
 def verdict(
-    fact: Fact, use: Use, version: Version, upgrading_from: Version | None = None
+    fact: Fact,
+    use: Use,
+    version: Version,
+    upgrading_from: Version | None = None,
+    deprecated: Mapping[str, bool] = NO_DEPRECATIONS,
 ) -> Verdict | None:
     """What ``version`` does with what ``fact`` is about, or None when it simply accepts it.
-    A changed default is news only to an upgrade that crosses it (``upgrading_from`` older)."""
+    A changed default is news only to an upgrade that crosses it (``upgrading_from`` older).
+    ``deprecated``: the broker's deprecated features, each True when permitted; a fact about
+    one of them is decided by that state rather than by the version's default."""
+    permitted = deprecated.get(fact.deprecated_feature) if fact.deprecated_feature else None
+    if permitted is not None:
+        return None if permitted else Verdict(fact, use, version, "denied")
     if fact.added is not None and version < fact.added:
         return Verdict(fact, use, version, "unknown" if fact.unchecked_before else "missing")
     if fact.removed is not None and version >= fact.removed:
@@ -478,24 +516,30 @@ def verdict(
 
 
 def judge(
-    uses: Iterable[Use], version: Version, upgrading_from: Version | None = None
+    uses: Iterable[Use],
+    version: Version,
+    upgrading_from: Version | None = None,
+    deprecated: Mapping[str, bool] = NO_DEPRECATIONS,
 ) -> list[Verdict]:
     """Each fact a use meets at ``version`` (one verdict per fact); empty when all is well.
     ``upgrading_from``: the version the broker runs now, when ``version`` is an upgrade's.
+    ``deprecated``: what a live broker reports of its deprecated features (name -> permitted),
+    over the version's defaults (``verdict``).
 
     Most objects of a large spec use the same things (a thousand durable classic queues with
     the same arguments): their judgement is remembered, by uses and the types of their values
     (``True == 1``, but a fact may tell them apart)."""
     uses = tuple(uses)
+    said = tuple(sorted(deprecated.items()))
     try:
-        memo = (tuple((use, type(use.value)) for use in uses), version, upgrading_from)
+        memo = (tuple((use, type(use.value)) for use in uses), version, upgrading_from, said)
         known = _JUDGED.get(memo)
     except TypeError:  # a value that cannot be hashed (a list in a policy): judged each time
-        return _judge(uses, version, upgrading_from)
+        return _judge(uses, version, upgrading_from, deprecated)
     if known is None:
         if len(_JUDGED) >= _JUDGED_MAX:
             _JUDGED.clear()
-        known = _JUDGED[memo] = tuple(_judge(uses, version, upgrading_from))
+        known = _JUDGED[memo] = tuple(_judge(uses, version, upgrading_from, deprecated))
     return list(known)
 
 
@@ -503,12 +547,17 @@ _JUDGED: dict[object, tuple[Verdict, ...]] = {}
 _JUDGED_MAX = 4096
 
 
-def _judge(uses: Iterable[Use], version: Version, upgrading_from: Version | None) -> list[Verdict]:
+def _judge(
+    uses: Iterable[Use],
+    version: Version,
+    upgrading_from: Version | None,
+    deprecated: Mapping[str, bool],
+) -> list[Verdict]:
     found: dict[int, Verdict] = {}  # by the fact's place in FACTS
     for use in uses:
         for index, fact in _BY_KEY.get((use.kind, use.key), ()):
             if index not in found and fact.matches(use):
-                seen = verdict(fact, use, version, upgrading_from)
+                seen = verdict(fact, use, version, upgrading_from, deprecated)
                 if seen is not None:
                     found[index] = seen
     return [found[index] for index in sorted(found)]

@@ -31,8 +31,19 @@ def version_of(broker: Broker) -> tuple[int, ...]:
     return parse_version(str(broker.get("/overview")["rabbitmq_version"]))
 
 
-def refused_by_table(uses: list[Use], version: tuple[int, ...]) -> bool:
-    return any(v.refused for v in judge(uses, version))
+def refused_by_table(
+    uses: list[Use], version: tuple[int, ...], deprecated: dict[str, bool] | None = None
+) -> bool:
+    return any(v.refused for v in judge(uses, version, deprecated=deprecated or {}))
+
+
+def deprecated_features(broker: Broker) -> dict[str, bool]:
+    """What the broker reports of its deprecated features (none before 3.13)."""
+    answer = broker.http.get("/deprecated-features")
+    if answer.status_code == 404:
+        return {}
+    answer.raise_for_status()
+    return {f["name"]: f["state"] == "permitted" for f in answer.json()}
 
 
 QUEUES: list[tuple[str, str, dict[str, Any]]] = [
@@ -56,6 +67,44 @@ def test_the_broker_refuses_a_queue_exactly_when_the_table_says_so(
     )
     uses = list(uses_of_queue(QueueType(kind), True, arguments))
     assert response.is_error == refused_by_table(uses, version), (version, response.text)
+
+
+def test_the_broker_takes_a_transient_queue_exactly_when_the_table_says_so(
+    broker: Broker,
+) -> None:
+    # RabbitMQ 4.3 denies transient_nonexcl_queues by default, Debian's 4.3 permits it: the
+    # table decides by what the broker reports of the feature, then by its version's default
+    version, deprecated = version_of(broker), deprecated_features(broker)
+    response = broker.http.put(
+        f"/queues/{broker.vhost}/passing", json={"durable": False, "auto_delete": False}
+    )
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    refused = refused_by_table(uses, version, deprecated)
+    assert response.is_error == refused, (version, deprecated, response.text)
+
+
+TRANSIENT = """\
+version: 1
+name: "{{ stack }}"
+vhosts:
+  - name: "{{ vhost }}"
+    queues:
+      - {name: passing, durable: false}
+"""
+
+
+def test_apply_declares_a_transient_queue_where_the_broker_permits_it(broker: Broker) -> None:
+    permitted = deprecated_features(broker).get("transient_nonexcl_queues", True)
+    applied = broker.run("apply", str(broker.spec(TRANSIENT)), "--auto-approve")
+    if not permitted:  # a broker that denies it: refused before any change, saying how
+        assert applied.exit_code == 1, applied.output
+        assert "transient_nonexcl_queues denied" in applied.output
+        assert broker.get("/queues/{vhost}/passing") is None
+        return
+    assert applied.exit_code == 0, applied.output
+    assert broker.get("/queues/{vhost}/passing")["durable"] is False
+    again = broker.run("plan", str(broker.spec(TRANSIENT)), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
 
 
 @pytest.mark.parametrize(

@@ -149,3 +149,11 @@ def test_an_object_the_broker_already_holds_is_kept_not_refused() -> None:
     (kept,) = report.kept(declared)
     assert kept.startswith("queue old (vhost v): RabbitMQ 4.3 and newer refuse")
     assert kept.endswith("(it exists as it is and is kept; declaring it again would fail)")
+
+
+def test_the_broker_s_own_deprecated_features_decide_over_its_version() -> None:
+    transient = topology(queues=(p.Queue(name="passing", durable=False),))
+    needs = requirements(transient)
+    assert missing(needs, BrokerCapabilities(version=(4, 3, 6)))  # the default: denied
+    permits = {"transient_nonexcl_queues": True}
+    assert missing(needs, BrokerCapabilities(version=(4, 3, 6), deprecated=permits)) == []

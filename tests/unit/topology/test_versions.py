@@ -123,7 +123,27 @@ def test_non_durable_queues_are_refused_by_default_on_4_3() -> None:
     uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
     assert judge(uses, (4, 2)) == []
     (refused,) = judge(uses, (4, 3))
+    assert "refuse feature non-durable non-exclusive queues by default" in refused.message()
     assert "deprecated_features.permit.transient_nonexcl_queues" in refused.message()
+
+
+def test_a_broker_that_permits_transient_queues_takes_them_whatever_its_version() -> None:
+    # Debian's RabbitMQ 4.3 permits transient_nonexcl_queues by default
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    assert judge(uses, (4, 3, 6), deprecated={"transient_nonexcl_queues": True}) == []
+    # what it says of other features leaves this one to the version's default
+    (refused,) = judge(uses, (4, 3, 6), deprecated={"global_qos": True})
+    assert refused.state == "removed"
+
+
+def test_a_broker_that_denies_transient_queues_refuses_them_whatever_its_version() -> None:
+    # deprecated_features.permit.transient_nonexcl_queues = false on a 4.0 broker
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    (denied,) = judge(uses, (4, 0, 5), deprecated={"transient_nonexcl_queues": False})
+    assert denied.refused
+    assert "reports deprecated feature transient_nonexcl_queues denied" in denied.message()
+    assert "(the broker runs 4.0.5)" in denied.message()
+    assert judge(uses, (4, 0, 5)) == []  # its version's default alone permits it
 
 
 @pytest.mark.parametrize(
