@@ -78,9 +78,9 @@ class BrokerCapabilities:
     """False when a node did not list its plugins (3.10 omits them for a few seconds after
     start): then only what the exchange types prove is checked."""
     deprecated: Mapping[str, bool] = field(default_factory=dict, compare=False)
-    """The broker's deprecated features, each True when permitted (``GET
-    /api/deprecated-features``; empty before 3.13 or when the user may not read them): they
-    decide over the version's defaults (``versions.Fact.deprecated_feature``)."""
+    """The broker's deprecated features, each True when permitted (the ``state`` of ``GET
+    /api/deprecated-features``; empty where the broker gives none, or when the user may not
+    read them): they decide over the version's defaults (``versions.Fact.deprecated_feature``)."""
 
     @property
     def version_text(self) -> str:
@@ -280,13 +280,15 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         else set()
     )
     # what this broker permits, whatever its version's default (Debian's 4.3 permits
-    # transient queues); a broker before 3.13 has no such list
+    # transient queues): its `state` of each feature (4.0.5 gives only the phase, which
+    # rabbitmq.conf may override: no word then); a broker before 3.13 has no such list
     answer = client.request("GET", "/deprecated-features", allow=(401, 403, 404))
-    deprecated = (
-        {str(f["name"]): f.get("state") == "permitted" for f in answer.json() if "name" in f}
-        if answer.status_code == 200
-        else {}
-    )
+    listed = answer.json() if answer.status_code == 200 else []
+    deprecated = {
+        str(f["name"]): f["state"] == "permitted"
+        for f in listed
+        if isinstance(f, dict) and "name" in f and f.get("state") in ("permitted", "denied")
+    }
     return BrokerCapabilities(
         version=parse_version(str(overview.get("rabbitmq_version", ""))),
         plugins=frozenset(plugins),
