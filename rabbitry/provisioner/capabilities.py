@@ -33,6 +33,7 @@ from rabbitry.topology.versions import (
     uses_of_exchange,
     uses_of_policy,
     uses_of_queue,
+    uses_of_vhost,
 )
 
 __all__ = [
@@ -115,6 +116,8 @@ def requirements(topology: Topology) -> list[Need]:
     by_type: dict[str, tuple[Use, ...]] = {}  # the exchanges of one type share their uses
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
+        if vhost.protected_from_deletion:
+            version(where, uses_of_vhost(vhost.protected_from_deletion), vhost, vhost.name)
         for exchange in vhost.exchanges:
             label = f"exchange {exchange.name} ({where})"
             uses = by_type.get(exchange.type)

@@ -519,6 +519,9 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     queue_type = meta.get("default_queue_type", metadata.get("default_queue_type"))
     if queue_type:
         out["default_queue_type"] = queue_type
+    # a file says what it wants: not saying it is not protected (4.x writes it only when set)
+    protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
+    out["protected_from_deletion"] = protected is True
     return out
 
 

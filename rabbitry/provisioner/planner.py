@@ -59,6 +59,7 @@ from rabbitry.topology.primitives import (
     ResourceKey,
     Topology,
     User,
+    Vhost,
     canonical_json,
     describe_key,
     same_json,
@@ -282,6 +283,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _vhost_differences(desired: Vhost, observed: Vhost) -> list[str]:
+    """A broker that keeps no deletion protection (before 4.0.6: the version table warns of
+    it) is not asked for it again at every plan."""
+    if observed.protected_from_deletion is None:
+        desired = desired.model_copy(update={"protected_from_deletion": None})
+    return _field_differences(desired, observed)
+
+
 def _user_differences(desired: User, observed: User, state: BrokerState) -> list[str]:
     lines = _field_differences(desired, observed)
     stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
@@ -360,6 +369,8 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             differences = []
         elif isinstance(resource, User) and isinstance(existing, User):
             differences = _user_differences(resource, existing, state)
+        elif isinstance(resource, Vhost) and isinstance(existing, Vhost):
+            differences = _vhost_differences(resource, existing)
         else:
             differences = _field_differences(resource, existing)
         if not differences:
@@ -450,6 +461,13 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             why = ("no longer in the spec", protection_reason(in_spec=False))
             changes.append(
                 Change(Action.DELETE, key, None, existing, why, protected=True, **counts)
+            )
+            continue
+        if isinstance(existing, Vhost) and existing.protected_from_deletion:
+            warnings.append(
+                f"vhost {key[1]!r} is no longer in the spec but the broker protects it from"
+                " deletion (protected_from_deletion): it is left in place; to delete it, apply it"
+                " with protected_from_deletion: false first"
             )
             continue
         if key[0] == "vhost":

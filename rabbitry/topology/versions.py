@@ -32,6 +32,7 @@ __all__ = [
     "RETRY_VIA_BROKER",
     "SERIES",
     "SERVER_NAMED_BINDING",
+    "VHOST_DELETION_PROTECTION",
     "Fact",
     "Kind",
     "Use",
@@ -45,6 +46,7 @@ __all__ = [
     "uses_of_exchange",
     "uses_of_policy",
     "uses_of_queue",
+    "uses_of_vhost",
 ]
 
 Version = tuple[int, ...]
@@ -149,6 +151,9 @@ RETRY_VIA_BROKER = "quorum queue delayed retry (retry: {via: broker})"
 SERVER_NAMED_BINDING = "import of a binding to a server-named (amq.gen-*) queue"
 """What the broker's definitions import does with such a binding: it skips the queue (its
 client's, gone with it), and from 4.0 refuses the binding to it rather than skip it too."""
+
+VHOST_DELETION_PROTECTION = "vhost deletion protection (protected_from_deletion)"
+"""A vhost the broker refuses to delete (its metadata's ``protected_from_deletion``)."""
 
 CLASSIC = frozenset({QueueType.CLASSIC})
 QUORUM = frozenset({QueueType.QUORUM})
@@ -430,6 +435,17 @@ FACTS: tuple[Fact, ...] = (
         removed=(4, 0),
     ),
     Fact(
+        Kind.FEATURE,
+        VHOST_DELETION_PROTECTION,
+        source=f"{NOTES}4.0.6.md (protecting a virtual host from deletion using metadata);"
+        f" {SRC}v4.0.6 rabbit_mgmt_dispatcher.erl /vhosts/:vhost/deletion/protection; RabbitMQ"
+        " 4.0.5 and 3.10.8 import the key and keep nothing (tested)",
+        advice="upgrade the broker to 4.0.6 for the vhost to be protected, or leave"
+        " protected_from_deletion out: this broker can delete the vhost",
+        added=(4, 0, 6),
+        unchecked_before=True,
+    ),
+    Fact(
         Kind.POLICY_KEY,
         "consumer-disconnected-timeout",
         source=f"{NOTES}4.3.0.md; {SRC}v4.3.0 rabbit_policies.erl",
@@ -597,6 +613,12 @@ def uses_of_queue(
         yield Use(Kind.QUEUE_ARGUMENT, key, value, queue_type)
     if "x-delivery-limit" not in arguments:
         yield Use(Kind.QUEUE_ARGUMENT, "x-delivery-limit", ABSENT, queue_type)
+
+
+def uses_of_vhost(protected_from_deletion: bool | None) -> Iterator[Use]:
+    """What a vhost's own settings use: deletion protection, when set."""
+    if protected_from_deletion:
+        yield Use(Kind.FEATURE, VHOST_DELETION_PROTECTION)
 
 
 def uses_of_exchange(exchange_type: str) -> Iterator[Use]:

@@ -390,3 +390,22 @@ def test_a_broker_of_unknown_version_leaves_the_file_s_own_version_to_judge(
             lambda problem: None,
             lambda: None,
         )
+
+
+@pytest.mark.parametrize(
+    ("entry", "protected"),
+    [
+        ({"name": "v", "metadata": {"protected_from_deletion": True}}, True),
+        ({"name": "v", "protected_from_deletion": True}, True),
+        ({"name": "v", "metadata": {"description": "d"}}, False),
+    ],
+)
+def test_a_vhost_s_deletion_protection_comes_through_a_definitions_file(
+    entry: dict[str, object], protected: bool
+) -> None:
+    (vhost,) = topology_from_definitions({"vhosts": [entry]}, "defs").topology.vhosts
+    assert vhost.protected_from_deletion is protected
+    (written,) = spec_document(topology_from_definitions({"vhosts": [entry]}, "defs").topology)[
+        "vhosts"
+    ]
+    assert written.get("protected_from_deletion", False) is protected

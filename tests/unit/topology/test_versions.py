@@ -18,6 +18,7 @@ from rabbitry.topology.versions import (
     release,
     uses_of_policy,
     uses_of_queue,
+    uses_of_vhost,
 )
 
 
@@ -227,3 +228,20 @@ def test_a_version_newer_than_the_table_is_named_as_unchecked() -> None:
     (warning,) = warnings(V1, "5.0")
     assert warning.startswith("broker.version: rabbitry knows RabbitMQ up to 4.3")
     assert [e for e in errors(V1, "5.0") if "x-queue-version" in e]  # 4.3's facts still hold
+
+
+def test_deletion_protection_takes_effect_from_4_0_6_and_older_brokers_accept_it() -> None:
+    uses = list(uses_of_vhost(True))
+    assert judge(uses, (4, 0, 6)) == [] and judge(uses, (4, 3)) == []
+    (unknown,) = judge(uses, (4, 0, 5))
+    assert not unknown.refused  # 4.0.5 and 3.10 import the key and keep nothing
+    assert "takes effect from RabbitMQ 4.0.6" in unknown.message()
+    assert list(uses_of_vhost(False)) == [] and list(uses_of_vhost(None)) == []
+
+
+def test_validate_warns_of_deletion_protection_where_broker_version_lacks_it() -> None:
+    body = "    protected_from_deletion: true\n"
+    assert errors(body, "4.0.5") == []
+    (warned,) = [p for p in spec_problems(body, "4.0.5") if p.severity == "warning"]
+    assert "protected_from_deletion" in str(warned.path)
+    assert [p for p in spec_problems(body, "4.3") if p.severity == "warning"] == []
