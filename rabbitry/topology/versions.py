@@ -272,6 +272,20 @@ FACTS: tuple[Fact, ...] = (
         removed=(4, 3),
         deprecated_feature="queue_master_locator",
     ),
+    *(
+        Fact(
+            kind,
+            "queue-master-locator",
+            source=f"{NOTES}4.3.0.md (queue_master_locator denied by default); {SRC}v4.3.0"
+            " rabbit_classic_queue.erl validate_policy refuses the key unless the deprecated"
+            " feature is permitted",
+            advice="use queue-leader-locator (client-local or balanced) instead, or permit it on"
+            " every node: deprecated_features.permit.queue_master_locator = true",
+            removed=(4, 3),
+            deprecated_feature="queue_master_locator",
+        )
+        for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
+    ),
     Fact(
         Kind.QUEUE_ARGUMENT,
         "x-queue-leader-locator",

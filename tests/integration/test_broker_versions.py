@@ -163,7 +163,11 @@ def test_a_server_named_binding_is_refused_exactly_where_the_broker_s_import_ref
 
 @pytest.mark.parametrize(
     ("apply_to", "definition"),
-    [("queues", {"ha-mode": "all"}), ("quorum_queues", {"max-length": 10})],
+    [
+        ("queues", {"ha-mode": "all"}),
+        ("quorum_queues", {"max-length": 10}),
+        ("all", {"queue-master-locator": "client-local"}),
+    ],
 )
 def test_the_broker_refuses_a_policy_exactly_when_the_table_says_so(
     broker: Broker, apply_to: str, definition: dict[str, Any]
@@ -174,7 +178,8 @@ def test_the_broker_refuses_a_policy_exactly_when_the_table_says_so(
         json={"pattern": "^nothing$", "apply-to": apply_to, "definition": definition},
     )
     uses = list(uses_of_policy(apply_to, definition))
-    assert response.is_error == refused_by_table(uses, version), (version, response.text)
+    refused = refused_by_table(uses, version, deprecated_features(broker))
+    assert response.is_error == refused, (version, response.text)
 
 
 def test_the_broker_has_x_local_random_exactly_when_the_table_says_so(broker: Broker) -> None:

@@ -245,3 +245,13 @@ def test_validate_warns_of_deletion_protection_where_broker_version_lacks_it() -
     (warned,) = [p for p in spec_problems(body, "4.0.5") if p.severity == "warning"]
     assert "protected_from_deletion" in str(warned.path)
     assert [p for p in spec_problems(body, "4.3") if p.severity == "warning"] == []
+
+
+def test_a_queue_master_locator_policy_is_refused_by_default_on_4_3() -> None:
+    for operator in (False, True):
+        uses = list(uses_of_policy("all", {"queue-master-locator": "client-local"}, operator))
+        assert judge(uses, (4, 2)) == []
+        (refused,) = judge(uses, (4, 3, 6))
+        assert "deprecated_features.permit.queue_master_locator" in refused.message()
+        permits = {"queue_master_locator": True}
+        assert judge(uses, (4, 3, 6), deprecated=permits) == []
