@@ -12,7 +12,10 @@ kind by kind, except what rabbitry names as left out (plugin-internal objects, w
 own import skips) and what a direction cannot carry: an export holds no global parameters,
 and its users are those with a permission in the exported vhosts. A user given a plain
 password must log in with it: its hash is checked against the password, not compared. A file
-named `refused-...` is one every broker refuses: rabbitry must refuse it too, before any change."""
+named `refused-...` is one every broker refuses: rabbitry must refuse it too, before any change.
+
+Marked `versions`: what a broker takes of a file differs by release (3.10, 4.0, 4.3), and
+rabbitry must take the same on each."""
 
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ FIXED_HASH = "tXIGvUG8jt1C4y1YsvO8U7JeBJbR2EVx2EoPKYSQnIwcCMDy"
 """A users' hash (of no password anyone uses) for the users a file counts on existing."""
 BROKER_GLOBALS = ("internal_cluster_id",)
 """Never imported into the shared broker: it would change the broker's own identity."""
+
+pytestmark = pytest.mark.versions
 
 
 def run(broker: Broker, *args: str) -> Any:
