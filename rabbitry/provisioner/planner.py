@@ -291,6 +291,19 @@ def _vhost_differences(desired: Vhost, observed: Vhost) -> list[str]:
     return _field_differences(desired, observed)
 
 
+def _comparable(observed: Primitive, desired: Primitive) -> Primitive:
+    """``observed`` as its recorded digest was made: a setting the broker does not keep
+    (a vhost's deletion protection before 4.0.6) counts as what was asked, not as drift."""
+    if (
+        isinstance(observed, Vhost)
+        and isinstance(desired, Vhost)
+        and observed.protected_from_deletion is None
+    ):
+        protected = desired.protected_from_deletion
+        return observed.model_copy(update={"protected_from_deletion": protected})
+    return observed
+
+
 def _user_differences(desired: User, observed: User, state: BrokerState) -> list[str]:
     lines = _field_differences(desired, observed)
     stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
@@ -380,7 +393,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 reason = "made by an apply that stopped half-way; apply records it"
                 changes.append(Change(Action.ADOPT, key, resource, existing, (reason,)))
             continue
-        drift = applied and recorded != digest(existing)
+        drift = applied and recorded != digest(_comparable(existing, resource))
         stats = state.queue_stats.get(key)
         protected = PROTECT in wanted_guards.get(key, ())
         if protected and key[0] in REPLACED_KINDS:

@@ -403,3 +403,12 @@ def test_deletion_protection_read_from_the_broker_says_when_it_is_not_kept() -> 
     # an export writes it under metadata, and only when set
     meta = {"metadata": {"protected_from_deletion": True}}
     assert observed_vhost(V, meta, {}).protected_from_deletion is True
+
+
+def test_deletion_protection_a_broker_does_not_keep_is_no_drift() -> None:
+    asked = topo(protected_from_deletion=True)
+    kept_none = topo(protected_from_deletion=None)
+    p = plan(topo(protected_from_deletion=True, description="new"), state(kept_none, owned(asked)))
+    (change,) = p.by_action(Action.UPDATE)
+    assert [r.split(":")[0] for r in change.reasons] == ["description"]
+    assert not change.drift
