@@ -150,7 +150,8 @@ side_by_side() {
 # side with the whole-broker tests (a broker of their own too) and the quickstart: each pytest
 # runs one test at a time, so together they load the machine less than the parallel run.
 # RabbitMQ 4.3.6's definitions export leaves internal exchanges out, so a file it writes does not
-# round-trip (README, definitions files): the definitions-file tests run on 3.10 and 4.0 only.
+# round-trip (README, definitions files): test_import_definitions.py runs on 3.10 and 4.0 only
+# (the corpus of definitions files, test_definitions_corpus.py, runs on 4.3 too).
 versions_on() {
     # $1: image; $2: JUnit report; the rest: more pytest arguments.
     local image=$1 junit=$2

@@ -401,6 +401,18 @@ class Applier:
             else:
                 self.client.delete(f"{path}/{name}")
 
+    def _protection(self, vhost: Vhost, observed: Primitive | None) -> None:
+        """Deletion protection has its own endpoint (RabbitMQ 4.0.6+): set or lifted only when
+        it differs. A broker without it answers 404 or 405 (the plan warned of it): no change."""
+        had = getattr(observed, "protected_from_deletion", False)
+        if had is None or bool(had) == bool(vhost.protected_from_deletion):
+            return
+        path = f"/vhosts/{q(vhost.name)}/deletion/protection"
+        if vhost.protected_from_deletion:
+            self.client.request("POST", path, allow=(404, 405))
+        else:
+            self.client.request("DELETE", path, allow=(404, 405))
+
     def _done(self, line: str, show: bool = True) -> None:
         self.result.done.append(line)
         if show:
@@ -421,6 +433,7 @@ class Applier:
             # Always explicit: unset means classic here, whatever the node's own default is.
             body["default_queue_type"] = (resource.default_queue_type or QueueType.CLASSIC).value
             c.put(f"/vhosts/{q(resource.name)}", body)
+            self._protection(resource, observed)
             if resource.limits or had_limits:
                 self._limits(f"/vhost-limits/{q(resource.name)}", resource.limits, VHOST_LIMITS)
         elif isinstance(resource, User):

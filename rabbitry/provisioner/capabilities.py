@@ -9,7 +9,7 @@ here: a need of kind ``version`` carries what an object uses, judged by the tabl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -23,6 +23,7 @@ from rabbitry.topology.primitives import (
     Topology,
 )
 from rabbitry.topology.versions import (
+    NO_DEPRECATIONS,
     Use,
     Verdict,
     Version,
@@ -32,6 +33,7 @@ from rabbitry.topology.versions import (
     uses_of_exchange,
     uses_of_policy,
     uses_of_queue,
+    uses_of_vhost,
 )
 
 __all__ = [
@@ -76,6 +78,10 @@ class BrokerCapabilities:
     plugins_known: bool = True
     """False when a node did not list its plugins (3.10 omits them for a few seconds after
     start): then only what the exchange types prove is checked."""
+    deprecated: Mapping[str, bool] = field(default_factory=dict, compare=False)
+    """The broker's deprecated features, each True when permitted (the ``state`` of ``GET
+    /api/deprecated-features``; empty where the broker gives none, or when the user may not
+    read them): they decide over the version's defaults (``versions.Fact.deprecated_feature``)."""
 
     @property
     def version_text(self) -> str:
@@ -110,6 +116,8 @@ def requirements(topology: Topology) -> list[Need]:
     by_type: dict[str, tuple[Use, ...]] = {}  # the exchanges of one type share their uses
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
+        if vhost.protected_from_deletion:
+            version(where, uses_of_vhost(vhost.protected_from_deletion), vhost, vhost.name)
         for exchange in vhost.exchanges:
             label = f"exchange {exchange.name} ({where})"
             uses = by_type.get(exchange.type)
@@ -197,9 +205,8 @@ def missing(
     for item in needs:
         if item.kind == "version" and broker.version:
             if item.key is None or declared(item.key):
-                problems.extend(
-                    v.message(item.because) for v in judge(item.uses, broker.version) if v.refused
-                )
+                judged = judge(item.uses, broker.version, deprecated=broker.deprecated)
+                problems.extend(v.message(item.because) for v in judged if v.refused)
         elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
                 f"{item.because}: the {item.what} plugin is not enabled; run"
@@ -275,6 +282,16 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         if flags_known
         else set()
     )
+    # what this broker permits, whatever its version's default (Debian's 4.3 permits
+    # transient queues): its `state` of each feature (4.0.5 gives only the phase, which
+    # rabbitmq.conf may override: no word then); a broker before 3.13 has no such list
+    answer = client.request("GET", "/deprecated-features", allow=(401, 403, 404))
+    listed = answer.json() if answer.status_code == 200 else []
+    deprecated = {
+        str(f["name"]): f["state"] == "permitted"
+        for f in listed
+        if isinstance(f, dict) and "name" in f and f.get("state") in ("permitted", "denied")
+    }
     return BrokerCapabilities(
         version=parse_version(str(overview.get("rabbitmq_version", ""))),
         plugins=frozenset(plugins),
@@ -282,6 +299,7 @@ def read_capabilities(client: ManagementClient) -> BrokerCapabilities:
         exchange_types=frozenset(t["name"] for t in overview.get("exchange_types", [])),
         flags_known=flags_known,
         plugins_known=plugins_known,
+        deprecated=deprecated,
     )
 
 
@@ -303,7 +321,7 @@ class CapabilityReport:
     def _refused(self) -> list[tuple[Need, list[str]]]:
         if self.judged is not None:
             return self.judged
-        return _judged(self.needs, self.broker.version)[0]
+        return _judged(self.needs, self.broker.version, self.broker.deprecated)[0]
 
     def refusals(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
         """What the broker's version refuses of the objects a plan declares."""
@@ -326,7 +344,7 @@ class CapabilityReport:
 
 
 def _judged(
-    needs: Iterable[Need], version: Version | None
+    needs: Iterable[Need], version: Version | None, deprecated: Mapping[str, bool] = NO_DEPRECATIONS
 ) -> tuple[list[tuple[Need, list[str]]], list[str]]:
     """One pass of the version table over ``needs``: the refused ones with their messages,
     and the notes (what the version accepts without effect). A plan of 50,000 objects asks
@@ -342,7 +360,8 @@ def _judged(
             continue
         known = shared.get(id(item.uses))
         if known is None:
-            known = shared[id(item.uses)] = (item.uses, judge(item.uses, version))
+            judged = judge(item.uses, version, deprecated=deprecated)
+            known = shared[id(item.uses)] = (item.uses, judged)
         verdicts = known[1]
         if not verdicts:
             continue
@@ -356,6 +375,6 @@ def _judged(
 def check(client: ManagementClient, topology: Topology) -> CapabilityReport:
     broker = read_capabilities(client)
     needs = requirements(topology)
-    refused, notes = _judged(needs, broker.version)
+    refused, notes = _judged(needs, broker.version, broker.deprecated)
     others = [n for n in needs if n.kind != "version"]
     return CapabilityReport(broker, needs, missing(others, broker), notes, refused)

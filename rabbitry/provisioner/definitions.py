@@ -13,8 +13,9 @@ components, bindings to or from what was left out, and the broker's own global p
 is its last entry (the others named, and where they differ and the broker's import declares
 the kind concurrently, said to be a race there), ``amq.*`` queues and exchanges are left out by name
 (the broker's import skips them: a server-named ``amq.gen-...`` queue is its client's), but a
-binding to such a queue in a file of RabbitMQ 4.0 on is refused, as that broker's import refuses
-it (``check_server_named_bindings``).
+binding to such a queue is refused where the broker's import refuses it, RabbitMQ 4.0 on
+(``check_server_named_bindings``): judged by the broker the file is applied to when there is
+one (plan, apply), else by the version that wrote the file.
 
 Both shapes RabbitMQ has written are read: tags as a list or a comma-separated string, vhost
 metadata at the top of the entry or under ``metadata``, vhost limits in the vhost entry or as
@@ -388,29 +389,38 @@ SERVER_NAMED_PREFIX = "amq.gen-"
 """The names the broker gives the queues a client declares without a name."""
 
 
+def server_named_bindings(data: JSONDict) -> list[JSONDict]:
+    """The file's bindings to a server-named (``amq.gen-...``) queue."""
+    return [
+        entry
+        for entry in data.get("bindings") or []
+        if entry.get("destination_type") == "queue"
+        and str(entry.get("destination", "")).startswith(SERVER_NAMED_PREFIX)
+    ]
+
+
 def check_server_named_bindings(
-    data: JSONDict, version: Version | None, file: str | None = None
+    data: JSONDict,
+    version: Version | None,
+    file: str | None = None,
+    runs: str = "the file is from",
 ) -> None:
     """A SpecError naming each binding to a server-named queue when the broker of ``version``
     refuses the file for it (``versions.SERVER_NAMED_BINDING``: 4.0 on), as its own import
-    would; older brokers, and an unknown version, leave such a binding out with its queue."""
+    would; older brokers, and an unknown version, leave such a binding out with its queue.
+    ``runs`` says where the version is from (the file, or the broker it is applied to)."""
     if version is None:
         return
     verdicts = judge([Use(Kind.FEATURE, SERVER_NAMED_BINDING)], version)
     if not any(v.refused for v in verdicts):
         return
     problems: list[SpecProblem] = []
-    for entry in data.get("bindings") or []:
-        destination = str(entry.get("destination", ""))
-        if entry.get("destination_type") == "queue" and destination.startswith(SERVER_NAMED_PREFIX):
-            where = (
-                f"binding {entry.get('vhost', '/')}/{entry.get('source', '')} ->"
-                f" {destination} (routing key {entry.get('routing_key', '')!r})"
-            )
-            problems.extend(
-                SpecProblem(verdict.message(where, runs="the file is from"), file=file)
-                for verdict in verdicts
-            )
+    for entry in server_named_bindings(data):
+        where = (
+            f"binding {entry.get('vhost', '/')}/{entry.get('source', '')} ->"
+            f" {entry.get('destination', '')} (routing key {entry.get('routing_key', '')!r})"
+        )
+        problems.extend(SpecProblem(v.message(where, runs=runs), file=file) for v in verdicts)
     if problems:
         raise SpecError(problems)
 
@@ -419,10 +429,13 @@ def topology_from_definitions(
     data: JSONDict, name: str, file: str | None = None, version: Version | None = None
 ) -> Imported:
     """The topology of a definitions document, as stack ``name``; ``file`` is what problems
-    name as the file. ``version``: the RabbitMQ version the file is judged against (by
-    default the one that wrote it, ``version_of_definitions``)."""
+    name as the file. ``version``: the version of the broker the file is applied to, which
+    it is judged against (by default the one that wrote it, ``version_of_definitions``)."""
     check_definitions(data, file)
-    check_server_named_bindings(data, version or version_of_definitions(data), file)
+    if version is not None:
+        check_server_named_bindings(data, version, file, runs="the broker runs")
+    else:
+        check_server_named_bindings(data, version_of_definitions(data), file)
     left_out: list[str] = []
     data = one_of_each(data, left_out)
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
@@ -506,22 +519,34 @@ def _vhost_meta(meta: JSONDict) -> JSONDict:
     queue_type = meta.get("default_queue_type", metadata.get("default_queue_type"))
     if queue_type:
         out["default_queue_type"] = queue_type
+    # a file says what it wants: not saying it is not protected (4.x writes it only when set)
+    protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
+    out["protected_from_deletion"] = protected is True
     return out
 
 
 def spec_of_definitions(
-    path: Path, data: JSONDict, on_warning: Callable[[SpecProblem], None]
+    path: Path,
+    data: JSONDict,
+    on_warning: Callable[[SpecProblem], None],
+    target_version: Callable[[], Version | None] | None = None,
 ) -> Spec:
     """The spec ``import-definitions`` would write for the definitions file at ``path`` (its
     ``data``), as a model, without the text: what ``plan`` and ``apply`` take a definitions
-    file as. The stack is named after the file; what a spec cannot hold is a warning."""
+    file as. The stack is named after the file; what a spec cannot hold is a warning.
+    ``target_version``: the version of the broker the file is applied to (asked only when
+    that version decides something: a binding to a server-named queue), None for unknown."""
     from pydantic import ValidationError
 
     from rabbitry.topology.document import spec_document, unknown_to_rabbitry
     from rabbitry.topology.spec.model import Spec
     from rabbitry.topology.spec.problems import problems_from_validation_error
 
-    imported = topology_from_definitions(data, stack_name(path.stem, "imported"), str(path))
+    version = None
+    if target_version is not None and server_named_bindings(data):
+        version = target_version()
+    stack = stack_name(path.stem, "imported")
+    imported = topology_from_definitions(data, stack, str(path), version)
     for line in imported.left_out:
         on_warning(SpecProblem(f"left out: {line}", file=str(path), severity="warning"))
     for line in unknown_to_rabbitry(imported.topology):

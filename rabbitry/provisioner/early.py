@@ -23,6 +23,7 @@ PLAN_READS = (
     "/overview",
     "/nodes",
     "/feature-flags",
+    "/deprecated-features",
     "/vhosts",
     "/vhost-limits",
     "/user-limits",

@@ -113,6 +113,7 @@ def _bare(vhost: Vhost) -> Vhost:
         description=vhost.description,
         tags=vhost.tags,
         default_queue_type=vhost.default_queue_type,
+        protected_from_deletion=vhost.protected_from_deletion,
     )
 
 

@@ -59,6 +59,7 @@ from rabbitry.topology.primitives import (
     ResourceKey,
     Topology,
     User,
+    Vhost,
     canonical_json,
     describe_key,
     same_json,
@@ -282,6 +283,27 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _vhost_differences(desired: Vhost, observed: Vhost) -> list[str]:
+    """A broker that keeps no deletion protection (before 4.0.6: the version table warns of
+    it) is not asked for it again at every plan."""
+    if observed.protected_from_deletion is None:
+        desired = desired.model_copy(update={"protected_from_deletion": None})
+    return _field_differences(desired, observed)
+
+
+def _comparable(observed: Primitive, desired: Primitive) -> Primitive:
+    """``observed`` as its recorded digest was made: a setting the broker does not keep
+    (a vhost's deletion protection before 4.0.6) counts as what was asked, not as drift."""
+    if (
+        isinstance(observed, Vhost)
+        and isinstance(desired, Vhost)
+        and observed.protected_from_deletion is None
+    ):
+        protected = desired.protected_from_deletion
+        return observed.model_copy(update={"protected_from_deletion": protected})
+    return observed
+
+
 def _user_differences(desired: User, observed: User, state: BrokerState) -> list[str]:
     lines = _field_differences(desired, observed)
     stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
@@ -360,6 +382,8 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             differences = []
         elif isinstance(resource, User) and isinstance(existing, User):
             differences = _user_differences(resource, existing, state)
+        elif isinstance(resource, Vhost) and isinstance(existing, Vhost):
+            differences = _vhost_differences(resource, existing)
         else:
             differences = _field_differences(resource, existing)
         if not differences:
@@ -369,7 +393,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 reason = "made by an apply that stopped half-way; apply records it"
                 changes.append(Change(Action.ADOPT, key, resource, existing, (reason,)))
             continue
-        drift = applied and recorded != digest(existing)
+        drift = applied and recorded != digest(_comparable(existing, resource))
         stats = state.queue_stats.get(key)
         protected = PROTECT in wanted_guards.get(key, ())
         if protected and key[0] in REPLACED_KINDS:
@@ -450,6 +474,13 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             why = ("no longer in the spec", protection_reason(in_spec=False))
             changes.append(
                 Change(Action.DELETE, key, None, existing, why, protected=True, **counts)
+            )
+            continue
+        if isinstance(existing, Vhost) and existing.protected_from_deletion:
+            warnings.append(
+                f"vhost {key[1]!r} is no longer in the spec but the broker protects it from"
+                " deletion (protected_from_deletion): it is left in place; to delete it, apply it"
+                " with protected_from_deletion: false first"
             )
             continue
         if key[0] == "vhost":

@@ -263,11 +263,14 @@ def observed_vhost(
     default_type = _enum_or_none(QueueType, meta.get("default_queue_type"))
     metadata = meta.get("metadata") or {}
     tags = tags_of(meta.get("tags", metadata.get("tags", [])))
+    # 4.0.6 on say it (false too, at the top of the vhost); an older broker keeps no such thing
+    protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
     return Vhost(
         name=name,
         description=str(meta.get("description", metadata.get("description", "")) or ""),
         tags=tuple(tags),
         default_queue_type=default_type,
+        protected_from_deletion=None if protected is None else protected is True,
         limits=limits_of(limits),
         exchanges=tuple(exchanges),
         queues=tuple(queues),

@@ -20,6 +20,7 @@ from rabbitry.topology import check_spec, expand, load_spec, log_warning
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
+from rabbitry.topology.versions import Version, parse_version
 
 if TYPE_CHECKING:
     from rabbitry.management.client import ManagementClient
@@ -69,9 +70,12 @@ def load_spec_or_definitions(
     *,
     on_rendered: Callable[[str], None] | None = None,
     on_warning: Callable[[SpecProblem], None] | None = None,
+    target_version: Callable[[], Version | None] | None = None,
 ) -> Spec:
     """The spec at ``path``, or the spec ``import-definitions`` would make of the definitions
-    file at ``path``: plan and apply take a team's ``definitions.json`` as it is."""
+    file at ``path``: plan and apply take a team's ``definitions.json`` as it is, judged
+    against the broker they apply it to (``target_version``, asked only when its version
+    decides something) rather than the version that wrote the file."""
     path = Path(path)
     data = definitions_in(path)
     if data is None:
@@ -85,7 +89,7 @@ def load_spec_or_definitions(
         )
     from rabbitry.provisioner.definitions import spec_of_definitions
 
-    return spec_of_definitions(path, data, on_warning or log_warning)
+    return spec_of_definitions(path, data, on_warning or log_warning, target_version)
 
 
 @pauses_collector
@@ -138,6 +142,16 @@ def target_of(
                 return  # held by another run (or no answer): read once the lock is ours
         _read_ahead(client, vhosts)
 
+    def broker_version() -> Version | None:
+        # the broker a definitions file is applied to (the spec made of it names none)
+        if client is not None:
+            overview = client.overview()
+        else:
+            early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
+            with early.management() as asked:
+                overview = asked.overview()
+        return parse_version(str(overview.get("rabbitmq_version", ""))) or None
+
     def read_early(text: str) -> None:
         # a large spec's names are known before it is built: start reading then
         peek = peek_names(text)
@@ -155,6 +169,7 @@ def target_of(
                 var_files,
                 on_rendered=on_rendered,
                 on_warning=on_warning,
+                target_version=broker_version,
             )
         broker = model.broker
         endpoints = resolve_endpoints(

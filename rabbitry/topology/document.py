@@ -109,6 +109,8 @@ def _vhost(vhost: Vhost) -> Document:
         out["tags"] = list(vhost.tags)
     if vhost.default_queue_type is not None:
         out["default_queue_type"] = vhost.default_queue_type.value
+    if vhost.protected_from_deletion:
+        out["protected_from_deletion"] = True
     if vhost.limits:
         out["limits"] = dict(vhost.limits)
     default_type = vhost.default_queue_type or QueueType.CLASSIC

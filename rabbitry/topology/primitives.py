@@ -310,6 +310,9 @@ class Vhost(Primitive):
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: QueueType | None = None
+    protected_from_deletion: bool | None = False
+    """The broker refuses to delete the vhost (RabbitMQ 4.0.6+). None: read from a broker that
+    keeps no such setting (older), so there is nothing to compare."""
     limits: dict[str, int] = Field(default_factory=dict)
     """``max-connections``, ``max-queues``: set ones only."""
     exchanges: tuple[Exchange, ...] = ()
@@ -341,6 +344,8 @@ class Vhost(Primitive):
         qtype = self.default_queue_type
         if qtype is not None and qtype is not QueueType.CLASSIC:
             out["default_queue_type"] = qtype.value
+        if self.protected_from_deletion:  # only when set: recorded digests stay the same
+            out["protected_from_deletion"] = True
         if self.limits:  # only when set: a recorded digest of a vhost without stays the same
             out["limits"] = dict(self.limits)
         return out

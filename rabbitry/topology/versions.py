@@ -7,6 +7,11 @@ refuses it (``removed``) or changes its default (``changed``), with what to do a
 fact comes from. Facts that could not be confirmed from RabbitMQ's release notes or source
 are left out rather than guessed.
 
+A refusal that is only a deprecated feature's default (``Fact.deprecated_feature``: an operator
+permits it in rabbitmq.conf, and Debian's RabbitMQ 4.3 packages permit transient queues) is
+the version's verdict only where no broker says otherwise: a live broker's own state of the
+feature (``GET /api/deprecated-features``, passed to ``judge`` as ``deprecated``) decides.
+
 ``uses_of_queue`` / ``uses_of_exchange`` / ``uses_of_policy`` say what one object uses;
 ``judge`` holds those uses against a version. Both are pure: no broker, no spec file.
 """
@@ -17,14 +22,17 @@ import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from rabbitry.topology.queue_types import QueueType
 
 __all__ = [
     "FACTS",
+    "NO_DEPRECATIONS",
     "RETRY_VIA_BROKER",
     "SERIES",
     "SERVER_NAMED_BINDING",
+    "VHOST_DELETION_PROTECTION",
     "Fact",
     "Kind",
     "Use",
@@ -38,6 +46,7 @@ __all__ = [
     "uses_of_exchange",
     "uses_of_policy",
     "uses_of_queue",
+    "uses_of_vhost",
 ]
 
 Version = tuple[int, ...]
@@ -115,6 +124,10 @@ class Fact:
     """First version that refuses it."""
     changed: Version | None = None
     """Version whose behaviour differs from the one before (a new default)."""
+    deprecated_feature: str | None = None
+    """The broker's deprecated feature behind a ``removed`` that is only a default (from
+    ``removed`` on, denied unless rabbitmq.conf permits it): a broker that reports the feature
+    permitted accepts the use, one that reports it denied refuses it, whatever its version."""
 
     @property
     def label(self) -> str:
@@ -138,6 +151,9 @@ RETRY_VIA_BROKER = "quorum queue delayed retry (retry: {via: broker})"
 SERVER_NAMED_BINDING = "import of a binding to a server-named (amq.gen-*) queue"
 """What the broker's definitions import does with such a binding: it skips the queue (its
 client's, gone with it), and from 4.0 refuses the binding to it rather than skip it too."""
+
+VHOST_DELETION_PROTECTION = "vhost deletion protection (protected_from_deletion)"
+"""A vhost the broker refuses to delete (its metadata's ``protected_from_deletion``)."""
 
 CLASSIC = frozenset({QueueType.CLASSIC})
 QUORUM = frozenset({QueueType.QUORUM})
@@ -186,13 +202,18 @@ FACTS: tuple[Fact, ...] = (
     Fact(
         Kind.FEATURE,
         "non-durable non-exclusive queues",
-        # deprecated feature transient_nonexcl_queues moved to denied_by_default
+        # deprecated feature transient_nonexcl_queues moved to denied_by_default upstream; Debian
+        # patches it back to permitted_by_default (rabbitmq-server 4.3.0-3 on), so the version
+        # alone does not decide: a live broker's deprecated-feature state does
         source=f"{NOTES}4.3.0.md (Deprecated Features are Now Disabled by Default);"
         f" {SRC}rabbit_amqqueue.erl: transient_nonexcl_queues is permitted_by_default up to"
-        " v4.2.0, denied_by_default in v4.3.0",
+        " v4.2.0, denied_by_default from v4.3.0 to v4.3.5; Debian's rabbitmq-server 4.3.0-3 on"
+        " (do-not-deprecate-transient_nonexcl_queues.patch) permits it: its 4.3.6 declares and"
+        " imports such queues (tests/integration/test_broker_versions.py)",
         advice="make the queue durable (add x-expires to delete it when unused), or permit it on"
         " every node: deprecated_features.permit.transient_nonexcl_queues = true",
         removed=(4, 3),
+        deprecated_feature="transient_nonexcl_queues",
     ),
     Fact(
         Kind.FEATURE,
@@ -249,6 +270,21 @@ FACTS: tuple[Fact, ...] = (
         advice="use x-queue-leader-locator (client-local or balanced) instead, or permit it on"
         " every node: deprecated_features.permit.queue_master_locator = true",
         removed=(4, 3),
+        deprecated_feature="queue_master_locator",
+    ),
+    *(
+        Fact(
+            kind,
+            "queue-master-locator",
+            source=f"{NOTES}4.3.0.md (queue_master_locator denied by default); {SRC}v4.3.0"
+            " rabbit_classic_queue.erl validate_policy refuses the key unless the deprecated"
+            " feature is permitted",
+            advice="use queue-leader-locator (client-local or balanced) instead, or permit it on"
+            " every node: deprecated_features.permit.queue_master_locator = true",
+            removed=(4, 3),
+            deprecated_feature="queue_master_locator",
+        )
+        for kind in (Kind.POLICY_KEY, Kind.OPERATOR_POLICY_KEY)
     ),
     Fact(
         Kind.QUEUE_ARGUMENT,
@@ -413,6 +449,17 @@ FACTS: tuple[Fact, ...] = (
         removed=(4, 0),
     ),
     Fact(
+        Kind.FEATURE,
+        VHOST_DELETION_PROTECTION,
+        source=f"{NOTES}4.0.6.md (protecting a virtual host from deletion using metadata);"
+        f" {SRC}v4.0.6 rabbit_mgmt_dispatcher.erl /vhosts/:vhost/deletion/protection; RabbitMQ"
+        " 4.0.5 and 3.10.8 import the key and keep nothing (tested)",
+        advice="upgrade the broker to 4.0.6 for the vhost to be protected, or leave"
+        " protected_from_deletion out: this broker can delete the vhost",
+        added=(4, 0, 6),
+        unchecked_before=True,
+    ),
+    Fact(
         Kind.POLICY_KEY,
         "consumer-disconnected-timeout",
         source=f"{NOTES}4.3.0.md; {SRC}v4.3.0 rabbit_policies.erl",
@@ -432,11 +479,12 @@ class Verdict:
     version: Version
     state: str
     """``missing`` (too old), ``unknown`` (too old, accepted without effect), ``removed``,
-    ``ignored`` or ``changed``."""
+    ``denied`` (a deprecated feature the broker itself reports denied), ``ignored`` or
+    ``changed``."""
 
     @property
     def refused(self) -> bool:
-        return self.state in ("missing", "removed")
+        return self.state in ("missing", "removed", "denied")
 
     def message(self, where: str = "", runs: str = "the broker runs") -> str:
         """One line: what, which version, what to do; ``runs`` names where the version is from."""
@@ -450,6 +498,13 @@ class Verdict:
             )
         elif self.state == "removed":
             text = f"RabbitMQ {format_version(fact.removed or ())} and newer refuse {fact.label}"
+            if fact.deprecated_feature:
+                text += f" by default (deprecated feature {fact.deprecated_feature})"
+        elif self.state == "denied":
+            text = (
+                f"the broker refuses {fact.label}: it reports deprecated feature"
+                f" {fact.deprecated_feature} denied"
+            )
         elif self.state == "ignored":
             text = (
                 f"RabbitMQ {format_version(fact.ignored or ())} and newer accept {fact.label}"
@@ -461,11 +516,24 @@ class Verdict:
         return f"{prefix}{text} ({runs} {shown}); {fact.advice}"
 
 
+NO_DEPRECATIONS: Mapping[str, bool] = MappingProxyType({})
+"""No broker's word on its deprecated features: each version's defaults hold."""
+
+
 def verdict(
-    fact: Fact, use: Use, version: Version, upgrading_from: Version | None = None
+    fact: Fact,
+    use: Use,
+    version: Version,
+    upgrading_from: Version | None = None,
+    deprecated: Mapping[str, bool] = NO_DEPRECATIONS,
 ) -> Verdict | None:
     """What ``version`` does with what ``fact`` is about, or None when it simply accepts it.
-    A changed default is news only to an upgrade that crosses it (``upgrading_from`` older)."""
+    A changed default is news only to an upgrade that crosses it (``upgrading_from`` older).
+    ``deprecated``: the broker's deprecated features, each True when permitted; a fact about
+    one of them is decided by that state rather than by the version's default."""
+    permitted = deprecated.get(fact.deprecated_feature) if fact.deprecated_feature else None
+    if permitted is not None:
+        return None if permitted else Verdict(fact, use, version, "denied")
     if fact.added is not None and version < fact.added:
         return Verdict(fact, use, version, "unknown" if fact.unchecked_before else "missing")
     if fact.removed is not None and version >= fact.removed:
@@ -478,24 +546,30 @@ def verdict(
 
 
 def judge(
-    uses: Iterable[Use], version: Version, upgrading_from: Version | None = None
+    uses: Iterable[Use],
+    version: Version,
+    upgrading_from: Version | None = None,
+    deprecated: Mapping[str, bool] = NO_DEPRECATIONS,
 ) -> list[Verdict]:
     """Each fact a use meets at ``version`` (one verdict per fact); empty when all is well.
     ``upgrading_from``: the version the broker runs now, when ``version`` is an upgrade's.
+    ``deprecated``: what a live broker reports of its deprecated features (name -> permitted),
+    over the version's defaults (``verdict``).
 
     Most objects of a large spec use the same things (a thousand durable classic queues with
     the same arguments): their judgement is remembered, by uses and the types of their values
     (``True == 1``, but a fact may tell them apart)."""
     uses = tuple(uses)
+    said = tuple(sorted(deprecated.items()))
     try:
-        memo = (tuple((use, type(use.value)) for use in uses), version, upgrading_from)
+        memo = (tuple((use, type(use.value)) for use in uses), version, upgrading_from, said)
         known = _JUDGED.get(memo)
     except TypeError:  # a value that cannot be hashed (a list in a policy): judged each time
-        return _judge(uses, version, upgrading_from)
+        return _judge(uses, version, upgrading_from, deprecated)
     if known is None:
         if len(_JUDGED) >= _JUDGED_MAX:
             _JUDGED.clear()
-        known = _JUDGED[memo] = tuple(_judge(uses, version, upgrading_from))
+        known = _JUDGED[memo] = tuple(_judge(uses, version, upgrading_from, deprecated))
     return list(known)
 
 
@@ -503,12 +577,17 @@ _JUDGED: dict[object, tuple[Verdict, ...]] = {}
 _JUDGED_MAX = 4096
 
 
-def _judge(uses: Iterable[Use], version: Version, upgrading_from: Version | None) -> list[Verdict]:
+def _judge(
+    uses: Iterable[Use],
+    version: Version,
+    upgrading_from: Version | None,
+    deprecated: Mapping[str, bool],
+) -> list[Verdict]:
     found: dict[int, Verdict] = {}  # by the fact's place in FACTS
     for use in uses:
         for index, fact in _BY_KEY.get((use.kind, use.key), ()):
             if index not in found and fact.matches(use):
-                seen = verdict(fact, use, version, upgrading_from)
+                seen = verdict(fact, use, version, upgrading_from, deprecated)
                 if seen is not None:
                     found[index] = seen
     return [found[index] for index in sorted(found)]
@@ -548,6 +627,12 @@ def uses_of_queue(
         yield Use(Kind.QUEUE_ARGUMENT, key, value, queue_type)
     if "x-delivery-limit" not in arguments:
         yield Use(Kind.QUEUE_ARGUMENT, "x-delivery-limit", ABSENT, queue_type)
+
+
+def uses_of_vhost(protected_from_deletion: bool | None) -> Iterator[Use]:
+    """What a vhost's own settings use: deletion protection, when set."""
+    if protected_from_deletion:
+        yield Use(Kind.FEATURE, VHOST_DELETION_PROTECTION)
 
 
 def uses_of_exchange(exchange_type: str) -> Iterator[Use]:

@@ -5,11 +5,15 @@ upgrade would break. Runs on the default image (4.0), on the 3.10 one
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from click.testing import CliRunner
 
 import rabbitry
+from rabbitry.cli import cli
 from rabbitry.errors import RabbitryError
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.versions import (
@@ -31,8 +35,20 @@ def version_of(broker: Broker) -> tuple[int, ...]:
     return parse_version(str(broker.get("/overview")["rabbitmq_version"]))
 
 
-def refused_by_table(uses: list[Use], version: tuple[int, ...]) -> bool:
-    return any(v.refused for v in judge(uses, version))
+def refused_by_table(
+    uses: list[Use], version: tuple[int, ...], deprecated: dict[str, bool] | None = None
+) -> bool:
+    return any(v.refused for v in judge(uses, version, deprecated=deprecated or {}))
+
+
+def deprecated_features(broker: Broker) -> dict[str, bool]:
+    """What the broker reports of its deprecated features' state (none before 3.13; 4.0.5
+    lists only their phases)."""
+    answer = broker.http.get("/deprecated-features")
+    if answer.status_code == 404:
+        return {}
+    answer.raise_for_status()
+    return {f["name"]: f["state"] == "permitted" for f in answer.json() if "state" in f}
 
 
 QUEUES: list[tuple[str, str, dict[str, Any]]] = [
@@ -58,9 +74,100 @@ def test_the_broker_refuses_a_queue_exactly_when_the_table_says_so(
     assert response.is_error == refused_by_table(uses, version), (version, response.text)
 
 
+def test_the_broker_takes_a_transient_queue_exactly_when_the_table_says_so(
+    broker: Broker,
+) -> None:
+    # RabbitMQ 4.3 denies transient_nonexcl_queues by default, Debian's 4.3 permits it: the
+    # table decides by what the broker reports of the feature, then by its version's default
+    version, deprecated = version_of(broker), deprecated_features(broker)
+    response = broker.http.put(
+        f"/queues/{broker.vhost}/passing", json={"durable": False, "auto_delete": False}
+    )
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    refused = refused_by_table(uses, version, deprecated)
+    assert response.is_error == refused, (version, deprecated, response.text)
+
+
+TRANSIENT = """\
+version: 1
+name: "{{ stack }}"
+vhosts:
+  - name: "{{ vhost }}"
+    queues:
+      - {name: passing, durable: false}
+"""
+
+
+def test_apply_declares_a_transient_queue_where_the_broker_permits_it(broker: Broker) -> None:
+    permitted = deprecated_features(broker).get("transient_nonexcl_queues", True)
+    applied = broker.run("apply", str(broker.spec(TRANSIENT)), "--auto-approve")
+    if not permitted:  # a broker that denies it: refused before any change, saying how
+        assert applied.exit_code == 1, applied.output
+        assert "transient_nonexcl_queues denied" in applied.output
+        assert broker.get("/queues/{vhost}/passing") is None
+        return
+    assert applied.exit_code == 0, applied.output
+    assert broker.get("/queues/{vhost}/passing")["durable"] is False
+    again = broker.run("plan", str(broker.spec(TRANSIENT)), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+
+
+def server_named_binding(vhost: str, written_by: str) -> dict[str, Any]:
+    """A definitions file of ``written_by`` binding a server-named queue (a client's)."""
+    return {
+        "rabbit_version": written_by,
+        "vhosts": [{"name": vhost}],
+        "queues": [
+            {"name": "amq.gen-Zq3kP0vY7tLm", "vhost": vhost, "durable": False,
+             "auto_delete": True, "arguments": {}},
+            {"name": "kept", "vhost": vhost, "durable": True, "auto_delete": False,
+             "arguments": {}},
+        ],
+        "bindings": [
+            {"source": "amq.topic", "vhost": vhost, "destination": "amq.gen-Zq3kP0vY7tLm",
+             "destination_type": "queue", "routing_key": "k", "arguments": {}},
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("written_by", ["3.7.13", "4.0.5"])
+def test_a_server_named_binding_is_refused_exactly_where_the_broker_s_import_refuses_it(
+    broker: Broker, written_by: str
+) -> None:
+    # the broker's own import decides by its version, not by the file's: so does apply
+    own = f"{broker.vhost}-own"
+    imported = broker.http.post("/definitions", json=server_named_binding(own, written_by))
+    broker.http.delete(f"/vhosts/{quote(own, safe='')}")
+    source = broker.tmp / f"{broker.stack}.json"
+    source.write_text(json.dumps(server_named_binding(broker.vhost, written_by)))
+    argv = ["apply", str(source), "--auto-approve", "--management-url", broker.management_url]
+    try:
+        applied = CliRunner().invoke(cli, [*argv, "--url", broker.amqp_url])
+        if imported.is_error:
+            shown = ".".join(str(p) for p in version_of(broker))
+            assert applied.exit_code == 1, applied.output
+            assert "refuse feature import of a binding to a server-named (amq.gen-*) queue" in (
+                applied.output
+            )
+            assert f"(the broker runs {shown})" in applied.output
+            assert broker.get("/queues/{vhost}/kept") is None  # nothing was changed
+        else:
+            assert applied.exit_code == 0, applied.output
+            assert "left out: binding" in applied.output and "amq.gen-Zq3kP0vY7tLm" in (
+                applied.output
+            )
+            assert broker.get("/queues/{vhost}/kept") is not None
+    finally:
+        broker.http.delete(f"/global-parameters/{quote('rabbitry.stack.' + broker.stack)}")
+
+
 @pytest.mark.parametrize(
     ("apply_to", "definition"),
-    [("queues", {"ha-mode": "all"}), ("quorum_queues", {"max-length": 10})],
+    [
+        ("queues", {"ha-mode": "all"}),
+        ("quorum_queues", {"max-length": 10}),
+        ("all", {"queue-master-locator": "client-local"}),
+    ],
 )
 def test_the_broker_refuses_a_policy_exactly_when_the_table_says_so(
     broker: Broker, apply_to: str, definition: dict[str, Any]
@@ -71,7 +178,8 @@ def test_the_broker_refuses_a_policy_exactly_when_the_table_says_so(
         json={"pattern": "^nothing$", "apply-to": apply_to, "definition": definition},
     )
     uses = list(uses_of_policy(apply_to, definition))
-    assert response.is_error == refused_by_table(uses, version), (version, response.text)
+    refused = refused_by_table(uses, version, deprecated_features(broker))
+    assert response.is_error == refused, (version, response.text)
 
 
 def test_the_broker_has_x_local_random_exactly_when_the_table_says_so(broker: Broker) -> None:

@@ -16,7 +16,10 @@ named `refused-...` is one every broker refuses: rabbitry must refuse it too, be
 
 The public files (tests/data/definitions/PUBLIC.md: other projects' files, not in this
 repository) are taken the same way, from .rabbitry/definitions-corpus where scripts/setup.sh puts
-them, on every release image (`versions`)."""
+them.
+
+Marked `versions`: what a broker takes of a file differs by release (3.10, 4.0, 4.3), and
+rabbitry must take the same on each."""
 
 from __future__ import annotations
 
@@ -66,6 +69,8 @@ FIXED_HASH = "tXIGvUG8jt1C4y1YsvO8U7JeBJbR2EVx2EoPKYSQnIwcCMDy"
 """A users' hash (of no password anyone uses) for the users a file counts on existing."""
 BROKER_GLOBALS = ("internal_cluster_id",)
 """Never imported into the shared broker: it would change the broker's own identity."""
+
+pytestmark = pytest.mark.versions
 
 
 def run(broker: Broker, *args: str) -> Any:

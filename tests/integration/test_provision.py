@@ -776,6 +776,7 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
         "GET /overview",
         "GET /nodes",
         "GET /feature-flags",
+        "GET /deprecated-features",
         "GET /vhosts",
         "GET /vhost-limits",
         "GET /user-limits",

@@ -143,9 +143,9 @@ def test_the_version_checks_judge_each_shape_of_object_once(
 
     judged: list[object] = []
 
-    def counting(uses: object, version: object) -> object:
+    def counting(uses: object, version: object, **broker_says: object) -> object:
         judged.append(uses)
-        return real(uses, version)  # type: ignore[arg-type]
+        return real(uses, version, **broker_says)  # type: ignore[arg-type]
 
     monkeypatch.setattr(capabilities, "judge", counting)
     for size in (SMALL, LARGE):

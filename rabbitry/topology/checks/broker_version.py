@@ -26,6 +26,7 @@ from rabbitry.topology.versions import (
     uses_of_exchange,
     uses_of_policy,
     uses_of_queue,
+    uses_of_vhost,
 )
 
 
@@ -42,6 +43,8 @@ def check_broker_version(spec: Spec, findings: Findings) -> None:
             " refuses or ignores is not checked",
         )
     for loc, vhost in vhosts_of(spec):
+        protection = uses_of_vhost(vhost.protected_from_deletion)
+        _report(protection, version, (*loc, "protected_from_deletion"), {}, findings)
         for i, queue in enumerate(vhost.queues):
             checked = queue.arguments.as_broker_dict()
             keys = {k: "unchecked_arguments" for k in queue.unchecked_arguments}

@@ -41,6 +41,7 @@ class VhostDraft:
             description=self.spec.description,
             tags=tuple(self.spec.tags),
             default_queue_type=self.spec.default_queue_type,
+            protected_from_deletion=self.spec.protected_from_deletion,
             limits=limits_of(self.spec.limits),
             exchanges=tuple(self.exchanges),
             queues=tuple(self.queues),

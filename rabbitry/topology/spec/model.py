@@ -823,6 +823,9 @@ class VhostSpec(SpecModel):
     """Vhost tags."""
     default_queue_type: QueueType | None = None
     """Type of queues declared without x-queue-type (3.11+)."""
+    protected_from_deletion: bool = False
+    """The broker refuses to delete this vhost while set (RabbitMQ 4.0.6+; older brokers keep
+    no such setting: a warning there). A vhost the broker protects is never pruned."""
     limits: VhostLimitsSpec | None = None
     """Connection and queue limits of this vhost."""
     exchanges: list[ExchangeSpec] = Field(default_factory=list)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+
 from rabbitry.provisioner.capabilities import (
     BrokerCapabilities,
     CapabilityReport,
     missing,
     parse_version,
+    read_capabilities,
     requirements,
 )
 from rabbitry.provisioner.stack import upgrade_warnings
@@ -149,3 +154,41 @@ def test_an_object_the_broker_already_holds_is_kept_not_refused() -> None:
     (kept,) = report.kept(declared)
     assert kept.startswith("queue old (vhost v): RabbitMQ 4.3 and newer refuse")
     assert kept.endswith("(it exists as it is and is kept; declaring it again would fail)")
+
+
+def test_the_broker_s_own_deprecated_features_decide_over_its_version() -> None:
+    transient = topology(queues=(p.Queue(name="passing", durable=False),))
+    needs = requirements(transient)
+    assert missing(needs, BrokerCapabilities(version=(4, 3, 6)))  # the default: denied
+    permits = {"transient_nonexcl_queues": True}
+    assert missing(needs, BrokerCapabilities(version=(4, 3, 6), deprecated=permits)) == []
+
+
+class Answers:
+    """A management client that answers from a table (what read_capabilities asks)."""
+
+    def __init__(self, deprecated: Any, status: int = 200) -> None:
+        self.deprecated, self.status = deprecated, status
+
+    def overview(self) -> dict[str, Any]:
+        return {"rabbitmq_version": "4.3.6", "exchange_types": []}
+
+    def get(self, path: str) -> Any:
+        return [{"enabled_plugins": []}]
+
+    def request(self, method: str, path: str, allow: tuple[int, ...] = ()) -> httpx.Response:
+        if path == "/deprecated-features":
+            return httpx.Response(self.status, json=self.deprecated)
+        return httpx.Response(200, json=[])
+
+
+def test_the_deprecated_features_read_are_those_the_broker_gives_a_state() -> None:
+    listed = [
+        {"name": "transient_nonexcl_queues", "state": "permitted"},
+        {"name": "global_qos", "state": "denied"},
+        # 4.0.5 lists only the phase, which rabbitmq.conf may override: no word on it
+        {"name": "ram_node_type", "deprecation_phase": "permitted_by_default"},
+    ]
+    read = read_capabilities(Answers(listed))  # type: ignore[arg-type]
+    assert read.deprecated == {"transient_nonexcl_queues": True, "global_qos": False}
+    assert read_capabilities(Answers({}, status=404)).deprecated == {}  # type: ignore[arg-type]

@@ -349,3 +349,63 @@ def test_a_4x_definitions_file_with_a_server_named_binding_is_no_spec(tmp_path: 
     path = tmp_path / "defs.json"
     with pytest.raises(SpecError, match=r"amq\.gen-x1"):
         spec_of_definitions(path, server_named_binding("4.0.5"), lambda problem: None)
+
+
+def test_a_file_applied_to_a_broker_is_judged_by_that_broker_s_version(tmp_path: Path) -> None:
+    path = tmp_path / "defs.json"
+    # a 3.x file the broker takes as it is (binding left out) is refused by a 4.x broker
+    with pytest.raises(SpecError) as caught:
+        spec_of_definitions(
+            path, server_named_binding("3.10.8"), lambda problem: None, lambda: (4, 3, 6)
+        )
+    assert "RabbitMQ 4.0 and newer refuse" in str(caught.value)
+    assert "(the broker runs 4.3.6)" in str(caught.value)
+    # a 4.x file applied to a 3.10 broker: left out with its queue, as that broker's import does
+    said: list[str] = []
+    spec = spec_of_definitions(
+        path,
+        server_named_binding("4.0.5"),
+        lambda problem: said.append(problem.message),
+        lambda: (3, 10, 8),
+    )
+    assert [b.destination for b in spec.vhosts[0].bindings] == ["q"]
+    assert any("amq.gen-x1" in line for line in said)
+
+
+def test_the_broker_is_asked_its_version_only_for_a_server_named_binding(tmp_path: Path) -> None:
+    def never() -> tuple[int, ...]:
+        raise AssertionError("the broker's version decides nothing here")
+
+    plain = {"rabbitmq_version": "4.0.5", "vhosts": [{"name": "v"}]}
+    spec_of_definitions(tmp_path / "defs.json", plain, lambda problem: None, never)
+
+
+def test_a_broker_of_unknown_version_leaves_the_file_s_own_version_to_judge(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(SpecError, match=r"the file is from 4\.0\.5"):
+        spec_of_definitions(
+            tmp_path / "defs.json",
+            server_named_binding("4.0.5"),
+            lambda problem: None,
+            lambda: None,
+        )
+
+
+@pytest.mark.parametrize(
+    ("entry", "protected"),
+    [
+        ({"name": "v", "metadata": {"protected_from_deletion": True}}, True),
+        ({"name": "v", "protected_from_deletion": True}, True),
+        ({"name": "v", "metadata": {"description": "d"}}, False),
+    ],
+)
+def test_a_vhost_s_deletion_protection_comes_through_a_definitions_file(
+    entry: dict[str, object], protected: bool
+) -> None:
+    (vhost,) = topology_from_definitions({"vhosts": [entry]}, "defs").topology.vhosts
+    assert vhost.protected_from_deletion is protected
+    (written,) = spec_document(topology_from_definitions({"vhosts": [entry]}, "defs").topology)[
+        "vhosts"
+    ]
+    assert written.get("protected_from_deletion", False) is protected

@@ -369,3 +369,46 @@ def test_flags_nested_in_lists_and_maps_differ_from_numbers() -> None:
         assert [c.action for c in plan(desired, observed).changes] == [Action.REPLACE], wanted
         same = topo(queues=(Queue(name="work", arguments=found),))
         assert not plan(same, observed).changes
+
+
+def test_deletion_protection_is_a_change_of_the_vhost_in_place() -> None:
+    wanted = topo(protected_from_deletion=True)
+    p = plan(wanted, state(topo(protected_from_deletion=False)))
+    (change,) = p.by_action(Action.UPDATE)
+    assert change.key == ("vhost", V)
+    assert change.reasons == ("protected_from_deletion: (unset) -> true",)
+    assert plan(wanted, state(wanted, owned(wanted))).changes == ()
+
+
+def test_a_broker_without_deletion_protection_is_not_asked_for_it_at_every_plan() -> None:
+    # before 4.0.6 the broker keeps no such setting (the version table warns of it)
+    kept_none = topo(protected_from_deletion=None)
+    p = plan(topo(protected_from_deletion=True), state(kept_none, owned(kept_none)))
+    assert p.changes == ()
+
+
+def test_a_vhost_the_broker_protects_is_never_pruned() -> None:
+    guarded = topo(protected_from_deletion=True, queues=(WORK,))
+    p = plan(Topology(name="shop"), state(guarded, owned(guarded)))
+    assert ("vhost", V) not in [c.key for c in p.by_action(Action.DELETE)]
+    assert any("protects it from deletion" in w for w in p.warnings)
+
+
+def test_deletion_protection_read_from_the_broker_says_when_it_is_not_kept() -> None:
+    assert observed_vhost(V, {"protected_from_deletion": True}, {}).protected_from_deletion
+    assert (
+        observed_vhost(V, {"protected_from_deletion": False}, {}).protected_from_deletion is False
+    )
+    assert observed_vhost(V, {}, {}).protected_from_deletion is None  # 4.0.5, 3.10
+    # an export writes it under metadata, and only when set
+    meta = {"metadata": {"protected_from_deletion": True}}
+    assert observed_vhost(V, meta, {}).protected_from_deletion is True
+
+
+def test_deletion_protection_a_broker_does_not_keep_is_no_drift() -> None:
+    asked = topo(protected_from_deletion=True)
+    kept_none = topo(protected_from_deletion=None)
+    p = plan(topo(protected_from_deletion=True, description="new"), state(kept_none, owned(asked)))
+    (change,) = p.by_action(Action.UPDATE)
+    assert [r.split(":")[0] for r in change.reasons] == ["description"]
+    assert not change.drift

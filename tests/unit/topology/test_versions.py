@@ -18,6 +18,7 @@ from rabbitry.topology.versions import (
     release,
     uses_of_policy,
     uses_of_queue,
+    uses_of_vhost,
 )
 
 
@@ -123,7 +124,27 @@ def test_non_durable_queues_are_refused_by_default_on_4_3() -> None:
     uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
     assert judge(uses, (4, 2)) == []
     (refused,) = judge(uses, (4, 3))
+    assert "refuse feature non-durable non-exclusive queues by default" in refused.message()
     assert "deprecated_features.permit.transient_nonexcl_queues" in refused.message()
+
+
+def test_a_broker_that_permits_transient_queues_takes_them_whatever_its_version() -> None:
+    # Debian's RabbitMQ 4.3 permits transient_nonexcl_queues by default
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    assert judge(uses, (4, 3, 6), deprecated={"transient_nonexcl_queues": True}) == []
+    # what it says of other features leaves this one to the version's default
+    (refused,) = judge(uses, (4, 3, 6), deprecated={"global_qos": True})
+    assert refused.state == "removed"
+
+
+def test_a_broker_that_denies_transient_queues_refuses_them_whatever_its_version() -> None:
+    # deprecated_features.permit.transient_nonexcl_queues = false on a 4.0 broker
+    uses = list(uses_of_queue(QueueType.CLASSIC, False, {}))
+    (denied,) = judge(uses, (4, 0, 5), deprecated={"transient_nonexcl_queues": False})
+    assert denied.refused
+    assert "reports deprecated feature transient_nonexcl_queues denied" in denied.message()
+    assert "(the broker runs 4.0.5)" in denied.message()
+    assert judge(uses, (4, 0, 5)) == []  # its version's default alone permits it
 
 
 @pytest.mark.parametrize(
@@ -207,3 +228,30 @@ def test_a_version_newer_than_the_table_is_named_as_unchecked() -> None:
     (warning,) = warnings(V1, "5.0")
     assert warning.startswith("broker.version: rabbitry knows RabbitMQ up to 4.3")
     assert [e for e in errors(V1, "5.0") if "x-queue-version" in e]  # 4.3's facts still hold
+
+
+def test_deletion_protection_takes_effect_from_4_0_6_and_older_brokers_accept_it() -> None:
+    uses = list(uses_of_vhost(True))
+    assert judge(uses, (4, 0, 6)) == [] and judge(uses, (4, 3)) == []
+    (unknown,) = judge(uses, (4, 0, 5))
+    assert not unknown.refused  # 4.0.5 and 3.10 import the key and keep nothing
+    assert "takes effect from RabbitMQ 4.0.6" in unknown.message()
+    assert list(uses_of_vhost(False)) == [] and list(uses_of_vhost(None)) == []
+
+
+def test_validate_warns_of_deletion_protection_where_broker_version_lacks_it() -> None:
+    body = "    protected_from_deletion: true\n"
+    assert errors(body, "4.0.5") == []
+    (warned,) = [p for p in spec_problems(body, "4.0.5") if p.severity == "warning"]
+    assert "protected_from_deletion" in str(warned.path)
+    assert [p for p in spec_problems(body, "4.3") if p.severity == "warning"] == []
+
+
+def test_a_queue_master_locator_policy_is_refused_by_default_on_4_3() -> None:
+    for operator in (False, True):
+        uses = list(uses_of_policy("all", {"queue-master-locator": "client-local"}, operator))
+        assert judge(uses, (4, 2)) == []
+        (refused,) = judge(uses, (4, 3, 6))
+        assert "deprecated_features.permit.queue_master_locator" in refused.message()
+        permits = {"queue_master_locator": True}
+        assert judge(uses, (4, 3, 6), deprecated=permits) == []
