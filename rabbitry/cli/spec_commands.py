@@ -16,16 +16,22 @@ from rabbitry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     command,
-    err,
     json_option,
     parse_vars,
     problem_json,
     spec_options,
 )
+from rabbitry.cli.document_options import (
+    checked_spec,
+    format_option,
+    output_option,
+    print_warning,
+    write_document,
+)
 from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.gcpause import collector_paused
 from rabbitry.provisioner.target import load_spec_or_definitions
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology import check_spec, expand
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.loader import render_spec_file
 from rabbitry.uri import mask_text
@@ -36,10 +42,6 @@ _PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s
 def mask_passwords(text: str) -> str:
     """``password: s3cret`` -> ``password: "***"`` in rendered YAML (block and flow style)."""
     return _PASSWORD_VALUE.sub(lambda m: f'{m[1]}"***"', text)
-
-
-def _print_warning(problem: SpecProblem) -> None:
-    err(f"warning: {problem}")
 
 
 def _plural(count: int, noun: str) -> str:
@@ -100,9 +102,9 @@ def validate(
                 parse_vars(variables),
                 var_files,
                 on_rendered=rendered.append,
-                on_warning=_print_warning,
+                on_warning=print_warning,
             )
-            check_spec(loaded, on_warning=_print_warning)
+            check_spec(loaded, on_warning=print_warning)
             click.echo(f"{spec}: valid ({summary(expand(loaded))})")
             if rendered:  # a definitions file has no rendered text: no worker runs on it
                 remember(rendered[0], loaded)
@@ -139,14 +141,7 @@ def validate(
 
 @command()
 @spec_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["yaml", "json"]),
-    default="yaml",
-    show_default=True,
-    help="Output format.",
-)
+@format_option("yaml", "json", help="Output format.")
 @click.option(
     "--template-only",
     is_flag=True,
@@ -165,13 +160,11 @@ def render(
     """
     from rabbitry.topology.document import plain_yaml, topology_data
 
-    pairs = parse_vars(variables)
     if template_only:
-        text = render_spec_file(spec, pairs, var_files)
+        text = render_spec_file(spec, parse_vars(variables), var_files)
         click.echo(mask_text(mask_passwords(text)), nl=False)
         return
-    loaded = load_spec(spec, pairs, var_files)
-    check_spec(loaded, on_warning=_print_warning)
+    loaded = checked_spec(spec, variables, var_files)
     data = topology_data(expand(loaded))
     if output_format == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -201,25 +194,15 @@ def schema(of_plan: bool) -> None:
 
 @command()
 @spec_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["dot", "svg", "mermaid"]),
-    default="dot",
-    show_default=True,
-    help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid.",
+@format_option(
+    "dot", "svg", "mermaid", help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid."
 )
 @click.option(
     "--unfold",
     is_flag=True,
     help="Draw every delay level and super stream partition instead of one box each.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write to this file instead of standard output.",
-)
+@output_option
 def graph(
     spec: Path,
     variables: tuple[str, ...],
@@ -231,8 +214,7 @@ def graph(
     """Draw the topology SPEC expands to: bindings, dead-letter paths, retries, delays."""
     from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
 
-    loaded = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(loaded, on_warning=_print_warning)
+    loaded = checked_spec(spec, variables, var_files)
     graphs = topology_graph(expand(loaded), loaded, fold=not unfold)
     if output_format == "mermaid":
         text = to_mermaid(graphs)
@@ -240,11 +222,7 @@ def graph(
         text = to_dot(graphs)
         if output_format == "svg":
             text = _svg(text)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        err(f"wrote {output}")
+    write_document(text, output)
 
 
 def _svg(dot_text: str) -> str:
