@@ -187,14 +187,18 @@ def _no_check() -> None:
     return None
 
 
-def _poll(attempt: Callable[[], str | None], timeout: float, check: Check) -> str | None:
-    """Call ``attempt`` every quarter second until it answers None (ready), ``timeout``
-    seconds at most; None once it did, else the last thing it said was wrong."""
+def _poll(
+    attempt: Callable[[], str | None], timeout: float, check: Check, failed: Callable[[str], str]
+) -> None:
+    """Call ``attempt`` every quarter second until it answers None (ready); after ``timeout``
+    seconds, ``BrokerError`` with ``failed`` of the last thing it said was wrong."""
     deadline = time.monotonic() + timeout
     while True:
         last = attempt()
-        if last is None or time.monotonic() >= deadline:
-            return last
+        if last is None:
+            return
+        if time.monotonic() >= deadline:
+            raise BrokerError(failed(last))
         check()
         time.sleep(0.25)
 
@@ -223,11 +227,14 @@ def wait_for_management(
                 )
             return f"HTTP {response.status_code}"
 
-        last = _poll(overview, timeout, check)
-    if last is not None:
-        raise BrokerError(
-            f"the management API of {broker!r} did not answer within {timeout:.0f} s "
-            f"(last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
+        _poll(
+            overview,
+            timeout,
+            check,
+            lambda last: (
+                f"the management API of {broker!r} did not answer within {timeout:.0f}"
+                f" s (last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
+            ),
         )
     return broker
 
@@ -253,12 +260,15 @@ def wait_for_amqp(
         except OSError as exc:
             return f"{type(exc).__name__}: {exc}"
 
-    last = _poll(greeting, timeout, check)
-    if last is not None:
-        raise BrokerError(
-            f"AMQP on {broker.host}:{broker.amqp_port} did not answer within {timeout:.0f} s "
-            f"(last: {last})"
-        )
+    _poll(
+        greeting,
+        timeout,
+        check,
+        lambda last: (
+            f"AMQP on {broker.host}:{broker.amqp_port} did not answer within"
+            f" {timeout:.0f} s (last: {last})"
+        ),
+    )
     return broker
 
 
