@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -75,6 +75,34 @@ def summary(topology: Topology) -> str:
     return ", ".join(_plural(n, noun) for n, noun in _counts(topology) if n or noun == "vhost")
 
 
+def _validated(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: Sequence[Path],
+    on_warning: Callable[[SpecProblem], None],
+) -> Topology:
+    """SPEC (or a definitions file) loaded, checked and expanded, its warnings to
+    ``on_warning``; a spec's worker view is cached on the way (``consumer.view``)."""
+    from rabbitry.consumer.view import remember
+
+    # The worker view is stored inside the collector's pause too: at 50,000 objects its
+    # allocations made the collector walk the whole loaded spec again and again (0.2 s).
+    rendered: list[str] = []
+    with collector_paused():
+        loaded = load_spec_or_definitions(
+            spec,
+            parse_vars(variables),
+            var_files,
+            on_rendered=rendered.append,
+            on_warning=on_warning,
+        )
+        check_spec(loaded, on_warning=on_warning)
+        topology = expand(loaded)
+        if rendered:  # a definitions file has no rendered text: no worker runs on it
+            remember(rendered[0], loaded)
+    return topology
+
+
 @command()
 @spec_options
 @json_option
@@ -90,39 +118,13 @@ def validate(
     worker view is cached, so `rabbitry worker run` on the same spec starts without loading
     the spec model (docs/worker.md).
     """
-    from rabbitry.consumer.view import remember
-
-    # The worker view is stored inside the collector's pause too: at 50,000 objects its
-    # allocations made the collector walk the whole loaded spec again and again (0.2 s).
-    rendered: list[str] = []
     if not as_json:
-        with collector_paused():
-            loaded = load_spec_or_definitions(
-                spec,
-                parse_vars(variables),
-                var_files,
-                on_rendered=rendered.append,
-                on_warning=print_warning,
-            )
-            check_spec(loaded, on_warning=print_warning)
-            click.echo(f"{spec}: valid ({summary(expand(loaded))})")
-            if rendered:  # a definitions file has no rendered text: no worker runs on it
-                remember(rendered[0], loaded)
+        topology = _validated(spec, variables, var_files, print_warning)
+        click.echo(f"{spec}: valid ({summary(topology)})")
         return EXIT_OK
     warnings: list[SpecProblem] = []
     try:
-        with collector_paused():
-            loaded = load_spec_or_definitions(
-                spec,
-                parse_vars(variables),
-                var_files,
-                on_rendered=rendered.append,
-                on_warning=warnings.append,
-            )
-            check_spec(loaded, on_warning=warnings.append)
-            topology = expand(loaded)
-            if rendered:
-                remember(rendered[0], loaded)
+        topology = _validated(spec, variables, var_files, warnings.append)
     except SpecError as exc:
         problems, counts = [*warnings, *exc.problems], None
     else:
