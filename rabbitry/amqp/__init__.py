@@ -14,6 +14,7 @@ Shaped like h11/httpcore: the protocol is pure, the I/O is thin.
 - ``channel``: one plain blocking channel (declare, bind, purge, consume, settle, one call at a
   time) for the tools: the parking lots, exact queue counts, the shard check, the Spark driver's
   checks and the delay layout check.
+- ``topic``: how a topic exchange matches a routing key (``*`` one word, ``#`` zero or more).
 - ``inprocess`` (and ``peer_transport``): connections to a peer in this process instead of a
   socket, for a host a test attached one to (``rabbitry.testing.ScriptedBroker``).
 

@@ -179,6 +179,8 @@ def properties_prefix(
     expiration: str | None,
 ) -> tuple[int, bytes]:
     """Flags and bytes of the properties that precede the message id in wire order."""
+    # written out property by property, not read from a table: it runs for every message that
+    # has headers, and a loop over (flag, name, encoder) rows measured over twice as slow
     flags = 0
     parts: list[bytes] = []
     if content_type is not None:

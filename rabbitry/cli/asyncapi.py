@@ -9,15 +9,16 @@ from urllib.parse import urlsplit
 
 import click
 
-from rabbitry.cli.common import command, err, parse_vars, spec_options
-from rabbitry.errors import SpecProblem
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.cli.common import command, spec_options
+from rabbitry.cli.document_options import (
+    checked_spec,
+    format_option,
+    output_option,
+    write_document,
+)
+from rabbitry.topology import expand
 from rabbitry.topology.asyncapi import Server, asyncapi_document
 from rabbitry.uri import split_uris
-
-
-def _print_warning(problem: SpecProblem) -> None:
-    err(f"warning: {problem}")
 
 
 @command("asyncapi")
@@ -29,26 +30,14 @@ def _print_warning(problem: SpecProblem) -> None:
     help="A rabbitry.consumer.App whose handlers become receive operations, typed bodies"
     " message schemas (as for `worker run`).",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["json", "yaml"]),
-    default="json",
-    show_default=True,
-    help="JSON, or YAML (the same document).",
-)
+@format_option("json", "yaml", help="JSON, or YAML (the same document).")
 @click.option(
     "--api-version",
     default="1.0.0",
     show_default=True,
     help="The document's info.version (the version of your messaging API).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write to this file instead of standard output.",
-)
+@output_option
 def asyncapi_command(
     spec: Path,
     variables: tuple[str, ...],
@@ -63,8 +52,7 @@ def asyncapi_command(
 
     Servers come from the spec's broker.url (host and port only; no password is printed).
     """
-    loaded = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(loaded, on_warning=_print_warning)
+    loaded = checked_spec(spec, variables, var_files)
     handlers = []
     if target is not None:
         from rabbitry.cli.worker import load_app
@@ -84,11 +72,7 @@ def asyncapi_command(
         text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
     else:
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        err(f"wrote {output}")
+    write_document(text, output)
 
 
 def servers_of(urls: str | Sequence[str] | None) -> list[Server]:

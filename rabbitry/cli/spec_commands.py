@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -16,16 +16,22 @@ from rabbitry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     command,
-    err,
     json_option,
     parse_vars,
     problem_json,
     spec_options,
 )
+from rabbitry.cli.document_options import (
+    checked_spec,
+    format_option,
+    output_option,
+    print_warning,
+    write_document,
+)
 from rabbitry.errors import RabbitryError, SpecError, SpecProblem
 from rabbitry.gcpause import collector_paused
 from rabbitry.provisioner.target import load_spec_or_definitions
-from rabbitry.topology import check_spec, expand, load_spec
+from rabbitry.topology import check_spec, expand
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.loader import render_spec_file
 from rabbitry.uri import mask_text
@@ -36,10 +42,6 @@ _PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s
 def mask_passwords(text: str) -> str:
     """``password: s3cret`` -> ``password: "***"`` in rendered YAML (block and flow style)."""
     return _PASSWORD_VALUE.sub(lambda m: f'{m[1]}"***"', text)
-
-
-def _print_warning(problem: SpecProblem) -> None:
-    err(f"warning: {problem}")
 
 
 def _plural(count: int, noun: str) -> str:
@@ -73,6 +75,34 @@ def summary(topology: Topology) -> str:
     return ", ".join(_plural(n, noun) for n, noun in _counts(topology) if n or noun == "vhost")
 
 
+def _validated(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: Sequence[Path],
+    on_warning: Callable[[SpecProblem], None],
+) -> Topology:
+    """SPEC (or a definitions file) loaded, checked and expanded, its warnings to
+    ``on_warning``; a spec's worker view is cached on the way (``consumer.view``)."""
+    from rabbitry.consumer.view import remember
+
+    # The worker view is stored inside the collector's pause too: at 50,000 objects its
+    # allocations made the collector walk the whole loaded spec again and again (0.2 s).
+    rendered: list[str] = []
+    with collector_paused():
+        loaded = load_spec_or_definitions(
+            spec,
+            parse_vars(variables),
+            var_files,
+            on_rendered=rendered.append,
+            on_warning=on_warning,
+        )
+        check_spec(loaded, on_warning=on_warning)
+        topology = expand(loaded)
+        if rendered:  # a definitions file has no rendered text: no worker runs on it
+            remember(rendered[0], loaded)
+    return topology
+
+
 @command()
 @spec_options
 @json_option
@@ -88,39 +118,13 @@ def validate(
     worker view is cached, so `rabbitry worker run` on the same spec starts without loading
     the spec model (docs/worker.md).
     """
-    from rabbitry.consumer.view import remember
-
-    # The worker view is stored inside the collector's pause too: at 50,000 objects its
-    # allocations made the collector walk the whole loaded spec again and again (0.2 s).
-    rendered: list[str] = []
     if not as_json:
-        with collector_paused():
-            loaded = load_spec_or_definitions(
-                spec,
-                parse_vars(variables),
-                var_files,
-                on_rendered=rendered.append,
-                on_warning=_print_warning,
-            )
-            check_spec(loaded, on_warning=_print_warning)
-            click.echo(f"{spec}: valid ({summary(expand(loaded))})")
-            if rendered:  # a definitions file has no rendered text: no worker runs on it
-                remember(rendered[0], loaded)
+        topology = _validated(spec, variables, var_files, print_warning)
+        click.echo(f"{spec}: valid ({summary(topology)})")
         return EXIT_OK
     warnings: list[SpecProblem] = []
     try:
-        with collector_paused():
-            loaded = load_spec_or_definitions(
-                spec,
-                parse_vars(variables),
-                var_files,
-                on_rendered=rendered.append,
-                on_warning=warnings.append,
-            )
-            check_spec(loaded, on_warning=warnings.append)
-            topology = expand(loaded)
-            if rendered:
-                remember(rendered[0], loaded)
+        topology = _validated(spec, variables, var_files, warnings.append)
     except SpecError as exc:
         problems, counts = [*warnings, *exc.problems], None
     else:
@@ -139,14 +143,7 @@ def validate(
 
 @command()
 @spec_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["yaml", "json"]),
-    default="yaml",
-    show_default=True,
-    help="Output format.",
-)
+@format_option("yaml", "json", help="Output format.")
 @click.option(
     "--template-only",
     is_flag=True,
@@ -165,13 +162,11 @@ def render(
     """
     from rabbitry.topology.document import plain_yaml, topology_data
 
-    pairs = parse_vars(variables)
     if template_only:
-        text = render_spec_file(spec, pairs, var_files)
+        text = render_spec_file(spec, parse_vars(variables), var_files)
         click.echo(mask_text(mask_passwords(text)), nl=False)
         return
-    loaded = load_spec(spec, pairs, var_files)
-    check_spec(loaded, on_warning=_print_warning)
+    loaded = checked_spec(spec, variables, var_files)
     data = topology_data(expand(loaded))
     if output_format == "json":
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -201,25 +196,15 @@ def schema(of_plan: bool) -> None:
 
 @command()
 @spec_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["dot", "svg", "mermaid"]),
-    default="dot",
-    show_default=True,
-    help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid.",
+@format_option(
+    "dot", "svg", "mermaid", help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid."
 )
 @click.option(
     "--unfold",
     is_flag=True,
     help="Draw every delay level and super stream partition instead of one box each.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write to this file instead of standard output.",
-)
+@output_option
 def graph(
     spec: Path,
     variables: tuple[str, ...],
@@ -231,8 +216,7 @@ def graph(
     """Draw the topology SPEC expands to: bindings, dead-letter paths, retries, delays."""
     from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
 
-    loaded = load_spec(spec, parse_vars(variables), var_files)
-    check_spec(loaded, on_warning=_print_warning)
+    loaded = checked_spec(spec, variables, var_files)
     graphs = topology_graph(expand(loaded), loaded, fold=not unfold)
     if output_format == "mermaid":
         text = to_mermaid(graphs)
@@ -240,11 +224,7 @@ def graph(
         text = to_dot(graphs)
         if output_format == "svg":
             text = _svg(text)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
-        err(f"wrote {output}")
+    write_document(text, output)
 
 
 def _svg(dot_text: str) -> str:

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,10 @@ from rabbitry.cli.common import (
 from rabbitry.consumer.app import App, url_for_app
 from rabbitry.consumer.supervisor import announce_ready
 from rabbitry.uri import mask_text
+
+if TYPE_CHECKING:
+    from rabbitry.consumer.aio import AsyncWorker
+    from rabbitry.consumer.sync import Worker
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
 
@@ -180,6 +184,15 @@ def run(
     if app.periodic_jobs:
         jobs = ", ".join(f"{j.name} ({j.schedule.text})" for j in app.periodic_jobs.values())
         log.info("periodic jobs: %s", jobs)
+
+    def starting(worker: Worker | AsyncWorker, which: str) -> None:
+        """What a worker of either kind does before it runs: serve its metrics (when asked),
+        tell a supervisor it is ready, say what it consumes."""
+        if metrics_port is not None:
+            serve_metrics(metrics_port)
+        announce_ready([w.core for w in worker.workers] or [worker.core])
+        log.info("starting the %s of %s", which, ", ".join(app.queues))
+
     if blocking:
         from rabbitry.consumer.sync import Worker
 
@@ -190,10 +203,7 @@ def run(
             shutdown_timeout=shutdown_timeout,
             node_order=node_order,
         )
-        if metrics_port is not None:
-            serve_metrics(metrics_port)
-        announce_ready([w.core for w in sync_worker.workers] or [sync_worker.core])
-        log.info("starting the blocking worker of %s", ", ".join(app.queues))
+        starting(sync_worker, "blocking worker")
         with refusal_exit_code():
             sync_worker.run(handle_signals=True)
     else:
@@ -209,10 +219,7 @@ def run(
             shutdown_timeout=shutdown_timeout,
             node_order=node_order,
         )
-        if metrics_port is not None:
-            serve_metrics(metrics_port)
-        announce_ready([w.core for w in async_worker.workers] or [async_worker.core])
-        log.info("starting the worker of %s", ", ".join(app.queues))
+        starting(async_worker, "worker")
         started = time.monotonic()
         with refusal_exit_code():
             asyncio.run(async_worker.run(handle_signals=True))

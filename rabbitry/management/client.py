@@ -16,97 +16,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
 from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
 from rabbitry.management.answer_limit import ACCEPT_ENCODING, max_answer_bytes, read_capped
-from rabbitry.uri import mask_text, mask_uri, mask_with, split_uris
+from rabbitry.management.failures import ObjectNotFound, describe_failure
+from rabbitry.management.node_urls import api_url, q, split_credentials, trust
+from rabbitry.management.vhost_objects import read_vhost_objects
+from rabbitry.uri import mask_text, split_uris
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-def q(name: str) -> str:
-    """Percent-encode one path segment (``/`` included: it is the default vhost's name)."""
-    return quote(name, safe="")
-
-
-def _api_url(node: str, path: str) -> httpx.URL:
-    """``path`` under the API of ``node``, joined as the client joins it to its base URL
-    (percent-encoded segments such as ``%2F`` kept as they are)."""
-    base = httpx.URL(node + "/api/")
-    return base.copy_with(raw_path=base.raw_path + httpx.URL(path).raw_path.lstrip(b"/"))
-
-
-def _named_options(query: str, fragment: str) -> str:
-    """What an error shows of a URL's query or fragment: the option names, never their values
-    (a value may be a secret)."""
-    if not query:
-        return "a #fragment"
-    return "?" + "&".join(piece.partition("=")[0] for piece in query.split("&") if piece)
-
-
-def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``http://u:p@h:15672/`` -> (``http://h:15672``, u, p)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:  # an unclosed [ipv6], a port that is not a number
-        raise BrokerError(
-            f"management URL {mask_uri(url)!r} is not a URL ({mask_with(str(exc), url)}):"
-            " write it like"
-            " http://user:password@host:15672"
-        ) from None
-    if parts.scheme not in ("http", "https"):
-        raise BrokerError(f"management URL {mask_uri(url)!r} must start with http:// or https://")
-    if parts.query or parts.fragment:
-        # dropped, they would be ignored: a TLS option there would leave the API in plaintext
-        raise BrokerError(
-            f"management URL {mask_uri(url)!r} has a query or fragment"
-            f" ({_named_options(parts.query, parts.fragment)}): the management"
-            " API client takes no URL options; for TLS use https:// with --ca-file"
-            " (RABBITRY_CA_FILE) or --insecure (RABBITRY_INSECURE)"
-        )
-    host = parts.hostname or "localhost"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port else host
-    base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-    # userinfo is percent-encoded in a URL (a password with @ or / in it): decode it
-    username = unquote(parts.username) if parts.username is not None else None
-    password = unquote(parts.password) if parts.password is not None else None
-    return base, username, password
-
-
-_BROKER_TERMS = {
-    "queue_supervisor_not_found": (
-        "the broker was still creating queues of another definitions import into this vhost"
-        " (two applies at once?); wait for the other run to finish, then apply again"
-    ),
-}
-"""Erlang terms the management API answers with, as a sentence that says what to do."""
-
-
-def _trust(verify: bool | str) -> bool | ssl.SSLContext:
-    """``verify`` as httpx takes it: a CA bundle's path becomes a context that trusts it."""
-    if not isinstance(verify, str):
-        return verify
-    try:
-        return ssl.create_default_context(cafile=verify)
-    except (OSError, ssl.SSLError) as exc:
-        raise BrokerError(
-            f"CA file {verify!r} cannot be used ({exc}): give a PEM file with the certificate of"
-            " the CA that signed the management API's certificate"
-        ) from None
 
 
 FIRST_ANSWER_TIMEOUT = 8.0
@@ -115,11 +42,6 @@ FIRST_ANSWER_TIMEOUT = 8.0
 
 _ANY_STATUS = tuple(range(400, 600))
 """Every error status: a read made ahead keeps its answer for the reader to judge."""
-
-
-class ObjectNotFound(BrokerError):
-    """The management API answered 404: what the request names is not on the broker (or no
-    longer: a vhost deleted while it is read)."""
 
 
 class ManagementClient:
@@ -156,7 +78,7 @@ class ManagementClient:
             base_url=base + "/api",
             auth=(self.username, password if password is not None else "guest"),
             timeout=timeout,
-            verify=_trust(verify),
+            verify=trust(verify),
             headers={"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING},
         )
 
@@ -295,7 +217,7 @@ class ManagementClient:
         that a failure moves on from that node, not from one another request moved to."""
         for left in range(len(self.base_urls) - 1, -1, -1):
             node = self.base_url
-            url = _api_url(node, path)
+            url = api_url(node, path)
             try:
                 try:
                     return self._exchange(method, path, url, json, params, timeout)
@@ -353,28 +275,9 @@ class ManagementClient:
         return response
 
     def _describe_failure(self, method: str, path: str, response: httpx.Response) -> str:
-        reason = response.text
-        try:
-            body = response.json()
-            if isinstance(body, dict):
-                reason = str(body.get("reason") or body.get("error") or body)
-        except ValueError:
-            pass
-        if response.status_code == 401:
-            return mask_text(
-                f"the management API at {self.base_url} refused user {self.username!r} (HTTP 401"
-                f" {reason}, on {method} /api{path}): check the user and password in"
-                " --management-url or RABBITRY_MANAGEMENT_URL (or --url, which it is derived"
-                " from), and that the user has a management tag"
-            )
-        for term, sentence in _BROKER_TERMS.items():
-            if term in reason:
-                # what happened and what to do first; the broker's own words below it
-                return mask_text(
-                    f"{method} /api{path} failed: {sentence}\n  broker said (HTTP"
-                    f" {response.status_code}): {reason}"
-                )
-        return mask_text(f"{method} /api{path} failed with HTTP {response.status_code}: {reason}")
+        return describe_failure(
+            method, path, response, base_url=self.base_url, username=self.username
+        )
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         return self.request("GET", path, params=params).json()
@@ -487,86 +390,8 @@ class ManagementClient:
         return objects if found else self._read_vhost_objects(vhost)
 
     def _read_vhost_objects(self, vhost: str) -> JSONDict:
-        """What ``vhost_definitions`` holds of the objects rabbitry manages (exchanges, queues,
-        bindings, policies, parameters), in its shape, read kind by kind without statistics.
-
-        The definitions export serializes every object through one slow path: for a vhost of
-        50,000 objects it answers in about 10 s, where these reads, made at once, take under
-        one. Like the export, it leaves out the default and ``amq.*`` exchanges, exclusive
-        queues (gone with their connection) and their bindings.
-
-        The bindings come last (a large vhost's listing is the slowest answer, 6 MB at 50,000
-        objects): their entry is a function that waits for them, so that the caller turns the
-        exchanges and queues into objects meanwhile (``state.observed_vhost`` calls it)."""
-        v = q(vhost)
-        reads: dict[str, tuple[str, dict[str, str] | None]] = {
-            "queues": (
-                f"/queues/{v}",
-                {
-                    "disable_stats": "true",
-                    "columns": "name,durable,auto_delete,exclusive,arguments,type",
-                },
-            ),
-            "exchanges": (
-                f"/exchanges/{v}",
-                {
-                    "disable_stats": "true",
-                    "columns": "name,type,durable,auto_delete,internal,arguments",
-                },
-            ),
-            "bindings": (f"/bindings/{v}", None),
-            "policies": (f"/policies/{v}", None),
-            "parameters": ("/parameters", None),
-            "operator_policies": (f"/operator-policies/{v}", None),
-        }
-        pool = ThreadPoolExecutor(max_workers=len(reads))
-        try:
-            futures = {
-                kind: pool.submit(self.get, path, params) for kind, (path, params) in reads.items()
-            }
-            got: dict[str, list[JSONDict]] = {
-                kind: future.result() for kind, future in futures.items() if kind != "bindings"
-            }
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=False)  # the bindings' reader goes on; nothing else is left
-        # the flag leaves each answer in place: a copy of 20,000 answers is 20,000 more dicts
-        exclusive = {item["name"] for item in got["queues"] if item.pop("exclusive", False)}
-
-        def bindings() -> list[JSONDict]:
-            return [
-                item
-                for item in futures["bindings"].result()
-                if not (
-                    item.get("destination_type") == "queue" and item["destination"] in exclusive
-                )
-            ]
-
-        parameters = [
-            item
-            for item in got["parameters"]
-            if item.get("vhost") == vhost and item.get("component") != "operator_policy"
-        ]
-        parameters += [
-            {
-                "component": "operator_policy",
-                "name": item["name"],
-                "value": {key: item[key] for key in item if key not in ("name", "vhost")},
-            }
-            for item in got["operator_policies"]
-        ]
-        return {
-            "exchanges": [
-                item
-                for item in got["exchanges"]
-                if item["name"] and not item["name"].startswith("amq.")
-            ],
-            "queues": [item for item in got["queues"] if item["name"] not in exclusive],
-            "bindings": bindings,
-            "policies": got["policies"],
-            "parameters": parameters,
-        }
+        """``vhost_objects.read_vhost_objects`` through this client."""
+        return read_vhost_objects(self.get, vhost)
 
     def definitions(self) -> JSONDict:
         result: JSONDict = self.get("/definitions")
@@ -620,3 +445,13 @@ class ManagementClient:
 
     def put_global_parameter(self, name: str, value: Any) -> None:
         self.put(f"/global-parameters/{q(name)}", {"name": name, "value": value})
+
+
+__all__ = [
+    "FIRST_ANSWER_TIMEOUT",
+    "JSONDict",
+    "ManagementClient",
+    "ObjectNotFound",
+    "q",
+    "split_credentials",
+]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import lru_cache
 from typing import Any
 
+from rabbitry.amqp.topic import topic_matches
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import DelayScheme, Route
 from rabbitry.topology.patterns.delays import delay_addresses, delay_scheme
@@ -107,23 +107,6 @@ class SpecDelays:
 
 DelayLevels = DelayScheme | SpecDelays
 """What a router delays messages with: one delay's levels, or a spec's delays by target."""
-
-
-@lru_cache(maxsize=4096)
-def topic_matches(pattern: str, key: str) -> bool:
-    """AMQP topic matching: ``*`` is one word, ``#`` zero or more."""
-    return _match(tuple(pattern.split(".")), tuple(key.split(".")) if key else ())
-
-
-def _match(pat: tuple[str, ...], words: tuple[str, ...]) -> bool:
-    if not pat:
-        return not words
-    head, rest = pat[0], pat[1:]
-    if head == "#":
-        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
-    if not words:
-        return False
-    return (head == "*" or head == words[0]) and _match(rest, words[1:])
 
 
 class Router:

@@ -187,6 +187,22 @@ def _no_check() -> None:
     return None
 
 
+def _poll(
+    attempt: Callable[[], str | None], timeout: float, check: Check, failed: Callable[[str], str]
+) -> None:
+    """Call ``attempt`` every quarter second until it answers None (ready); after ``timeout``
+    seconds, ``BrokerError`` with ``failed`` of the last thing it said was wrong."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = attempt()
+        if last is None:
+            return
+        if time.monotonic() >= deadline:
+            raise BrokerError(failed(last))
+        check()
+        time.sleep(0.25)
+
+
 def wait_for_management(
     broker: Broker, timeout: float = DEFAULT_MANAGEMENT_TIMEOUT, *, check: Check = _no_check
 ) -> Broker:
@@ -195,30 +211,32 @@ def wait_for_management(
     A broker accepts AMQP connections a little before its management API is up, and the
     fixtures create vhosts through that API.
     """
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
     with httpx.Client(auth=broker.auth, timeout=5.0) as client:
-        while True:
+
+        def overview() -> str | None:
             try:
                 response = client.get(f"{broker.management_url}/api/overview")
             except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    return broker
-                last = f"HTTP {response.status_code}"
-                if response.status_code == 401:
-                    raise BrokerError(
-                        f"{broker.management_url}/api/overview refused user "
-                        f"{broker.username!r} (HTTP 401): check the credentials"
-                    )
-            if time.monotonic() >= deadline:
+                return f"{type(exc).__name__}: {exc}"
+            if response.status_code == 200:
+                return None
+            if response.status_code == 401:
                 raise BrokerError(
-                    f"the management API of {broker!r} did not answer within {timeout:.0f} s "
-                    f"(last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
+                    f"{broker.management_url}/api/overview refused user "
+                    f"{broker.username!r} (HTTP 401): check the credentials"
                 )
-            check()
-            time.sleep(0.25)
+            return f"HTTP {response.status_code}"
+
+        _poll(
+            overview,
+            timeout,
+            check,
+            lambda last: (
+                f"the management API of {broker!r} did not answer within {timeout:.0f}"
+                f" s (last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
+            ),
+        )
+    return broker
 
 
 def wait_for_amqp(
@@ -229,27 +247,29 @@ def wait_for_amqp(
     A bare TCP connect is not enough: a port published by a proxy accepts connections while
     nothing listens behind it. TLS ports (amqps) are only checked for a TCP connect.
     """
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while True:
+
+    def greeting() -> str | None:
         try:
             with socket.create_connection((broker.host, broker.amqp_port), timeout=5.0) as sock:
                 if broker.amqp_scheme != "amqp":
-                    return broker
+                    return None
                 sock.sendall(b"AMQP\x00\x00\x09\x01")
-                frame_type = sock.recv(1)
-                if frame_type == b"\x01":  # a method frame: connection.start
-                    return broker
-                last = "the connection was closed before connection.start"
+                if sock.recv(1) == b"\x01":  # a method frame: connection.start
+                    return None
+                return "the connection was closed before connection.start"
         except OSError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        if time.monotonic() >= deadline:
-            raise BrokerError(
-                f"AMQP on {broker.host}:{broker.amqp_port} did not answer within {timeout:.0f} s "
-                f"(last: {last})"
-            )
-        check()
-        time.sleep(0.25)
+            return f"{type(exc).__name__}: {exc}"
+
+    _poll(
+        greeting,
+        timeout,
+        check,
+        lambda last: (
+            f"AMQP on {broker.host}:{broker.amqp_port} did not answer within"
+            f" {timeout:.0f} s (last: {last})"
+        ),
+    )
+    return broker
 
 
 def wait_until_ready(

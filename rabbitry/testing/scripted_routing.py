@@ -17,6 +17,7 @@ from typing import Any
 
 from pamqp import commands
 
+from rabbitry.amqp.topic import topic_matches
 from rabbitry.errors import RabbitryError
 
 __all__ = ["MODELLED_TYPES", "NotModelled", "Routing", "ScriptedMessage", "ScriptedQueue"]
@@ -138,19 +139,3 @@ class Routing:
             ):
                 names.append(queue_name)
         return [self.queues[n] for n in names if n in self.queues]
-
-
-def topic_matches(pattern: str, key: str) -> bool:
-    """AMQP topic matching: words split on ``.``; ``*`` one word, ``#`` zero or more."""
-    return _match(pattern.split("."), key.split(".") if key else [])
-
-
-def _match(pattern: list[str], words: list[str]) -> bool:
-    if not pattern:
-        return not words
-    head, rest = pattern[0], pattern[1:]
-    if head == "#":
-        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
-    if not words:
-        return False
-    return (head == "*" or head == words[0]) and _match(rest, words[1:])

@@ -189,7 +189,7 @@ def test_the_broker_has_x_local_random_exactly_when_the_table_says_so(broker: Br
     assert ("x-local-random" not in types) == refused
 
 
-SPEC_4X = """\
+ONE_POLICY = """\
 version: 1
 name: "{{ stack }}"
 vhosts:
@@ -197,18 +197,15 @@ vhosts:
     queues:
       - {name: fresh}
     policies:
-      - {name: mirrored, pattern: "^fresh$", definition: {ha-mode: all}}
+      - POLICY
 """
-SPEC_3X = """\
-version: 1
-name: "{{ stack }}"
-vhosts:
-  - name: "{{ vhost }}"
-    queues:
-      - {name: fresh}
-    policies:
-      - {name: capped, pattern: "^fresh$", apply_to: classic_queues, definition: {max-length: 5}}
-"""
+SPEC_4X = ONE_POLICY.replace(
+    "POLICY", '{name: mirrored, pattern: "^fresh$", definition: {ha-mode: all}}'
+)
+SPEC_3X = ONE_POLICY.replace(
+    "POLICY",
+    '{name: capped, pattern: "^fresh$", apply_to: classic_queues, definition: {max-length: 5}}',
+)
 
 
 def test_plan_refuses_what_the_live_broker_refuses_before_any_change(broker: Broker) -> None:

@@ -127,31 +127,14 @@ def test_verbose_logs_each_management_call_with_secrets_masked(broker: Broker) -
     spec = str(broker.spec(one_vhost_spec("        queues: [{name: q}]\n")))
     password = urlsplit(broker.management_url).password
     assert password
-    code, out, err = invoke(
-        "plan",
-        spec,
-        "-v",
-        "--var",
-        f"vhost={broker.vhost}",
-        "--var",
-        f"stack={broker.stack}",
-        "--management-url",
-        broker.management_url,
-    )
+    plan = ["plan", spec, "--var", f"vhost={broker.vhost}", "--var", f"stack={broker.stack}"]
+    plan += ["--management-url", broker.management_url]
+    code, out, err = invoke(*plan, "-v")
     assert code == 0, err
     assert "GET /api/overview -> 200" in err
     assert "/api/definitions" in err or "/api/queues" in err
     assert f":{password}@" not in out + err and "Basic " not in err
-    quiet = invoke(
-        "plan",
-        spec,
-        "--var",
-        f"vhost={broker.vhost}",
-        "--var",
-        f"stack={broker.stack}",
-        "--management-url",
-        broker.management_url,
-    )
+    quiet = invoke(*plan)
     assert "GET /api/overview" not in quiet[2]
 
 

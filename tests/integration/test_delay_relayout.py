@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 
-import pika
 import pytest
 
 from rabbitry.errors import PublishError
 from rabbitry.publisher import DelayLayoutMismatch, Publisher
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_patterns import collect
 
 pytestmark = pytest.mark.broker
 
@@ -49,19 +49,7 @@ def publisher(broker: Broker, spec_name: str) -> Publisher:
 
 def arrivals(broker: Broker, count: int, timeout: float) -> list[tuple[float, bytes]]:
     """(monotonic arrival time, body) of ``count`` messages consumed from ``due``."""
-    connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
-    channel = connection.channel()
-    got: list[tuple[float, bytes]] = []
-    deadline = time.monotonic() + timeout
-    for method, _, body in channel.consume("due", inactivity_timeout=0.02):
-        if method is not None:
-            got.append((time.monotonic(), body))
-            channel.basic_ack(method.delivery_tag)
-        if len(got) >= count or time.monotonic() > deadline:
-            break
-    channel.cancel()
-    connection.close()
-    return got
+    return [(arrived, body) for arrived, _, body in collect(broker, "due", count, timeout)]
 
 
 def publish_delayed(pub: Publisher, delay: float, body: bytes) -> float:

@@ -84,7 +84,7 @@ def send_delayed(broker: Broker, scheme: Any, delay: float, address: str, body: 
     connection.close()
 
 
-def _collect(
+def collect(
     broker: Broker, queue: str, count: int, timeout: float
 ) -> list[tuple[float, Any, bytes]]:
     """Consume ``count`` messages, recording (arrival time, properties, body)."""
@@ -115,7 +115,7 @@ def test_binary_delays_arrive_in_due_order_without_head_of_line_blocking(applied
         channel.basic_publish(route.exchange, route.routing_key, body, mandatory=True)
         due[body] = time.monotonic() + route.delay_ms / 1000
     connection.close()
-    arrivals = _collect(applied, "due", len(due), timeout=20)
+    arrivals = collect(applied, "due", len(due), timeout=20)
     assert len(arrivals) == len(due), "every delayed message arrives"
     delays = [float(body) for _, _, body in arrivals]
     assert delays == sorted(delays), f"arrived in due order, not publish order: {delays}"
@@ -127,7 +127,7 @@ def test_binary_delays_arrive_in_due_order_without_head_of_line_blocking(applied
 def test_exchange_target_delivers_with_its_routing_key(applied: Broker) -> None:
     scheme = delay_scheme(_spec(applied).delays[0])
     send_delayed(applied, scheme, 0.3, "order-expired", b"order-42")
-    (arrival,) = _collect(applied, "expired", 1, timeout=10)
+    (arrival,) = collect(applied, "expired", 1, timeout=10)
     assert arrival[2] == b"order-42"
 
 
@@ -139,18 +139,18 @@ def test_fixed_levels_round_up_and_deliver(applied: Broker) -> None:
     route = scheme.route(1.5, "due")  # rounds up to the 2 s level
     channel.basic_publish(route.exchange, route.routing_key, b"fixed", mandatory=True)
     connection.close()
-    (arrival,) = _collect(applied, "due", 1, timeout=10)
+    (arrival,) = collect(applied, "due", 1, timeout=10)
     assert 1.95 < arrival[0] - start < 2.8
 
 
 def test_unroutable_delayed_message_lands_in_the_delay_parking_queue(applied: Broker) -> None:
     scheme = delay_scheme(_spec(applied).delays[0])
     send_delayed(applied, scheme, 0.2, "nobody-listens", b"lost?")
-    (parked,) = _collect(applied, "delay.parking", 1, timeout=10)
+    (parked,) = collect(applied, "delay.parking", 1, timeout=10)
     assert parked[2] == b"lost?"
     # The level queues are not wedged: a message behind it still arrives.
     send_delayed(applied, scheme, 0.2, "due", b"after")
-    assert _collect(applied, "due", 1, timeout=10)[0][2] == b"after"
+    assert collect(applied, "due", 1, timeout=10)[0][2] == b"after"
 
 
 def _fail_forever(broker: Broker, queue: str, expected: int) -> list[float]:
@@ -201,7 +201,7 @@ def test_failed_message_walks_the_ladder_and_parks_after_exactly_n_attempts(
     for (earlier, later), minimum in zip(itertools.pairwise(seen), gaps, strict=True):
         assert later - earlier >= minimum - 0.05, f"back-off respected: {seen}"
 
-    (parked,) = _collect(applied, f"{queue}.parking", 1, timeout=5)
+    (parked,) = collect(applied, f"{queue}.parking", 1, timeout=5)
     _, props_out, body = parked
     assert body == b"payload" and props_out.message_id == "m-1"
     headers = props_out.headers
@@ -210,7 +210,7 @@ def test_failed_message_walks_the_ladder_and_parks_after_exactly_n_attempts(
     assert "handler failed" in headers[LAST_ERROR_HEADER]
     assert "3 attempts" in headers[PARKED_REASON_HEADER]
     assert "x-death" not in headers, "stale x-death stripped on every republish"
-    assert _collect(applied, queue, 1, timeout=0.5) == [], "nothing left behind"
+    assert collect(applied, queue, 1, timeout=0.5) == [], "nothing left behind"
 
 
 def test_rejected_message_is_dead_lettered_into_the_parking_lot(applied: Broker) -> None:
@@ -221,7 +221,7 @@ def test_rejected_message_is_dead_lettered_into_the_parking_lot(applied: Broker)
         method, _props, _body = channel.basic_get("work")
     channel.basic_reject(method.delivery_tag, requeue=False)
     connection.close()
-    (parked,) = _collect(applied, "work.parking", 1, timeout=5)
+    (parked,) = collect(applied, "work.parking", 1, timeout=5)
     assert parked[2] == b"poison"
     assert parked[1].headers["x-death"][0]["reason"] == "rejected"
 

@@ -179,13 +179,10 @@ def test_100k_rows_in_8_partitions_arrive_once_with_their_routing(
     print(f"100,000 rows in 8 partitions written in {elapsed:.1f} s")
 
 
-def test_a_task_failing_once_is_retried_and_only_its_rows_repeat_with_the_same_ids(
-    spark: SparkSession, broker: Broker
-) -> None:
-    declare(broker, "", {"retried": ""})
-    # Late in partition 1 (ids 20,000-39,999): Spark hands the sink its input in chunks of
-    # about 10,000 rows, so the rows before the failure are published by the failing attempt.
-    fail_at = 39_000
+def rows_failing_once(spark: SparkSession, fail_at: int) -> DataFrame:
+    """60,000 rows in 3 partitions, each's body its id as text; the task that meets row
+    ``fail_at`` fails on its first attempt, after a pause in which the rows it wrote before
+    that reach the broker (Spark then runs it again)."""
 
     @F.udf("string", useArrow=False)
     def body(value: int) -> str:
@@ -197,8 +194,17 @@ def test_a_task_failing_once_is_retried_and_only_its_rows_repeat_with_the_same_i
             raise RuntimeError("injected failure of the first attempt")
         return str(value)
 
-    df = spark.range(0, 60_000, numPartitions=3).select(body("id").alias("body"))
-    sink(df, broker, routing_key="retried", body_column="body")
+    return spark.range(0, 60_000, numPartitions=3).select(body("id").alias("body"))
+
+
+def test_a_task_failing_once_is_retried_and_only_its_rows_repeat_with_the_same_ids(
+    spark: SparkSession, broker: Broker
+) -> None:
+    declare(broker, "", {"retried": ""})
+    # Late in partition 1 (ids 20,000-39,999): Spark hands the sink its input in chunks of
+    # about 10,000 rows, so the rows before the failure are published by the failing attempt.
+    fail_at = 39_000
+    sink(rows_failing_once(spark, fail_at), broker, routing_key="retried", body_column="body")
     got = drain(broker, "retried", 60_000)
     assert sorted({int(g.body) for g in got}) == list(range(60_000))
     copies = defaultdict(list)

@@ -4,7 +4,6 @@ by reading the stream back)."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pika
@@ -13,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from rabbitry.consumer.streams import StreamReader
+from tests.integration.test_spark import rows_failing_once
 from tests.integration.test_spark_source import declare_stream
 from tests.integration.test_spark_source_streams import (  # noqa: F401 - fixtures
     StreamBroker,
@@ -61,19 +61,8 @@ def test_a_task_killed_mid_partition_leaves_each_row_once(
     stream_broker: StreamBroker,  # noqa: F811
 ) -> None:
     declare_stream(stream_broker, "killed")  # type: ignore[arg-type]
-    fail_at = 39_000  # late in partition 1: its earlier rows are stored by the failing attempt
-
-    @F.udf("string", useArrow=False)
-    def body(value: int) -> str:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        if value == fail_at and context is not None and context.attemptNumber() == 0:
-            time.sleep(3)  # the rows before this one reach the broker meanwhile
-            raise RuntimeError("injected failure of the first attempt")
-        return str(value)
-
-    df = spark.range(0, 60_000, numPartitions=3).select(body("id").alias("body"))
+    # late in partition 1: its earlier rows are stored by the failing attempt
+    df = rows_failing_once(spark, fail_at=39_000)
     write(df, stream_broker, routing_key="killed", body_column="body")  # protocol=auto
     counts = stored(stream_broker, "killed")
     assert set(counts) == {str(i) for i in range(60_000)}

@@ -335,6 +335,29 @@ def batch_files(folder: Path) -> list[int]:
     return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
 
 
+def restart_without_the_last_commit_reads_each_message_once(
+    spark: SparkSession, broker: Broker, checkpoint: Path, out: Path, **options: str
+) -> None:
+    """After a query read the 400 messages of ``ticks``: as if the driver had died after
+    planning the last batch but before committing it, the restarted query runs that batch
+    again, from the offsets in its checkpoint, and reads 300 more. Each of the 700 is read
+    once, the replayed batch twice with the same ids, and the injected failure did happen."""
+    replayed = max(batch_files(checkpoint / "commits"))
+    (checkpoint / "commits" / str(replayed)).unlink()
+    (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
+    publish(broker, 300, queue="ticks", first=400)
+    run_until_all_read(spark, broker, checkpoint, out, 700, **options)
+
+    failed = out.parent / "failed-once"
+    assert failed.exists(), "no task failed: the injected failure never ran"
+    runs = batches(out)
+    assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
+    assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
+    counts = seen(out)
+    assert set(counts) == {f"m{i}" for i in range(700)}
+    assert set(counts.values()) == {1}
+
+
 def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
@@ -346,21 +369,7 @@ def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     run_until_all_read(spark, broker, checkpoint, out, 400)
     assert all(len(ids) <= 150 for attempts in batches(out).values() for ids in attempts)
 
-    # As if the driver had died after planning the last batch but before committing it: the
-    # restarted query runs that batch again, from the offsets in its checkpoint.
-    replayed = max(batch_files(checkpoint / "commits"))
-    (checkpoint / "commits" / str(replayed)).unlink()
-    (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
-    publish(broker, 300, queue="ticks", first=400)
-    run_until_all_read(spark, broker, checkpoint, out, 700)
-
-    assert (tmp_path / "failed-once").exists(), "no task failed: the injected failure never ran"
-    runs = batches(out)
-    assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
-    assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
-    counts = seen(out)
-    assert set(counts) == {f"m{i}" for i in range(700)}
-    assert set(counts.values()) == {1}
+    restart_without_the_last_commit_reads_each_message_once(spark, broker, checkpoint, out)
 
 
 RESTART = """

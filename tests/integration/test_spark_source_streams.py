@@ -16,12 +16,10 @@ from rabbitry.spark.source_plan import plan_read
 from rabbitry.testing.containers import start_broker
 from tests.integration.test_spark import Sessions
 from tests.integration.test_spark_source import (
-    batch_files,
-    batches,
     declare_stream,
     publish,
+    restart_without_the_last_commit_reads_each_message_once,
     run_until_all_read,
-    seen,
     source,
 )
 
@@ -96,19 +94,13 @@ def test_a_restarted_streaming_query_over_the_stream_protocol_reads_each_message
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     options = {"protocol": "stream", "stream_port": str(stream_broker.stream_port)}
     run_until_all_read(spark, stream_broker, checkpoint, out, 400, **options)  # type: ignore[arg-type]
-    replayed = max(batch_files(checkpoint / "commits"))
-    (checkpoint / "commits" / str(replayed)).unlink()
-    (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
-    publish(stream_broker, 300, queue="ticks", first=400)  # type: ignore[arg-type]
-    run_until_all_read(spark, stream_broker, checkpoint, out, 700, **options)  # type: ignore[arg-type]
-
-    assert (tmp_path / "failed-once").exists(), "no task failed: the injected failure never ran"
-    runs = batches(out)
-    assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
-    assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
-    counts = seen(out)
-    assert set(counts) == {f"m{i}" for i in range(700)}
-    assert set(counts.values()) == {1}
+    restart_without_the_last_commit_reads_each_message_once(
+        spark,
+        stream_broker,  # type: ignore[arg-type]
+        checkpoint,
+        out,
+        **options,
+    )
 
 
 def test_a_broker_without_the_stream_plugin_falls_back_with_one_log_line(

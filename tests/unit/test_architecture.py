@@ -16,6 +16,16 @@ import rabbitry
 
 ROOT = Path(rabbitry.__file__).parent
 
+ABOVE_THE_WIRE = (
+    "rabbitry.topology",
+    "rabbitry.provisioner",
+    "rabbitry.publisher",
+    "rabbitry.consumer",
+    "rabbitry.spark",
+    "rabbitry.cli",
+)
+"""What the protocol layers (amqp, stream, management) serve and so never import."""
+
 # package -> packages it must never import at load time
 FORBIDDEN = {
     "rabbitry.topology": (
@@ -35,23 +45,11 @@ FORBIDDEN = {
         "rabbitry.consumer",
         "rabbitry.cli",
     ),
-    "rabbitry.amqp": (
-        "rabbitry.topology",
-        "rabbitry.provisioner",
-        "rabbitry.publisher",
-        "rabbitry.consumer",
-        "rabbitry.spark",
-        "rabbitry.cli",
-    ),
+    "rabbitry.amqp": ABOVE_THE_WIRE,
     "rabbitry.management": (
-        "rabbitry.topology",
-        "rabbitry.provisioner",
+        *ABOVE_THE_WIRE,
         "rabbitry.amqp",
         "rabbitry.stream",
-        "rabbitry.publisher",
-        "rabbitry.consumer",
-        "rabbitry.spark",
-        "rabbitry.cli",
         "rabbitry.testing",
     ),
     "rabbitry.publisher": (
@@ -71,15 +69,7 @@ FORBIDDEN = {
     "rabbitry.spark": ("rabbitry.provisioner", "rabbitry.cli"),
     "rabbitry.testing": ("rabbitry.cli",),
     # the stream protocol stands beside amqp: it borrows its connection settings only
-    "rabbitry.stream": (
-        "rabbitry.topology",
-        "rabbitry.provisioner",
-        "rabbitry.publisher",
-        "rabbitry.consumer",
-        "rabbitry.spark",
-        "rabbitry.cli",
-        "rabbitry.testing",
-    ),
+    "rabbitry.stream": (*ABOVE_THE_WIRE, "rabbitry.testing"),
 }
 # consumer/ may use the publisher only through its public front
 PUBLIC_ONLY = {"rabbitry.consumer": "rabbitry.publisher"}

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rabbitry.amqp.topic import topic_matches
 from rabbitry.policies.delay import (
     CLASSIC_FIXED_LEVELS_MS,
     BinaryDelays,
@@ -18,19 +19,6 @@ from rabbitry.policies.delay import (
     levels_for,
     parse_layout_exchange,
 )
-
-
-def topic_matches(pattern: str, key: str) -> bool:
-    """AMQP topic matching: '*' is exactly one word, '#' zero or more."""
-
-    def match(p: list[str], k: list[str]) -> bool:
-        if not p:
-            return not k
-        if p[0] == "#":
-            return any(match(p[1:], k[i:]) for i in range(len(k) + 1))
-        return bool(k) and p[0] in ("*", k[0]) and match(p[1:], k[1:])
-
-    return match(pattern.split("."), key.split("."))
 
 
 def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[int]:

@@ -10,7 +10,7 @@ import pytest
 from rabbitry.errors import PublishError
 from rabbitry.policies.delay import BinaryDelays, DelayError
 from rabbitry.publisher import AsyncPublisher, Publisher
-from rabbitry.publisher.routing import Router, SpecDelays, UnknownExchange, topic_matches
+from rabbitry.publisher.routing import Router, SpecDelays, UnknownExchange
 from rabbitry.topology import expand, load_spec_text
 from rabbitry.topology.primitives import (
     Binding,
@@ -50,21 +50,6 @@ def topology() -> Topology:
             ),
         )
     )
-
-
-@pytest.mark.parametrize(
-    ("pattern", "key", "matches"),
-    [
-        ("a.*", "a.b", True),
-        ("a.*", "a.b.c", False),
-        ("a.#", "a", True),
-        ("#", "", True),
-        ("#.c", "a.b.c", True),
-        ("*", "", False),
-    ],
-)
-def test_topic_matching(pattern: str, key: str, matches: bool) -> None:
-    assert topic_matches(pattern, key) is matches
 
 
 def test_unknown_exchanges_are_caught_before_publishing() -> None:

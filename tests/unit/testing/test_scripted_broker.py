@@ -13,25 +13,6 @@ from rabbitry.amqp import frames
 from rabbitry.amqp.errors import ChannelClosed
 from rabbitry.publisher import Publisher
 from rabbitry.testing import ScriptedBroker
-from rabbitry.testing.scripted_routing import topic_matches
-
-
-@pytest.mark.parametrize(
-    ("pattern", "key", "matches"),
-    [
-        ("order.*", "order.new", True),
-        ("order.*", "order.new.eu", False),
-        ("order.#", "order.new.eu", True),
-        ("order.#", "order", True),
-        ("#", "anything.at.all", True),
-        ("*.new", "order.new", True),
-        ("*.new", "new", False),
-        ("order.new", "order.new", True),
-        ("order.new", "order.old", False),
-    ],
-)
-def test_topic_patterns_match_as_amqp_defines_them(pattern: str, key: str, matches: bool) -> None:
-    assert topic_matches(pattern, key) is matches
 
 
 @pytest.fixture

@@ -40,6 +40,11 @@ def check(text: str) -> list[SpecProblem]:
     return validate(load(text))
 
 
+def assert_reported(problems: list[SpecProblem], message: str) -> None:
+    """One of ``problems`` says ``message`` (the test's failure lists them all)."""
+    assert any(message in str(p) for p in problems), "\n".join(map(str, problems))
+
+
 def vhost_spec(body: str) -> str:
     """A spec with one vhost ``v`` whose content is ``body`` (indented under the vhost)."""
     indented = textwrap.indent(textwrap.dedent(body), "    ")

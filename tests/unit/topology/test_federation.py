@@ -11,7 +11,7 @@ from rabbitry.topology import expand
 from rabbitry.topology.patterns.federation import FederatedObject, expected_links
 from rabbitry.topology.primitives import ApplyTo, Parameter, Topology, Vhost
 
-from .conftest import check, load, vhost_spec
+from .conftest import assert_reported, check, load, vhost_spec
 
 FEDERATED = """
 exchanges: [{name: orders, type: topic}, {name: audit, type: fanout}, {name: local}]
@@ -192,8 +192,7 @@ def test_rendered_upstream_password_is_masked_by_the_cli(tmp_path: object) -> No
     ],
 )
 def test_federation_mistakes_are_reported(body: str, message: str) -> None:
-    problems = check(vhost_spec(body))
-    assert any(message in str(p) for p in problems), "\n".join(map(str, problems))
+    assert_reported(check(vhost_spec(body)), message)
 
 
 def test_a_policy_names_one_source() -> None:
