@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -148,5 +148,12 @@ class Broker:
 
 
 @pytest.fixture
-def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Broker:
-    return Broker(rabbitmq_vhost, tmp_path)
+def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Iterator[Broker]:
+    broker = Broker(rabbitmq_vhost, tmp_path)
+    yield broker
+    # The vhost goes with the test; its stack's ownership record is broker-wide and would stay,
+    # still owning what the test adopted (an export --users takes the admin user): a later test
+    # on the same broker would then be refused it.
+    for record in (f"rabbitry.stack.{broker.stack}", f"rabbitry.lock.{broker.stack}"):
+        broker.http.delete(f"/global-parameters/{quote(record, safe='')}")
+    broker.http.close()
