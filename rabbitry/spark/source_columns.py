@@ -40,14 +40,12 @@ def chunk_batches(
     offsets: list[int] = []
     size = 0
     for chunk in chunks:
-        add = columns.add
-        for record in chunk.records:
-            add(record)
-            size += len(record)
+        columns.extend(chunk.records)
+        size += sum(map(len, chunk.records))
         offsets.extend(range(chunk.first_offset, chunk.first_offset + len(chunk.records)))
         if columns.count >= rows or size >= BATCH_BYTES:
             yield record_batch(columns, stream, offsets, schema)
-            columns, offsets, size = MessageColumns(), [], 0
+            columns, offsets, size = MessageColumns(columns.layout), [], 0
     if columns.count:
         yield record_batch(columns, stream, offsets, schema)
 

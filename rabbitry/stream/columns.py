@@ -12,6 +12,7 @@ creation time as milliseconds. Row ``i`` of every column is the ``i``-th message
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -48,6 +49,9 @@ PROPERTY_SLOTS = (
 _TIMESTAMP_SLOT = PROPERTY_SLOTS.index("timestamp")
 _MILLISECOND_SLOTS = (_TIMESTAMP_SLOT, 8)  # 8: absolute-expiry-time, read past, not kept
 _NOT_LEADING = (PROPERTIES, DATA, AMQP_VALUE)
+_LEARN_AFTER = 64
+"""Messages read the long way after a message without a layout (or a layout's miss) before
+the next one's layout is taken."""
 
 
 class SectionEffect:
@@ -130,10 +134,16 @@ def _sized_end(buf: memoryview, pos: int) -> int:
 class MessageColumns:
     """The fields of messages added one by one, a column each (see the module docstring)."""
 
-    __slots__ = ("bodies", "count", "effects", "headers", "slots")
+    __slots__ = ("bodies", "count", "effects", "headers", "layout", "learn_at", "slots")
 
-    def __init__(self) -> None:
+    def __init__(self, layout: Layout | None = None) -> None:
         self.count = 0
+        self.layout = layout
+        """The layout of the last message read the long way: the next messages that have it
+        are read by ``Layout.add``. Pass it on to the columns of the next batch."""
+        self.learn_at = 0
+        """The row from which a message read the long way gives its layout: messages without
+        one (or each of its own) would pay for looking, so after a miss it waits a while."""
         self.bodies: list[memoryview | bytes] = []
         """Each message's body: a view of its record (or bytes, when it had several parts)."""
         self.effects: list[SectionEffect] = []
@@ -145,10 +155,28 @@ class MessageColumns:
         """Per properties-section field: the rows that have it and its values (text; the
         creation time as milliseconds)."""
 
+    def extend(self, records: list[memoryview]) -> None:
+        """Append the messages stored as ``records``, in order."""
+        at, count = 0, len(records)
+        while at < count:
+            if self.layout is not None:
+                at += self.layout.add(self, records, at)
+                if at >= count:
+                    return
+            self.add(records[at])
+            at += 1
+
     def add(self, record: memoryview) -> None:
-        """Append the message stored as ``record``."""
+        """Append the message stored as ``record``, read the long way (``extend`` reads
+        those with the layout of the one before by their layout)."""
+        layout = self.layout
         try:
             self._add(record)
+            if self.count > self.learn_at:
+                self.layout = Layout.of(record, self.effects[-1])
+                if self.layout is None or layout is not None:
+                    # none, or the one before stopped fitting: look again only later
+                    self.learn_at = self.count + _LEARN_AFTER
         except _Unusual:
             self._add_decoded(record)
         except (IndexError, struct.error) as exc:
@@ -282,3 +310,122 @@ def _milliseconds(value: Any) -> int | None:
     if isinstance(value, dt.datetime):
         return int(value.timestamp() * 1000)
     return None
+
+
+class Layout:
+    """Where the fields of one message lie, for the messages laid out byte for byte like it
+    but for their message id and such strings (of the same lengths), their creation time and
+    their body (of any length, the last section). One publisher's messages mostly are: such a
+    message is read by comparing a few slices and cutting out its fields, not section by
+    section. Made by ``Layout.of`` from a message read the long way."""
+
+    __slots__ = ("body", "constants", "effect", "stamp", "strings")
+
+    def __init__(
+        self,
+        constants: list[tuple[int, int, bytes]],
+        strings: list[tuple[int, int, int]],
+        stamp: int,
+        body: int,
+        effect: SectionEffect,
+    ) -> None:
+        self.constants = constants
+        """(start, end, bytes): what must be the same, up to the body's size."""
+        self.strings = strings
+        """(slot, start, end) of each string property kept."""
+        self.stamp = stamp
+        """Where the creation time's 8 bytes start; -1: none."""
+        self.body = body
+        """Where the body starts (its size is the 4 bytes before)."""
+        self.effect = effect
+
+    @classmethod
+    def of(cls, buf: memoryview, effect: SectionEffect) -> Layout | None:
+        """The layout of ``buf``, a message read already; None when it has none that this
+        class describes (application properties, a body in parts, another property type)."""
+        end = len(buf)
+        pos = 0
+        while pos + 3 < end and buf[pos + 2] not in _NOT_LEADING:
+            pos = _sized_end(buf, pos + 3)
+            if pos < 0:
+                return None
+        if pos + 3 >= end:
+            return None
+        variable: list[tuple[int, int]] = []
+        strings: list[tuple[int, int, int]] = []
+        stamp = -1
+        if buf[pos + 2] == PROPERTIES:
+            pos += 3
+            if buf[pos] == 0xC0:
+                count, pos = buf[pos + 2], pos + 3
+            elif buf[pos] == 0xD0:  # as rabbitry's sink writes it
+                count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
+            else:
+                return None
+            for i in range(count):
+                c = buf[pos]
+                if c == 0x40:
+                    pos += 1
+                    continue
+                name = PROPERTY_SLOTS[i] if i < len(PROPERTY_SLOTS) else None
+                if c in (0xA1, 0xA3) and i != _TIMESTAMP_SLOT:
+                    size = buf[pos + 1]
+                    if name is not None:
+                        strings.append((i, pos + 2, pos + 2 + size))
+                        variable.append((pos + 2, pos + 2 + size))
+                    pos += 2 + size
+                elif c == 0x83 and i in _MILLISECOND_SLOTS:
+                    if name is not None:
+                        stamp = pos + 1
+                        variable.append((pos + 1, pos + 9))
+                    pos += 9
+                else:
+                    return None
+        if buf[pos : pos + 4].tobytes() != b"\x00Su\xb0":
+            return None
+        body = pos + 8
+        if _U32.unpack_from(buf, pos + 4)[0] != end - body:
+            return None  # more sections after the body
+        constants, at = [], 0
+        for start, stop in [*variable, (pos + 4, body)]:
+            if start > at:
+                constants.append((at, start, bytes(buf[at:start])))
+            at = stop
+        return cls(constants, strings, stamp, body, effect)
+
+    def add(self, columns: MessageColumns, records: list[memoryview], first: int) -> int:
+        """Append ``records[first:]`` to ``columns`` while they have this layout; how many."""
+        body = self.body
+        constants = self.constants
+        strings = self.strings
+        stamp = self.stamp
+        slots = columns.slots
+        stamps_rows, stamps = slots[_TIMESTAMP_SLOT]
+        kept = [(slots[slot][0], slots[slot][1], start, end) for slot, start, end in strings]
+        effects, bodies = columns.effects, columns.bodies
+        unpack = _U32.unpack_from
+        unpack_stamp = _I64.unpack_from
+        row = columns.count
+        at = first
+        for buf in itertools.islice(records, first, None):
+            size = len(buf)
+            if size < body or unpack(buf, body - 4)[0] != size - body:
+                break
+            for start, end, same in constants:
+                if buf[start:end] != same:
+                    break
+            else:
+                for rows, values, start, end in kept:
+                    rows.append(row)
+                    values.append(str(buf[start:end], "utf-8", "replace"))
+                if stamp >= 0:
+                    stamps_rows.append(row)
+                    stamps.append(unpack_stamp(buf, stamp)[0])
+                effects.append(self.effect)
+                bodies.append(buf[body:])
+                row += 1
+                at += 1
+                continue
+            break
+        columns.count = row
+        return at - first

@@ -138,3 +138,19 @@ def test_a_record_that_is_no_message_is_a_protocol_error() -> None:
         columns.add(memoryview(b"\x01\x02"))
     with pytest.raises(StreamProtocolError, match="cut short"):
         columns.add(memoryview(STORED[:-2]))
+
+
+def test_messages_laid_out_like_the_one_before_are_read_by_its_layout() -> None:
+    # ids of one length then another, bodies of every length: each change of layout is read
+    # the long way once, the rest by the layout, and every row is the row path's
+    records = [
+        amqp10.encode(b"b" * (i * 37 % 500), message_id=f"id-{i}", routing_key="k", timestamp=STAMP)
+        for i in range(30)
+    ]
+    columns = MessageColumns()
+    columns.extend([memoryview(r) for r in records])
+    assert columns.layout is not None and columns.count == 30
+    chunks = _chunks(records, [7, 23])
+    assert _column_path(chunks, "s").equals(_row_path(chunks, "s"))
+    other = amqp10.encode(b"x", message_id="id-1", routing_key="other", timestamp=STAMP)
+    assert columns.layout.add(columns, [memoryview(other)], 0) == 0, "another routing key fits"
