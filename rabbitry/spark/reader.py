@@ -24,11 +24,13 @@ from rabbitry.consumer.streams import StreamReader
 from rabbitry.spark.offsets import Bounds, cap, checked_offsets, data_lost, offsets_json
 from rabbitry.spark.options import SparkSourceError
 from rabbitry.spark.report import logger
+from rabbitry.spark.source_columns import chunk_batches
 from rabbitry.spark.source_plan import (
     SourcePlan,
     StreamPartition,
     batch_range,
     on_data_loss,
+    read_chunks,
     read_partition,
 )
 from rabbitry.spark.source_rows import PROPERTY_FIELDS
@@ -68,14 +70,15 @@ SOURCE_TYPE = T.StructType(
 
 
 @functools.cache
-def _arrow_schema() -> pa.Schema:
+def arrow_schema() -> pa.Schema:
+    """``SOURCE_TYPE`` as Arrow: the schema of every record batch a task hands to Spark."""
     return to_arrow_schema(SOURCE_TYPE, timezone="UTC")
 
 
 def arrow_batches(rows: Iterable[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
     """Rows as Arrow record batches, built a column at a time: Spark would otherwise convert
     every value of the map and struct columns through a Python function of its own."""
-    schema = _arrow_schema()
+    schema = arrow_schema()
     it = iter(rows)
     while chunk := list(itertools.islice(it, BATCH_ROWS)):
         columns = zip(*chunk, strict=True)
@@ -96,6 +99,9 @@ def _read(partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         return iter(())
     if not isinstance(value, StreamPartition):  # pragma: no cover - Spark hands ours back
         raise TypeError(f"not a partition of the rabbitmq source: {value!r}")
+    if value.stream_port is not None:
+        # over the stream protocol the columns are read from whole chunks: no row objects
+        return chunk_batches(read_chunks(value), value.range.stream, arrow_schema(), BATCH_ROWS)
     return arrow_batches(read_partition(value))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.consumer.streams import (
@@ -39,6 +39,9 @@ from rabbitry.spark.source_rows import row_of
 from rabbitry.topology.patterns.super_streams import ORDER, Partition, partitions_in_order
 from rabbitry.uri import mask_text, mask_uri, split_uris
 
+if TYPE_CHECKING:
+    from rabbitry.stream.frames import Chunk
+
 MANAGEMENT_TIMEOUT = 10.0
 BATCH_PATIENCE = 10.0
 """Seconds a batch read waits for a stream's first delivery before it calls the stream empty:
@@ -46,7 +49,7 @@ a busy broker (sharing its cores with Spark) can take seconds, and a stream call
 mistake would be a batch of no rows. A streaming trigger keeps the short wait: what it misses,
 the next trigger reads."""
 
-__all__ = ["SourcePlan", "StreamPartition", "plan_read", "read_partition"]
+__all__ = ["SourcePlan", "StreamPartition", "plan_read", "read_chunks", "read_partition"]
 
 
 @dataclass(frozen=True)
@@ -299,8 +302,17 @@ def batch_range(plan: SourcePlan) -> tuple[dict[str, int], dict[str, int]]:
 def read_partition(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
     """The rows of one partition's range, in offset order (runs in a task)."""
     if partition.stream_port is not None:
-        return read_partition_streamed(partition)
+        return _stream_rows(partition)
     return _read_partition_amqp(partition)
+
+
+def _stream_rows(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
+    from rabbitry.spark.source_rows import stream_row_of
+
+    stream = partition.range.stream
+    for chunk in read_chunks(partition):
+        for offset, record in enumerate(chunk.records, chunk.first_offset):
+            yield stream_row_of(record, stream, offset)
 
 
 def _missing_check(partition: StreamPartition, name: str) -> Any:
@@ -324,10 +336,11 @@ def _missing_check(partition: StreamPartition, name: str) -> Any:
     return removed
 
 
-def read_partition_streamed(partition: StreamPartition) -> Iterator[tuple[Any, ...]]:
-    """``read_partition`` over the stream protocol: the same rows, the same checks."""
+def read_chunks(partition: StreamPartition) -> Iterator[Chunk]:
+    """The chunks of one partition's range over the stream protocol, cut to the range, in
+    offset order (runs in a task; ``partition.stream_port`` is set): the same checks as
+    ``read_partition`` over AMQP 0-9-1."""
     from rabbitry.amqp.settings import ConnectionSettings
-    from rabbitry.spark.source_rows import stream_row_of
     from rabbitry.stream.blocking import StreamClient
     from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 
@@ -337,14 +350,13 @@ def read_partition_streamed(partition: StreamPartition) -> Iterator[tuple[Any, .
     settings = ConnectionSettings.from_url(partition.url, connection_name=name)
     try:
         with StreamClient(settings, port=partition.stream_port) as client:
-            for offset, _, record in client.read(
+            yield from client.read_chunks(
                 r.stream,
                 r.start,
                 r.end,
                 idle_timeout=partition.read_timeout,
                 missing=_missing_check(partition, name),
-            ):
-                yield stream_row_of(record, r.stream, offset)
+            )
     except (StreamRefused, StreamUnavailable, StreamProtocolError) as exc:
         raise SparkSourceError(f"rabbitmq source, {r.stream} [{r.start}, {r.end}): {exc}") from None
 

@@ -283,7 +283,7 @@ def _effect(section: int, value: Any) -> Effect:
     return tuple(props), routing_key, headers
 
 
-def _section_effect(buf: memoryview, section: int, pos: int) -> tuple[Effect, int]:
+def section_effect(buf: memoryview, section: int, pos: int) -> tuple[Effect, int]:
     """A section's effect, worked out once per distinct encoding: the messages of one
     publisher mostly repeat their header, annotations and application properties byte for
     byte, and decoding them is most of the cost of reading a stream in Python."""
@@ -392,7 +392,7 @@ def decode(record: bytes | memoryview) -> Decoded:
                 value, pos = _value(buf, pos)
                 body.append(value if isinstance(value, bytes) else str(value).encode())
             else:
-                (given, routing_key, headers), pos = _section_effect(buf, section, pos)
+                (given, routing_key, headers), pos = section_effect(buf, section, pos)
                 if given:
                     props.update(given)
                 if routing_key is not None:
