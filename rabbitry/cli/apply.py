@@ -24,7 +24,7 @@ from rabbitry.cli.common import (
 if TYPE_CHECKING:
     from rabbitry.management.client import ManagementClient
     from rabbitry.provisioner.planfile import SavedTarget
-    from rabbitry.provisioner.planner import Plan
+    from rabbitry.provisioner.plans import Plan
     from rabbitry.provisioner.target import Target
 
 
@@ -97,9 +97,11 @@ def _apply(
 ) -> int:
     from rabbitry.cli.provision import apply_json, plan_text, targeted_plan
     from rabbitry.errors import PlanError
-    from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+    from rabbitry.provisioner.applier import apply_plan
+    from rabbitry.provisioner.apply_options import ApplyOptions
     from rabbitry.provisioner.planfile import SavedTarget
     from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+    from rabbitry.provisioner.refusals import refusals
     from rabbitry.provisioner.stack import check_saved, locked_plan, plan_topology
     from rabbitry.provisioner.target import Target
 

@@ -31,8 +31,9 @@ from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
 from rabbitry.provisioner.names import stack_name
 from rabbitry.provisioner.planfile import SavedPlan, SavedTarget
-from rabbitry.provisioner.planner import Plan, targeted
+from rabbitry.provisioner.plans import Plan
 from rabbitry.provisioner.target import Target
+from rabbitry.provisioner.targeting import targeted
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology

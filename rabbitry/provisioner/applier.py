@@ -53,7 +53,7 @@ from rabbitry.provisioner.migration import (
     queue_bindings,
 )
 from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, record_name
-from rabbitry.provisioner.planner import Action, Change, Plan, managed_after
+from rabbitry.provisioner.plans import Action, Change, Plan, managed_after
 from rabbitry.provisioner.refusals import refusals, self_harm, taken_over
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (

@@ -3,7 +3,7 @@ with what HTTP timeouts (pure): the broker's own bulk path, the fastest there is
 
 from __future__ import annotations
 
-from rabbitry.provisioner.planner import Action, Change
+from rabbitry.provisioner.plans import Action, Change
 from rabbitry.topology.primitives import (
     Binding,
     Exchange,

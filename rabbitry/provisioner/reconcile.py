@@ -36,10 +36,12 @@ except ImportError as exc:  # the loop serves its metrics: the `metrics` extra
     raise MissingExtra("rabbitry reconcile", "prometheus-client", "metrics") from exc
 
 from rabbitry.management.client import ManagementClient
-from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+from rabbitry.provisioner.applier import apply_plan
+from rabbitry.provisioner.apply_options import ApplyOptions
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.refusals import refusals
 from rabbitry.provisioner.relayout import touched_by
 from rabbitry.provisioner.stack import locked_plan, plan_topology
 from rabbitry.provisioner.target import Target, target_of

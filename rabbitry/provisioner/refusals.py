@@ -12,7 +12,7 @@ so that a refused apply changes nothing.
 from __future__ import annotations
 
 from rabbitry.provisioner.apply_options import ApplyOptions
-from rabbitry.provisioner.planner import Action, Change, Plan
+from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import relayout_refusals
 from rabbitry.topology.primitives import ResourceKey, User
 

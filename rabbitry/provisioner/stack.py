@@ -24,13 +24,8 @@ from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
-from rabbitry.provisioner.applier import (
-    ApplyOptions,
-    ApplyResult,
-    apply_plan,
-    refusals,
-    self_harm,
-)
+from rabbitry.provisioner.applier import apply_plan
+from rabbitry.provisioner.apply_options import ApplyOptions, ApplyResult
 from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
 from rabbitry.provisioner.capabilities import check as check_capabilities
@@ -43,9 +38,10 @@ from rabbitry.provisioner.planfile import (
     SavedTarget,
     broker_identity,
 )
-from rabbitry.provisioner.planner import Action, Plan
 from rabbitry.provisioner.planner import plan as plan_changes
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.refusals import refusals, self_harm
 from rabbitry.provisioner.shovel_access import unreachable_shovels
 from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
 from rabbitry.provisioner.target import Target, target_of
