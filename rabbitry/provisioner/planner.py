@@ -103,15 +103,51 @@ def ownership_warnings(changes: Iterable[Change]) -> list[str]:
 
 
 def plan(desired: Topology, state: BrokerState) -> Plan:
-    """Compare the desired topology with the broker state; pure, no I/O."""
+    """Compare the desired topology with the broker state; pure, no I/O. In phases: what the
+    spec declares (``_declared``), guards to record, bindings a replace drops (``_rebound``),
+    what left the spec (``_removed``), then warnings and other stacks' ownership."""
     want = desired.resources()
     have = state.resources()
     record = state.record
-    changes: list[Change] = []
-    warnings: list[str] = []
-
-    interrupted = pending_migrations(record.operations)
     wanted_guards = desired_guards(desired)
+    changes = _declared(want, have, state, wanted_guards)
+    changes.extend(guard_changes(want, have, record, wanted_guards, {c.key for c in changes}))
+    changes, dropped = _rebound(changes, want, have)
+    removed, warnings = _removed(want, have, state, dropped)
+    changes.extend(removed)
+    warnings.extend(replace_warnings(changes))
+    if state.other_owners:
+        changes = [
+            replace(c, owners=owners)
+            if (owners := owners_of(c.action, c.key, state.other_owners))
+            else c
+            for c in changes
+        ]
+        warnings.extend(ownership_warnings(changes))
+    warnings.extend(quorum_placement_warnings(desired, state.node_count))
+    relayouts = delay_relayouts(desired, state.topology, changes, state.queue_stats)
+    warnings.extend(r.describe() for r in relayouts)
+    return Plan(
+        stack=desired.name,
+        changes=tuple(sorted(changes, key=_order)),
+        record=record,
+        warnings=tuple(warnings),
+        desired=desired,
+        relayouts=tuple(relayouts),
+    )
+
+
+def _declared(
+    want: Mapping[ResourceKey, Primitive],
+    have: Mapping[ResourceKey, Primitive],
+    state: BrokerState,
+    wanted_guards: Mapping[ResourceKey, frozenset[str]],
+) -> list[Change]:
+    """The changes to the objects the spec declares: create, adopt, update or replace (and
+    a queue's migration an earlier apply left half-way, finished)."""
+    record = state.record
+    changes: list[Change] = []
+    interrupted = pending_migrations(record.operations)
     for key, resource in want.items():
         existing = have.get(key)
         recorded = record.managed.get(key)
@@ -143,45 +179,67 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 changes.append(Change(Action.ADOPT, key, resource, existing, (reason,)))
             continue
         drift = applied and recorded != digest(existing)
-        stats = state.queue_stats.get(key)
-        protected = PROTECT in wanted_guards.get(key, ())
-        if protected and key[0] in REPLACED_KINDS:
-            differences.append(protection_reason(in_spec=True))
         if key[0] in REPLACED_KINDS:
-            if key[0] == "queue" and not protected:
-                moved = stats.messages if stats else None
-                differences.append(
-                    f"migrate through {temp_name(key[2])}: {moved or 0} message(s), bindings"
-                    f" kept throughout (about {estimate_seconds(moved):.1f} s)"
-                )
-                differences.append("steps: " + ", ".join(STEPS))
+            protected = PROTECT in wanted_guards.get(key, ())
             changes.append(
-                Change(
-                    Action.REPLACE,
-                    key,
-                    resource,
-                    existing,
-                    tuple(differences),
-                    drift=drift,
-                    messages=stats.messages if stats else None,
-                    consumers=stats.consumers if stats else None,
-                    counted=stats.source if stats else "",
-                    count_note=stats.note if stats else "",
-                    protected=protected,
-                )
+                _replacement(key, resource, existing, differences, drift, protected, state)
             )
         else:
             changes.append(
                 Change(Action.UPDATE, key, resource, existing, tuple(differences), drift)
             )
-    changes.extend(guard_changes(want, have, record, wanted_guards, {c.key for c in changes}))
+    return changes
 
-    # A migrated queue is unbound and bound again by its migration, with the desired bindings.
-    # (a protected one is not: apply refuses it, and its bindings stay as they are)
+
+def _replacement(
+    key: ResourceKey,
+    resource: Primitive,
+    existing: Primitive,
+    differences: list[str],
+    drift: bool,
+    protected: bool,
+    state: BrokerState,
+) -> Change:
+    """The replace of a queue or exchange whose settings cannot change in place: a queue's is
+    a migration through a temporary queue, said with its steps and the messages it moves."""
+    stats = state.queue_stats.get(key)
+    if protected:
+        differences.append(protection_reason(in_spec=True))
+    elif key[0] == "queue":
+        moved = stats.messages if stats else None
+        differences.append(
+            f"migrate through {temp_name(key[2])}: {moved or 0} message(s), bindings"
+            f" kept throughout (about {estimate_seconds(moved):.1f} s)"
+        )
+        differences.append("steps: " + ", ".join(STEPS))
+    return Change(
+        Action.REPLACE,
+        key,
+        resource,
+        existing,
+        tuple(differences),
+        drift=drift,
+        messages=stats.messages if stats else None,
+        consumers=stats.consumers if stats else None,
+        counted=stats.source if stats else "",
+        count_note=stats.note if stats else "",
+        protected=protected,
+    )
+
+
+def _rebound(
+    changes: list[Change],
+    want: Mapping[ResourceKey, Primitive],
+    have: Mapping[ResourceKey, Primitive],
+) -> tuple[list[Change], set[ResourceKey]]:
+    """The changes with the bindings a replace drops: a migrated queue is unbound and bound
+    again by its migration, with the desired bindings (a protected one is not: apply refuses
+    it, and its bindings stay as they are); deleting an exchange drops every binding that
+    touches it, so they are declared again. Also the keys of the replaced queues and
+    exchanges (their bindings need no deletion of their own)."""
     replacing = [c for c in changes if c.action is Action.REPLACE and not c.protected]
     migrating = {c.key for c in replacing if c.kind == "queue"}
     changes = [c for c in changes if not _binds_into(c, migrating)]
-    # Deleting an exchange drops every binding that touches it: declare them again.
     replaced = {c.key for c in replacing if c.kind == "exchange"}
     if replaced:
         planned = {c.key for c in changes}
@@ -194,8 +252,22 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                 changes.append(
                     Change(Action.CREATE, key, resource, have.get(key), ("re-bound after replace",))
                 )
+    return changes, replaced | migrating
 
-    # Prune candidates: recorded, still on the broker, gone from the spec.
+
+def _removed(
+    want: Mapping[ResourceKey, Primitive],
+    have: Mapping[ResourceKey, Primitive],
+    state: BrokerState,
+    dropped: set[ResourceKey],
+) -> tuple[list[Change], list[str]]:
+    """What this stack recorded, is still on the broker and left the spec: deleted (on prune),
+    retained (``on_remove: retain``, with the bindings to it) or refused (``protect: true``);
+    a vhost that holds objects of no one's is left in place, with a warning. ``dropped``:
+    queues and exchanges replaced, whose bindings go with them."""
+    record = state.record
+    changes: list[Change] = []
+    warnings: list[str] = []
     doomed = [key for key in record.managed if key not in want and key in have]
     guarded = {k: g for k in doomed if (g := guards_in_force(k, False, {}, record.guards))}
     retained = {k for k, g in guarded.items() if RETAIN in g}
@@ -237,12 +309,17 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
                     f"{describe_key(strangers[0])}): it is left in place"
                 )
                 continue
-        if isinstance(existing, Binding) and _touches(existing, key[1], replaced | migrating):
+        if isinstance(existing, Binding) and _touches(existing, key[1], dropped):
             continue  # dropped by the replace or migration already
         changes.append(
             Change(Action.DELETE, key, None, existing, ("no longer in the spec",), **counts)
         )
+    return changes, warnings
 
+
+def replace_warnings(changes: Iterable[Change]) -> list[str]:
+    """What publishers meet while the plan's replaces run (those protected do not run)."""
+    warnings = []
     for change in changes:
         if change.protected:
             continue
@@ -255,26 +332,7 @@ def plan(desired: Topology, state: BrokerState) -> Plan:
             warnings.append(
                 f"{change.title} is deleted and declared again: publishes to it fail for a moment"
             )
-
-    if state.other_owners:
-        changes = [
-            replace(c, owners=owners)
-            if (owners := owners_of(c.action, c.key, state.other_owners))
-            else c
-            for c in changes
-        ]
-        warnings.extend(ownership_warnings(changes))
-    warnings.extend(quorum_placement_warnings(desired, state.node_count))
-    relayouts = delay_relayouts(desired, state.topology, changes, state.queue_stats)
-    warnings.extend(r.describe() for r in relayouts)
-    return Plan(
-        stack=desired.name,
-        changes=tuple(sorted(changes, key=_order)),
-        record=record,
-        warnings=tuple(warnings),
-        desired=desired,
-        relayouts=tuple(relayouts),
-    )
+    return warnings
 
 
 def guard_changes(
