@@ -28,13 +28,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from rabbitry.errors import ApplyError, BrokerError, NoAnswer, PlanError
-from rabbitry.management.client import ManagementClient, q
+from rabbitry.management.client import ManagementClient
+from rabbitry.provisioner import writes
 from rabbitry.provisioner.apply_options import ApplyOptions, ApplyResult, MessageCounter
 from rabbitry.provisioner.broker_documents import (
     definitions_for,
-    exchange_doc,
-    policy_body,
-    queue_doc,
 )
 from rabbitry.provisioner.import_plan import (
     BATCHED,
@@ -58,23 +56,13 @@ from rabbitry.provisioner.refusals import refusals, self_harm, taken_over
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
     Binding,
-    Exchange,
-    GlobalParameter,
     OperatorPolicy,
     Parameter,
-    Permission,
     Policy,
     Primitive,
     Queue,
-    QueueType,
     ResourceKey,
-    TopicPermission,
-    User,
-    Vhost,
 )
-
-VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections", "max-channels")
 
 DONE_SHOWN = 20
 """Lines of work done that an error message lists (all of it is in ``ApplyError.done``)."""
@@ -105,14 +93,6 @@ class Applier:
         self.operations: list[dict[str, Any]] = list(plan.record.operations)
         self.managed: dict[ResourceKey, str] = dict(plan.record.managed)
 
-    def _limits(self, path: str, limits: dict[str, int], known: tuple[str, ...]) -> None:
-        """Set the limits given, lift the others (a limit left out of the spec is none)."""
-        for name in known:
-            if name in limits:
-                self.client.put(f"{path}/{name}", {"value": limits[name]})
-            else:
-                self.client.delete(f"{path}/{name}")
-
     def _done(self, line: str, show: bool = True) -> None:
         self.result.done.append(line)
         if show:
@@ -121,170 +101,12 @@ class Applier:
     # -- one object at a time ------------------------------------------------------------------
 
     def put(self, vhost: str, resource: Primitive, observed: Primitive | None = None) -> None:
-        """Create or update ``resource``; ``observed``: what the broker has of it, if anything
-        (limits are touched only where either side has some)."""
-        c, v = self.client, q(vhost)
-        had_limits = bool(getattr(observed, "limits", None))
-        if isinstance(resource, Vhost):
-            body: dict[str, Any] = {
-                "description": resource.description,
-                "tags": ",".join(resource.tags),
-            }
-            # Always explicit: unset means classic here, whatever the node's own default is.
-            body["default_queue_type"] = (resource.default_queue_type or QueueType.CLASSIC).value
-            c.put(f"/vhosts/{q(resource.name)}", body)
-            if resource.limits or had_limits:
-                self._limits(f"/vhost-limits/{q(resource.name)}", resource.limits, VHOST_LIMITS)
-        elif isinstance(resource, User):
-            body = {"tags": ",".join(resource.tags)}
-            if resource.password is not None:
-                body["password"] = resource.password.get_secret_value()
-            elif resource.password_hash is not None:
-                body["password_hash"] = resource.password_hash
-                body["hashing_algorithm"] = resource.hashing_algorithm
-            else:
-                body["password_hash"] = ""  # no password: the user can only use other mechanisms
-            c.put(f"/users/{q(resource.name)}", body)
-            if resource.limits or had_limits:
-                self._limits(f"/user-limits/{q(resource.name)}", resource.limits, USER_LIMITS)
-        elif isinstance(resource, Permission):
-            c.put(
-                f"/permissions/{v}/{q(resource.user)}",
-                {"configure": resource.configure, "write": resource.write, "read": resource.read},
-            )
-        elif isinstance(resource, TopicPermission):
-            c.put(
-                f"/topic-permissions/{v}/{q(resource.user)}",
-                {"exchange": resource.exchange, "write": resource.write, "read": resource.read},
-            )
-        elif isinstance(resource, OperatorPolicy):
-            c.put(f"/operator-policies/{v}/{q(resource.name)}", policy_body(resource))
-        elif isinstance(resource, Policy):
-            c.put(f"/policies/{v}/{q(resource.name)}", policy_body(resource))
-        elif isinstance(resource, Parameter):
-            c.put(
-                f"/parameters/{q(resource.component)}/{v}/{q(resource.name)}",
-                {
-                    "component": resource.component,
-                    "vhost": vhost,
-                    "name": resource.name,
-                    "value": resource.value,
-                },
-            )
-        elif isinstance(resource, GlobalParameter):
-            c.put_global_parameter(resource.name, resource.value)
-        elif isinstance(resource, Exchange):
-            body = exchange_doc(resource)
-            del body["name"]
-            c.put(f"/exchanges/{v}/{q(resource.name)}", body)
-        elif isinstance(resource, Queue):
-            body = queue_doc(resource)
-            del body["name"]
-            c.put(f"/queues/{v}/{q(resource.name)}", body)
-        elif isinstance(resource, Binding):
-            kind = "q" if resource.destination_type.value == "queue" else "e"
-            c.request(
-                "POST",
-                f"/bindings/{v}/e/{q(resource.source)}/{kind}/{q(resource.destination)}",
-                json={"routing_key": resource.routing_key, "arguments": resource.arguments},
-            )
-        else:
-            raise TypeError(f"cannot apply {type(resource).__name__}")
+        """Create or update ``resource`` (``writes.put``)."""
+        writes.put(self.client, vhost, resource, observed)
 
     def delete(self, change: Change, force: bool) -> None:
-        c, vhost = self.client, change.vhost
-        v = q(vhost)
-        observed = change.observed
-        if isinstance(observed, Vhost):
-            c.delete(f"/vhosts/{q(observed.name)}")
-        elif isinstance(observed, User):
-            c.delete(f"/users/{q(observed.name)}")
-        elif isinstance(observed, Permission):
-            c.delete(f"/permissions/{v}/{q(observed.user)}")
-        elif isinstance(observed, TopicPermission):
-            # The API deletes all of a user's topic permissions in a vhost at once; put back
-            # the ones for other exchanges.
-            others = [
-                p
-                for p in c.topic_permissions(vhost)
-                if p["user"] == observed.user and p["exchange"] != observed.exchange
-            ]
-            c.delete(f"/topic-permissions/{v}/{q(observed.user)}")
-            for p in others:
-                c.put(
-                    f"/topic-permissions/{v}/{q(observed.user)}",
-                    {k: p[k] for k in ("exchange", "write", "read")},
-                )
-        elif isinstance(observed, OperatorPolicy):
-            c.delete(f"/operator-policies/{v}/{q(observed.name)}")
-        elif isinstance(observed, Policy):
-            c.delete(f"/policies/{v}/{q(observed.name)}")
-        elif isinstance(observed, Parameter):
-            c.delete(f"/parameters/{q(observed.component)}/{v}/{q(observed.name)}")
-        elif isinstance(observed, GlobalParameter):
-            c.delete(f"/global-parameters/{q(observed.name)}")
-        elif isinstance(observed, Exchange):
-            c.delete(f"/exchanges/{v}/{q(observed.name)}")
-        elif isinstance(observed, Queue):
-            self._delete_queue(vhost, observed, force)
-        elif isinstance(observed, Binding):
-            self._delete_binding(vhost, observed)
-        else:
-            raise TypeError(f"cannot delete {type(observed).__name__}")
-
-    def _delete_queue(self, vhost: str, queue: Queue, force: bool) -> None:
-        path = f"/queues/{q(vhost)}/{q(queue.name)}"
-        if force:
-            self.client.delete(path)
-            return
-        if queue.type is QueueType.CLASSIC:
-            # Atomic on the broker: refuses if a message arrived since the plan was made.
-            response = self.client.request(
-                "DELETE", path, params={"if-empty": "true"}, allow=(400, 404)
-            )
-            if response.status_code == 400:
-                raise BrokerError(
-                    f"queue {vhost}/{queue.name} is not empty (a message arrived after the plan);"
-                    " nothing was deleted: drain it or use --force"
-                )
-            return
-        if self.count_messages is None:
-            raise BrokerError(
-                f"queue {vhost}/{queue.name} is a {queue.type.value} queue, which the broker cannot"
-                " delete only-if-empty; give an AMQP URL (--url or RABBITRY_URL) so rabbitry can"
-                " count its messages exactly, or use --force"
-            )
-        messages, _consumers = self.count_messages(vhost, queue.name)
-        if messages:
-            raise BrokerError(
-                f"queue {vhost}/{queue.name} holds {messages} message(s); nothing was deleted:"
-                " drain it or use --force"
-            )
-        self.client.delete(path)
-
-    def _delete_binding(self, vhost: str, binding: Binding) -> None:
-        kind = "q" if binding.destination_type.value == "queue" else "e"
-        base = f"/bindings/{q(vhost)}/e/{q(binding.source)}/{kind}/{q(binding.destination)}"
-        want = Binding(
-            source=binding.source,
-            destination=binding.destination,
-            destination_type=binding.destination_type,
-            routing_key=binding.routing_key,
-            arguments=binding.arguments,
-        ).identity()
-        for item in self.client.get(base):
-            found = Binding(
-                source=item["source"],
-                destination=item["destination"],
-                destination_type=item["destination_type"],
-                routing_key=item.get("routing_key", ""),
-                arguments=item.get("arguments") or {},
-            ).identity()
-            if found == want:
-                # Bindings with arguments are addressed by the broker's properties key (a hash
-                # of the arguments), never by the routing key alone.
-                self.client.delete(f"{base}/{q(item['properties_key'])}")
-                return
+        """Delete what ``change`` observed (``writes.delete``)."""
+        writes.delete(self.client, change, force, self.count_messages)
 
     # -- the whole plan ------------------------------------------------------------------------
 
@@ -384,13 +206,39 @@ class Applier:
         self._done(f"migrated {change.title}", show=False)
 
     def _run(self, todo: list[Change], deletions: list[Change], options: ApplyOptions) -> None:
+        """The plan's changes in the order the broker needs them: replaced exchanges (and
+        other kinds) deleted, vhosts, users and permissions put, each vhost's creations
+        imported, the rest put, queues migrated, and deletions last."""
         for change in todo:
             if change.action is Action.REPLACE and change.kind != "queue":
                 self.delete(change, force=options.force)
                 self._done(f"deleted {change.title} (to declare it again)")
         migrations = [c for c in todo if c.action is Action.REPLACE and c.kind == "queue"]
         todo = [c for c in todo if c not in migrations]
+        batches = self._put_first(todo)
+        for vhost, changes in batches.items():
+            self._create_in(vhost, changes, options)
 
+        imported = {c.key for changes in batches.values() for c in changes}
+        for change in todo:
+            if change.key in imported or change.kind in PUT_FIRST:
+                continue
+            if change.action in (Action.CREATE, Action.UPDATE):
+                assert change.desired is not None
+                self.put(change.vhost, change.desired, change.observed)
+                self._done(f"{change.action.value}d {change.title}")
+
+        for change in migrations:
+            self._migrate(change)
+
+        for change in deletions:
+            self.delete(change, force=options.force)
+            self.deleted.add(change.key)
+            self._done(f"deleted {change.title}")
+
+    def _put_first(self, todo: list[Change]) -> dict[str, list[Change]]:
+        """Put what the objects in a vhost may need (``PUT_FIRST``); the creations to import,
+        by vhost."""
         batches: dict[str, list[Change]] = defaultdict(list)
         for change in todo:
             resource = change.desired
@@ -412,65 +260,51 @@ class Applier:
             elif change.action is not Action.ADOPT and change.kind in PUT_FIRST:
                 self.put(change.vhost, resource, change.observed)
                 self._done(f"{change.action.value}d {change.title}")
+        return batches
 
-        for vhost, changes in batches.items():
-            apart: list[Change] = []
-            before: list[Change] = []
-            after: list[Change] = []
-            for change in changes:
-                if options.declare_apart > 1 and declared_apart(change):
-                    apart.append(change)
-                else:
-                    (after if isinstance(change.desired, Binding) else before).append(change)
-            steps: list[list[Change] | None]  # None: the queues declared apart
-            if apart:
-                steps = [*import_chunks(before, options.import_chunk, options.import_whole), None]
-                steps += import_chunks(after, options.import_chunk, options.import_whole)
+    def _create_in(self, vhost: str, changes: list[Change], options: ApplyOptions) -> None:
+        """Create one vhost's objects: imports in chunks (quorum and stream queues declared
+        apart between them, ``ApplyOptions.declare_apart``), then one read-back."""
+        apart: list[Change] = []
+        before: list[Change] = []
+        after: list[Change] = []
+        for change in changes:
+            if options.declare_apart > 1 and declared_apart(change):
+                apart.append(change)
             else:
-                steps = [*import_chunks(changes, options.import_chunk, options.import_whole)]
-            imports = sum(1 for step in steps if step is not None)
-            made, took, number = 0, None, 0
-            what = f"creating objects in {vhost}"
-            self.counted(what, 0, len(changes))
-            for chunk in steps:
-                if chunk is None:
-                    made = self._declare_apart(vhost, apart, options, made, len(changes))
-                    continue
-                number += 1
-                started = time.monotonic()
-                timeout = options.import_timeout or import_timeout(len(chunk), took)
-                try:
-                    self._import(vhost, chunk, timeout)
-                except NoAnswer:
-                    self._await_import(vhost, chunk, f"import {number} of {imports}", timeout)
-                took = time.monotonic() - started
-                made += len(chunk)
-                # The plan listed each object already: one progress line per import is enough.
-                of = f"import {number} of {imports}" if imports > 1 else "one import"
-                self.progress(f"created {made} of {len(changes)} object(s) in {vhost} ({of})")
-                self.counted(what, made, len(changes))
-                for change in chunk:
-                    verb = "created" if change.action is Action.CREATE else "declared again"
-                    self._done(f"{verb} {change.title}", show=False)
-            # one read-back per vhost, not per chunk: reading a large vhost costs seconds
-            self._verify_created(vhost, changes)
-
-        imported = {c.key for changes in batches.values() for c in changes}
-        for change in todo:
-            if change.key in imported or change.kind in PUT_FIRST:
+                (after if isinstance(change.desired, Binding) else before).append(change)
+        steps: list[list[Change] | None]  # None: the queues declared apart
+        if apart:
+            steps = [*import_chunks(before, options.import_chunk, options.import_whole), None]
+            steps += import_chunks(after, options.import_chunk, options.import_whole)
+        else:
+            steps = [*import_chunks(changes, options.import_chunk, options.import_whole)]
+        imports = sum(1 for step in steps if step is not None)
+        made, took, number = 0, None, 0
+        what = f"creating objects in {vhost}"
+        self.counted(what, 0, len(changes))
+        for chunk in steps:
+            if chunk is None:
+                made = self._declare_apart(vhost, apart, options, made, len(changes))
                 continue
-            if change.action in (Action.CREATE, Action.UPDATE):
-                assert change.desired is not None
-                self.put(change.vhost, change.desired, change.observed)
-                self._done(f"{change.action.value}d {change.title}")
-
-        for change in migrations:
-            self._migrate(change)
-
-        for change in deletions:
-            self.delete(change, force=options.force)
-            self.deleted.add(change.key)
-            self._done(f"deleted {change.title}")
+            number += 1
+            started = time.monotonic()
+            timeout = options.import_timeout or import_timeout(len(chunk), took)
+            try:
+                self._import(vhost, chunk, timeout)
+            except NoAnswer:
+                self._await_import(vhost, chunk, f"import {number} of {imports}", timeout)
+            took = time.monotonic() - started
+            made += len(chunk)
+            # The plan listed each object already: one progress line per import is enough.
+            of = f"import {number} of {imports}" if imports > 1 else "one import"
+            self.progress(f"created {made} of {len(changes)} object(s) in {vhost} ({of})")
+            self.counted(what, made, len(changes))
+            for change in chunk:
+                verb = "created" if change.action is Action.CREATE else "declared again"
+                self._done(f"{verb} {change.title}", show=False)
+        # one read-back per vhost, not per chunk: reading a large vhost costs seconds
+        self._verify_created(vhost, changes)
 
     def _declare_apart(
         self, vhost: str, changes: list[Change], options: ApplyOptions, made: int, total: int
