@@ -102,6 +102,7 @@ if TYPE_CHECKING:
     from rabbitry.provisioner.lock import LockHeld, LockLost
     from rabbitry.provisioner.ownership import RecordUnreadable
     from rabbitry.provisioner.plans import Plan
+    from rabbitry.provisioner.reporter import Reporter
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.publisher.layout import DelayLayoutMismatch
@@ -125,6 +126,7 @@ _LAZY = {
     "stacks": "rabbitry.provisioner.stack",
     "Plan": "rabbitry.provisioner.plans",
     "ApplyResult": "rabbitry.provisioner.apply_options",
+    "Reporter": "rabbitry.provisioner.reporter",
     # publishing
     "Publisher": "rabbitry.publisher",
     "AsyncPublisher": "rabbitry.publisher",
@@ -235,6 +237,7 @@ __all__ = [
     "RabbitryError",
     "RecordUnreadable",
     "ReplyLost",
+    "Reporter",
     "RequestTimeout",
     "RetryConfigError",
     "ScheduleError",

@@ -88,7 +88,7 @@ class Applier:
         """Counted work as it goes: (what, done, total), e.g. objects created in a vhost."""
         self.before_step = before_step
         """Called before each migration step: lets tests stop a run at any step."""
-        self.result = ApplyResult()
+        self.result = ApplyResult(plan=plan)
         self.deleted: set[ResourceKey] = set()
         self.operations: list[dict[str, Any]] = list(plan.record.operations)
         self.managed: dict[ResourceKey, str] = dict(plan.record.managed)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rabbitry.provisioner.plans import Plan
 
 MessageCounter = Callable[[str, str], tuple[int, int]]
 """(vhost, queue) -> (messages, consumers), exact; used before deleting quorum/stream queues."""
@@ -50,10 +54,21 @@ class ApplyResult:
 
     done: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    """The plan applied (made under the stack's lock, or the saved one)."""
 
     @property
     def changed(self) -> bool:
         return bool(self.done)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``apply --json`` prints: the plan, what was done and what was kept."""
+        return {
+            "format_version": 1,
+            "plan": self.plan.to_json() if self.plan is not None else None,
+            "done": self.done,
+            "skipped": self.skipped,
+        }
 
 
 __all__ = ["ApplyOptions", "ApplyResult", "MessageCounter"]

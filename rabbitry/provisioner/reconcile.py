@@ -38,12 +38,12 @@ except ImportError as exc:  # the loop serves its metrics: the `metrics` extra
 from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import apply_plan
 from rabbitry.provisioner.apply_options import ApplyOptions
+from rabbitry.provisioner.live_plan import locked_plan, plan_topology
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 from rabbitry.provisioner.refusals import refusals
 from rabbitry.provisioner.relayout import touched_by
-from rabbitry.provisioner.stack import locked_plan, plan_topology
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.uri import mask_text
 

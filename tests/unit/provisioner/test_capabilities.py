@@ -9,7 +9,7 @@ from rabbitry.provisioner.capabilities import (
     parse_version,
     requirements,
 )
-from rabbitry.provisioner.stack import upgrade_warnings
+from rabbitry.provisioner.live_plan import upgrade_warnings
 from rabbitry.topology import primitives as p
 
 
