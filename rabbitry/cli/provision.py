@@ -22,11 +22,11 @@ from rabbitry.files import write_private
 from rabbitry.management.client import ObjectNotFound
 from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.definitions import (
-    check_definitions,
     read_definitions,
     scoped,
     topology_from_definitions,
 )
+from rabbitry.provisioner.definitions_check import check_definitions
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
 from rabbitry.provisioner.names import stack_name

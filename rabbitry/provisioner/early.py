@@ -128,7 +128,7 @@ def definitions_in(path: Path) -> dict[str, Any] | None:
     except ValueError:
         return None  # not JSON: the spec loader says what is wrong with it
     if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
-        from rabbitry.provisioner.definitions import check_definitions
+        from rabbitry.provisioner.definitions_check import check_definitions
 
         # every entry checked before an apply claims its lock: a refused file changes nothing
         check_definitions(data, str(path))
