@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.apply_options import ApplyOptions, ApplyResult
@@ -42,7 +42,26 @@ if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
     from rabbitry.topology.versions import Version
 
-__all__ = ["apply", "plan", "stacks"]
+__all__ = ["SpecSource", "apply", "plan", "stacks"]
+
+
+class SpecSource(TypedDict, total=False):
+    """Where a spec and its broker come from: the keywords ``plan``, ``apply`` and the
+    ``Reconciler`` share (each optional)."""
+
+    url: str | None
+    """AMQP URL(s) of the broker."""
+    management_url: str | None
+    """Management API URL(s), credentials as userinfo."""
+    variables: Mapping[str, str] | None
+    """Template variables (win over ``var_files``)."""
+    var_files: Sequence[Path]
+    """YAML files of template variables (later files win)."""
+    ca_file: str | None
+    """A CA bundle to trust for the management API's TLS certificate."""
+    insecure: bool | None
+    """Do not check that certificate (testing only)."""
+
 
 TARGETS_NOTE = (
     "--target leaves the rest of the spec as it is: the broker may not match the spec"
@@ -53,16 +72,11 @@ TARGETS_NOTE = (
 def plan(
     spec: str | Path | Spec,
     *,
-    url: str | None = None,
-    management_url: str | None = None,
-    variables: Mapping[str, str] | None = None,
-    var_files: Sequence[Path] = (),
-    ca_file: str | None = None,
-    insecure: bool | None = None,
     target_version: str | Version | None = None,
     targets: Sequence[str] = (),
     save_to: Path | None = None,
     report: Reporter | None = None,
+    **source: Unpack[SpecSource],
 ) -> Plan:
     """What applying ``spec`` would change on the broker; changes nothing. With
     ``target_version`` (``"4.3"``), the plan's warnings also tell what that version would
@@ -72,7 +86,7 @@ def plan(
 
     upgrade = release(target_version) if isinstance(target_version, str) else target_version
     report = report or Reporter()
-    broker = _broker(url, management_url, ca_file, insecure)
+    broker = _broker(source)
     ahead = _read_ahead(spec, broker, lock=False)
     from rabbitry.files import write_private
     from rabbitry.provisioner.live_plan import plan_topology
@@ -82,9 +96,13 @@ def plan(
     from rabbitry.uri import mask_uri
 
     target = target_of(
-        spec, variables=variables, var_files=var_files, on_warning=report.warning, ahead=ahead,
+        spec,
+        variables=source.get("variables"),
+        var_files=source.get("var_files", ()),
+        on_warning=report.warning,
+        ahead=ahead,
         **broker,
-    )  # fmt: skip
+    )
     topology = target.topology_alone()
     with (
         target.client or target.endpoints.management() as client,
@@ -104,12 +122,6 @@ def plan(
 def apply(
     spec: str | Path | Spec,
     *,
-    url: str | None = None,
-    management_url: str | None = None,
-    variables: Mapping[str, str] | None = None,
-    var_files: Sequence[Path] = (),
-    ca_file: str | None = None,
-    insecure: bool | None = None,
     allow_replace: bool = False,
     prune: bool = False,
     force: bool = False,
@@ -119,6 +131,7 @@ def apply(
     progress: Callable[[str], None] | None = None,
     lock_timeout: float = 0.0,
     report: Reporter | None = None,
+    **source: Unpack[SpecSource],
 ) -> ApplyResult:
     """Make the broker match ``spec``, or apply the plan saved at ``spec`` exactly (after
     checking the broker still matches what it was made against); raises ``PlanError``
@@ -136,10 +149,11 @@ def apply(
         take_over=frozenset(take_over),
         allow_delay_relayout=allow_delay_relayout,
     )
-    broker = _broker(url, management_url, ca_file, insecure)
+    broker = _broker(source)
     # the lock's claim settles while the spec model and the provisioner load
     ahead = _read_ahead(spec, broker, lock=True)
     try:
+        variables, var_files = source.get("variables"), source.get("var_files", ())
         target = _apply_target(spec, ahead, broker, variables, var_files, targets, report)
         return _apply_to(target, options, targets, lock_timeout, report, progress)
     finally:
@@ -147,10 +161,14 @@ def apply(
             ahead.lock.abandon()  # a run stopped before it acquired the lock it claimed
 
 
-def _broker(
-    url: str | None, management_url: str | None, ca_file: str | None, insecure: bool | None
-) -> Broker:
-    return Broker(url=url, management_url=management_url, ca_file=ca_file, insecure=insecure)
+def _broker(source: SpecSource) -> Broker:
+    """The broker as the caller names it (the spec may name its own)."""
+    return Broker(
+        url=source.get("url"),
+        management_url=source.get("management_url"),
+        ca_file=source.get("ca_file"),
+        insecure=source.get("insecure"),
+    )
 
 
 def _read_ahead(spec: str | Path | Spec, broker: Broker, *, lock: bool) -> ReadAhead:

@@ -4,6 +4,7 @@ the queues declared apart)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rabbitry.errors import BrokerError
@@ -124,45 +125,54 @@ def delete(
 ) -> None:
     """Delete what ``change`` observed; a queue only when empty unless ``force`` (counted
     by ``count_messages`` when the broker cannot delete it only-if-empty)."""
-    c, vhost = client, change.vhost
-    v = q(vhost)
-    observed = change.observed
-    if isinstance(observed, Vhost):
-        c.delete(f"/vhosts/{q(observed.name)}")
-    elif isinstance(observed, User):
-        c.delete(f"/users/{q(observed.name)}")
-    elif isinstance(observed, Permission):
-        c.delete(f"/permissions/{v}/{q(observed.user)}")
-    elif isinstance(observed, TopicPermission):
-        # The API deletes all of a user's topic permissions in a vhost at once; put back
-        # the ones for other exchanges.
-        others = [
-            p
-            for p in c.topic_permissions(vhost)
-            if p["user"] == observed.user and p["exchange"] != observed.exchange
-        ]
-        c.delete(f"/topic-permissions/{v}/{q(observed.user)}")
-        for p in others:
-            c.put(
-                f"/topic-permissions/{v}/{q(observed.user)}",
-                {k: p[k] for k in ("exchange", "write", "read")},
-            )
-    elif isinstance(observed, OperatorPolicy):
-        c.delete(f"/operator-policies/{v}/{q(observed.name)}")
-    elif isinstance(observed, Policy):
-        c.delete(f"/policies/{v}/{q(observed.name)}")
-    elif isinstance(observed, Parameter):
-        c.delete(f"/parameters/{q(observed.component)}/{v}/{q(observed.name)}")
-    elif isinstance(observed, GlobalParameter):
-        c.delete(f"/global-parameters/{q(observed.name)}")
-    elif isinstance(observed, Exchange):
-        c.delete(f"/exchanges/{v}/{q(observed.name)}")
+    vhost, observed = change.vhost, change.observed
+    if isinstance(observed, TopicPermission):
+        _delete_topic_permission(client, vhost, observed)
     elif isinstance(observed, Queue):
-        _delete_queue(c, vhost, observed, force, count_messages)
+        _delete_queue(client, vhost, observed, force, count_messages)
     elif isinstance(observed, Binding):
-        _delete_binding(c, vhost, observed)
+        _delete_binding(client, vhost, observed)
     else:
-        raise TypeError(f"cannot delete {type(observed).__name__}")
+        client.delete(_path_of(observed, q(vhost)))
+
+
+_PATHS: dict[type[Primitive], Callable[[Any, str], str]] = {
+    Vhost: lambda o, _v: f"/vhosts/{q(o.name)}",
+    User: lambda o, _v: f"/users/{q(o.name)}",
+    Permission: lambda o, v: f"/permissions/{v}/{q(o.user)}",
+    OperatorPolicy: lambda o, v: f"/operator-policies/{v}/{q(o.name)}",
+    Policy: lambda o, v: f"/policies/{v}/{q(o.name)}",
+    Parameter: lambda o, v: f"/parameters/{q(o.component)}/{v}/{q(o.name)}",
+    GlobalParameter: lambda o, _v: f"/global-parameters/{q(o.name)}",
+    Exchange: lambda o, v: f"/exchanges/{v}/{q(o.name)}",
+}
+"""The API path of an object deleted by one request, by kind (``v``: its vhost, quoted)."""
+
+
+def _path_of(observed: Primitive | None, v: str) -> str:
+    for kind in type(observed).__mro__:  # the most specific first: an operator policy's own
+        if kind in _PATHS:
+            return _PATHS[kind](observed, v)
+    raise TypeError(f"cannot delete {type(observed).__name__}")
+
+
+def _delete_topic_permission(
+    client: ManagementClient, vhost: str, observed: TopicPermission
+) -> None:
+    # The API deletes all of a user's topic permissions in a vhost at once; put back the
+    # ones for other exchanges.
+    v = q(vhost)
+    others = [
+        p
+        for p in client.topic_permissions(vhost)
+        if p["user"] == observed.user and p["exchange"] != observed.exchange
+    ]
+    client.delete(f"/topic-permissions/{v}/{q(observed.user)}")
+    for p in others:
+        client.put(
+            f"/topic-permissions/{v}/{q(observed.user)}",
+            {k: p[k] for k in ("exchange", "write", "read")},
+        )
 
 
 def _delete_queue(
