@@ -98,10 +98,11 @@ if TYPE_CHECKING:
     from rabbitry.management.client import ObjectNotFound
     from rabbitry.policies.delay import DelayError
     from rabbitry.policies.retry import RetryConfigError
-    from rabbitry.provisioner.applier import ApplyResult
+    from rabbitry.provisioner.apply_options import ApplyResult
     from rabbitry.provisioner.lock import LockHeld, LockLost
     from rabbitry.provisioner.ownership import RecordUnreadable
-    from rabbitry.provisioner.planner import Plan
+    from rabbitry.provisioner.plans import Plan
+    from rabbitry.provisioner.reporter import Reporter
     from rabbitry.provisioner.stack import apply, plan, stacks
     from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
     from rabbitry.publisher.layout import DelayLayoutMismatch
@@ -123,8 +124,9 @@ _LAZY = {
     "plan": "rabbitry.provisioner.stack",
     "apply": "rabbitry.provisioner.stack",
     "stacks": "rabbitry.provisioner.stack",
-    "Plan": "rabbitry.provisioner.planner",
-    "ApplyResult": "rabbitry.provisioner.applier",
+    "Plan": "rabbitry.provisioner.plans",
+    "ApplyResult": "rabbitry.provisioner.apply_options",
+    "Reporter": "rabbitry.provisioner.reporter",
     # publishing
     "Publisher": "rabbitry.publisher",
     "AsyncPublisher": "rabbitry.publisher",
@@ -235,6 +237,7 @@ __all__ = [
     "RabbitryError",
     "RecordUnreadable",
     "ReplyLost",
+    "Reporter",
     "RequestTimeout",
     "RetryConfigError",
     "ScheduleError",

@@ -1,35 +1,32 @@
 """``apply``: make the broker match a spec, or apply a saved plan exactly.
 
-A module of its own, light to import: the stack's lock is claimed (``target_options(lock=True)``)
-before the spec model and the provisioner load, so the lock's settle time passes while they do.
+A module of its own, light to import: ``rabbitry.apply`` claims the stack's lock before the spec
+model and the provisioner load, so the lock's settle time passes while they do.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import click
 
 from rabbitry.cli.common import (
     EXIT_OK,
-    Activity,
+    broker_arguments,
+    broker_options,
     command,
     json_option,
+    parse_vars,
+    spec_options,
     target_option,
-    target_options,
 )
-
-if TYPE_CHECKING:
-    from rabbitry.management.client import ManagementClient
-    from rabbitry.provisioner.planfile import SavedTarget
-    from rabbitry.provisioner.planner import Plan
-    from rabbitry.provisioner.target import Target
 
 
 @command("apply")
-@target_options(plan_files=True, read_ahead=True, lock=True)
+@spec_options
+@broker_options
 @click.option(
     "--auto-approve",
     is_flag=True,
@@ -71,20 +68,10 @@ if TYPE_CHECKING:
     help="Wait this long for another apply of the same stack to finish (0: refuse at once).",
 )
 @target_option
-def apply_command(target: Target | SavedTarget, **options: Any) -> int:
-    """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
-    from `rabbitry plan -o`, or a definitions file, .json); one apply per stack at a time."""
-    try:
-        return _apply(target, **options)
-    finally:
-        lock = getattr(target, "lock", None)  # a Target's, not a saved plan's
-        if lock is not None:
-            lock.abandon()  # a run stopped before it acquired the lock it claimed
-
-
-def _apply(
-    target: Target | SavedTarget,
-    *,
+def apply_command(
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
     auto_approve: bool,
     allow_replace: bool,
     prune: bool,
@@ -94,76 +81,35 @@ def _apply(
     as_json: bool,
     lock_timeout: float,
     targets: tuple[str, ...],
+    **options: Any,
 ) -> int:
-    from rabbitry.cli.provision import apply_json, plan_text, targeted_plan
-    from rabbitry.errors import PlanError
-    from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
-    from rabbitry.provisioner.planfile import SavedTarget
-    from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-    from rabbitry.provisioner.stack import check_saved, locked_plan, plan_topology
-    from rabbitry.provisioner.target import Target
-
-    saved = target.saved if isinstance(target, SavedTarget) else None
-    if saved is not None and targets:
-        raise click.UsageError(
-            "--target does not apply to a saved plan: make the plan with --target instead"
+    """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
+    from `rabbitry plan -o`, or a definitions file, .json); one apply per stack at a time."""
+    if variables or var_files or targets or (as_json and not auto_approve):
+        _refuse_usage(
+            spec, bool(variables or var_files), bool(targets), as_json and not auto_approve
         )
-    if as_json and not auto_approve and saved is None:
-        raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")
-    options = ApplyOptions(
+    from rabbitry.cli.reporting import CommandReporter
+    from rabbitry.provisioner.stack import apply
+
+    result = apply(
+        spec,
+        variables=parse_vars(variables),
+        var_files=var_files,
         allow_replace=allow_replace,
         prune=prune,
         force=force,
-        take_over=frozenset(take_over),
         allow_delay_relayout=allow_delay_relayout,
+        take_over=take_over,
+        targets=targets,
+        lock_timeout=lock_timeout,
+        report=CommandReporter(as_json=as_json, prune=prune, auto_approve=auto_approve),
+        **broker_arguments(options),
     )
-    if saved is not None:
-        stack = saved.plan.stack
-    else:
-        assert isinstance(target, Target)
-        topology = target.topology_alone()
-        stack = topology.name
-    drawn: list[str] = []  # the plan as shown, of the last plan made
-
-    def make_plan(client: ManagementClient) -> Plan:
-        with Activity() as activity, activity.step("reading the broker's state"):
-            if saved is not None:
-                check_saved(client, saved)
-                the_plan = saved.plan
-            else:
-                the_plan = targeted_plan(
-                    plan_topology(client, topology, counter, applying=True), targets
-                )
-        if not as_json:  # drawn now: a large plan takes a while, and the lock settles meanwhile
-            drawn[:] = [plan_text(target, the_plan, prune)]
-        return the_plan
-
-    with (
-        AmqpQueueCounter(target.endpoints) as counter,
-        locked_plan(target, stack, make_plan, lock_timeout, take_over) as (client, the_plan),
-    ):
-        if not as_json:
-            click.echo(drawn[-1])
-        if not the_plan.has_changes:
-            if as_json:
-                click.echo(json.dumps(apply_json(the_plan, [], []), indent=2))
-            return EXIT_OK
-        problems = refusals(the_plan, options, client.username)
-        if problems:
-            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
-        if not auto_approve and saved is None:
-            if not sys.stdin.isatty():
-                raise click.UsageError(
-                    "apply needs confirmation: run it in a terminal or pass --auto-approve"
-                )
-            click.confirm("Apply these changes?", abort=True)
-        progress = None if as_json else (lambda line: click.echo(f"  {line}"))
-        with Activity() as activity:
-            result = apply_plan(
-                client, the_plan, options, counter, progress=progress, counted=activity.count
-            )
     if as_json:
-        click.echo(json.dumps(apply_json(the_plan, result.done, result.skipped), indent=2))
+        click.echo(json.dumps(result.to_json(), indent=2))
+        return EXIT_OK
+    if result.plan is None or not result.plan.has_changes:
         return EXIT_OK
     click.echo(f"Apply complete: {len(result.done)} change(s) made.")
     if result.skipped:
@@ -172,3 +118,22 @@ def _apply(
             "run apply --prune to delete them."
         )
     return EXIT_OK
+
+
+def _refuse_usage(spec: Path, variables: bool, targets: bool, unasked: bool) -> None:
+    """Options that cannot go together: a saved plan was rendered and cut when it was made,
+    and with JSON output nobody is asked."""
+    from rabbitry.provisioner.planfile import is_plan_file
+
+    saved = is_plan_file(spec)
+    if saved and variables:
+        raise click.UsageError(
+            f"{spec} is a saved plan: its spec was rendered when the plan was"
+            " made, so --var and --var-file do not apply"
+        )
+    if saved and targets:
+        raise click.UsageError(
+            "--target does not apply to a saved plan: make the plan with --target instead"
+        )
+    if unasked and not saved:
+        raise click.UsageError("--json needs --auto-approve: with JSON output nobody is asked")

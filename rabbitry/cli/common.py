@@ -11,7 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import click
 
@@ -356,29 +356,9 @@ def endpoint_options(func: F) -> F:
     return broker_options(command, spec=False)  # type: ignore[return-value]
 
 
-@overload
-def target_options(func: F) -> F: ...
-
-
-@overload
-def target_options(
-    *, read_ahead: bool = ..., plan_files: bool = ..., lock: bool = ...
-) -> Callable[[F], F]: ...
-
-
-def target_options(
-    func: F | None = None, *, read_ahead: bool = False, plan_files: bool = False, lock: bool = False
-) -> Any:
+def target_options(func: F) -> F:
     """``SPEC``, its template variables and the broker options, handed to the command as one
-    loaded and checked ``target`` (warnings to stderr). ``read_ahead``: start reading the
-    spec's vhosts from the broker while the spec is checked (``target.client``).
-    ``plan_files``: SPEC may be a saved plan instead, handed over as a ``SavedTarget``.
-    ``lock``: claim the stack's lock first (``target.lock``, for the command to acquire or
-    abandon), so that the read-ahead counts as read under it."""
-    if func is None:
-        return functools.partial(
-            target_options, read_ahead=read_ahead, plan_files=plan_files, lock=lock
-        )
+    loaded and checked ``target`` (warnings to stderr)."""
 
     @functools.wraps(func)
     def command(
@@ -387,51 +367,18 @@ def target_options(
         var_files: tuple[Path, ...],
         **options: Any,
     ) -> Any:
-        broker = broker_arguments(options)
-        claimed = reader = None
-        if lock:  # before the spec model loads (a quarter second): the lock settles meanwhile
-            from rabbitry.provisioner.lock import claim_early
+        from rabbitry.provisioner.target import target_of  # the spec model loads only here
 
-            claimed = claim_early(spec, **broker)  # None for a saved plan: it names no stack
-        elif read_ahead:  # the broker lists a large vhost while the spec model loads
-            from rabbitry.provisioner.early import read_early
-
-            reader = read_early(spec, **broker)
-        try:
-            if plan_files:
-                from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
-
-                if is_plan_file(spec):
-                    if variables or var_files:
-                        raise click.UsageError(
-                            f"{spec} is a saved plan: its spec was rendered when the plan was"
-                            " made, so --var and --var-file do not apply"
-                        )
-                    if reader is not None:
-                        reader.close()
-                    return func(SavedTarget.read(spec, broker), **options)
-            from rabbitry.provisioner.target import target_of  # the spec model loads only here
-
-            target = target_of(
-                spec,
-                variables=parse_vars(variables),
-                var_files=var_files,
-                on_warning=lambda problem: err(f"warning: {problem}"),
-                read_ahead=read_ahead,
-                lock=lock,
-                claimed=claimed,
-                reader=reader,
-                **broker,
-            )
-        except BaseException:
-            if claimed is not None:
-                claimed.abandon()
-            if reader is not None:
-                reader.close()
-            raise
+        target = target_of(
+            spec,
+            variables=parse_vars(variables),
+            var_files=var_files,
+            on_warning=lambda problem: err(f"warning: {problem}"),
+            **broker_arguments(options),
+        )
         return func(target, **options)
 
-    return spec_options(broker_options(command))
+    return spec_options(broker_options(command))  # type: ignore[return-value]
 
 
 target_option = click.option(

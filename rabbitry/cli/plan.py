@@ -1,29 +1,29 @@
-"""``plan``: what apply would change. A module of its own, light to import: the broker's
-reads start (``early.read_early``) before the spec model and the provisioner load, so the broker
-lists a large vhost while they do.
+"""``plan``: what apply would change. A module of its own, light to import: ``rabbitry.plan``
+starts the broker's reads before the spec model and the provisioner load, so the broker lists a
+large vhost while they do.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rabbitry.cli.common import (
     EXIT_CHANGES,
     EXIT_OK,
-    Activity,
+    broker_arguments,
+    broker_options,
     command,
     err,
     json_option,
+    parse_vars,
+    spec_options,
     target_option,
-    target_options,
 )
 
 if TYPE_CHECKING:
-    from rabbitry.provisioner.target import Target
     from rabbitry.topology.versions import Version
 
 
@@ -39,7 +39,8 @@ def _parse_target_version(
 
 
 @command("plan")
-@target_options(read_ahead=True)
+@spec_options
+@broker_options
 @json_option
 @click.option(
     "--detailed-exitcode",
@@ -64,39 +65,32 @@ def _parse_target_version(
 )
 @target_option
 def plan_command(
-    target: Target,
+    spec: Path,
+    variables: tuple[str, ...],
+    var_files: tuple[Path, ...],
     as_json: bool,
     detailed_exitcode: bool,
     out: Path | None,
     target_version: Version | None,
     targets: tuple[str, ...],
+    **options: Any,
 ) -> int:
     """Show what apply would change on the broker; changes nothing. SPEC may also be a
     definitions file (.json), read as the spec import-definitions would make of it."""
-    from rabbitry.cli.provision import plan_text, targeted_plan
-    from rabbitry.files import write_private
-    from rabbitry.provisioner.planfile import SavedPlan, broker_identity
-    from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-    from rabbitry.provisioner.stack import plan_topology
-    from rabbitry.uri import mask_uri
+    from rabbitry.cli.reporting import CommandReporter
+    from rabbitry.provisioner.stack import plan
 
-    topology = target.topology_alone()
-    with (
-        target.client or target.endpoints.management() as client,
-        AmqpQueueCounter(target.endpoints) as counter,
-        Activity() as activity,
-        activity.step("reading the broker's state"),
-    ):
-        plan = plan_topology(client, topology, counter, target_version)
-        the_plan = targeted_plan(plan, targets)
-        made_against = broker_identity(client) if out is not None else None
-    if as_json:
-        click.echo(json.dumps(the_plan.to_json(), indent=2))
-    else:
-        click.echo(plan_text(target, the_plan, prune=True))
-    if out is not None and made_against is not None:
-        broker = mask_uri(target.endpoints.management_url)
-        write_private(out, SavedPlan.of(the_plan, made_against, broker).to_text())
+    the_plan = plan(
+        spec,
+        variables=parse_vars(variables),
+        var_files=var_files,
+        target_version=target_version,
+        targets=targets,
+        save_to=out,
+        report=CommandReporter(as_json=as_json, plan_json=as_json),
+        **broker_arguments(options),
+    )
+    if out is not None:
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
     if detailed_exitcode and the_plan.has_changes:
         return EXIT_CHANGES

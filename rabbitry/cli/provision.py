@@ -22,42 +22,18 @@ from rabbitry.files import write_private
 from rabbitry.management.client import ObjectNotFound
 from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.definitions import (
-    check_definitions,
     read_definitions,
     scoped,
     topology_from_definitions,
 )
+from rabbitry.provisioner.definitions_check import check_definitions
 from rabbitry.provisioner.display import render_plan
 from rabbitry.provisioner.exporter import SecretReference, export_text, export_topology
 from rabbitry.provisioner.names import stack_name
-from rabbitry.provisioner.planfile import SavedPlan, SavedTarget
-from rabbitry.provisioner.planner import Plan, targeted
-from rabbitry.provisioner.target import Target
+from rabbitry.provisioner.planfile import SavedPlan
 from rabbitry.topology import check_spec, load_spec_text
 from rabbitry.topology.document import unknown_to_rabbitry
 from rabbitry.topology.primitives import Topology
-from rabbitry.uri import mask_uri
-
-
-def targeted_plan(the_plan: Plan, targets: tuple[str, ...]) -> Plan:
-    if not targets:
-        return the_plan
-    err(
-        "warning: --target leaves the rest of the spec as it is: the broker may not match the"
-        " spec afterwards; use it to repair, then plan without it"
-    )
-    return targeted(the_plan, targets)
-
-
-def plan_text(target: Target | SavedTarget, the_plan: Plan, prune: bool) -> str:
-    return (
-        f"Broker: {mask_uri(target.endpoints.management_url)}  stack: {the_plan.stack}\n"
-        + render_plan(the_plan, color=color_enabled(), prune=prune)
-    )
-
-
-def apply_json(the_plan: Plan, done: list[str], skipped: list[str]) -> dict[str, object]:
-    return {"format_version": 1, "plan": the_plan.to_json(), "done": done, "skipped": skipped}
 
 
 @command("show")

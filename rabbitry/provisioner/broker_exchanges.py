@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.topology.plugin_objects import BROKER_EXCHANGES, RESERVED_PREFIX
 from rabbitry.topology.primitives import Binding, DestinationType
 

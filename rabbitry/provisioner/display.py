@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import click
 
-from rabbitry.provisioner.planner import SYMBOLS, Action, Change, Plan
+from rabbitry.provisioner.plans import SYMBOLS, Action, Change, Plan
 from rabbitry.topology.patterns.super_streams import super_streams_in
 from rabbitry.topology.primitives import ResourceKey
 from rabbitry.uri import mask_text

@@ -3,9 +3,9 @@
 Loading a spec of 50,000 objects takes about a second, and the broker takes about as long to
 list the objects of its vhost; started together, they overlap. The stack and the vhosts a plain
 spec declares are read off its text (``guess_stack``, ``guess_vhosts``) before the heavy
-modules are even imported, and the reads start then (``read_early``). Guesses, never checks:
-the loaded spec is what counts, and what was read for a wrong guess is simply not used. Light
-on purpose: the HTTP client is imported only by ``read_early``.
+modules are even imported, and the reads start then (``read_ahead.ReadAhead``). Guesses, never
+checks: the loaded spec is what counts, and what was read for a wrong guess is simply not used.
+Light on purpose: the HTTP client is imported only by ``early_client``.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def definitions_in(path: Path) -> dict[str, Any] | None:
     except ValueError:
         return None  # not JSON: the spec loader says what is wrong with it
     if isinstance(data, dict) and "version" not in data and DEFINITIONS_KEYS.intersection(data):
-        from rabbitry.provisioner.definitions import check_definitions
+        from rabbitry.provisioner.definitions_check import check_definitions
 
         # every entry checked before an apply claims its lock: a refused file changes nothing
         check_definitions(data, str(path))
@@ -179,27 +179,6 @@ def early_client(
     return endpoints.management(), *guessed
 
 
-def read_early(
-    path: Path,
-    *,
-    url: str | None = None,
-    management_url: str | None = None,
-    ca_file: str | None = None,
-    insecure: bool | None = None,
-) -> ManagementClient | None:
-    """A management client already reading what a plan of the plain spec at ``path`` needs
-    (``PLAN_READS`` and the guessed vhosts' objects), for ``target_of(reader=)``; None when
-    the spec is not plain enough to guess from, or no broker can be named yet."""
-    found = early_client(
-        path, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
-    )
-    if found is None:
-        return None
-    client, _stack, vhosts = found
-    client.read_ahead(vhosts, paths=PLAN_READS)
-    return client
-
-
 __all__ = [
     "PLAN_READS",
     "definitions_in",
@@ -207,6 +186,5 @@ __all__ = [
     "guess",
     "guess_stack",
     "guess_vhosts",
-    "read_early",
     "stack_name",
 ]

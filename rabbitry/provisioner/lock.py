@@ -43,12 +43,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
 from rabbitry.management.client import ManagementClient, q
-from rabbitry.provisioner.early import PLAN_READS, early_client
 from rabbitry.provisioner.lease import MAX_TTL, MIN_TTL, Lease, Watch, holder_ttl
 from rabbitry.provisioner.names import LOCK_PREFIX
 
@@ -111,30 +109,6 @@ def _when(epoch: float) -> str:
         return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, OSError, ValueError):  # a lock value written by hand
         return "?"
-
-
-def claim_early(
-    path: Path,
-    *,
-    url: str | None = None,
-    management_url: str | None = None,
-    ca_file: str | None = None,
-    insecure: bool | None = None,
-) -> StackLock | None:
-    """For an apply: the lock of the stack the spec file at ``path`` names (``early.guess``),
-    claimed before the spec is loaded, so that the lock's settle time passes meanwhile (see
-    ``target_of(claimed=)``), and, once claimed, what the plan needs read ahead (the vhosts
-    it names). None when the name cannot be guessed or the file not read."""
-    found = early_client(
-        path, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
-    )
-    if found is None:
-        return None
-    client, stack, vhosts = found
-    lock = StackLock(client, stack)
-    if lock.claim():  # read under the claim: it counts once the read-back finds it ours
-        lock.client.read_ahead(vhosts, paths=PLAN_READS)
-    return lock
 
 
 class StackLock:

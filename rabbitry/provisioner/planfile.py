@@ -36,7 +36,8 @@ from rabbitry.errors import PlanError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import Endpoints, resolve_endpoints
 from rabbitry.provisioner.ownership import OwnershipRecord
-from rabbitry.provisioner.planner import Action, Change, Plan, owners_of
+from rabbitry.provisioner.planner import owners_of
+from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (

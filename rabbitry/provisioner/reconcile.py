@@ -21,11 +21,11 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from rabbitry.errors import MissingExtra, RabbitryError
 
@@ -36,12 +36,15 @@ except ImportError as exc:  # the loop serves its metrics: the `metrics` extra
     raise MissingExtra("rabbitry reconcile", "prometheus-client", "metrics") from exc
 
 from rabbitry.management.client import ManagementClient
-from rabbitry.provisioner.applier import ApplyOptions, apply_plan, refusals
+from rabbitry.provisioner.applier import apply_plan
+from rabbitry.provisioner.apply_options import ApplyOptions
+from rabbitry.provisioner.live_plan import locked_plan, plan_topology
 from rabbitry.provisioner.lock import StackLock
-from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+from rabbitry.provisioner.refusals import refusals
 from rabbitry.provisioner.relayout import touched_by
-from rabbitry.provisioner.stack import locked_plan, plan_topology
+from rabbitry.provisioner.stack import SpecSource
 from rabbitry.provisioner.target import Target, target_of
 from rabbitry.uri import mask_text
 
@@ -156,23 +159,15 @@ class Reconciler:
         spec: str | Path,
         options: ReconcileOptions,
         *,
-        url: str | None = None,
-        management_url: str | None = None,
-        variables: Mapping[str, str] | None = None,
-        var_files: Sequence[Path] = (),
-        ca_file: str | None = None,
-        insecure: bool | None = None,
         on_pass: Callable[[PassReport], None] | None = None,
+        **source: Unpack[SpecSource],
     ) -> None:
         self.spec = spec
         self.options = options
+        # kept, not resolved: each pass reads the spec and its broker afresh
         self._target_options: dict[str, Any] = {
-            "url": url,
-            "management_url": management_url,
-            "variables": variables,
-            "var_files": tuple(var_files),
-            "ca_file": ca_file,
-            "insecure": insecure,
+            **source,
+            "var_files": tuple(source.get("var_files", ())),
         }
         self.on_pass = on_pass
         self.last: PassReport | None = None

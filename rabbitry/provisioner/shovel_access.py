@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
-from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.topology.primitives import JSON, Parameter
 
 DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})

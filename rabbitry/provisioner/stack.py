@@ -1,299 +1,147 @@
-"""Plan and apply a spec from Python: what ``rabbitry plan`` and ``rabbitry apply`` do.
+"""Plan and apply a spec from Python: what ``rabbitry plan`` and ``rabbitry apply`` call.
 
-``plan(spec)`` reads the broker and returns the ``Plan``; ``apply(spec)`` makes the broker match,
-with the same permissions the CLI flags give (``allow_replace``, ``prune``, ``force``,
-``allow_delay_relayout``). Both
+``plan(spec)`` reads the broker and returns the ``Plan`` (``save_to``: also saved for an apply
+of exactly it); ``apply(spec)`` makes the broker match, with the same permissions the CLI
+flags give (``allow_replace``, ``prune``, ``force``, ``allow_delay_relayout``, ``take_over``);
+``spec`` may also be a definitions file (``.json``) and, for ``apply``, a saved plan. Both
 check first that the broker can hold the spec (plugins, feature flags, version) and change
-nothing when it cannot. The broker comes from the arguments, then ``RABBITRY_URL`` /
-``RABBITRY_MANAGEMENT_URL``, then the spec's ``broker:`` section, then localhost; the two URLs
-name one broker (``management.endpoints``): a ``url`` with an environment's management URL of
-another host, or a management URL guessed from an AMQP URL on a moved port, is refused. The
-pytest plugin's fixtures give both URLs (``amqp_url``, ``management_url_with_credentials``).
+nothing when it cannot; ``targets`` (``queue/shop/orders.work``) limits the work to those
+objects and what they need; ``report`` (a ``Reporter``) is told what happens as it goes.
+
+The broker comes from the arguments, then ``RABBITRY_URL`` / ``RABBITRY_MANAGEMENT_URL``, then
+the spec's ``broker:`` section, then localhost; the two URLs name one broker
+(``management.endpoints``): a ``url`` with an environment's management URL of another host, or
+a management URL guessed from an AMQP URL on a moved port, is refused. ``ca_file`` /
+``insecure``: how to trust the management API's TLS certificate. The pytest plugin's fixtures
+give both URLs (``amqp_url``, ``management_url_with_credentials``).
+
+Light on purpose: the broker's reads and an apply's lock start (``ReadAhead``) before the spec
+model and the planner are imported, so that the broker works while they load.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import replace
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
-from rabbitry.errors import CapabilityError, PlanError
-from rabbitry.gcpause import pauses_collector
-from rabbitry.management.client import ManagementClient
-from rabbitry.management.endpoints import resolve_endpoints
-from rabbitry.provisioner.applier import (
-    ApplyOptions,
-    ApplyResult,
-    apply_plan,
-    refusals,
-    self_harm,
+from rabbitry.errors import PlanError
+from rabbitry.provisioner.apply_options import ApplyOptions, ApplyResult
+from rabbitry.provisioner.read_ahead import Broker, ReadAhead
+from rabbitry.provisioner.reporter import Reporter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rabbitry.management.client import ManagementClient
+    from rabbitry.provisioner.ownership import StacksOnBroker
+    from rabbitry.provisioner.planfile import SavedTarget
+    from rabbitry.provisioner.plans import Plan
+    from rabbitry.provisioner.target import Target
+    from rabbitry.topology.spec.model import Spec
+    from rabbitry.topology.versions import Version
+
+__all__ = ["SpecSource", "apply", "plan", "stacks"]
+
+
+class SpecSource(TypedDict, total=False):
+    """Where a spec and its broker come from: the keywords ``plan``, ``apply`` and the
+    ``Reconciler`` share (each optional)."""
+
+    url: str | None
+    """AMQP URL(s) of the broker."""
+    management_url: str | None
+    """Management API URL(s), credentials as userinfo."""
+    variables: Mapping[str, str] | None
+    """Template variables (win over ``var_files``)."""
+    var_files: Sequence[Path]
+    """YAML files of template variables (later files win)."""
+    ca_file: str | None
+    """A CA bundle to trust for the management API's TLS certificate."""
+    insecure: bool | None
+    """Do not check that certificate (testing only)."""
+
+
+TARGETS_NOTE = (
+    "--target leaves the rest of the spec as it is: the broker may not match the spec"
+    " afterwards; use it to repair, then plan without it"
 )
-from rabbitry.provisioner.broker_exchanges import missing_exchanges
-from rabbitry.provisioner.capabilities import CapabilityReport, migration_requirements, missing
-from rabbitry.provisioner.capabilities import check as check_capabilities
-from rabbitry.provisioner.capabilities import notices as version_notices
-from rabbitry.provisioner.lock import StackLock, stacks_held
-from rabbitry.provisioner.ownership import RecordUnreadable, StacksOnBroker, stacks_on
-from rabbitry.provisioner.planfile import (
-    BrokerIdentity,
-    SavedPlan,
-    SavedTarget,
-    broker_identity,
-)
-from rabbitry.provisioner.planner import Action, Plan
-from rabbitry.provisioner.planner import plan as plan_changes
-from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.shovel_access import unreachable_shovels
-from rabbitry.provisioner.state import BrokerState, Counter, read_records, read_state
-from rabbitry.provisioner.target import Target, target_of
-from rabbitry.provisioner.unreadable import refuse_unknown_owners, unknown_owner_warnings
-from rabbitry.topology.primitives import ResourceKey, Topology
-from rabbitry.topology.spec.model import Spec
-from rabbitry.topology.versions import Version, format_version, release
-
-__all__ = ["apply", "check_saved", "locked_plan", "plan", "plan_topology", "stacks"]
-
-
-@pauses_collector
-def plan_topology(
-    client: ManagementClient,
-    topology: Topology,
-    counter: Counter | None = None,
-    target_version: Version | None = None,
-    *,
-    applying: bool = False,
-) -> Plan:
-    """Check the broker can hold ``topology``, then plan against what it has; message counts
-    of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
-    when it reaches them, from the management statistics otherwise. With ``target_version``,
-    the plan's warnings also say what the broker at that version would refuse or change.
-    ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
-    report = check_capabilities(client, topology)
-    _refuse(report, report.problems, "spec", "changed")
-    state = _state_for(client, topology, topology.name, counter=counter)
-    # what was read ahead and not taken (a vhost that does not exist yet) is of before any
-    # change: a read after the apply must reach the broker
-    client.forget_read_ahead()
-    the_plan = plan_changes(topology, state)
-    if applying:
-        refuse_unknown_owners(the_plan, state)
-    declared = declared_by(the_plan)
-    _refuse(report, report.refusals(declared), "spec", "changed")
-    harm = self_harm(the_plan, client.username)
-    shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
-    if applying and shovels:
-        raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
-    harm += shovels
-    version_warnings = (
-        *report.kept(declared),
-        *report.notes,
-        *upgrade_warnings(report, target_version),
-    )
-    version_warnings += unknown_owner_warnings(state)
-    if harm or version_warnings:
-        warnings = tuple(f"apply will refuse: {h}" for h in harm)
-        the_plan = replace(the_plan, warnings=the_plan.warnings + warnings + version_warnings)
-    migrated = [
-        c.title for c in the_plan.changes if c.action is Action.REPLACE and c.kind == "queue"
-    ]
-    gaps = missing(migration_requirements(migrated), report.broker)
-    if gaps:
-        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
-    return the_plan
-
-
-def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
-    """``shovel_access.unreachable_shovels`` for the user applying, whose permissions are read
-    only when the plan declares a shovel."""
-    user = client.username
-    if not user or not any(
-        c.kind == "parameter" and c.key[2] == "shovel" and c.action in DECLARING
-        for c in the_plan.changes
-    ):
-        return []
-    permissions = client.get(f"/users/{quote(user, safe='')}/permissions")
-    return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
-
-
-def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[str]:
-    """``broker_exchanges.missing_exchanges``, asking the broker for each ``amq.*`` exchange
-    a binding of the plan uses in a vhost that exists (one read each, only for those)."""
-
-    def exists(vhost: str, name: str) -> bool:
-        path = f"/exchanges/{quote(vhost, safe='')}/{quote(name, safe='')}"
-        return client.get_optional(path) is not None
-
-    return missing_exchanges(the_plan, exists)
-
-
-def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
-    if problems:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what};"
-            f" nothing was {done}:\n  " + "\n  ".join(problems)
-        )
-
-
-def _state_for(
-    client: ManagementClient, topology: Topology, stack: str, **options: Any
-) -> BrokerState:
-    """What the broker holds of everything ``topology`` declares (``read_state`` options)."""
-    return read_state(
-        client,
-        stack=stack,
-        vhosts=[v.name for v in topology.vhosts],
-        users=[u.name for u in topology.users],
-        global_parameters=[p.name for p in topology.global_parameters],
-        **options,
-    )
-
-
-DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
-
-
-def declared_by(the_plan: Plan) -> Callable[[ResourceKey], bool]:
-    """Whether the plan declares an object: the broker's version judges only those."""
-    keys = {c.key for c in the_plan.changes if c.action in DECLARING}
-    return keys.__contains__
-
-
-def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[str]:
-    """What the spec would meet on the broker at ``target``: refusals first, then what the
-    target ignores or changes (a new default crossed on the way up)."""
-    if target is None:
-        return []
-    now = report.broker.version
-    upgrading_from = now if now and now < target else None
-    refused, noted = version_notices(report.needs, target, upgrading_from, "the target is")
-    shown = format_version(target)
-    if not refused and not noted:
-        return [f"RabbitMQ {shown}: nothing in this spec is refused or changed"]
-    return [f"RabbitMQ {shown} would refuse: {m}" for m in refused] + [
-        f"RabbitMQ {shown}: {m}" for m in noted
-    ]
-
-
-def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
-    """Refuse, changing nothing, a saved plan this broker no longer matches: another cluster
-    or management URL, objects it touches changed, appeared or vanished, another apply of the
-    stack ran since, or the broker lost something the plan needs (a plugin, a feature flag)."""
-    desired = saved.plan.desired
-    if desired is None:
-        raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
-    broker = refuse_elsewhere(client, saved)
-    report = check_capabilities(client, desired)
-    _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
-    state = _state_for(client, desired, saved.plan.stack, with_stats=False)
-    problems = saved.stale(state, broker)
-    if problems:
-        raise PlanError(
-            "the broker no longer matches what the plan was made against; nothing was"
-            " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
-            " -o FILE), review it, and apply that"
-        )
-    refuse_unknown_owners(saved.plan, state)
-
-
-def refuse_elsewhere(client: ManagementClient, saved: SavedPlan) -> BrokerIdentity:
-    """Refuse a saved plan on a broker other than the one it was made against; the broker."""
-    broker = broker_identity(client)
-    elsewhere = saved.elsewhere(broker)
-    if elsewhere is not None:
-        raise PlanError(f"nothing was applied: {elsewhere}")
-    return broker
-
-
-@contextlib.contextmanager
-def locked_plan(
-    target: Target | SavedTarget,
-    stack: str,
-    make_plan: Callable[[ManagementClient], Plan],
-    lock_timeout: float = 0.0,
-    take_over: Iterable[str] = (),
-) -> Iterator[tuple[ManagementClient, Plan]]:
-    """The plan of an apply of ``stack`` (``make_plan``) and a management client to apply it
-    with, holding the stack's lock for the ``with`` block (``LockHeld`` after waiting
-    ``lock_timeout`` seconds). When ``target`` claimed the lock while its spec loaded, the plan
-    is made from what was read after the claim while the lock settles, and kept when the claim
-    held; otherwise, or when someone else wrote the lock first (and may have changed the
-    broker since), it is made again under the lock from fresh reads. The locks of the stacks
-    in ``take_over`` are held too."""
-    early = target.client if isinstance(target, Target) else None
-    client = early or target.endpoints.management()
-    if isinstance(target, SavedTarget):  # refused before its lock is written on that broker
-        with contextlib.ExitStack() as closing:
-            closing.callback(client.close)
-            refuse_elsewhere(client, target.saved)
-            closing.pop_all()
-    lock = (target.lock if isinstance(target, Target) else None) or StackLock(client, stack)
-    if take_over:
-        # several locks are taken in name order (two runs never hold one each while waiting
-        # for the other's): not from a claim made early
-        lock.abandon()
-        with client, stacks_held(client, {stack, *take_over}, lock_timeout):
-            client.forget_read_ahead()
-            yield client, make_plan(client)
-        return
-    with client:
-        try:
-            the_plan = make_plan(client) if lock.claimed else None
-        except BaseException:
-            lock.abandon()
-            raise
-        with lock.held(lock_timeout):
-            if the_plan is None or not lock.early_claim_kept:
-                client.forget_read_ahead()
-                the_plan = make_plan(client)
-            yield client, the_plan
 
 
 def plan(
     spec: str | Path | Spec,
     *,
-    url: str | None = None,
-    management_url: str | None = None,
-    variables: Mapping[str, str] | None = None,
-    target_version: str | None = None,
+    target_version: str | Version | None = None,
+    targets: Sequence[str] = (),
+    save_to: Path | None = None,
+    report: Reporter | None = None,
+    **source: Unpack[SpecSource],
 ) -> Plan:
     """What applying ``spec`` would change on the broker; changes nothing. With
     ``target_version`` (``"4.3"``), the plan's warnings also tell what that version would
-    refuse or change: what an upgrade would break."""
-    upgrade = release(target_version) if target_version is not None else None
-    target = target_of(spec, url=url, management_url=management_url, variables=variables)
-    with target.endpoints.management() as client, AmqpQueueCounter(target.endpoints) as counter:
-        return plan_topology(client, target.topology, counter, upgrade)
+    refuse or change: what an upgrade would break. ``save_to``: the plan is also written
+    there (mode 0600) for ``apply(save_to)`` to apply exactly it, once shown (``report``)."""
+    from rabbitry.topology.versions import release
+
+    upgrade = release(target_version) if isinstance(target_version, str) else target_version
+    report = report or Reporter()
+    broker = _broker(source)
+    ahead = _read_ahead(spec, broker, lock=False)
+    from rabbitry.files import write_private
+    from rabbitry.provisioner.live_plan import plan_topology
+    from rabbitry.provisioner.planfile import SavedPlan, broker_identity
+    from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+    from rabbitry.provisioner.target import target_of
+    from rabbitry.uri import mask_uri
+
+    target = target_of(
+        spec,
+        variables=source.get("variables"),
+        var_files=source.get("var_files", ()),
+        on_warning=report.warning,
+        ahead=ahead,
+        **broker,
+    )
+    topology = target.topology_alone()
+    with (
+        target.client or target.endpoints.management() as client,
+        AmqpQueueCounter(target.endpoints) as counter,
+        report.step("reading the broker's state"),
+    ):
+        made = plan_topology(client, topology, counter, upgrade)
+        the_plan = _targeted(made, targets, report)
+        made_against = broker_identity(client) if save_to is not None else None
+    shown = mask_uri(target.endpoints.management_url)
+    report.planned(the_plan, shown)
+    if save_to is not None and made_against is not None:
+        write_private(save_to, SavedPlan.of(the_plan, made_against, shown).to_text())
+    return the_plan
 
 
 def apply(
     spec: str | Path | Spec,
     *,
-    url: str | None = None,
-    management_url: str | None = None,
-    variables: Mapping[str, str] | None = None,
     allow_replace: bool = False,
     prune: bool = False,
     force: bool = False,
     allow_delay_relayout: bool = False,
     take_over: Iterable[str] = (),
+    targets: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     lock_timeout: float = 0.0,
+    report: Reporter | None = None,
+    **source: Unpack[SpecSource],
 ) -> ApplyResult:
-    """Make the broker match ``spec``; raises ``PlanError`` (changing nothing) when the plan
-    needs a replace, prune or force the arguments do not allow, lays a delay's levels out anew
-    while messages wait in them (``allow_delay_relayout``), or acts on objects another
-    stack owns that ``take_over`` does not name, and ``LockHeld`` when another run applies the
-    same stack, or one named in ``take_over`` (after waiting up to ``lock_timeout`` seconds)."""
-    target = target_of(
-        spec,
-        url=url,
-        management_url=management_url,
-        variables=variables,
-        read_ahead=True,
-        lock=True,
-    )
+    """Make the broker match ``spec``, or apply the plan saved at ``spec`` exactly (after
+    checking the broker still matches what it was made against); raises ``PlanError``
+    (changing nothing) when the plan needs a replace, prune or force the arguments do not
+    allow, lays a delay's levels out anew while messages wait in them
+    (``allow_delay_relayout``), or acts on objects another stack owns that ``take_over`` does
+    not name, and ``LockHeld`` when another run applies the same stack, or one named in
+    ``take_over`` (after waiting up to ``lock_timeout`` seconds). ``progress`` (else
+    ``report.progress``) gets a line per step; the result holds the plan applied."""
+    report = report or Reporter()
     options = ApplyOptions(
         allow_replace=allow_replace,
         prune=prune,
@@ -301,23 +149,129 @@ def apply(
         take_over=frozenset(take_over),
         allow_delay_relayout=allow_delay_relayout,
     )
-    topology = target.topology
+    broker = _broker(source)
+    # the lock's claim settles while the spec model and the provisioner load
+    ahead = _read_ahead(spec, broker, lock=True)
+    try:
+        variables, var_files = source.get("variables"), source.get("var_files", ())
+        target = _apply_target(spec, ahead, broker, variables, var_files, targets, report)
+        return _apply_to(target, options, targets, lock_timeout, report, progress)
+    finally:
+        if ahead.lock is not None:
+            ahead.lock.abandon()  # a run stopped before it acquired the lock it claimed
+
+
+def _broker(source: SpecSource) -> Broker:
+    """The broker as the caller names it (the spec may name its own)."""
+    return Broker(
+        url=source.get("url"),
+        management_url=source.get("management_url"),
+        ca_file=source.get("ca_file"),
+        insecure=source.get("insecure"),
+    )
+
+
+def _read_ahead(spec: str | Path | Spec, broker: Broker, *, lock: bool) -> ReadAhead:
+    """The head start of a plan or an apply: from a spec file's text when it is one."""
+    if isinstance(spec, str | os.PathLike):
+        return ReadAhead.before_loading(Path(spec), lock=lock, **broker)
+    return ReadAhead(lock=lock, **broker)
+
+
+def _apply_target(
+    spec: str | Path | Spec,
+    ahead: ReadAhead,
+    broker: Broker,
+    variables: Mapping[str, str] | None,
+    var_files: Sequence[Path],
+    targets: Sequence[str],
+    report: Reporter,
+) -> Target | SavedTarget:
+    """The loaded, checked spec and its broker, or the plan saved at ``spec`` and its broker."""
+    from rabbitry.provisioner.planfile import SavedTarget, is_plan_file
+
+    if isinstance(spec, str | os.PathLike) and is_plan_file(Path(spec)):
+        ahead.close()  # a saved plan names no stack: nothing was started for it
+        if variables or var_files:
+            raise PlanError(
+                f"{spec} is a saved plan: its spec was rendered when the plan was made, so"
+                " variables and variable files do not apply"
+            )
+        if targets:
+            raise PlanError("targets do not apply to a saved plan: make the plan with them")
+        return SavedTarget.read(Path(spec), broker)
+    from rabbitry.provisioner.target import target_of  # the spec model loads only here
+
+    return target_of(
+        spec, variables=variables, var_files=var_files, on_warning=report.warning, ahead=ahead,
+        **broker,
+    )  # fmt: skip
+
+
+def _apply_to(
+    target: Target | SavedTarget,
+    options: ApplyOptions,
+    targets: Sequence[str],
+    lock_timeout: float,
+    report: Reporter,
+    progress: Callable[[str], None] | None,
+) -> ApplyResult:
+    from rabbitry.provisioner.applier import apply_plan
+    from rabbitry.provisioner.live_plan import check_saved, locked_plan, plan_topology
+    from rabbitry.provisioner.planfile import SavedTarget
+    from rabbitry.provisioner.queue_counter import AmqpQueueCounter
+    from rabbitry.provisioner.refusals import refusals
+    from rabbitry.uri import mask_uri
+
+    saved = target.saved if isinstance(target, SavedTarget) else None
+    if saved is not None:
+        stack = saved.plan.stack
+    else:
+        assert not isinstance(target, SavedTarget)
+        topology = target.topology_alone()
+        stack = topology.name
+
+    def make_plan(client: ManagementClient) -> Plan:
+        with report.step("reading the broker's state"):
+            if saved is not None:
+                check_saved(client, saved)
+                return saved.plan
+            made = plan_topology(client, topology, counter, applying=True)
+            return _targeted(made, targets, report)
+
     with (
         AmqpQueueCounter(target.endpoints) as counter,
-        locked_plan(
-            target,
-            topology.name,
-            lambda client: plan_topology(client, topology, counter, applying=True),
-            lock_timeout,
-            options.take_over,
-        ) as (client, the_plan),
+        locked_plan(target, stack, make_plan, lock_timeout, options.take_over) as (
+            client,
+            the_plan,
+        ),
     ):
+        report.planned(the_plan, mask_uri(target.endpoints.management_url))
         if not the_plan.has_changes:
-            return ApplyResult()
+            return ApplyResult(plan=the_plan)
         problems = refusals(the_plan, options, client.username)
         if problems:
             raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
-        return apply_plan(client, the_plan, options, counter, progress=progress)
+        if saved is None and not report.confirm(the_plan):
+            return ApplyResult(plan=the_plan)
+        with report.counting():
+            return apply_plan(
+                client,
+                the_plan,
+                options,
+                counter,
+                progress=progress or report.progress,
+                counted=report.counted,
+            )
+
+
+def _targeted(the_plan: Plan, targets: Sequence[str], report: Reporter) -> Plan:
+    if not targets:
+        return the_plan
+    from rabbitry.provisioner.targeting import targeted
+
+    report.note(TARGETS_NOTE)
+    return targeted(the_plan, targets)
 
 
 def stacks(
@@ -328,6 +282,10 @@ def stacks(
 ) -> StacksOnBroker:
     """The stacks on the broker (only those owning something in ``vhosts``, when given) with
     what each owns, read from their ownership records in one request."""
+    from rabbitry.management.endpoints import resolve_endpoints
+    from rabbitry.provisioner.ownership import RecordUnreadable, stacks_on
+    from rabbitry.provisioner.state import read_records
+
     endpoints = resolve_endpoints(url, management_url)
     with endpoints.management() as client:
         unreadable: dict[str, RecordUnreadable] = {}

@@ -156,6 +156,72 @@ def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
         yield items.pop()
 
 
+def _read_vhosts(
+    client: ManagementClient,
+    wanted: set[str],
+    existing: Mapping[str, JSONDict],
+    limits: Mapping[str, Any],
+    vanished: list[str] | None,
+    left_out: list[str] | None,
+) -> list[Vhost]:
+    """The wanted vhosts that exist, each read whole (``read_state``: ``vanished``)."""
+    observed_vhosts: list[Vhost] = []
+    for name in sorted(wanted):
+        meta = existing.get(name)
+        if meta is None:
+            continue
+        its_left_out: list[str] = []
+        try:
+            observed = observed_vhost(
+                name,
+                meta,
+                client.vhost_objects(name),
+                client.permissions(name),
+                client.topic_permissions(name),
+                limits.get(name),
+                left_out=its_left_out,
+            )
+        except ObjectNotFound:
+            if vanished is None or client.vhost_exists(name):
+                raise
+            vanished.append(name)
+            continue
+        if vanished is not None and not client.vhost_exists(name):
+            # deleted after some of its reads: what was read may be half of it
+            vanished.append(name)
+            continue
+        if left_out is not None:
+            left_out.extend(its_left_out)
+        observed_vhosts.append(observed)
+
+    return observed_vhosts
+
+
+def _read_users(
+    client: ManagementClient, wanted: set[str], limits: Mapping[str, Any]
+) -> tuple[list[User], dict[str, tuple[str, str]]]:
+    """The wanted users, and each one's password hash and its algorithm (for the plan to
+    tell whether the spec's password is the one the broker holds)."""
+    observed_users: list[User] = []
+    hashes: dict[str, tuple[str, str]] = {}
+    if wanted:
+        for item in client.users():
+            if item["name"] in wanted:
+                tags = tags_of(item.get("tags"))
+                observed_users.append(
+                    User(
+                        name=item["name"],
+                        tags=tuple(tags),
+                        limits=limits_of(limits.get(item["name"])),
+                    )
+                )
+                hashes[item["name"]] = (
+                    item.get("password_hash", ""),
+                    item.get("hashing_algorithm", ""),
+                )
+    return observed_users, hashes
+
+
 def observed_vhost(
     name: str,
     meta: JSONDict,
@@ -172,65 +238,9 @@ def observed_vhost(
     them) is left out, one line each in ``left_out``; exchanges of types rabbitry does not know
     are kept as they are."""
     left = left_out if left_out is not None else []
-    exchanges, gone_exchanges = [], set()
-    for item in _taken(definitions, "exchanges"):
-        # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
-        exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
-        arguments = item.get("arguments") or {}
-        why = plugin_exchange(arguments, item["name"])
-        if why:
-            if why is not BROKER_EXCHANGE_WHY:  # bindings from the broker's own stay
-                gone_exchanges.add(item["name"])
-            left.append(f"exchange {name}/{item['name']}: {why}")
-            continue
-        exchanges.append(
-            Exchange.trusted(
-                name=item["name"],
-                type=exchange_type,
-                durable=bool(item.get("durable", True)),
-                auto_delete=bool(item.get("auto_delete", False)),
-                internal=bool(item.get("internal", False)),
-                arguments=dict(arguments),
-            )
-        )
-    queues, gone_queues = [], set()
-    for item in _taken(definitions, "queues"):
-        arguments = dict(item.get("arguments") or {})
-        why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
-        if why:
-            # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
-            gone_queues.add(item["name"])
-            left.append(f"queue {name}/{item['name']}: {why}")
-            continue
-        queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
-        queues.append(
-            Queue.trusted(
-                name=item["name"],
-                type=_enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
-                durable=bool(item.get("durable", True)),
-                auto_delete=bool(item.get("auto_delete", False)),
-                arguments=arguments,
-            )
-        )
-    bindings = []
-    for item in _taken(definitions, "bindings"):
-        source = item.get("source")
-        if not source:
-            continue  # the default exchange's implicit bindings are not declared
-        to_queue = item.get("destination_type", "queue") == "queue"
-        destination = item["destination"]
-        if source in gone_exchanges or destination in (gone_queues if to_queue else gone_exchanges):
-            left.append(f"binding {name}/{source} -> {destination}: to or from an object left out")
-            continue
-        bindings.append(
-            Binding.trusted(
-                source=source,
-                destination=destination,
-                destination_type=DestinationType(item.get("destination_type", "queue")),
-                routing_key=item.get("routing_key", ""),
-                arguments=dict(item.get("arguments") or {}),
-            )
-        )
+    exchanges, gone_exchanges = _observed_exchanges(name, definitions, left)
+    queues, gone_queues = _observed_queues(name, definitions, left)
+    bindings = _observed_bindings(name, definitions, left, gone_exchanges, gone_queues)
     policies = [
         Policy(
             name=item["name"],
@@ -241,25 +251,7 @@ def observed_vhost(
         )
         for item in _taken(definitions, "policies")
     ]
-    operator_policies = []
-    parameters = []
-    for item in _taken(definitions, "parameters"):
-        if item.get("component") == "operator_policy":
-            value = item.get("value") or {}
-            operator_policies.append(
-                OperatorPolicy(
-                    name=item["name"],
-                    pattern=value.get("pattern", ""),
-                    apply_to=_enum_or_none(ApplyTo, value.get("apply-to")) or ApplyTo.QUEUES,
-                    priority=int(value.get("priority", 0)),
-                    definition=dict(value.get("definition") or {}),
-                )
-            )
-        elif item.get("component") != "vhost-limits":
-            # a vhost's limits are a parameter to the broker too: read once, as its limits
-            parameters.append(
-                Parameter(component=item["component"], name=item["name"], value=item.get("value"))
-            )
+    operator_policies, parameters = _observed_parameters(definitions)
     default_type = _enum_or_none(QueueType, meta.get("default_queue_type"))
     metadata = meta.get("metadata") or {}
     tags = tags_of(meta.get("tags", metadata.get("tags", [])))
@@ -289,6 +281,118 @@ def observed_vhost(
             for p in topic_permissions
         ),
     )
+
+
+def _observed_exchanges(
+    name: str, definitions: JSONDict, left: list[str]
+) -> tuple[list[Exchange], set[str]]:
+    """The vhost's exchanges, and the names of those left out for a plugin (bindings to or
+    from them go too)."""
+    exchanges: list[Exchange] = []
+    gone_exchanges: set[str] = set()
+    for item in _taken(definitions, "exchanges"):
+        # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
+        exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
+        arguments = item.get("arguments") or {}
+        why = plugin_exchange(arguments, item["name"])
+        if why:
+            if why is not BROKER_EXCHANGE_WHY:  # bindings from the broker's own stay
+                gone_exchanges.add(item["name"])
+            left.append(f"exchange {name}/{item['name']}: {why}")
+            continue
+        exchanges.append(
+            Exchange.trusted(
+                name=item["name"],
+                type=exchange_type,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                internal=bool(item.get("internal", False)),
+                arguments=dict(arguments),
+            )
+        )
+    return exchanges, gone_exchanges
+
+
+def _observed_queues(
+    name: str, definitions: JSONDict, left: list[str]
+) -> tuple[list[Queue], set[str]]:
+    """The vhost's queues, and the names of those left out for a plugin."""
+    queues: list[Queue] = []
+    gone_queues: set[str] = set()
+    for item in _taken(definitions, "queues"):
+        arguments = dict(item.get("arguments") or {})
+        why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
+        if why:
+            # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
+            gone_queues.add(item["name"])
+            left.append(f"queue {name}/{item['name']}: {why}")
+            continue
+        queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
+        queues.append(
+            Queue.trusted(
+                name=item["name"],
+                type=_enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                arguments=arguments,
+            )
+        )
+    return queues, gone_queues
+
+
+def _observed_bindings(
+    name: str,
+    definitions: JSONDict,
+    left: list[str],
+    gone_exchanges: set[str],
+    gone_queues: set[str],
+) -> list[Binding]:
+    """The vhost's bindings, but those of the default exchange and those to or from what
+    was left out."""
+    bindings: list[Binding] = []
+    for item in _taken(definitions, "bindings"):
+        source = item.get("source")
+        if not source:
+            continue  # the default exchange's implicit bindings are not declared
+        to_queue = item.get("destination_type", "queue") == "queue"
+        destination = item["destination"]
+        if source in gone_exchanges or destination in (gone_queues if to_queue else gone_exchanges):
+            left.append(f"binding {name}/{source} -> {destination}: to or from an object left out")
+            continue
+        bindings.append(
+            Binding.trusted(
+                source=source,
+                destination=destination,
+                destination_type=DestinationType(item.get("destination_type", "queue")),
+                routing_key=item.get("routing_key", ""),
+                arguments=dict(item.get("arguments") or {}),
+            )
+        )
+    return bindings
+
+
+def _observed_parameters(definitions: JSONDict) -> tuple[list[OperatorPolicy], list[Parameter]]:
+    """The vhost's operator policies and runtime parameters (its limits are read apart)."""
+    operator_policies: list[OperatorPolicy] = []
+    parameters: list[Parameter] = []
+    for item in _taken(definitions, "parameters"):
+        if item.get("component") == "operator_policy":
+            value = item.get("value") or {}
+            operator_policies.append(
+                OperatorPolicy(
+                    name=item["name"],
+                    pattern=value.get("pattern", ""),
+                    apply_to=_enum_or_none(ApplyTo, value.get("apply-to")) or ApplyTo.QUEUES,
+                    priority=int(value.get("priority", 0)),
+                    definition=dict(value.get("definition") or {}),
+                )
+            )
+        elif item.get("component") != "vhost-limits":
+            # a vhost's limits are a parameter to the broker too: read once, as its limits
+            parameters.append(
+                Parameter(component=item["component"], name=item["name"], value=item.get("value"))
+            )
+    return operator_policies, parameters
 
 
 def limits_of(value: Any) -> dict[str, int]:
@@ -340,52 +444,10 @@ def read_state(
     existing = {v["name"]: v for v in client.vhosts()}
     vhost_limits = {item.get("vhost"): item.get("value") for item in client.get("/vhost-limits")}
     user_limits = {item.get("user"): item.get("value") for item in client.get("/user-limits")}
-    observed_vhosts = []
-    for name in sorted(wanted_vhosts):
-        meta = existing.get(name)
-        if meta is None:
-            continue
-        its_left_out: list[str] = []
-        try:
-            observed = observed_vhost(
-                name,
-                meta,
-                client.vhost_objects(name),
-                client.permissions(name),
-                client.topic_permissions(name),
-                vhost_limits.get(name),
-                left_out=its_left_out,
-            )
-        except ObjectNotFound:
-            if vanished is None or client.vhost_exists(name):
-                raise
-            vanished.append(name)
-            continue
-        if vanished is not None and not client.vhost_exists(name):
-            # deleted after some of its reads: what was read may be half of it
-            vanished.append(name)
-            continue
-        if left_out is not None:
-            left_out.extend(its_left_out)
-        observed_vhosts.append(observed)
-
-    observed_users = []
-    hashes: dict[str, tuple[str, str]] = {}
-    if wanted_users:
-        for item in client.users():
-            if item["name"] in wanted_users:
-                tags = tags_of(item.get("tags"))
-                observed_users.append(
-                    User(
-                        name=item["name"],
-                        tags=tuple(tags),
-                        limits=limits_of(user_limits.get(item["name"])),
-                    )
-                )
-                hashes[item["name"]] = (
-                    item.get("password_hash", ""),
-                    item.get("hashing_algorithm", ""),
-                )
+    observed_vhosts = _read_vhosts(
+        client, wanted_vhosts, existing, vhost_limits, vanished, left_out
+    )
+    observed_users, hashes = _read_users(client, wanted_users, user_limits)
     observed_params = []
     if wanted_params:
         for item in parameters:

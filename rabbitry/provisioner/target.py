@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Any
 from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.gcpause import pauses_collector
 from rabbitry.management.endpoints import Endpoints, resolve_endpoints
-from rabbitry.provisioner.early import PLAN_READS, definitions_in
+from rabbitry.provisioner.early import definitions_in
 from rabbitry.topology import check_spec, expand, load_spec, log_warning
 from rabbitry.topology.primitives import Topology
-from rabbitry.topology.spec.fast_yaml import peek_names
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.versions import Version, parse_version
 
 if TYPE_CHECKING:
-    from rabbitry.management.client import ManagementClient
     from rabbitry.provisioner.lock import StackLock
+    from rabbitry.provisioner.read_ahead import ReadAhead
 
 
 class Target:
@@ -36,11 +35,11 @@ class Target:
         self._spec: Spec | None = spec
         self.endpoints = endpoints
         self.client = client
-        """A management client already reading the spec's vhosts (``target_of(read_ahead=True)``),
-        for the caller to use and close; None otherwise."""
+        """A management client already reading the spec's vhosts (``target_of(ahead=)``), for
+        the caller to use and close; None otherwise."""
         self.lock = lock
-        """The stack's lock, claimed while the spec loaded (``target_of(lock=True)``), over
-        ``client``: the caller acquires it before it applies, or abandons it."""
+        """The stack's lock, claimed while the spec loaded (``target_of(ahead=)`` of an apply),
+        over ``client``: the caller acquires it before it applies, or abandons it."""
 
     def __repr__(self) -> str:
         return f"Target({self.endpoints!r})"
@@ -103,71 +102,36 @@ def target_of(
     on_warning: Callable[[SpecProblem], None] | None = None,
     ca_file: str | None = None,
     insecure: bool | None = None,
-    read_ahead: bool = False,
-    lock: bool = False,
-    claimed: StackLock | None = None,
-    reader: ManagementClient | None = None,
+    ahead: ReadAhead | None = None,
 ) -> Target:
     """Load (a path, with template ``variables`` and ``var_files``) and check ``spec``;
     resolve its broker (``ca_file`` / ``insecure``: how to trust the management API's TLS
     certificate). Warnings go to ``on_warning`` (default: the topology logger).
 
-    With ``read_ahead``, the broker's objects in the spec's vhosts are read while the spec is
-    checked (``Target.client``). With ``lock`` too (an apply), the stack's lock is claimed first
-    (``Target.lock``) and read only if the claim was written: the lock's settle time passes
-    while the spec loads, and what is read counts as read under the lock once the caller
-    acquires it. ``claimed``: that lock, claimed before the spec was read (``claim_early``);
-    let go for the stack's own when the spec names another stack. ``reader``: a client
-    already reading ahead (``early.read_early``), for a plan without a lock."""
-    client: ManagementClient | None = claimed.client if claimed is not None else reader
-    held = claimed
-
-    def start_reading(stack: str, vhosts: list[str]) -> None:
-        nonlocal held, client
-        if client is None:
-            early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
-            client = early.management()
-        if lock:
-            if held is not None and held.stack != stack:
-                held.abandon()  # a wrong guess: the lock is the stack's, under its name
-                client.forget_read_ahead()
-                held = None
-            if held is None:
-                from rabbitry.provisioner.lock import StackLock
-
-                held = StackLock(client, stack)
-                # at once, not in a thread: a thread gets little time while the spec is built
-                held.claim()
-            if not held.claimed:
-                return  # held by another run (or no answer): read once the lock is ours
-        _read_ahead(client, vhosts)
+    With ``ahead``, the broker's objects in the spec's vhosts are read while the spec is
+    checked, after the stack's lock was claimed for an apply (``ReadAhead``: what it started
+    before the spec loaded, on the names it guessed, is let go where the spec names others);
+    the ``Target`` takes its ``client`` and ``lock``, and ``ahead`` is closed on failure."""
 
     def broker_version() -> Version | None:
         # the broker a definitions file is applied to (the spec made of it names none)
-        if client is not None:
-            overview = client.overview()
+        if ahead is not None and ahead.client is not None:
+            overview = ahead.client.overview()
         else:
             early = resolve_endpoints(url, management_url, ca_file=ca_file, insecure=insecure)
             with early.management() as asked:
                 overview = asked.overview()
         return parse_version(str(overview.get("rabbitmq_version", ""))) or None
 
-    def read_early(text: str) -> None:
-        # a large spec's names are known before it is built: start reading then
-        peek = peek_names(text)
-        if peek is not None:
-            start_reading(*peek)
-
     try:
         if isinstance(spec, Spec):
             model = spec
         else:
-            on_rendered = read_early if read_ahead else None
             model = load_spec_or_definitions(
                 Path(spec),
                 variables,
                 var_files,
-                on_rendered=on_rendered,
+                on_rendered=ahead.on_rendered if ahead is not None else None,
                 on_warning=on_warning,
                 target_version=broker_version,
             )
@@ -180,18 +144,13 @@ def target_of(
             ca_file=ca_file,
             insecure=insecure,
         )
-        if read_ahead:
-            client = client or endpoints.management()
-            start_reading(model.name, [vhost.name for vhost in model.vhosts])
+        if ahead is not None:
+            ahead.start(model.name, [vhost.name for vhost in model.vhosts], endpoints)
         check_spec(model, on_warning)
     except BaseException:
-        if held is not None:
-            held.abandon()
-        if client is not None:
-            client.close()
+        if ahead is not None:
+            ahead.close()
         raise
-    return Target(model, endpoints, client, held)
-
-
-def _read_ahead(client: ManagementClient, vhosts: list[str]) -> None:
-    client.read_ahead(vhosts, paths=PLAN_READS)
+    if ahead is None:
+        return Target(model, endpoints)
+    return Target(model, endpoints, ahead.client, ahead.lock)

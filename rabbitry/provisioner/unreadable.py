@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.ownership import SHARED_KINDS
-from rabbitry.provisioner.planner import Action, Plan
+from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.state import BrokerState
 
 

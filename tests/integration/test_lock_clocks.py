@@ -18,8 +18,8 @@ import pytest
 from rabbitry.errors import ApplyError
 from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.applier import ApplyOptions, apply_plan
+from rabbitry.provisioner.live_plan import plan_topology
 from rabbitry.provisioner.lock import LockHeld, StackLock, lock_name
-from rabbitry.provisioner.stack import plan_topology
 from rabbitry.topology import load_topology
 from rabbitry.topology.primitives import Topology
 from tests.integration.conftest import Broker, one_vhost_spec

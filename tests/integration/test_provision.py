@@ -570,7 +570,8 @@ def test_the_lock_of_a_killed_apply_expires_and_is_taken_over(
 def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
     broker: Broker, early: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rabbitry.provisioner.stack import locked_plan, plan_topology
+    from rabbitry.provisioner.live_plan import locked_plan, plan_topology
+    from rabbitry.provisioner.read_ahead import ReadAhead
     from rabbitry.provisioner.target import target_of
     from rabbitry.topology.spec import fast_yaml
 
@@ -588,7 +589,8 @@ def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
             plans.append((target.lock.early_claim_kept, time.monotonic()))
             return plan_topology(client, target.topology)
 
-        target = target_of(spec, variables=variables, read_ahead=True, lock=True, **options)
+        ahead = ReadAhead(lock=True, **options)
+        target = target_of(spec, variables=variables, ahead=ahead, **options)
         assert target.lock is not None and target.lock.stack == broker.stack
         assert other.global_parameter(lock_name(broker.stack))["token"] == target.lock.token
         assert target.client is not None and f"vhost {broker.vhost}" in target.client._ahead
@@ -602,7 +604,8 @@ def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
         # another run wrote the lock right after this one's claim (it read "free" before the
         # claim): it goes first and changes the broker; what this run read and planned is stale
         plans.clear()
-        target = target_of(spec, variables=variables, read_ahead=True, lock=True, **options)
+        ahead = ReadAhead(lock=True, **options)
+        target = target_of(spec, variables=variables, ahead=ahead, **options)
         theirs = {"token": "theirs", "holder": "ci@runner-9 (pid 99)", "since": time.time(),
                   "expires": time.time() + 60}  # fmt: skip
         other.put_global_parameter(lock_name(broker.stack), theirs)
@@ -624,19 +627,20 @@ def test_apply_claims_its_lock_while_the_spec_loads_and_plans_while_it_settles(
 def test_an_apply_of_a_plain_spec_claims_its_lock_before_the_spec_loads(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rabbitry.provisioner import lock as locks
+    from rabbitry.provisioner.read_ahead import ReadAhead
     from rabbitry.provisioner.target import target_of
 
     plain = SPEC.replace('"{{ vars.stack }}"', broker.stack)
     plain = plain.replace('"{{ vars.vhost }}"', broker.vhost)
     claims: list[StackLock | None] = []
-    claim_early = locks.claim_early
+    before_loading = ReadAhead.before_loading
 
-    def spy(path: Any, **options: Any) -> StackLock | None:
-        claims.append(claim_early(path, **options))
-        return claims[-1]
+    def spy(path: Any, **options: Any) -> ReadAhead:
+        ahead = before_loading(path, **options)
+        claims.append(ahead.lock)
+        return ahead
 
-    monkeypatch.setattr(locks, "claim_early", spy)
+    monkeypatch.setattr(ReadAhead, "before_loading", spy)
     applied = broker.run("apply", str(broker.spec(plain, "plain.yaml")), "--auto-approve")
     assert applied.exit_code == 0, applied.output
     assert len(claims) == 1 and claims[0] is not None and claims[0].stack == broker.stack
@@ -656,7 +660,9 @@ def test_an_apply_of_a_plain_spec_claims_its_lock_before_the_spec_loads(
         assert wrong.claim()
         options = {"url": broker.amqp_url, "management_url": broker.management_url}
         spec = broker.spec(plain, "plain.yaml")
-        target = target_of(spec, read_ahead=True, lock=True, claimed=wrong, **options)
+        ahead = ReadAhead(lock=True, **options)
+        ahead.client, ahead.lock = wrong.client, wrong  # as if claimed under a wrong guess
+        target = target_of(spec, ahead=ahead, **options)
         assert target.lock is not None and target.lock.stack == broker.stack
         assert target.lock.claimed
         assert client.global_parameter(lock_name("not-" + broker.stack)) is None
@@ -746,7 +752,8 @@ def test_reading_a_vhost_kind_by_kind_sees_what_the_definitions_export_sees(
 def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
     broker: Broker, early: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rabbitry.provisioner.stack import plan_topology
+    from rabbitry.provisioner.live_plan import plan_topology
+    from rabbitry.provisioner.read_ahead import ReadAhead
     from rabbitry.provisioner.target import target_of
     from rabbitry.topology.spec import fast_yaml
 
@@ -757,7 +764,7 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
         peeked: list[object] = []
         peek = fast_yaml.peek_names
         monkeypatch.setattr(
-            "rabbitry.provisioner.target.peek_names",
+            "rabbitry.topology.spec.fast_yaml.peek_names",
             lambda text: peeked.append(peek(text)) or peeked[-1],
         )
 
@@ -767,7 +774,7 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
     spec = broker.spec(SPEC.replace("max-length: 1000", "max-length: 2000"))
     options = {"url": broker.amqp_url, "management_url": broker.management_url}
     variables = {"vhost": broker.vhost, "stack": broker.stack}
-    ahead = target_of(spec, variables=variables, read_ahead=True, **options)
+    ahead = target_of(spec, variables=variables, ahead=ReadAhead(**options), **options)
     assert ahead.client is not None
     # the vhost's objects, every stack's ownership record and the first reads of a plan
     assert set(ahead.client._ahead) == {
@@ -799,26 +806,26 @@ def test_plan_reads_the_vhost_while_it_checks_the_spec_and_plans_the_same(
     bad = broker.spec(SPEC.replace("destination: work", "destination: nowhere"), "bad.yaml")
     started = time.monotonic()
     with pytest.raises(SpecError):
-        target_of(bad, variables=variables, read_ahead=True, **options)
+        target_of(bad, variables=variables, ahead=ReadAhead(**options), **options)
     assert time.monotonic() - started < 5
 
 
 def test_plan_starts_reading_the_broker_before_the_spec_loads(broker: Broker) -> None:
     """A plain spec's vhosts are read off its text and read from the broker at once; the plan
     takes those answers instead of reading again."""
-    from rabbitry.provisioner.early import read_early
-    from rabbitry.provisioner.stack import plan_topology
+    from rabbitry.provisioner.live_plan import plan_topology
+    from rabbitry.provisioner.read_ahead import ReadAhead
     from rabbitry.provisioner.target import target_of
 
     broker.apply(SPEC)
     plain = SPEC.replace("{{ vars.stack }}", broker.stack).replace("{{ vars.vhost }}", broker.vhost)
     spec = broker.spec(plain.replace("max-length: 1000", "max-length: 2000"), "plain.yaml")
-    reader = read_early(spec, management_url=broker.management_url)
+    ahead = ReadAhead.before_loading(spec, management_url=broker.management_url)
+    reader = ahead.client
     assert reader is not None
     try:
         assert f"vhost {broker.vhost}" in reader._ahead and "GET /overview" in reader._ahead
-        target = target_of(spec, management_url=broker.management_url, read_ahead=True,
-                           reader=reader)  # fmt: skip
+        target = target_of(spec, management_url=broker.management_url, ahead=ahead)
         assert target.client is reader
         the_plan = plan_topology(reader, target.topology)
         assert [c.action for c in the_plan.changes] == [Action.UPDATE]
@@ -826,4 +833,5 @@ def test_plan_starts_reading_the_broker_before_the_spec_loads(broker: Broker) ->
     finally:
         reader.close()
     # a templated spec names nothing before it renders: no guess, no early read
-    assert read_early(broker.spec(SPEC), management_url=broker.management_url) is None
+    templated = ReadAhead.before_loading(broker.spec(SPEC), management_url=broker.management_url)
+    assert templated.client is None

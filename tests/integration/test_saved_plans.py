@@ -311,3 +311,56 @@ def test_a_plan_file_holds_no_secret_the_broker_holds_and_apply_sends_the_new_on
     assert refused.exit_code == 1, refused.output
     assert "changed since the plan was made" in refused.output
     assert "by-hand" not in refused.output
+
+
+def test_the_library_saves_a_plan_applies_exactly_it_and_reports_as_it_goes(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `plan -o` and `apply PLANFILE --json` do, from Python: the functions the CLI calls."""
+    import rabbitry
+    from rabbitry.provisioner.plans import Plan
+
+    class Recorder(rabbitry.Reporter):
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def planned(self, plan: Plan, broker_url: str) -> None:
+            assert secret not in broker_url and "***" in broker_url, "the password is masked"
+            self.seen.append(f"planned {plan.summary()}")
+
+        def confirm(self, plan: Plan) -> bool:
+            self.seen.append("asked")
+            return True
+
+        def progress(self, line: str) -> None:
+            self.seen.append(line)
+
+    secret = str(urlsplit(broker.management_url).password)
+    monkeypatch.setenv("APP_PASSWORD", PASSWORD)
+    where = {"url": broker.amqp_url, "management_url": broker.management_url}
+    variables = {"vhost": broker.vhost, "stack": broker.stack}
+    planfile = broker.tmp / "library.plan"
+    spec = broker.spec(SPEC)
+    made = rabbitry.plan(spec, variables=variables, save_to=planfile, **where)
+    assert stat.S_IMODE(planfile.stat().st_mode) == 0o600
+    with pytest.raises(rabbitry.PlanError, match="saved plan"):
+        rabbitry.apply(planfile, variables=variables, **where)
+
+    report = Recorder()
+    result = rabbitry.apply(planfile, report=report, **where)
+    assert result.plan is not None
+    assert [(c.action, c.key) for c in result.plan.changes] == [
+        (c.action, c.key) for c in made.changes
+    ]
+    assert report.seen[0] == f"planned {made.summary()}"
+    assert "asked" not in report.seen, "a saved plan was reviewed: nobody is asked"
+    out = result.to_json()
+    assert out["format_version"] == 1 and out["done"] == result.done and result.done
+    assert out["plan"]["changes"] == made.to_json()["changes"]
+    assert broker.queue_names() == {"work"}
+
+    # a spec against the broker that now matches it: planned, nothing to ask or do
+    report = Recorder()
+    again = rabbitry.apply(spec, variables=variables, report=report, **where)
+    assert again.plan is not None and not again.plan.has_changes and not again.done
+    assert report.seen == ["planned No changes. The broker matches the spec."]

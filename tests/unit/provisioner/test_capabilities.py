@@ -14,7 +14,7 @@ from rabbitry.provisioner.capabilities import (
     read_capabilities,
     requirements,
 )
-from rabbitry.provisioner.stack import upgrade_warnings
+from rabbitry.provisioner.live_plan import upgrade_warnings
 from rabbitry.topology import primitives as p
 
 
