@@ -24,15 +24,13 @@ from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.engine import (
-    AsyncWorkerKeywords,
     WorkerCore,
-    combined_metrics,
     logger,
-    vhost_parts,
     worker_core,
 )
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 

@@ -27,16 +27,14 @@ from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import (
     WorkerCore,
-    WorkerKeywords,
-    combined_metrics,
     logger,
-    vhost_parts,
     worker_core,
 )
 from rabbitry.consumer.immediate import call_again
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
+from rabbitry.consumer.worker_options import WorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
