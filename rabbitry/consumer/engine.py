@@ -34,6 +34,7 @@ from rabbitry.consumer.decision import (
     before_handler,
     cancel_target,
 )
+from rabbitry.consumer.failure_log import failure_text, log_failure, log_fields
 from rabbitry.consumer.faults import FAULT_TYPE, FaultEvent, fault_event
 from rabbitry.consumer.immediate import next_pause
 from rabbitry.consumer.limits import Gate
@@ -63,7 +64,6 @@ from rabbitry.consumer.worker_options import (
     vhost_parts,
     worker_settings,
 )
-from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")
 
@@ -94,11 +94,6 @@ def header_frame_size(frames: bytes) -> int:
     method_size = int.from_bytes(frames[3:7], "big")
     start = 7 + method_size + 1
     return 7 + int.from_bytes(frames[start + 3 : start + 7], "big") + 1
-
-
-def failure_text(error: BaseException) -> str:
-    """How a handler failed, as log lines give it (secrets in URLs masked)."""
-    return f"{type(error).__name__}: {mask_text(str(error))}"
 
 
 def worker_core(
@@ -417,7 +412,7 @@ class WorkerCore:
                 "dropped cancelled job %s from %s",
                 message_id,
                 route.queue,
-                extra=self._log_fields(message, route.queue),
+                extra=log_fields(message, route.queue),
             )
         self._skip(message, verdict)
         return False
@@ -473,7 +468,7 @@ class WorkerCore:
                     tick.occurrence.label,
                     route.queue,
                     tick.reason,
-                    extra=self._log_fields(message, route.queue),
+                    extra=log_fields(message, route.queue),
                 )
             self._holds[message] = 2  # the handler's end and the next occurrence's confirm
             self._schedule(message, tick.publish, carrier, now_ms, ran=True)
@@ -487,7 +482,7 @@ class WorkerCore:
             message_id,
             route.queue,
             tick.reason,
-            extra=self._log_fields(message, route.queue),
+            extra=log_fields(message, route.queue),
         )
         if tick.publish is not None:
             self._holds[message] = 2  # acked once the occurrence that replaces it is confirmed
@@ -611,17 +606,6 @@ class WorkerCore:
         if token is not None:
             tracing.deactivate(token)
 
-    def _log_fields(self, message: IncomingMessage, queue: str) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "queue": queue,
-            "message_id": message.message_id,
-            "attempt": message.attempt,
-        }
-        trace = tracing.trace_id(message.span)
-        if trace is not None:
-            fields["trace_id"] = trace
-        return fields
-
     def before(self, message: IncomingMessage) -> bool:
         """Run the middlewares' ``before`` hooks (the span already current); False when one
         raised: the message is then concluded as failed and its handler must not run."""
@@ -692,7 +676,7 @@ class WorkerCore:
         )
         failure = failure_text(error)
         if not verdict.publishes:  # a retry or a parking is logged once the broker stored it
-            self._log_failure(message, route, verdict, failure)
+            log_failure(message, route, verdict, failure)
         span = message.span
         if span is not None:
             outcome = {Action.RETRY: "retried", Action.PARK: "parked"}.get(
@@ -743,7 +727,7 @@ class WorkerCore:
                 calls,
                 failure_text(error),
                 round(pause * 1000),
-                extra={**self._log_fields(message, route.queue), "action": "call-again"},
+                extra={**log_fields(message, route.queue), "action": "call-again"},
             )
         return pause
 
@@ -784,7 +768,7 @@ class WorkerCore:
                 message.queue,
                 delivery.exchange,
                 delivery.error,
-                extra=self._log_fields(message, message.queue),
+                extra=log_fields(message, message.queue),
             )
         self._ack(message)
 
@@ -793,7 +777,7 @@ class WorkerCore:
         offset = self._offsets.get(message)
         verdict = after_stream_failure(route.queue, offset, error)
         self.metrics.queues[route.queue].skipped += 1
-        self._log_failure(message, route, verdict, failure_text(error))
+        log_failure(message, route, verdict, failure_text(error))
         if message.span is not None:
             tracing.finish(message.span, "skipped", error, attempt=1, reason=verdict.reason)
         if self.middleware:
@@ -909,7 +893,7 @@ class WorkerCore:
             else:
                 counters.retried[verdict.tier_label] += 1
             route = self.routes[message.consumer]
-            self._log_failure(message, route, verdict, pending.failure)
+            log_failure(message, route, verdict, pending.failure)
             faults = route.retry.fault_exchange if route.retry is not None else None
             if faults is not None and verdict.action is Action.PARK:
                 self._announce(message, verdict, faults)
@@ -931,7 +915,7 @@ class WorkerCore:
             delivery.error,
             "parking it instead" if parks else "returned to its queue",
             extra={
-                **self._log_fields(message, message.queue),
+                **log_fields(message, message.queue),
                 "attempt": verdict.attempt,
                 "action": "park" if parks else "requeue",
             },
@@ -981,7 +965,7 @@ class WorkerCore:
             delivery.error,
             lost,
             extra={
-                **self._log_fields(message, route.queue),
+                **log_fields(message, route.queue),
                 "attempt": verdict.attempt,
                 "action": "requeue",
             },
@@ -1016,78 +1000,9 @@ class WorkerCore:
                 message.message_id,
                 message.queue,
                 delivery.error,
-                extra=self._log_fields(message, message.queue),
+                extra=log_fields(message, message.queue),
             )
         self._ack(message)
-
-    def _log_failure(
-        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
-    ) -> None:
-        """The line of a failure, once its outcome happened (a retry or parked copy is
-        confirmed; a reject or a via-broker return is sent)."""
-        if verdict.requeue is not None:
-            self._log_returned(message, route, verdict, what)
-            return
-        if verdict.action is Action.RETRY:
-            logger.warning(
-                "handler of %s failed on message %s (attempt %d): %s; retry in %d ms",
-                route.queue,
-                message.message_id,
-                verdict.attempt,
-                what,
-                verdict.delay_ms,
-                extra={
-                    **self._log_fields(message, route.queue),
-                    "attempt": verdict.attempt,
-                    "action": "retry",
-                    "delay_ms": verdict.delay_ms,
-                },
-            )
-        else:
-            logger.error(
-                "handler of %s failed on message %s (attempt %d): %s; %s (%s)",
-                route.queue,
-                message.message_id,
-                verdict.attempt,
-                what,
-                {Action.PARK: "parked", Action.SKIPPED: "skipped"}.get(verdict.action, "rejected"),
-                verdict.reason,
-                extra={
-                    **self._log_fields(message, route.queue),
-                    "attempt": verdict.attempt,
-                    "action": verdict.action.value,
-                },
-            )
-
-    def _log_returned(
-        self, message: IncomingMessage, route: Route, verdict: Verdict, what: str
-    ) -> None:
-        """A ``via: broker`` failure: the worker only hands the message back (reject, with or
-        without requeue); the delay and the dead-lettering are the broker's to do, so the
-        line says what the worker did, not what the broker is expected to do next."""
-        if verdict.requeue and verdict.action is Action.RETRY:
-            done = "returned to the broker for retry (reject with requeue)"
-        elif verdict.requeue:
-            done = (
-                "returned to the broker (reject with requeue) at its last attempt, for the"
-                " broker to dead-letter past the queue's delivery limit"
-            )
-        else:
-            done = f"rejected without requeue, for the broker to dead-letter ({verdict.reason})"
-        log = logger.warning if verdict.action is Action.RETRY else logger.error
-        log(
-            "handler of %s failed on message %s (attempt %d): %s; %s",
-            route.queue,
-            message.message_id,
-            verdict.attempt,
-            what,
-            done,
-            extra={
-                **self._log_fields(message, route.queue),
-                "attempt": verdict.attempt,
-                "action": "requeue" if verdict.requeue else "reject",
-            },
-        )
 
     # -- output -----------------------------------------------------------------------------------
 
