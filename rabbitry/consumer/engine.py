@@ -42,16 +42,10 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.parked_copy import with_extras
-from rabbitry.consumer.periodic import (
-    Occurrence,
-    PeriodicQueue,
-    Step,
-    plan_occurrence,
-    read_occurrence,
-)
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
+from rabbitry.consumer.scheduling import RESEED_EVERY_S, Scheduling
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
@@ -69,6 +63,7 @@ logger = logging.getLogger("rabbitry.worker")
 
 __all__ = [  # the worker options' names stay importable from here, where they were first
     "DEFAULT_PREFETCH",
+    "RESEED_EVERY_S",
     "AsyncWorkerKeywords",
     "WorkerCore",
     "WorkerKeywords",
@@ -123,27 +118,6 @@ class _Pending:
         """How the handler failed, as the log line gives it."""
 
 
-class _Scheduled:
-    """An occurrence the worker publishes in place of ``message``: the next one of a run, or
-    one that re-delays or replaces it; ``message`` is held until it is confirmed."""
-
-    __slots__ = ("carrier", "message", "occurrence", "ran", "tries")
-
-    def __init__(
-        self,
-        message: IncomingMessage,
-        occurrence: Occurrence,
-        carrier: PeriodicQueue,
-        ran: bool,
-    ) -> None:
-        self.message = message
-        self.occurrence = occurrence
-        self.carrier = carrier
-        self.ran = ran
-        """The message's job runs (its id is claimed): giving up acks it, else requeues it."""
-        self.tries = 1
-
-
 class _Replying:
     """A reply waiting for its confirm before its request's ack."""
 
@@ -156,20 +130,6 @@ class _Replying:
         self.delivery = delivery
         self.body = body
         self.content_type = content_type
-
-
-_SCHEDULE_TRIES = 3
-RESEED_EVERY_S = 600.0
-"""How often a running worker seeds its periodic jobs again (besides when it connects): a
-chain that ended (its occurrence dropped by a worker that lacked the job during a deploy, a
-purged queue) starts again within this time."""
-"""Publishes of a next occurrence the broker refuses before the worker gives up on it."""
-_SKIPPED = {
-    Step.DUPLICATE: Action.DUPLICATE,
-    Step.EARLY: Action.RESCHEDULED,
-    Step.RESCHEDULED: Action.RESCHEDULED,
-    Step.UNKNOWN: Action.DROPPED,
-}
 
 
 class WorkerCore:
@@ -223,13 +183,14 @@ class WorkerCore:
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
-        self.periodic = [r.periodic for r in self.routes if r.periodic is not None]
-        self._scheduling: dict[Delivery, _Scheduled] = {}
+        self.scheduling = Scheduling(self)
+        """The periodic jobs' publishes (``scheduling``)."""
+        self.periodic = self.scheduling.carriers
+        self._scheduling = self.scheduling.publishing
         self._holds: dict[IncomingMessage, int] = {}
         """Messages whose ack waits for more than their handler (an occurrence's next one)."""
         self.clock = time.time
         """Wall-clock seconds: when occurrences are due (tests replace it)."""
-        self._next_seed = 0.0
         self.start_check = StartCheck(self.routes, app.spec_file)
         """What the broker must hold before the first consumer starts (``preflight``)."""
         self.on_started: list[Callable[[], None]] = []
@@ -249,8 +210,8 @@ class WorkerCore:
             self._read_positions()  # first: a broker out of reach leaves nothing half done
         resend = self.tracker.take_unsettled()
         if not stopping:
-            resend.extend(self._seeds())
-            self._next_seed = time.monotonic() + RESEED_EVERY_S
+            resend.extend(self.scheduling.seeds())
+            self.scheduling.next_seed = time.monotonic() + RESEED_EVERY_S
         if self._positions:
             self._offsets.clear()
             self._resume_streams()
@@ -385,7 +346,7 @@ class WorkerCore:
                 redelivered=message.redelivered,
             )
         if route.periodic is not None:
-            return self._admit_occurrence(message, route, route.periodic)
+            return self.scheduling.admit(message, route, route.periodic)
         if not self._needs_headers and not (route.idempotent and self._needs_idempotency):
             return True
         headers = message.headers if self._needs_headers else None
@@ -439,164 +400,10 @@ class WorkerCore:
 
     # -- periodic jobs ----------------------------------------------------------------------------
 
-    def _admit_occurrence(
-        self, message: IncomingMessage, route: Route, carrier: PeriodicQueue
-    ) -> bool:
-        """Plan a delivered occurrence (``periodic.plan_occurrence``): claim its id and
-        publish the next one before it runs, or settle it without running."""
-        message_id = message.message_id
-        store = self.app.idempotency
-        now_ms = int(self.clock() * 1000)
-        tick = plan_occurrence(
-            carrier.jobs,
-            message.headers,
-            attempt=message.attempt,
-            now_ms=now_ms,
-            duplicate=message_id is not None and store.seen(message_id),
-        )
-        step = tick.step
-        if step is Step.RETRY:
-            return True
-        if step is Step.RUN:
-            if message_id is not None:
-                store.remember(message_id)
-            assert tick.publish is not None
-            if tick.behind:  # said, so that a worker's absence shows as late runs, not as none
-                assert tick.occurrence is not None
-                logger.info(
-                    "occurrence %s on %s runs late: %s",
-                    tick.occurrence.label,
-                    route.queue,
-                    tick.reason,
-                    extra=log_fields(message, route.queue),
-                )
-            self._holds[message] = 2  # the handler's end and the next occurrence's confirm
-            self._schedule(message, tick.publish, carrier, now_ms, ran=True)
-            return True
-        counters = self.metrics.queues[route.queue]
-        if step is Step.DUPLICATE:
-            counters.duplicates += 1
-        log = {Step.UNKNOWN: logger.warning, Step.DUPLICATE: logger.debug}.get(step, logger.info)
-        log(
-            "occurrence %s on %s not run: %s",
-            message_id,
-            route.queue,
-            tick.reason,
-            extra=log_fields(message, route.queue),
-        )
-        if tick.publish is not None:
-            self._holds[message] = 2  # acked once the occurrence that replaces it is confirmed
-            self._schedule(message, tick.publish, carrier, now_ms, ran=False)
-        self._skip(message, Verdict(_SKIPPED[step], reason=tick.reason))
-        return False
-
-    def _seeds(self) -> list[Delivery]:
-        """The first occurrence of every periodic job after now, with its deterministic id:
-        each worker publishes them when it connects; copies from several are skipped."""
-        seeds: list[Delivery] = []
-        if not self.periodic:
-            return seeds
-        now_ms = int(self.clock() * 1000)
-        for carrier in self.periodic:
-            for job in carrier.jobs.values():
-                # untracked: a seed that is lost is made again at the next connection, by
-                # this worker or another, and an existing chain carries the job meanwhile
-                occurrence = job.first_after(now_ms)
-                seeds.append(self._occurrence_delivery(occurrence, carrier, now_ms))
-        return seeds
-
     def reseed(self, now: float) -> None:
-        """Publish the seeds again when ``RESEED_EVERY_S`` passed (``now``: monotonic); the
-        shells call it on their tick."""
-        if not self.periodic or now < self._next_seed:
-            return
-        self._next_seed = now + RESEED_EVERY_S
-        session = self.session
-        if session is not None and session.ready:
-            for delivery in self._seeds():
-                session.publish(delivery)
-
-    def _occurrence_delivery(
-        self, occurrence: Occurrence, carrier: PeriodicQueue, now_ms: int
-    ) -> Delivery:
-        route = carrier.route(occurrence, now_ms)
-        return self.builder.build(
-            occurrence.body(),
-            exchange=route.exchange,
-            routing_key=route.routing_key,
-            mandatory=True,
-            headers=occurrence.headers,
-            message_id=occurrence.id,
-            content_type="application/json",
-        )
-
-    def _schedule(
-        self,
-        message: IncomingMessage,
-        occurrence: Occurrence,
-        carrier: PeriodicQueue,
-        now_ms: int,
-        *,
-        ran: bool,
-    ) -> _Scheduled:
-        delivery = self._occurrence_delivery(occurrence, carrier, now_ms)
-        scheduled = self._scheduling[delivery] = _Scheduled(message, occurrence, carrier, ran)
-        self._send(delivery)
-        return scheduled
-
-    def _scheduled(self, delivery: Delivery, scheduled: _Scheduled) -> None:
-        """An occurrence publish settled: release its message, or try again."""
-        message = scheduled.message
-        if message not in self._holds:
-            return  # settled already: rejected, requeued, or its channel is gone
-        if delivery.status is Status.CONFIRMED:
-            self._ack(message)
-            return
-        occurrence = scheduled.occurrence
-        carrier = scheduled.carrier
-        why = f"delay levels carrying occurrences of {carrier.queue!r}"
-        need = lost_need(delivery.error, delivery.exchange, delivery.routing_key, why)
-        if need is not None:
-            # not published again nor given up (which ends the chain): the worker stops and
-            # the occurrence goes back to its queue, run again once the delay is back
-            current = read_occurrence(message.headers)
-            held = current.label if current is not None else message.message_id
-            lost = self._stop_for(need, carrier.queue, f"occurrence {held}")
-            logger.error(
-                "could not store occurrence %s (published for %s): %s",
-                occurrence.label,
-                held,
-                lost,
-            )
-            if not scheduled.ran:
-                self.requeue(message)
-            # a run keeps the hold this publish would have released: never acked, it goes
-            # back to its queue when the worker closes its channel
-            return
-        if scheduled.tries < _SCHEDULE_TRIES:
-            logger.warning(
-                "could not store occurrence %s (try %d): %s; publishing it again",
-                occurrence.id,
-                scheduled.tries,
-                delivery.error,
-            )
-            now_ms = int(self.clock() * 1000)
-            again = self._schedule(
-                message, occurrence, scheduled.carrier, now_ms, ran=scheduled.ran
-            )
-            again.tries = scheduled.tries + 1
-            return
-        if not scheduled.ran:
-            self.requeue(message)  # not run: the occurrence comes back as it was
-            return
-        logger.error(
-            "could not store occurrence %s of periodic job %s: %s; the job is seeded again"
-            " when a worker connects",
-            occurrence.id,
-            occurrence.job,
-            delivery.error,
-        )
-        self._ack(message)
+        """Publish the periodic jobs' seeds again when ``RESEED_EVERY_S`` passed (``now``:
+        monotonic); the shells call it on their tick."""
+        self.scheduling.reseed(now)
 
     def enter(self, message: IncomingMessage) -> object | None:
         """Make the delivery's span current while its handler runs (None: no tracing)."""
@@ -880,7 +687,7 @@ class WorkerCore:
                     return
             scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
             if scheduled is not None:
-                self._scheduled(delivery, scheduled)
+                self.scheduling.settled(delivery, scheduled)
             parked = self._faults.pop(delivery, None) if self._faults else None
             if parked is not None:
                 self._announced(delivery, parked[0])
