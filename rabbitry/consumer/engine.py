@@ -23,7 +23,7 @@ from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.acks import AckTracker
-from rabbitry.consumer.app import STREAM_OFFSET_ARGUMENT, App, Route
+from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.decision import (
     ACK,
     Action,
@@ -42,13 +42,12 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.parked_copy import with_extras
-from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
 from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
 from rabbitry.consumer.scheduling import RESEED_EVERY_S, Scheduling
 from rabbitry.consumer.session import ConsumerSession, Subscription
+from rabbitry.consumer.stream_offsets import StreamOffsets
 from rabbitry.consumer.switchboard import Switchboard
-from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 from rabbitry.consumer.worker_options import (
     DEFAULT_PREFETCH,
     AsyncWorkerKeywords,
@@ -144,33 +143,12 @@ class WorkerCore:
         self.routes: list[Route] = [r for r in app.routes.values() for _ in range(r.consumers)]
         """By consumer index: a route with several consumers (plugin shards) has several."""
         self.subscriptions = [Subscription(r.queue, dict(r.consume_arguments)) for r in self.routes]
-        self._positions = {
-            index: StreamPosition(route.consume_arguments.get(STREAM_OFFSET_ARGUMENT))
-            for index, route in enumerate(self.routes)
-            if route.stream
-        }
-        """Stream consumers by index: where each subscribes again after a reconnect."""
-        self._tracked = {
-            index: tracking_stream(route.queue, route.track)
-            for index, route in enumerate(self.routes)
-            if route.stream and route.track
-        }
-        """Stream consumers whose position is kept on the broker, with the stream keeping it."""
-        self._records = RecordSchedule(batch=options.ack_batch)
-        self._recording: dict[Delivery, int] = {}
-        self._positions_read = not self._tracked
-        for route in self.routes:
-            if route.stream and not route.track:
-                logger.info(
-                    "stream %s: its position is kept in this process only; a new process starts"
-                    " at offset=%s again (give the handler track=NAME to keep it on the broker)",
-                    route.queue,
-                    route.consume_arguments.get(STREAM_OFFSET_ARGUMENT, "next"),
-                )
-        self._offsets: dict[IncomingMessage, int] = {}
-        """Stream deliveries not yet settled, with their offsets."""
         self.tracker = ConfirmTracker(on_settle=self._settled)
         self.builder = MessageBuilder(timestamps=False)
+        self.streams = StreamOffsets(self.routes, self.builder, batch=options.ack_batch)
+        """Where the stream consumers stand (``stream_offsets``)."""
+        self._positions = self.streams.positions
+        self._offsets = self.streams.offsets
         self.acks = AckTracker(batch=options.ack_batch)
         self.metrics = WorkerMetrics()
         self.session: ConsumerSession | None = None
@@ -206,15 +184,15 @@ class WorkerCore:
     # -- the connection ---------------------------------------------------------------------------
 
     def new_session(self, *, stopping: bool = False) -> ConsumerSession:
-        if not self._positions_read and not stopping:
-            self._read_positions()  # first: a broker out of reach leaves nothing half done
+        if not self.streams.read and not stopping:
+            # first: a broker out of reach leaves nothing half done
+            self.streams.read_stored(self.walk.current)
         resend = self.tracker.take_unsettled()
         if not stopping:
             resend.extend(self.scheduling.seeds())
             self.scheduling.next_seed = time.monotonic() + RESEED_EVERY_S
         if self._positions:
-            self._offsets.clear()
-            self._resume_streams()
+            self.streams.resume(self.subscriptions)
         session = ConsumerSession(
             self.walk.current,
             self.tracker,
@@ -230,57 +208,6 @@ class WorkerCore:
             session.paused = self.switchboard.paused_consumers()
         self.session = session
         return session
-
-    def _resume_streams(self) -> None:
-        """Subscribe each stream consumer where it left off (its offset, at first)."""
-        for index, position in self._positions.items():
-            offset = position.resume()
-            if offset is None:
-                continue
-            sub = self.subscriptions[index]
-            self.subscriptions[index] = Subscription(
-                sub.queue, {**sub.arguments, STREAM_OFFSET_ARGUMENT: offset}
-            )
-
-    def _read_positions(self) -> None:
-        """Start each tracked stream consumer at its stored position (once, at the first
-        connect); a broker out of reach is a lost connection (the shells try again)."""
-        from rabbitry.consumer.streams import StreamUnreachable
-        from rabbitry.consumer.tracking import stored_positions
-
-        try:
-            stored = stored_positions(self.walk.current, self._tracked)
-        except StreamUnreachable as exc:
-            raise ConnectionError(str(exc)) from None
-        for index, offset in stored.items():
-            route = self.routes[index]
-            if offset is None:
-                logger.info(
-                    "stream %s: no stored position for reader %r; starting at offset=%s",
-                    route.queue,
-                    route.track,
-                    self._positions[index].start,
-                )
-                continue
-            logger.info(
-                "stream %s: reader %r resumes at offset %d", route.queue, route.track, offset
-            )
-            self._positions[index] = StreamPosition(offset)
-            self._records.known(index, offset)
-        self._positions_read = True
-
-    def _record_positions(self, session: ConsumerSession, force: bool) -> None:
-        """Publish the position of each tracked stream consumer that is due a record."""
-        now = time.monotonic()
-        for index, stream in self._tracked.items():
-            offset = self._positions[index].committed()
-            if offset is None or not self._records.due(index, offset, now, force=force):
-                continue
-            delivery = self.builder.build(
-                record_body(offset), exchange="", routing_key=stream, mandatory=True
-            )
-            self._recording[delivery] = index
-            session.publish(delivery)
 
     def sync_generation(self) -> None:
         """Forget the delivery tags of a channel that is gone (the broker requeued them)."""
@@ -329,7 +256,12 @@ class WorkerCore:
             self._returning.discard(message)
             return True  # held by a kill switch: counted and admitted when it first came
         self.acks.received(message.tag)
-        if self._positions and message.consumer in self._positions and not self._take(message):
+        if (
+            self._positions
+            and message.consumer in self._positions
+            and not self.streams.take(message)
+        ):
+            self.acks.done(message.tag)
             return False
         route = self.routes[message.consumer]
         counters = self.metrics.queues[route.queue]
@@ -377,18 +309,6 @@ class WorkerCore:
             )
         self._skip(message, verdict)
         return False
-
-    def _take(self, message: IncomingMessage) -> bool:
-        """Note a stream delivery's offset; False (and acked) for a copy below the offset the
-        consumer subscribed at again, which the broker sends from the start of its chunk."""
-        offset = message.headers.get(STREAM_OFFSET_ARGUMENT)
-        if not isinstance(offset, int):
-            return True
-        if not self._positions[message.consumer].take(offset):
-            self.acks.done(message.tag)
-            return False
-        self._offsets[message] = offset
-        return True
 
     def _skip(self, message: IncomingMessage, verdict: Verdict) -> None:
         """Settle a delivery whose handler does not run (its ack may wait for a publish)."""
@@ -626,9 +546,7 @@ class WorkerCore:
             self.acks.done(message.tag)
             self.metrics.queues[message.queue].acked += 1
             if self._offsets:
-                offset = self._offsets.pop(message, None)
-                if offset is not None:
-                    self._positions[message.consumer].handled(offset)
+                self.streams.handled(message)
 
     def _republish(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
         delivery = self._copy(message, verdict)
@@ -674,17 +592,8 @@ class WorkerCore:
                 if reply is not None:
                     self._replied(delivery, reply)
                     return
-            if self._recording:
-                index = self._recording.pop(delivery, None)
-                if index is not None:
-                    if delivery.status is not Status.CONFIRMED:
-                        logger.warning(
-                            "could not store the position of stream %s: %s; writing it again",
-                            self.routes[index].queue,
-                            delivery.error,
-                        )
-                        self._records.failed(index, time.monotonic())
-                    return
+            if self.streams.recording and self.streams.settled(delivery):
+                return
             scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
             if scheduled is not None:
                 self.scheduling.settled(delivery, scheduled)
@@ -818,7 +727,7 @@ class WorkerCore:
         return (
             len(self._pending)
             + len(self._scheduling)
-            + len(self._recording)
+            + len(self.streams.recording)
             + len(self._faults)
             + len(self._replies)
         )
@@ -835,8 +744,8 @@ class WorkerCore:
             frames = acks.take_frames(flush)
             if frames:
                 session.out += frames
-        if self._tracked and session.ready:
-            self._record_positions(session, flush or session.stopping)
+        if self.streams.tracked and session.ready:
+            self.streams.record(session, flush or session.stopping)
         if not session.out:
             return b""
         return session.take_output()
