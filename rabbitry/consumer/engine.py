@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from rabbitry.amqp import tracing
-from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
+from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.settings import ConnectionSettings
@@ -35,14 +35,13 @@ from rabbitry.consumer.decision import (
     cancel_target,
 )
 from rabbitry.consumer.failure_log import failure_text, log_failure, log_fields
-from rabbitry.consumer.faults import FAULT_TYPE, FaultEvent, fault_event
 from rabbitry.consumer.immediate import next_pause
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
-from rabbitry.consumer.parked_copy import with_extras
-from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost, lost_need
+from rabbitry.consumer.outbox import Outbox, Replying, header_frame_size
+from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost
 from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
 from rabbitry.consumer.scheduling import RESEED_EVERY_S, Scheduling
 from rabbitry.consumer.session import ConsumerSession, Subscription
@@ -68,26 +67,11 @@ __all__ = [  # the worker options' names stay importable from here, where they w
     "WorkerKeywords",
     "WorkerOptions",
     "combined_metrics",
+    "header_frame_size",
     "vhost_parts",
     "worker_core",
     "worker_settings",
 ]
-
-_KEPT_PROPERTIES = (
-    "content_type",
-    "content_encoding",
-    "correlation_id",
-    "reply_to",
-    "priority",
-)
-
-
-def header_frame_size(frames: bytes) -> int:
-    """Bytes of the content header frame in a publish's ``frames`` (method frame first): what
-    must fit the negotiated ``frame_max``."""
-    method_size = int.from_bytes(frames[3:7], "big")
-    start = 7 + method_size + 1
-    return 7 + int.from_bytes(frames[start + 3 : start + 7], "big") + 1
 
 
 def worker_core(
@@ -102,33 +86,6 @@ def worker_core(
         shutdown_timeout=keywords.get("shutdown_timeout", 30.0),
     )
     return WorkerCore(app, settings, options)
-
-
-class _Pending:
-    """A worker publish (retry or park) waiting for its confirm before the ack and the log
-    line that says it happened."""
-
-    __slots__ = ("failure", "message", "verdict")
-
-    def __init__(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
-        self.message = message
-        self.verdict = verdict
-        self.failure = failure
-        """How the handler failed, as the log line gives it."""
-
-
-class _Replying:
-    """A reply waiting for its confirm before its request's ack."""
-
-    __slots__ = ("body", "content_type", "delivery", "message")
-
-    def __init__(
-        self, message: IncomingMessage, delivery: Delivery, body: bytes, content_type: str | None
-    ) -> None:
-        self.message = message
-        self.delivery = delivery
-        self.body = body
-        self.content_type = content_type
 
 
 class WorkerCore:
@@ -153,11 +110,10 @@ class WorkerCore:
         self.metrics = WorkerMetrics()
         self.session: ConsumerSession | None = None
         self.generation = 0
-        self._pending: dict[Delivery, _Pending] = {}
-        self._faults: dict[Delivery, tuple[IncomingMessage, FaultEvent]] = {}
-        """Fault events sent for parked messages, each holding its message's ack."""
-        self._replies: dict[Delivery, _Replying] = {}
-        """Replies to requests, each holding its request's ack until it is confirmed."""
+        self.outbox = Outbox(self)
+        """Retry and parked copies, fault events and replies waiting for confirms (``outbox``)."""
+        self._faults = self.outbox.faults
+        self._replies = self.outbox.replies
         self._needs_idempotency = any(r.idempotent for r in self.routes)
         self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
@@ -367,7 +323,7 @@ class WorkerCore:
         reply = None
         if error is None and message._flags & REPLY_TO_FLAG and message.reply_to:
             try:
-                reply = _Replying(message, *build_reply(self.builder, message, result, route.codec))
+                reply = Replying(message, *build_reply(self.builder, message, result, route.codec))
             except InvalidReply as exc:
                 error = exc
         chain = self.middleware
@@ -388,8 +344,7 @@ class WorkerCore:
                 # The reply first, the ack once the broker confirmed it: a crash in between
                 # redelivers the request and gives a duplicate reply, never a lost one (the
                 # requester drops a reply whose correlation id no longer waits).
-                self._replies[reply.delivery] = reply
-                self._send(reply.delivery)
+                self.outbox.reply(reply)
             else:
                 self._ack(message)
             return ACK
@@ -423,7 +378,7 @@ class WorkerCore:
                 reason=verdict.reason or None,
             )
         if verdict.action is Action.PARK and verdict.publishes:
-            verdict = self._parked_copy(message, route, verdict, error)
+            verdict = self.outbox.parked_copy(message, route, verdict, error)
         if chain:
             run_decided(chain, message, verdict)
         if verdict.action is Action.REJECT:
@@ -436,7 +391,7 @@ class WorkerCore:
         if verdict.requeue is not None:
             self._return_failed(message, verdict, verdict.requeue)
             return verdict
-        self._republish(message, verdict, failure)
+        self.outbox.republish(message, verdict, failure)
         return verdict
 
     def immediate_pause(
@@ -457,47 +412,6 @@ class WorkerCore:
                 extra={**log_fields(message, route.queue), "action": "call-again"},
             )
         return pause
-
-    def _parked_copy(
-        self, message: IncomingMessage, route: Route, verdict: Verdict, error: BaseException
-    ) -> Verdict:
-        """The parked copy with the stack trace and the handler's own headers, within the
-        negotiated frame size (``parked_copy``)."""
-
-        def room(headers: Mapping[str, Any]) -> int:
-            copy = self._copy(message, replace(verdict, headers=headers))
-            return self.builder.frame_max - header_frame_size(copy.frames)
-
-        headers = with_extras(verdict.headers or {}, message, error, route.parked_headers, room)
-        return replace(verdict, headers=headers)
-
-    def _announce(self, message: IncomingMessage, verdict: Verdict, exchange: str) -> None:
-        """Publish the fault event of a parked message (``faults``); its confirm acks it."""
-        event = fault_event(
-            exchange, message.queue, message.message_id, verdict, int(time.time() * 1000)
-        )
-        delivery = self.builder.build(
-            event.encoded(),
-            exchange=event.exchange,
-            routing_key=event.routing_key,
-            content_type="application/json",
-            correlation_id=event.correlation_id,
-            message_type=FAULT_TYPE,
-        )
-        self._faults[delivery] = (message, event)
-        self._send(delivery)
-
-    def _announced(self, delivery: Delivery, message: IncomingMessage) -> None:
-        if delivery.status is not Status.CONFIRMED:
-            logger.error(
-                "message %s of %s is parked, but its fault event to %r could not be stored: %s",
-                message.message_id,
-                message.queue,
-                delivery.exchange,
-                delivery.error,
-                extra=log_fields(message, message.queue),
-            )
-        self._ack(message)
 
     def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
         """A stream's failed delivery: logged with its offset and acked (credit only)."""
@@ -548,34 +462,6 @@ class WorkerCore:
             if self._offsets:
                 self.streams.handled(message)
 
-    def _republish(self, message: IncomingMessage, verdict: Verdict, failure: str) -> None:
-        delivery = self._copy(message, verdict)
-        self._pending[delivery] = _Pending(message, verdict, failure)
-        self._send(delivery)
-
-    def _copy(self, message: IncomingMessage, verdict: Verdict) -> Delivery:
-        """The retry or parked copy of ``message`` as ``verdict`` says, built to send."""
-        props: dict[str, Any] = {}
-        if message._flags:
-            all_props = message.properties
-            for name in _KEPT_PROPERTIES:
-                value = all_props.get(name)
-                if value is not None:
-                    props[name] = value
-            if "type" in all_props:
-                props["message_type"] = all_props["type"]
-            if "timestamp" in all_props:
-                props["timestamp"] = all_props["timestamp"]
-        return self.builder.build(
-            message.body,
-            exchange=verdict.exchange,
-            routing_key=verdict.routing_key,
-            mandatory=True,
-            headers=verdict.headers,
-            message_id=message.message_id,
-            **props,
-        )
-
     def _send(self, delivery: Delivery) -> None:
         session = self.session
         if session is not None and session.ready:
@@ -585,109 +471,13 @@ class WorkerCore:
             self.tracker.add(delivery)
 
     def _settled(self, delivery: Delivery) -> None:
-        pending = self._pending.pop(delivery, None)
-        if pending is None:
-            if self._replies:
-                reply = self._replies.pop(delivery, None)
-                if reply is not None:
-                    self._replied(delivery, reply)
-                    return
-            if self.streams.recording and self.streams.settled(delivery):
-                return
-            scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
-            if scheduled is not None:
-                self.scheduling.settled(delivery, scheduled)
-            parked = self._faults.pop(delivery, None) if self._faults else None
-            if parked is not None:
-                self._announced(delivery, parked[0])
+        if self.outbox.settled(delivery):
             return
-        message, verdict = pending.message, pending.verdict
-        counters = self.metrics.queues[message.queue]
-        if delivery.status is Status.CONFIRMED:
-            if verdict.action is Action.PARK:
-                counters.parked += 1
-            else:
-                counters.retried[verdict.tier_label] += 1
-            route = self.routes[message.consumer]
-            log_failure(message, route, verdict, pending.failure)
-            faults = route.retry.fault_exchange if route.retry is not None else None
-            if faults is not None and verdict.action is Action.PARK:
-                self._announce(message, verdict, faults)
-            else:
-                self._ack(message)
+        if self.streams.recording and self.streams.settled(delivery):
             return
-        route = self.routes[message.consumer]
-        if self._gone(message, route, verdict, delivery, pending.failure):
-            return
-        parks = verdict.action is Action.RETRY and route.retry is not None
-        logger.error(
-            "handler of %s failed on message %s (attempt %d): %s; could not store its %s copy"
-            " (%s): %s",
-            message.queue,
-            message.message_id,
-            verdict.attempt,
-            pending.failure,
-            verdict.action.value,
-            delivery.error,
-            "parking it instead" if parks else "returned to its queue",
-            extra={
-                **log_fields(message, message.queue),
-                "attempt": verdict.attempt,
-                "action": "park" if parks else "requeue",
-            },
-        )
-        if parks:
-            assert route.retry is not None
-            park = Verdict(
-                Action.PARK,
-                attempt=verdict.attempt,
-                routing_key=route.retry.parking_queue,
-                headers={**(verdict.headers or {}), "x-rabbitry-parked-reason": "retry failed"},
-                reason=f"the retry could not be published: {delivery.error}",
-            )
-            self._republish(message, park, pending.failure)
-        else:
-            self.requeue(message)
-
-    def _gone(
-        self,
-        message: IncomingMessage,
-        route: Route,
-        verdict: Verdict,
-        delivery: Delivery,
-        failure: str,
-    ) -> bool:
-        """A retry or parked copy that found its queue or exchange gone (unroutable, 404):
-        the message goes back to its queue and the worker stops (``lost``), the way it
-        refuses to start without that object. Redelivered at once, the message would only
-        fail the same way again and again. False for any other failure."""
-        if verdict.action is Action.PARK:
-            why = f"parking lot of {route.queue!r}"
-        elif route.retry is not None and route.retry.delay is not None:
-            why = f"delay levels carrying retries of {route.queue!r}"
-        else:
-            why = f"retry tier of {route.queue!r}, {verdict.delay_ms} ms"
-        need = lost_need(delivery.error, verdict.exchange, verdict.routing_key, why)
-        if need is None:
-            return False
-        lost = self._stop_for(need, route.queue, "the failed message")
-        logger.error(
-            "handler of %s failed on message %s (attempt %d): %s; its %s copy came back (%s): %s",
-            route.queue,
-            message.message_id,
-            verdict.attempt,
-            failure,
-            verdict.action.value,
-            delivery.error,
-            lost,
-            extra={
-                **log_fields(message, route.queue),
-                "attempt": verdict.attempt,
-                "action": "requeue",
-            },
-        )
-        self.requeue(message)
-        return True
+        scheduled = self._scheduling.pop(delivery, None) if self._scheduling else None
+        if scheduled is not None:
+            self.scheduling.settled(delivery, scheduled)
 
     def _stop_for(self, need: Need, queue: str, held: str) -> TopologyLost:
         """Note that ``need`` went away (the first one is what the worker stops with)."""
@@ -706,31 +496,11 @@ class WorkerCore:
             self.start_check.passed = False
         return lost
 
-    def _replied(self, delivery: Delivery, reply: _Replying) -> None:
-        """A reply settled: the request is done either way (its handler succeeded)."""
-        message = reply.message
-        if delivery.status is not Status.CONFIRMED:
-            logger.warning(
-                "the reply to message %s from %s was not delivered (%s); a returned reply means"
-                " the requester is gone or stopped waiting",
-                message.message_id,
-                message.queue,
-                delivery.error,
-                extra=log_fields(message, message.queue),
-            )
-        self._ack(message)
-
     # -- output -----------------------------------------------------------------------------------
 
     @property
     def publishing(self) -> int:
-        return (
-            len(self._pending)
-            + len(self._scheduling)
-            + len(self.streams.recording)
-            + len(self._faults)
-            + len(self._replies)
-        )
+        return len(self.outbox) + len(self._scheduling) + len(self.streams.recording)
 
     def take_output(self, flush: bool = False) -> bytes:
         """Ack/nack frames due now, then whatever the session queued."""
