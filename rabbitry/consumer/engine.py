@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from rabbitry.amqp import tracing
@@ -24,15 +23,13 @@ from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import App, Route
+from rabbitry.consumer.builtins import Hooks, builtins
 from rabbitry.consumer.decision import (
     ACK,
     Action,
-    HandlerTimeout,
     Verdict,
     after_failure,
     after_stream_failure,
-    before_handler,
-    cancel_target,
 )
 from rabbitry.consumer.failure_log import failure_text, log_failure, log_fields
 from rabbitry.consumer.immediate import next_pause
@@ -114,9 +111,12 @@ class WorkerCore:
         """Retry and parked copies, fault events and replies waiting for confirms (``outbox``)."""
         self._faults = self.outbox.faults
         self._replies = self.outbox.replies
-        self._needs_idempotency = any(r.idempotent for r in self.routes)
-        self._needs_headers = app.cancellation is not None
         self.middleware = tuple(app.middleware)
+        """The app's own middleware, outermost first."""
+        self.builtins = builtins(app, self.metrics)
+        """The built-in middleware (``builtins``): counters, time limit, idempotency, tracing."""
+        self.hooks = [Hooks.of(self.builtins, route) for route in self.routes]
+        """The built-ins' hooks by consumer index."""
         self.scheduling = Scheduling(self)
         """The periodic jobs' publishes (``scheduling``)."""
         self.periodic = self.scheduling.carriers
@@ -220,56 +220,22 @@ class WorkerCore:
             self.acks.done(message.tag)
             return False
         route = self.routes[message.consumer]
-        counters = self.metrics.queues[route.queue]
-        counters.received += 1
-        tracer = tracing.tracer()
-        if tracer is not None:
-            message.span = tracing.start_consumer(
-                tracer,
-                message.headers,
-                queue=route.queue,
-                routing_key=message.routing_key,
-                message_id=message.message_id,
-                attempt=message.attempt,
-                redelivered=message.redelivered,
-            )
+        hooks = self.hooks[message.consumer]
+        for received in hooks.received:
+            received(message, route)
         if route.periodic is not None:
             return self.scheduling.admit(message, route, route.periodic)
-        if not self._needs_headers and not (route.idempotent and self._needs_idempotency):
-            return True
-        headers = message.headers if self._needs_headers else None
-        message_id = message.message_id
-        cancelled = duplicate = False
-        store = self.app.cancellation
-        if store is not None:
-            target = cancel_target(headers)
-            if target is not None:
-                store.cancel(target)
-                logger.info("job %s cancelled (noted from %s)", target, route.queue)
-            elif message_id is not None:
-                cancelled = store.take(message_id)
-        if route.idempotent and message_id is not None and not cancelled:
-            duplicate = self.app.idempotency.seen(message_id)
-        verdict = before_handler(headers, duplicate=duplicate, cancelled=cancelled)
-        if verdict is None:
-            return True
-        if verdict.action is Action.DUPLICATE:
-            counters.duplicates += 1
-        elif verdict.action is Action.CANCELLED:
-            counters.cancelled += 1
-            logger.info(
-                "dropped cancelled job %s from %s",
-                message_id,
-                route.queue,
-                extra=log_fields(message, route.queue),
-            )
-        self._skip(message, verdict)
-        return False
+        for screen in hooks.screen:
+            verdict = screen(message, route)
+            if verdict is not None:
+                self._skip(message, verdict)
+                return False
+        return True
 
     def _skip(self, message: IncomingMessage, verdict: Verdict) -> None:
         """Settle a delivery whose handler does not run (its ack may wait for a publish)."""
-        if message.span is not None:
-            tracing.finish(message.span, verdict.action.value)
+        for skipped in self.hooks[message.consumer].skipped:
+            skipped(message, verdict)
         if self.middleware:
             run_decided(self.middleware, message, verdict)
         self._ack(message)
@@ -307,19 +273,17 @@ class WorkerCore:
         entered: int | None = None,
         result: Any = None,
     ) -> Verdict:
-        """Act on how the handler ended: ack, or publish a retry/parked copy then ack.
+        """Act on how the handler ended: the hooks, then the verdict, then the ack or the
+        publish that replaces the message (a retry or parked copy, whose confirm acks it).
         A delivery that names a ``reply_to`` gets the handler's ``result`` as its reply first.
 
-        The ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless a
-        ``before`` hook failed) run first and may change the error; the verdict follows."""
+        The built-ins' ``ended`` hooks (``builtins``: the counters, the time limit) run first,
+        then the ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless
+        a ``before`` hook failed), which may change the error; the verdict follows."""
         route = self.routes[message.consumer]
-        counters = self.metrics.queues[route.queue]
-        counters.observe(elapsed)
-        if error is None and route.timeout is not None and elapsed > route.timeout:
-            error = HandlerTimeout(
-                f"handler of {route.queue} ran {elapsed:.3f} s, longer than its"
-                f" time-to-run of {route.timeout:g} s"
-            )
+        hooks = self.hooks[message.consumer]
+        for ended in hooks.ended:
+            error = ended(message, route, error, elapsed)
         reply = None
         if error is None and message._flags & REPLY_TO_FLAG and message.reply_to:
             try:
@@ -332,12 +296,8 @@ class WorkerCore:
         if self.switches:
             self.switchboard.record(route.queue, error is not None, self.session)
         if error is None:
-            if route.idempotent:
-                mid = message.message_id
-                if mid is not None:
-                    self.app.idempotency.remember(mid)
-            if message.span is not None:
-                tracing.finish(message.span, "acked")
+            for succeeded in hooks.succeeded:
+                succeeded(message, route)
             if chain:
                 run_decided(chain, message, ACK)
             if reply is not None:
@@ -348,51 +308,45 @@ class WorkerCore:
             else:
                 self._ack(message)
             return ACK
-        counters.failed += 1
-        if isinstance(error, HandlerTimeout):
-            counters.timeouts += 1
+        verdict = self._verdict(message, route, error)
+        self._act(message, verdict, error)
+        return verdict
+
+    def _verdict(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
+        """The verdict on a failure (``decision``), logged unless a publish must happen first,
+        as the built-ins' ``failed`` hooks leave it; the app's ``decided`` hooks see it."""
         if route.stream:
-            return self._skip_failed(message, route, error)
-        verdict = after_failure(
-            route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
-        )
-        failure = failure_text(error)
+            verdict = after_stream_failure(route.queue, self._offsets.get(message), error)
+        else:
+            verdict = after_failure(
+                route.retry, route.queue, message.headers, error, now_ms=int(time.time() * 1000)
+            )
         if not verdict.publishes:  # a retry or a parking is logged once the broker stored it
-            log_failure(message, route, verdict, failure)
-        span = message.span
-        if span is not None:
-            outcome = {Action.RETRY: "retried", Action.PARK: "parked"}.get(
-                verdict.action, "rejected"
-            )
-            if verdict.action is not Action.REJECT:
-                # the copy carries this attempt's context: the next attempt is its child
-                verdict = replace(
-                    verdict, headers={**(verdict.headers or {}), **tracing.carrier_of(span)}
-                )
-            tracing.finish(
-                span,
-                outcome,
-                error,
-                attempt=verdict.attempt,
-                tier=verdict.tier_label if verdict.action is Action.RETRY else None,
-                reason=verdict.reason or None,
-            )
+            log_failure(message, route, verdict, failure_text(error))
+        for failed in self.hooks[message.consumer].failed:
+            verdict = failed(message, route, error, verdict)
         if verdict.action is Action.PARK and verdict.publishes:
             verdict = self.outbox.parked_copy(message, route, verdict, error)
-        if chain:
-            run_decided(chain, message, verdict)
-        if verdict.action is Action.REJECT:
-            counters.rejected += 1
+        if self.middleware:
+            run_decided(self.middleware, message, verdict)
+        return verdict
+
+    def _act(self, message: IncomingMessage, verdict: Verdict, error: BaseException) -> None:
+        """Do what a failure's ``verdict`` says: ack a stream's skipped delivery, reject, hand
+        it back to the broker (``via: broker``), or publish its retry or parked copy."""
+        action = verdict.action
+        if action is Action.SKIPPED:
+            self._ack(message)  # a stream's: the ack only returns credit
+        elif action is Action.REJECT:
+            self.metrics.queues[message.queue].rejected += 1
             if self._holds:
                 self._holds.pop(message, None)
             if message.generation == self.generation:
                 self.acks.reject(message.tag, requeue=False)
-            return verdict
-        if verdict.requeue is not None:
+        elif verdict.requeue is not None:
             self._return_failed(message, verdict, verdict.requeue)
-            return verdict
-        self.outbox.republish(message, verdict, failure)
-        return verdict
+        else:
+            self.outbox.republish(message, verdict, failure_text(error))
 
     def immediate_pause(
         self, message: IncomingMessage, error: BaseException, calls: int
@@ -413,19 +367,6 @@ class WorkerCore:
             )
         return pause
 
-    def _skip_failed(self, message: IncomingMessage, route: Route, error: BaseException) -> Verdict:
-        """A stream's failed delivery: logged with its offset and acked (credit only)."""
-        offset = self._offsets.get(message)
-        verdict = after_stream_failure(route.queue, offset, error)
-        self.metrics.queues[route.queue].skipped += 1
-        log_failure(message, route, verdict, failure_text(error))
-        if message.span is not None:
-            tracing.finish(message.span, "skipped", error, attempt=1, reason=verdict.reason)
-        if self.middleware:
-            run_decided(self.middleware, message, verdict)
-        self._ack(message)
-        return verdict
-
     def _return_failed(self, message: IncomingMessage, verdict: Verdict, requeue: bool) -> None:
         """Leave a ``via: broker`` verdict to the broker: a failed delivery it retries after
         its delay or dead-letters (past the delivery limit, or at once without requeue)."""
@@ -444,8 +385,8 @@ class WorkerCore:
         self.metrics.queues[message.queue].requeued += 1
         if self._holds:
             self._holds.pop(message, None)
-        if message.span is not None and message.span.is_recording():
-            tracing.finish(message.span, "requeued")
+        for requeued in self.hooks[message.consumer].requeued:
+            requeued(message)
         if message.generation == self.generation and self.session is not None:
             self.acks.reject(message.tag, requeue=True)
 

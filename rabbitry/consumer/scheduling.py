@@ -111,9 +111,6 @@ class Scheduling:
             self.core._holds[message] = 2  # the handler's end and the next occurrence's confirm
             self.schedule(message, tick.publish, carrier, now_ms, ran=True)
             return True
-        counters = self.core.metrics.queues[route.queue]
-        if step is Step.DUPLICATE:
-            counters.duplicates += 1
         log = {Step.UNKNOWN: logger.warning, Step.DUPLICATE: logger.debug}.get(step, logger.info)
         log(
             "occurrence %s on %s not run: %s",
