@@ -11,7 +11,7 @@ every delivery, in this order:
 - ``screen(message, route)``: a verdict settles the delivery without its handler (a duplicate,
   a cancelled job); None lets it run. The first verdict wins.
 - ``skipped(message, verdict)``: the delivery was settled without its handler.
-- ``ended(message, route, error, elapsed)``: the handler returned or raised, before the app's
+- ``ended(message, route, error, took)``: the handler returned or raised, before the app's
   ``after``/``on_error`` hooks; returns the error they see (a success may become a failure).
 - ``succeeded(message, route)``: the handler and every hook succeeded; before the ack.
 - ``failed(message, route, error, verdict)``: the verdict of a failure is decided, before the
@@ -31,6 +31,9 @@ from rabbitry.consumer.app import Route
 from rabbitry.consumer.decision import Verdict
 from rabbitry.consumer.message import IncomingMessage
 
+Error = BaseException | None
+"""How a handler ended: what it raised, None when it returned."""
+
 
 class BuiltinMiddleware:
     """Base of a built-in: every hook does nothing until overridden; ``applies`` says for
@@ -49,13 +52,7 @@ class BuiltinMiddleware:
     def skipped(self, message: IncomingMessage, verdict: Verdict) -> None:
         """The delivery was settled without its handler."""
 
-    def ended(
-        self,
-        message: IncomingMessage,
-        route: Route,
-        error: BaseException | None,
-        elapsed: float,
-    ) -> BaseException | None:
+    def ended(self, message: IncomingMessage, route: Route, error: Error, took: float) -> Error:
         """The handler ended; the error the app's hooks see."""
         return error
 
@@ -80,10 +77,7 @@ class Hooks:
     received: tuple[Callable[[IncomingMessage, Route], None], ...]
     screen: tuple[Callable[[IncomingMessage, Route], Verdict | None], ...]
     skipped: tuple[Callable[[IncomingMessage, Verdict], None], ...]
-    ended: tuple[
-        Callable[[IncomingMessage, Route, BaseException | None, float], BaseException | None],
-        ...,
-    ]
+    ended: tuple[Callable[[IncomingMessage, Route, Error, float], Error], ...]
     succeeded: tuple[Callable[[IncomingMessage, Route], None], ...]
     failed: tuple[Callable[[IncomingMessage, Route, BaseException, Verdict], Verdict], ...]
     requeued: tuple[Callable[[IncomingMessage], None], ...]

@@ -6,7 +6,7 @@ happens, once the broker has it."""
 from __future__ import annotations
 
 from rabbitry.consumer.app import Route
-from rabbitry.consumer.builtins.hooks import BuiltinMiddleware
+from rabbitry.consumer.builtins.hooks import BuiltinMiddleware, Error
 from rabbitry.consumer.decision import Action, HandlerTimeout, Verdict
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
@@ -26,14 +26,8 @@ class Metrics(BuiltinMiddleware):
         elif action is Action.CANCELLED:
             self.metrics.queues[message.queue].cancelled += 1
 
-    def ended(
-        self,
-        message: IncomingMessage,
-        route: Route,
-        error: BaseException | None,
-        elapsed: float,
-    ) -> BaseException | None:
-        self.metrics.queues[route.queue].observe(elapsed)
+    def ended(self, message: IncomingMessage, route: Route, error: Error, took: float) -> Error:
+        self.metrics.queues[route.queue].observe(took)
         return error
 
     def failed(

@@ -8,7 +8,7 @@ judges it when it returns.)"""
 from __future__ import annotations
 
 from rabbitry.consumer.app import Route
-from rabbitry.consumer.builtins.hooks import BuiltinMiddleware
+from rabbitry.consumer.builtins.hooks import BuiltinMiddleware, Error
 from rabbitry.consumer.decision import HandlerTimeout
 from rabbitry.consumer.message import IncomingMessage
 
@@ -17,16 +17,10 @@ class TimeLimit(BuiltinMiddleware):
     def applies(self, route: Route) -> bool:
         return route.timeout is not None
 
-    def ended(
-        self,
-        message: IncomingMessage,
-        route: Route,
-        error: BaseException | None,
-        elapsed: float,
-    ) -> BaseException | None:
-        if error is None and route.timeout is not None and elapsed > route.timeout:
+    def ended(self, message: IncomingMessage, route: Route, error: Error, took: float) -> Error:
+        if error is None and route.timeout is not None and took > route.timeout:
             return HandlerTimeout(
-                f"handler of {route.queue} ran {elapsed:.3f} s, longer than its"
+                f"handler of {route.queue} ran {took:.3f} s, longer than its"
                 f" time-to-run of {route.timeout:g} s"
             )
         return error
