@@ -11,9 +11,9 @@ import time
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.consumer.app import STREAM_OFFSET_ARGUMENT, Route
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.positions import StreamPosition
+from rabbitry.consumer.routes import STREAM_OFFSET_ARGUMENT, Route
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.tracking import RecordSchedule, record_body, tracking_stream
 
