@@ -34,7 +34,7 @@ import contextlib
 import datetime as dt
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -343,38 +343,66 @@ class StreamReader:
         (it may raise) before the rest of the range is read."""
         if end <= start:
             return
-        wire, session = self._connect()
-        index = session.consume(stream, start)
-        last_seen = time.monotonic()
-        pending = self._started(wire, session, [index])
+        silent = f"no message of offsets {start}-{end - 1} came for {idle_timeout:g} s"
         checked = False
+        with contextlib.closing(
+            self._follow(stream, start, idle_timeout, 0.5, silent, "; has retention removed them?")
+        ) as deliveries:
+            for message in deliveries:
+                at = offset_of(message)
+                if at < start:
+                    continue
+                if not checked:
+                    checked = True
+                    if at > start and missing is not None:
+                        missing(at)
+                if at >= end:
+                    return
+                yield message
+                if at >= end - 1:
+                    return
+
+    def _follow(
+        self,
+        stream: str,
+        offset: int | str,
+        idle_timeout: float,
+        poll: float,
+        silent: str,
+        advice: str = "",
+    ) -> Generator[IncomingMessage, None, None]:
+        """The deliveries of a consumer on ``stream`` from ``offset``, as they come; it is
+        subscribed before the first one is asked for, and cancelled when the caller closes
+        the iterator. ``StreamError`` saying ``silent`` when none comes for
+        ``idle_timeout`` seconds."""
+        wire, session = self._connect()
+        index = session.consume(stream, offset)
+        pending = self._started(wire, session, [index])
+        silence = f"stream {stream!r}: {silent} (at {self.settings.display}){advice}"
+        return self._deliveries(wire, session, index, pending, idle_timeout, poll, silence)
+
+    def _deliveries(
+        self,
+        wire: SocketWire,
+        session: StreamSession,
+        index: int,
+        pending: list[Any],
+        idle_timeout: float,
+        poll: float,
+        silence: str,
+    ) -> Generator[IncomingMessage, None, None]:
+        last_seen = time.monotonic()
         try:
             while True:
                 for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    if at < start:
-                        continue
-                    if not checked:
-                        checked = True
-                        if at > start and missing is not None:
-                            missing(at)
-                    if at >= end:
-                        return
-                    yield message
-                    if at >= end - 1:
-                        return
+                    if message.consumer == index:
+                        yield message
                 now = time.monotonic()
                 if pending:
                     last_seen = now
                 elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: no message of offsets {start}-{end - 1} came for"
-                        f" {idle_timeout:g} s (at {self.settings.display}); has retention"
-                        " removed them?"
-                    )
-                pending = self._poll(wire, session, 0.5)
+                    raise StreamError(silence)
+                pending = self._poll(wire, session, poll)
         finally:
             if self._session is session and session.refused is None:
                 session.cancel(index)
@@ -410,42 +438,22 @@ class StreamReader:
         """(offset, message) of the last message of ``stream`` that ``accept`` takes; None
         when it holds none. Appends one marker message to ``stream`` (a message with an id
         and an empty body, which ``accept`` should refuse)."""
-        wire, session = self._connect()
-        index = session.consume(stream, "last")
-        pending = self._started(wire, session, [index])
+        silent = f"a message appended to it did not come back within {idle_timeout:g} s"
+        deliveries = self._follow(stream, "last", idle_timeout, 0.05, silent)
         marker = f"rabbitry-marker-{uuid.uuid4().hex}"
         self.append(stream, b"", message_id=marker)
         found: tuple[int, IncomingMessage] | None = None
         lowest: int | None = None
         end: int | None = None
-        last_seen = time.monotonic()
-        try:
-            while end is None:
-                for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    lowest = at if lowest is None else min(lowest, at)
-                    if message.message_id == marker:
-                        end = lowest  # the chunk at "last" read whole, up to the marker
-                        break
-                    if accept(message):
-                        found = (at, message)
-                if end is not None:
+        with contextlib.closing(deliveries):
+            for message in deliveries:
+                at = offset_of(message)
+                lowest = at if lowest is None else min(lowest, at)
+                if message.message_id == marker:
+                    end = lowest  # the chunk at "last" read whole, up to the marker
                     break
-                now = time.monotonic()
-                if pending:
-                    last_seen = now
-                elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: a message appended to it did not come back"
-                        f" within {idle_timeout:g} s (at {self.settings.display})"
-                    )
-                pending = self._poll(wire, session, 0.05)
-        finally:
-            if self._session is session and session.refused is None:
-                session.cancel(index)
-                self._ack(session)
+                if accept(message):
+                    found = (at, message)
         assert end is not None
         while found is None and end > 0:
             found, end = self._chunk_before(stream, end, accept, idle_timeout)
@@ -460,34 +468,16 @@ class StreamReader:
     ) -> tuple[tuple[int, IncomingMessage] | None, int]:
         """The last accepted message of the chunk that holds offset ``end - 1``, and the
         chunk's first offset (0 when the stream holds nothing before ``end``: retention)."""
-        wire, session = self._connect()
-        index = session.consume(stream, end - 1)
-        pending = self._started(wire, session, [index])
+        silent = f"offsets before {end} did not come within {idle_timeout:g} s"
         found: tuple[int, IncomingMessage] | None = None
         lowest: int | None = None
-        last_seen = time.monotonic()
-        try:
-            while True:
-                for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    if at >= end:
-                        # nothing delivered below ``end``: retention removed what was there
-                        return found, (0 if lowest is None else lowest)
-                    lowest = at if lowest is None else min(lowest, at)
-                    if accept(message):
-                        found = (at, message)
-                now = time.monotonic()
-                if pending:
-                    last_seen = now
-                elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: offsets before {end} did not come within"
-                        f" {idle_timeout:g} s (at {self.settings.display})"
-                    )
-                pending = self._poll(wire, session, 0.05)
-        finally:
-            if self._session is session and session.refused is None:
-                session.cancel(index)
-                self._ack(session)
+        with contextlib.closing(self._follow(stream, end - 1, idle_timeout, 0.05, silent)) as got:
+            for message in got:
+                at = offset_of(message)
+                if at >= end:
+                    # nothing delivered below ``end``: retention removed what was there
+                    return found, (0 if lowest is None else lowest)
+                lowest = at if lowest is None else min(lowest, at)
+                if accept(message):
+                    found = (at, message)
+        raise AssertionError("a stream's deliveries end only with an error")  # pragma: no cover
