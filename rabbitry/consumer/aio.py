@@ -31,6 +31,7 @@ from rabbitry.consumer.engine import (
 )
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.consumer.shells import log_broker_cancels, log_stopped, note_lost, return_unhandled
 from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
@@ -68,16 +69,12 @@ class AsyncWorker(HandlerRunner):
         url: str | ConnectionSettings | None = None,
         **keywords: Unpack[AsyncWorkerKeywords],
     ) -> None:
+        own: AsyncWorkerKeywords = {"concurrency": 64, **keywords}
         self.workers: list[AsyncWorker] = [
-            AsyncWorker(part, settings, **keywords)
-            for part, settings in vhost_parts(app, url, {"concurrency": 64, **keywords})
+            AsyncWorker(part, settings, **keywords) for part, settings in vhost_parts(app, url, own)
         ]
         """One worker per vhost, for an app of several (empty otherwise)."""
-        self.core: WorkerCore
-        if self.workers:
-            self.core = self.workers[0].core
-        else:
-            self.core = worker_core(app, url, {"concurrency": 64, **keywords})
+        self.core: WorkerCore = self.workers[0].core if self.workers else worker_core(app, url, own)
         self.options = self.core.options
         self.app = app
         self._wire: Wire | None = None
@@ -318,12 +315,7 @@ class AsyncWorker(HandlerRunner):
                     await self._lost.wait()
             if wire.transport is not None:
                 wire.transport.close()
-        logger.info(
-            "stopped: %d received, %d acked, %d requeued",
-            core.metrics.total("received"),
-            core.metrics.total("acked"),
-            core.metrics.total("requeued"),
-        )
+        log_stopped(core)
 
     def _return_waiting(self) -> None:
         core = self.core
@@ -369,17 +361,12 @@ class AsyncWorker(HandlerRunner):
             ready = self._ready
             if ready is not None and not ready.done():
                 ready.set_result(None)
-        if session.cancelled_by_broker:
-            queues = ", ".join(session.cancelled_by_broker)
-            session.cancelled_by_broker.clear()
-            logger.error("the broker cancelled the consumer of %s (queue deleted?)", queues)
+        log_broker_cancels(session)
         inbox = session.inbox
         if inbox:
             session.inbox = []
             if self._stopping:
-                for message in inbox:
-                    core.acks.received(message.tag)
-                    core.requeue(message)
+                return_unhandled(core, inbox)
             else:
                 dispatch = self._dispatch
                 for message in inbox:
@@ -405,12 +392,7 @@ class AsyncWorker(HandlerRunner):
             gate.take_waiting()  # the broker requeued them with the channel
         self._cancel_gate_timers()
         if not (self._stopping or handshaking):
-            self.core.metrics.reconnects += 1
-            logger.warning(
-                "connection to %s lost (%s): reconnecting; unacked messages return to their queues",
-                self.core.walk.current.display,
-                mask_text(str(exc or "closed by the broker")),
-            )
+            note_lost(self.core, self.core.walk.current.display, exc or "closed by the broker")
         if self._lost is not None:
             self._lost.set()
 

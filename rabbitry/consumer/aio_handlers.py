@@ -13,6 +13,7 @@ from collections.abc import Coroutine, Generator
 from typing import Any, cast
 
 from rabbitry.consumer.app import Route
+from rabbitry.consumer.builtins.time_limit import cancelled_at_limit
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
@@ -231,7 +232,7 @@ class HandlerRunner:
                 async with asyncio.timeout(route.timeout):
                     result = await cast(Coroutine[Any, Any, Any], result)
         except TimeoutError as exc:
-            return (_timed_out(route) if route.is_async else exc), None
+            return (cancelled_at_limit(route) if route.is_async else exc), None
         except Exception as exc:
             return exc, None
         return None, result
@@ -259,7 +260,7 @@ class HandlerRunner:
                 return
             raise
         except TimeoutError:
-            error = _timed_out(route)
+            error = cancelled_at_limit(route)
         except Exception as exc:
             error = exc
         if error is not None and route.immediate is not None:
@@ -288,11 +289,3 @@ class HandlerRunner:
             nxt = self._waiting.popleft()
             self._run(nxt, self.core.routes[nxt.consumer])
         self._schedule_write()
-
-
-def _timed_out(route: Route) -> BaseException:
-    from rabbitry.consumer.decision import HandlerTimeout
-
-    return HandlerTimeout(
-        f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
-    )

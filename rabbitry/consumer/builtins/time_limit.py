@@ -24,3 +24,10 @@ class TimeLimit(BuiltinMiddleware):
                 f" time-to-run of {route.timeout:g} s"
             )
         return error
+
+
+def cancelled_at_limit(route: Route) -> HandlerTimeout:
+    """The failure of a coroutine handler cancelled at its time-to-run (both shells')."""
+    return HandlerTimeout(
+        f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
+    )
