@@ -14,9 +14,10 @@ from typing import Any, cast
 
 from rabbitry.consumer.app import Route
 from rabbitry.consumer.builtins.time_limit import cancelled_at_limit
-from rabbitry.consumer.engine import WorkerCore, WorkerOptions
+from rabbitry.consumer.engine import WorkerCore
 from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.worker_options import WorkerOptions
 
 
 class _Resume:

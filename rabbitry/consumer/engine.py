@@ -1,12 +1,16 @@
 """What ``AsyncWorker`` and ``Worker`` share: from a delivery to frames on the wire.
 
 ``WorkerCore`` owns the connection's protocol session, the confirm tracker of the worker's own
-publishes (retries, parking), the ack tracker of the deliveries, the stores and the counters.
-A shell feeds it bytes, runs handlers, tells it how each ended (``conclude``), and writes what
-``take_output`` returns. The rule it keeps: a message is acked only after whatever replaces it
-(a retry, a parked copy) is confirmed by the broker; a crash in between gives a duplicate,
-never a loss. Delivery tags of an older channel are never acked (the broker already requeued
-those messages).
+publishes, the ack tracker of the deliveries, the stores and the counters. A shell feeds it
+bytes, runs handlers, tells it how each ended (``conclude``), and writes what ``take_output``
+returns. ``conclude`` is hooks -> verdict -> ack or republish: the built-in middleware
+(``builtins``: counters, time limit, idempotency, tracing) and the app's own run their hooks,
+``decision`` gives the verdict, and the core acks or hands the copy to its ``outbox``. Beside
+it: ``scheduling`` (the periodic jobs' publishes), ``stream_offsets`` (where stream consumers
+stand), ``failure_log`` (the lines of failures). The rule it keeps: a message is acked only
+after whatever replaces it (a retry, a parked copy) is confirmed by the broker; a crash in
+between gives a duplicate, never a loss. Delivery tags of an older channel are never acked
+(the broker already requeued those messages).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from rabbitry.consumer.limits import Gate
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
-from rabbitry.consumer.outbox import Outbox, Replying, header_frame_size
+from rabbitry.consumer.outbox import Outbox, Replying
 from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost
 from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
 from rabbitry.consumer.scheduling import RESEED_EVERY_S, Scheduling
@@ -47,28 +51,15 @@ from rabbitry.consumer.switchboard import Switchboard
 from rabbitry.consumer.worker_options import (
     DEFAULT_PREFETCH,
     AsyncWorkerKeywords,
-    WorkerKeywords,
     WorkerOptions,
-    combined_metrics,
     vhost_parts,
     worker_settings,
 )
 
 logger = logging.getLogger("rabbitry.worker")
 
-__all__ = [  # the worker options' names stay importable from here, where they were first
-    "DEFAULT_PREFETCH",
-    "RESEED_EVERY_S",
-    "AsyncWorkerKeywords",
-    "WorkerCore",
-    "WorkerKeywords",
-    "WorkerOptions",
-    "combined_metrics",
-    "header_frame_size",
-    "vhost_parts",
-    "worker_core",
-    "worker_settings",
-]
+# the worker options were first defined here; tests and shells still import these from here
+__all__ = ["WorkerCore", "WorkerOptions", "vhost_parts", "worker_core", "worker_settings"]
 
 
 def worker_core(
