@@ -47,13 +47,19 @@ def core_with(handler_queue: str = "work") -> WorkerCore:
     app = App()
     app.add(handler_queue, lambda m: None, retry=RETRY)
     core = WorkerCore(app, ConnectionSettings(), WorkerOptions(prefetch=10))
+    ready(core)
+    return core
+
+
+def ready(core: WorkerCore) -> None:
+    """Connect ``core`` to no broker: its session as after the start-up check and the
+    channel's confirm.select-ok."""
     core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
     core.sync_generation()
     session.take_output()
-    return core
 
 
 def concluded(

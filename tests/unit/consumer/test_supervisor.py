@@ -148,17 +148,20 @@ def test_a_child_that_crashed_after_it_consumed_is_started_again_at_once(tmp_pat
     assert "ended (exit code 1): starting it again now" in out
 
 
-def test_children_still_draining_when_the_time_is_up_are_killed(tmp_path: Path) -> None:
-    pool, code, out = started_and_stopped(tmp_path, "stubborn", 2, drain=0.5)
+@pytest.mark.parametrize(
+    ("drain", "signals", "said"),
+    [
+        (0.5, 1, "0.5 s passed: killing 2 worker processes still draining"),
+        (600, 2, "a second signal: killing 2 worker processes"),
+    ],
+    ids=["when-the-time-is-up", "at-a-second-signal"],
+)
+def test_children_still_draining_are_killed(
+    tmp_path: Path, drain: float, signals: int, said: str
+) -> None:
+    pool, code, out = started_and_stopped(tmp_path, "stubborn", 2, drain=drain, times=signals)
     assert code == 1, out
-    assert "0.5 s passed: killing 2 worker processes still draining" in out
-    assert all(gone(pid) for pid in pool.pids())
-
-
-def test_a_second_signal_kills_the_children_at_once(tmp_path: Path) -> None:
-    pool, code, out = started_and_stopped(tmp_path, "stubborn", 2, drain=600, times=2)
-    assert code == 1, out
-    assert "a second signal: killing 2 worker processes" in out
+    assert said in out
     assert all(gone(pid) for pid in pool.pids())
 
 
