@@ -106,8 +106,10 @@ class WorkerCore:
         """The app's own middleware, outermost first."""
         self.builtins = builtins(app, self.metrics)
         """The built-in middleware (``builtins``): counters, time limit, idempotency, tracing."""
-        self.hooks = [Hooks.of(self.builtins, route) for route in self.routes]
-        """The built-ins' hooks by consumer index."""
+        self.hooks = [Hooks.of(self.builtins, route, span=False) for route in self.routes]
+        """The built-ins' hooks by consumer index, for a delivery without a span..."""
+        self.spanned = [Hooks.of(self.builtins, route, span=True) for route in self.routes]
+        """... and for one with a span (tracing on)."""
         self.scheduling = Scheduling(self)
         """The periodic jobs' publishes (``scheduling``)."""
         self.periodic = self.scheduling.carriers
@@ -211,9 +213,9 @@ class WorkerCore:
             self.acks.done(message.tag)
             return False
         route = self.routes[message.consumer]
-        hooks = self.hooks[message.consumer]
-        for received in hooks.received:
+        for received in self.hooks[message.consumer].received:
             received(message, route)
+        hooks = (self.hooks if message.span is None else self.spanned)[message.consumer]
         if route.periodic is not None:
             return self.scheduling.admit(message, route, route.periodic)
         for screen in hooks.screen:
@@ -225,7 +227,8 @@ class WorkerCore:
 
     def _skip(self, message: IncomingMessage, verdict: Verdict) -> None:
         """Settle a delivery whose handler does not run (its ack may wait for a publish)."""
-        for skipped in self.hooks[message.consumer].skipped:
+        hooks = self.hooks if message.span is None else self.spanned
+        for skipped in hooks[message.consumer].skipped:
             skipped(message, verdict)
         if self.middleware:
             run_decided(self.middleware, message, verdict)
@@ -272,7 +275,7 @@ class WorkerCore:
         then the ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless
         a ``before`` hook failed), which may change the error; the verdict follows."""
         route = self.routes[message.consumer]
-        hooks = self.hooks[message.consumer]
+        hooks = (self.hooks if message.span is None else self.spanned)[message.consumer]
         for ended in hooks.ended:
             error = ended(message, route, error, elapsed)
         reply = None
@@ -314,7 +317,8 @@ class WorkerCore:
             )
         if not verdict.publishes:  # a retry or a parking is logged once the broker stored it
             log_failure(message, route, verdict, failure_text(error))
-        for failed in self.hooks[message.consumer].failed:
+        hooks = self.hooks if message.span is None else self.spanned
+        for failed in hooks[message.consumer].failed:
             verdict = failed(message, route, error, verdict)
         if verdict.action is Action.PARK and verdict.publishes:
             verdict = self.outbox.parked_copy(message, route, verdict, error)
@@ -376,7 +380,8 @@ class WorkerCore:
         self.metrics.queues[message.queue].requeued += 1
         if self._holds:
             self._holds.pop(message, None)
-        for requeued in self.hooks[message.consumer].requeued:
+        hooks = self.hooks if message.span is None else self.spanned
+        for requeued in hooks[message.consumer].requeued:
             requeued(message)
         if message.generation == self.generation and self.session is not None:
             self.acks.reject(message.tag, requeue=True)

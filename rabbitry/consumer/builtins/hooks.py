@@ -39,6 +39,10 @@ class BuiltinMiddleware:
     """Base of a built-in: every hook does nothing until overridden; ``applies`` says for
     which handlers it runs at all (so a handler without a time-to-run calls no time limit)."""
 
+    spans_only: bool = False
+    """Its hooks after ``received`` act only on a delivery with a span: the core skips them
+    for the others (tracing without a tracer provider costs no call per hook)."""
+
     def applies(self, route: Route) -> bool:
         return True
 
@@ -83,8 +87,9 @@ class Hooks:
     requeued: tuple[Callable[[IncomingMessage], None], ...]
 
     @classmethod
-    def of(cls, builtins: list[BuiltinMiddleware], route: Route) -> Hooks:
-        """The hooks of ``builtins`` that run for ``route``'s handler."""
+    def of(cls, builtins: list[BuiltinMiddleware], route: Route, *, span: bool) -> Hooks:
+        """The hooks of ``builtins`` that run for ``route``'s handler, on a delivery with a
+        span or without one (``span``)."""
         chosen = [b for b in builtins if b.applies(route)]
 
         def bound(name: str) -> tuple[Callable[..., object], ...]:
@@ -92,6 +97,7 @@ class Hooks:
                 getattr(b, name)
                 for b in chosen
                 if getattr(type(b), name) is not getattr(BuiltinMiddleware, name)
+                and (span or not b.spans_only or name == "received")
             )
 
         return cls(

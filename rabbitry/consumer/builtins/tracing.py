@@ -18,6 +18,8 @@ _OUTCOMES = {Action.RETRY: "retried", Action.PARK: "parked", Action.SKIPPED: "sk
 
 
 class Tracing(BuiltinMiddleware):
+    spans_only = True
+
     def received(self, message: IncomingMessage, route: Route) -> None:
         tracer = tracing.tracer()
         if tracer is not None:
