@@ -213,11 +213,13 @@ class WorkerCore:
             self.acks.done(message.tag)
             return False
         route = self.routes[message.consumer]
-        for received in self.hooks[message.consumer].received:
+        hooks = self.hooks[message.consumer]
+        for received in hooks.received:
             received(message, route)
-        hooks = (self.hooks if message.span is None else self.spanned)[message.consumer]
         if route.periodic is not None:
             return self.scheduling.admit(message, route, route.periodic)
+        if message.span is not None:
+            hooks = self.spanned[message.consumer]
         for screen in hooks.screen:
             verdict = screen(message, route)
             if verdict is not None:
@@ -234,12 +236,12 @@ class WorkerCore:
             run_decided(self.middleware, message, verdict)
         self._ack(message)
 
-    # -- periodic jobs ----------------------------------------------------------------------------
-
     def reseed(self, now: float) -> None:
         """Publish the periodic jobs' seeds again when ``RESEED_EVERY_S`` passed (``now``:
         monotonic); the shells call it on their tick."""
         self.scheduling.reseed(now)
+
+    # -- handlers ---------------------------------------------------------------------------------
 
     def enter(self, message: IncomingMessage) -> object | None:
         """Make the delivery's span current while its handler runs (None: no tracing)."""

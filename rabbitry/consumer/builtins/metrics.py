@@ -14,26 +14,27 @@ from rabbitry.consumer.metrics import WorkerMetrics
 
 class Metrics(BuiltinMiddleware):
     def __init__(self, metrics: WorkerMetrics) -> None:
-        self.metrics = metrics
+        self.queues = metrics.queues
+        """The counters by queue (one lookup fewer per delivery than through ``metrics``)."""
 
     def received(self, message: IncomingMessage, route: Route) -> None:
-        self.metrics.queues[route.queue].received += 1
+        self.queues[route.queue].received += 1
 
     def skipped(self, message: IncomingMessage, verdict: Verdict) -> None:
         action = verdict.action
         if action is Action.DUPLICATE:
-            self.metrics.queues[message.queue].duplicates += 1
+            self.queues[message.queue].duplicates += 1
         elif action is Action.CANCELLED:
-            self.metrics.queues[message.queue].cancelled += 1
+            self.queues[message.queue].cancelled += 1
 
     def ended(self, message: IncomingMessage, route: Route, error: Error, took: float) -> Error:
-        self.metrics.queues[route.queue].observe(took)
+        self.queues[route.queue].observe(took)
         return error
 
     def failed(
         self, message: IncomingMessage, route: Route, error: BaseException, verdict: Verdict
     ) -> Verdict:
-        counters = self.metrics.queues[route.queue]
+        counters = self.queues[route.queue]
         counters.failed += 1
         if isinstance(error, HandlerTimeout):
             counters.timeouts += 1
