@@ -213,6 +213,7 @@ class WorkerCore:
             self.acks.done(message.tag)
             return False
         route = self.routes[message.consumer]
+        self.metrics.queues[route.queue].received += 1  # inline, as builtins.metrics says
         hooks = self.hooks[message.consumer]
         for received in hooks.received:
             received(message, route)
@@ -273,10 +274,11 @@ class WorkerCore:
         publish that replaces the message (a retry or parked copy, whose confirm acks it).
         A delivery that names a ``reply_to`` gets the handler's ``result`` as its reply first.
 
-        The built-ins' ``ended`` hooks (``builtins``: the counters, the time limit) run first,
+        The built-ins' ``ended`` hooks (``builtins``: the time limit) run first,
         then the ``after``/``on_error`` hooks of the ``entered`` middlewares (all of them unless
         a ``before`` hook failed), which may change the error; the verdict follows."""
         route = self.routes[message.consumer]
+        self.metrics.queues[route.queue].observe(elapsed)  # inline, as builtins.metrics says
         hooks = (self.hooks if message.span is None else self.spanned)[message.consumer]
         for ended in hooks.ended:
             error = ended(message, route, error, elapsed)

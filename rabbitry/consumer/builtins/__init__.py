@@ -16,6 +16,6 @@ __all__ = ["BuiltinMiddleware", "Hooks", "builtins"]
 
 
 def builtins(app: App, metrics: WorkerMetrics) -> list[BuiltinMiddleware]:
-    """The built-ins of a worker of ``app``, outermost first: the counters see a delivery
-    first and a handler's time before the time limit judges it; the span ends last."""
+    """The built-ins of a worker of ``app``, outermost first: the counters see an outcome
+    before the span ends with it."""
     return [Metrics(metrics), TimeLimit(), Idempotency(app), Tracing()]

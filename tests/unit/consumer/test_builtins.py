@@ -25,9 +25,10 @@ def app_with(**options: object) -> App:
 def test_a_handler_runs_only_the_hooks_a_built_in_overrides_and_that_apply_to_it() -> None:
     app = app_with()
     hooks = Hooks.of(builtins(app, WorkerMetrics(live=False)), app.routes["jobs"], span=False)
-    assert [type(h.__self__) for h in hooks.ended] == [Metrics]  # no time-to-run: no limit
+    assert hooks.ended == ()  # no time-to-run: no limit
     assert hooks.screen == ()  # neither idempotent nor a cancellation store
-    assert [type(h.__self__) for h in hooks.received] == [Metrics, Tracing]
+    assert [type(h.__self__) for h in hooks.received] == [Tracing]
+    assert [type(h.__self__) for h in hooks.failed] == [Metrics]
     assert hooks.succeeded == (), "no span: tracing has nothing to end"
     spanned = Hooks.of(builtins(app, WorkerMetrics(live=False)), app.routes["jobs"], span=True)
     assert [type(h.__self__) for h in spanned.succeeded] == [Tracing]
@@ -36,7 +37,7 @@ def test_a_handler_runs_only_the_hooks_a_built_in_overrides_and_that_apply_to_it
 def test_the_time_limit_runs_only_for_a_handler_with_a_time_to_run() -> None:
     app = app_with(timeout=0.5)
     hooks = Hooks.of(builtins(app, WorkerMetrics(live=False)), app.routes["jobs"], span=False)
-    assert [type(h.__self__) for h in hooks.ended] == [Metrics, TimeLimit]
+    assert [type(h.__self__) for h in hooks.ended] == [TimeLimit]
 
 
 def test_a_success_past_the_time_to_run_becomes_a_handler_timeout_and_a_failure_stays() -> None:
