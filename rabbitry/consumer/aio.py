@@ -31,7 +31,13 @@ from rabbitry.consumer.engine import (
 )
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
-from rabbitry.consumer.shells import log_broker_cancels, log_stopped, note_lost, return_unhandled
+from rabbitry.consumer.shells import (
+    log_broker_cancels,
+    log_started,
+    log_stopped,
+    note_lost,
+    return_unhandled,
+)
 from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
@@ -265,7 +271,7 @@ class AsyncWorker(HandlerRunner):
                     await open_wire(s, attach)
                     await self._ready
                 session.last_received = time.monotonic()
-                self.core.log_started(session)
+                log_started(self.core, session)
                 if retry.attempt or self.core.metrics.reconnects:
                     logger.info("connected to %s", s.display)
                 return

@@ -165,18 +165,6 @@ class WorkerCore:
             self.generation = session.generation
             self.acks.forget()
 
-    def log_started(self, session: ConsumerSession) -> None:
-        """Say that the worker consumes, once its start-up check passed on ``session``
-        (the log line, then ``on_started``)."""
-        if session.checked is not None:
-            logger.info(
-                "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
-                session.checked,
-                ", ".join(dict.fromkeys(route.queue for route in self.routes)),
-            )
-        for started in self.on_started:
-            started()
-
     def connection_lost(self) -> None:
         self.acks.forget()
         if self.switches:

@@ -1,7 +1,7 @@
 """What ``Worker`` (blocking) and ``AsyncWorker`` (asyncio) do alike around their connection,
-written once: deliveries that arrive while the worker stops, consumers the broker cancelled, a
-lost connection, the last line of a run. The shells differ only in how they wait and run
-handlers; these steps are the same rule in both."""
+written once: the line that says it consumes, deliveries that arrive while the worker stops,
+consumers the broker cancelled, a lost connection, the last line of a run. The shells differ
+only in how they wait and run handlers; these steps are the same rule in both."""
 
 from __future__ import annotations
 
@@ -13,6 +13,19 @@ from rabbitry.consumer.session import ConsumerSession
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")
+
+
+def log_started(core: WorkerCore, session: ConsumerSession) -> None:
+    """Say that the worker consumes, once its start-up check passed on ``session``
+    (the log line, then the core's ``on_started``)."""
+    if session.checked is not None:
+        logger.info(
+            "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
+            session.checked,
+            ", ".join(dict.fromkeys(route.queue for route in core.routes)),
+        )
+    for started in core.on_started:
+        started()
 
 
 def return_unhandled(core: WorkerCore, inbox: list[IncomingMessage]) -> None:

@@ -34,7 +34,13 @@ from rabbitry.consumer.immediate import call_again
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
-from rabbitry.consumer.shells import log_broker_cancels, log_stopped, note_lost, return_unhandled
+from rabbitry.consumer.shells import (
+    log_broker_cancels,
+    log_started,
+    log_stopped,
+    note_lost,
+    return_unhandled,
+)
 from rabbitry.consumer.worker_options import (
     AsyncWorkerKeywords,
     WorkerKeywords,
@@ -252,7 +258,7 @@ class Worker:
             self._drop()  # the start-up check closed the connection: nothing to retry
             self.core.connection_lost()
             raise session.start_refused from None
-        self.core.log_started(session)
+        log_started(self.core, session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:
