@@ -17,26 +17,31 @@ registration. ``App(middleware=[...])`` or ``app.use(m)`` adds hooks around ever
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Unpack
 
 from rabbitry.amqp.codecs import JSON, Codec
-from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
-from rabbitry.consumer.kill_switch import KillSwitch
-from rabbitry.consumer.limits import Limits
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.middleware import Middleware
-from rabbitry.consumer.parked_copy import ParkedHeaders
 from rabbitry.consumer.periodic import (
     PeriodicError,
     PeriodicJob,
     PeriodicQueue,
     periodic_job,
     run_occurrence,
+)
+from rabbitry.consumer.routes import (
+    AppError,
+    HandlerOptions,
+    Place,
+    Route,
+    bind,
+    periodic_place,
+    pick_names,
+    pick_vhosts,
 )
 from rabbitry.consumer.schedule import ScheduleError, schedule_of
 from rabbitry.consumer.stores import (
@@ -46,9 +51,7 @@ from rabbitry.consumer.stores import (
     MemoryIdempotencyStore,
 )
 from rabbitry.consumer.targets import Target, TargetError, group_of, retry_of, target_of
-from rabbitry.errors import RabbitryError, SpecError
-from rabbitry.policies.retry import ImmediateRetry
-from rabbitry.topology.patterns.retry_setup import QueueRetry
+from rabbitry.errors import SpecError
 from rabbitry.uri import split_uris
 
 if TYPE_CHECKING:  # a worker whose spec's view is cached never loads the model (``view``)
@@ -56,109 +59,8 @@ if TYPE_CHECKING:  # a worker whose spec's view is cached never loads the model 
     from rabbitry.topology.spec.model import Spec, VhostSpec
 
 H = TypeVar("H", bound=Callable[..., Any])
-StreamOffset = str | int | datetime
-"""Where a stream handler starts: ``first``, ``last``, ``next``, an offset, or a time."""
-STREAM_OFFSETS = ("first", "last", "next")
-STREAM_OFFSET_ARGUMENT = "x-stream-offset"
 
-
-class AppError(RabbitryError):
-    """A handler registration that cannot work (unknown queue, duplicate handler)."""
-
-
-@dataclass(frozen=True)
-class Route:
-    """One queue's handler and how it is run."""
-
-    queue: str
-    handler: Handler
-    """Called with the ``IncomingMessage`` (a typed handler's body is decoded inside it)."""
-    is_async: bool
-    retry: QueueRetry | None = None
-    timeout: float | None = None
-    """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
-    idempotent: bool = False
-    """Skip messages whose id was handled before (by the app's idempotency store)."""
-    ordered: bool = False
-    """One message at a time, in queue order (single-active-consumer queues)."""
-    consume_arguments: Mapping[str, Any] = field(default_factory=dict)
-    body_type: Any = None
-    """The type a typed handler declared for the body (None: it takes the message)."""
-    codec: Codec = JSON
-    """How the body of a typed handler is decoded."""
-    limits: Limits | None = None
-    """At most N in flight and R started per second, for this handler alone."""
-    periodic: PeriodicQueue | None = None
-    """The queue carries occurrences of periodic jobs (``periodic``): the worker schedules
-    the next one and skips copies."""
-    vhost: str | None = None
-    """The spec's vhost that declares the queue (None: an app without a spec)."""
-    stream: bool = False
-    """A stream queue: read from ``consume_arguments["x-stream-offset"]``, acks return
-    credit, a failure is logged and skipped (a stream cannot dead-letter)."""
-    consumers: int = 1
-    """Consumers opened on the queue (a modulus-sharded exchange: one per plugin shard)."""
-    track: str | None = None
-    """A stream handler's reader name: its position is kept on the broker (``tracking``)."""
-    sharded_exchange: bool = False
-    """``queue`` is a modulus-sharded exchange's name, which the sharding plugin consumes from."""
-    kill_switch: KillSwitch | None = None
-    """Stop consuming the queue a while when its handler fails too often (``kill_switch``)."""
-    immediate: ImmediateRetry | None = None
-    """Calls in process before a failure goes to the ladder (``immediate=``, else the spec's
-    ``retry.immediate``; None: one call)."""
-    parked_headers: ParkedHeaders | None = None
-    """Extra headers for the parked copy of a message (``parked_headers=``)."""
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a handler's queue is declared, as ``_bind`` needs it (from the spec or its view)."""
-
-    vhost: str | None
-    target: Target
-    ordered: bool = False
-    """The queue is declared with single-active-consumer."""
-    retry: QueueRetry | None = None
-    retry_error: str | None = None
-    """Why the spec's retry set-up of the queue cannot be resolved."""
-
-
-class HandlerOptions(TypedDict, total=False):
-    """How one handler is run (``@app.handler``, ``add``, ``add_shards``)."""
-
-    offset: StreamOffset
-    """Where a stream queue is read from: ``first``, ``last``, ``next`` (the broker's
-    default), an offset, or a ``datetime``; only for stream queues."""
-    track: str | None
-    """A stream handler's reader name: the worker keeps its position on the broker under it
-    and a new process resumes there (``offset=`` is then only where the first one starts)."""
-    timeout: float | None
-    """Time-to-run in seconds: a handler that takes longer counts as failed (retryable)."""
-    idempotent: bool
-    """Skip messages whose id was handled before (by the app's idempotency store)."""
-    ordered: bool | None
-    """One message at a time, in queue order (default: the queue's single-active-consumer)."""
-    priority: int | None
-    """Consumer priority (``x-priority``)."""
-    retry: QueueRetry | None
-    """Replaces the spec's retry set-up (or gives one to an app without a spec)."""
-    codec: Codec | None
-    """Replaces the app's codec for this handler's body."""
-    concurrency: int | None
-    """At most this many of this handler's messages in flight, without holding the others."""
-    rate: float | None
-    """At most this many of this handler's messages started per second."""
-    burst: int
-    """How many of them may start back to back (default 1)."""
-    kill_switch: KillSwitch | None
-    """Stop consuming the queue for a cool-down when the handler's failures pass a ratio."""
-    immediate: ImmediateRetry | None
-    """Calls of the handler in process, a short pause apart, before a failure goes to the
-    retry ladder; replaces the spec's ``retry.immediate`` (``ImmediateRetry(attempts=1)``: off)."""
-    parked_headers: ParkedHeaders | None
-    """``fn(message, error) -> headers``: headers of your own on the copy parked for a message
-    (names of ``x-rabbitry-`` and the broker's ``x-death`` family are rabbitry's and skipped)."""
+__all__ = ["App", "AppError", "Route", "url_for_app"]  # Route, AppError: from ``routes``
 
 
 class App:
@@ -241,7 +143,7 @@ class App:
         rendered = views.rendered(path, text, variables) if text is not None else None
         if text is not None and rendered is not None:
             found = views.cached(rendered)
-            names = _pick_names(found.vhosts, vhost) if found is not None else None
+            names = pick_names(found.vhosts, vhost) if found is not None else None
             if found is not None and names is not None:
                 self._view, self._source, self._vhost_names = found, (path, text), names
                 return None
@@ -255,7 +157,7 @@ class App:
 
     def _use(self, spec: Spec | None, vhost: str | Sequence[str] | None) -> None:
         self._spec = spec
-        self._vhosts = _pick_vhosts(spec, vhost) if spec is not None else []
+        self._vhosts = pick_vhosts(spec, vhost) if spec is not None else []
         self._vhost = self._vhosts[0] if len(self._vhosts) == 1 else None
         self._vhost_names = [v.name for v in self._vhosts]
 
@@ -462,92 +364,11 @@ class App:
         return self._one(found, errors, f"queue {queue!r}")
 
     def _bind(self, place: Place, func: Callable[..., Any], options: HandlerOptions) -> Route:
-        offset = options.get("offset")
-        timeout = options.get("timeout")
-        retry = options.get("retry")
-        concurrency, rate = options.get("concurrency"), options.get("rate")
-        target, where = place.target, place.vhost
-        queue = target.queue
-        key = self._key(where, queue)
+        queue = place.target.queue
+        key = self._key(place.vhost, queue)
         if key in self.routes:
             raise AppError(f"queue {queue!r} already has a handler ({self.routes[key].handler})")
-        if timeout is not None and timeout <= 0:
-            raise AppError(f"timeout of {queue!r} must be positive, got {timeout}")
-        stream = target.stream or (where is None and offset is not None)
-        arguments: dict[str, Any] = {}
-        if offset is not None:
-            if not stream:
-                raise AppError(
-                    f"offset= reads a stream, and queue {queue!r} ({target.declared_by} of vhost"
-                    f" {where or '?'!r}) is not one: drop offset="
-                )
-            arguments[STREAM_OFFSET_ARGUMENT] = stream_offset(offset, queue)
-        track = options.get("track")
-        if track is not None and (not stream or not track or len(track) > 100):
-            raise AppError(
-                f"track={track!r} of queue {queue!r}: "
-                + (
-                    "track= keeps a stream reader's position, and the queue is no stream: drop it"
-                    if not stream
-                    else "give a reader name of 1 to 100 characters"
-                )
-            )
-        given = retry is not None
-        if retry is None:
-            if place.retry_error is not None:
-                raise AppError(place.retry_error)
-            retry = place.retry
-        if stream and retry is not None:
-            raise AppError(
-                f"queue {queue!r} is a stream: a stream cannot dead-letter, so its messages"
-                " cannot be retried or parked (a failure is logged and skipped); "
-                + ("drop retry=" if given else "drop the queue's `retry:` from the spec")
-            )
-        try:
-            limits = Limits(concurrency=concurrency, rate=rate, burst=options.get("burst", 1))
-        except ValueError as exc:
-            raise AppError(f"handler of {queue!r}: {exc}") from None
-        kill_switch = options.get("kill_switch")
-        if kill_switch is not None and (stream or not isinstance(kill_switch, KillSwitch)):
-            raise AppError(
-                f"kill_switch= of queue {queue!r}: "
-                + (
-                    "a stream keeps its messages and is read by offset, so a failure is skipped,"
-                    " not retried: drop kill_switch="
-                    if stream
-                    else f"give a rabbitry.consumer.KillSwitch(...), not {kill_switch!r}"
-                )
-            )
-        try:
-            shape = handler_shape(func)
-        except SignatureError as exc:
-            raise AppError(f"{exc} (queue {queue!r})") from None
-        codec = options.get("codec") or self.codec
-        priority = options.get("priority")
-        if priority is not None:
-            arguments["x-priority"] = priority
-        route = Route(
-            queue=queue,
-            handler=typed_handler(func, shape, queue, codec),
-            is_async=inspect.iscoroutinefunction(func),
-            retry=retry,
-            timeout=timeout,
-            idempotent=options.get("idempotent", False),
-            ordered=place.ordered if (ordered := options.get("ordered")) is None else ordered,
-            consume_arguments=arguments,
-            body_type=shape.body_type,
-            codec=codec,
-            limits=limits if limits.limited else None,
-            vhost=where,
-            stream=stream,
-            consumers=target.consumers,
-            track=track,
-            sharded_exchange=target.sharded_exchange,
-            kill_switch=kill_switch,
-            immediate=options.get("immediate") or (retry.policy.immediate if retry else None),
-            parked_headers=options.get("parked_headers"),
-        )
-        self.routes[key] = route
+        route = self.routes[key] = bind(place, func, options, self.codec)
         return route
 
     def parts(self) -> list[App]:
@@ -615,26 +436,7 @@ class App:
 
     def _periodic_route(self, queue: str | None) -> Route:
         """The route of the periodic queue (made with the first job registered on it)."""
-        if not self.vhosts:
-            raise AppError(
-                "periodic jobs need a spec: declare a queue with `periodic: <delay>` and give"
-                " the App the spec"
-            )
-        declared = [(v, q) for v in self.vhosts for q in v.queues if q.periodic is not None]
-        periodic = [(v, q) for v, q in declared if queue is None or q.name == queue]
-        where = " or ".join(repr(v.name) for v in self.vhosts)
-        if len(periodic) != 1:
-            names = ", ".join(q.name for _, q in declared) or "none"
-            raise AppError(
-                (
-                    f"queue {queue!r} of vhost {where} is not a periodic queue"
-                    if queue is not None
-                    else f"vhost {where} has {'several' if periodic else 'no'} periodic queues"
-                )
-                + f" (periodic queues: {names}); declare one with `periodic: <delay>`"
-                + (" or pass queue=" if queue is None and periodic else "")
-            )
-        vhost, spec = periodic[0]
+        vhost, spec = periodic_place(self.vhosts, queue)
         key = self._key(vhost.name, spec.name)
         existing = self.routes.get(key)
         if existing is not None:
@@ -674,49 +476,6 @@ class App:
             else ""
         )
         return f"<App{where} queues={self.queues}>"
-
-
-def _pick_names(names: Sequence[str], name: str | Sequence[str] | None) -> list[str] | None:
-    """As ``_pick_vhosts``, over the names of a worker view (None where it would raise)."""
-    if name is None:
-        return list(names)
-    wanted = [name] if isinstance(name, str) else list(name)
-    if not wanted or any(w not in names for w in wanted):
-        return None
-    return list(dict.fromkeys(wanted))
-
-
-def _pick_vhosts(spec: Spec, name: str | Sequence[str] | None) -> list[VhostSpec]:
-    """The spec's vhosts named (all of them when ``name`` is None)."""
-    if name is None:
-        return list(spec.vhosts)
-    wanted = [name] if isinstance(name, str) else list(name)
-    by_name = {v.name: v for v in spec.vhosts}
-    missing = [w for w in wanted if w not in by_name]
-    if missing or not wanted:
-        names = ", ".join(by_name) or "none"
-        raise AppError(
-            f"the spec declares no vhost {', '.join(map(repr, missing)) or '(none named)'}"
-            f" (vhosts: {names})"
-        )
-    return [by_name[w] for w in dict.fromkeys(wanted)]
-
-
-def stream_offset(offset: StreamOffset, queue: str) -> StreamOffset:
-    """``offset`` checked as an ``x-stream-offset`` value: ``first``, ``last``, ``next``, an
-    offset (0 or more), or a time (a naive ``datetime`` is taken as UTC)."""
-    if isinstance(offset, bool):
-        pass  # an int to Python, never an offset
-    elif (isinstance(offset, str) and offset in STREAM_OFFSETS) or (
-        isinstance(offset, int) and offset >= 0
-    ):
-        return offset
-    elif isinstance(offset, datetime):
-        return offset if offset.tzinfo is not None else offset.replace(tzinfo=UTC)
-    raise AppError(
-        f"offset {offset!r} of stream {queue!r} is not a stream offset: give 'first', 'last',"
-        " 'next', an offset (an int, 0 or more) or a datetime"
-    )
 
 
 def url_for_app(url: str, app: App) -> str:

@@ -32,38 +32,39 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pamqp import commands
-
-from rabbitry.amqp import frames
 from rabbitry.amqp.blocking import Disconnected, SocketWire
-from rabbitry.amqp.confirms import ConfirmTracker
-from rabbitry.amqp.message import CHANNEL, MessageBuilder
+from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.session import CONSUMER_TAG_PREFIX, ConsumerSession, Subscription
+from rabbitry.consumer.stream_session import (
+    OFFSET_HEADER,
+    StreamError,
+    StreamNotFound,
+    StreamSession,
+    StreamUnreachable,
+    offset_of,
+)
 from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
-__all__ = [
+__all__ = [  # the session's names stay importable from here, where they were first
+    "FIRST_WAIT",
     "OFFSET_HEADER",
     "StreamError",
     "StreamNotFound",
     "StreamReader",
     "StreamSession",
     "StreamUnreachable",
+    "offset_of",
 ]
-
-OFFSET_HEADER = "x-stream-offset"
-_QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
 
 FIRST_WAIT = 1.0
 """Seconds to wait for the first delivery of ``first``/``last`` before calling a stream empty:
@@ -100,77 +101,6 @@ class Waits:
         first = min(SLOWEST_WAIT, max(patience, 20 * answered))
         quiet = min(first, max(QUIET, 4 * answered))
         return cls(first, quiet, max(SETTLE_LIMIT, first + quiet))
-
-
-class StreamError(BrokerError):
-    """A stream cannot be read: it does not exist, is not a stream, or the broker refused."""
-
-
-class StreamNotFound(StreamError):
-    """No queue of that name in the vhost (404 NOT_FOUND)."""
-
-
-class StreamUnreachable(StreamError):
-    """No connection to the broker, or it was lost: trying again later may succeed."""
-
-
-class StreamSession(ConsumerSession):
-    """A ``ConsumerSession`` whose consumers are started one by one (``consume``) with a
-    stream offset; a channel the broker closes is not reopened: ``refused`` says why."""
-
-    def __init__(self, settings: ConnectionSettings, *, prefetch: int) -> None:
-        super().__init__(
-            settings,
-            ConfirmTracker(),
-            MessageBuilder(timestamps=False),
-            subscriptions=(),
-            prefetch=prefetch,
-        )
-        self.refused: tuple[int, str, str] | None = None
-        """(reply code, reply text, queue) of the consume the broker refused."""
-        self.declared: set[str] = set()
-        """Queues the broker answered ``declare-ok`` for."""
-
-    def declare(self, queue: str, arguments: Mapping[str, Any]) -> None:
-        """Declare a durable queue (``declared`` names it once the broker answered)."""
-        self.out += frames.queue_declare_frame(CHANNEL, queue, durable=True, arguments=arguments)
-
-    def _other(self, channel: int, frame: Any) -> None:
-        if isinstance(frame, commands.Queue.DeclareOk):
-            self.declared.add(frame.queue or "")
-        else:
-            super()._other(channel, frame)
-
-    def consume(self, queue: str, offset: int | str | dt.datetime) -> int:
-        """Start a consumer at ``offset``; its index (``IncomingMessage.consumer``)."""
-        index = len(self.subscriptions)
-        subscription = Subscription(queue, {OFFSET_HEADER: offset})
-        self.subscriptions.append(subscription)
-        self.out += frames.consume_frame(
-            CHANNEL, queue, f"{CONSUMER_TAG_PREFIX}{index}", arguments=subscription.arguments
-        )
-        return index
-
-    def cancel(self, index: int) -> None:
-        self.out += frames.cancel_frame(CHANNEL, f"{CONSUMER_TAG_PREFIX}{index}")
-
-    def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        named = _QUEUE_IN_TEXT.search(frame.reply_text or "")
-        queue = named["name"] if named else ""
-        if not queue and self.subscriptions:
-            queue = self.subscriptions[-1].queue
-        self.refused = (frame.reply_code or 0, mask_text(frame.reply_text), queue)
-        self.stopping = True  # the reopened channel starts no consumer
-        super()._channel_closed(frame)
-
-
-def offset_of(message: IncomingMessage) -> int:
-    value = message.headers.get(OFFSET_HEADER)
-    if not isinstance(value, int):
-        raise StreamError(
-            f"a delivery from {message.queue!r} has no {OFFSET_HEADER} header: is it a stream?"
-        )
-    return value
 
 
 class StreamReader:
@@ -413,38 +343,66 @@ class StreamReader:
         (it may raise) before the rest of the range is read."""
         if end <= start:
             return
-        wire, session = self._connect()
-        index = session.consume(stream, start)
-        last_seen = time.monotonic()
-        pending = self._started(wire, session, [index])
+        silent = f"no message of offsets {start}-{end - 1} came for {idle_timeout:g} s"
         checked = False
+        with contextlib.closing(
+            self._follow(stream, start, idle_timeout, 0.5, silent, "; has retention removed them?")
+        ) as deliveries:
+            for message in deliveries:
+                at = offset_of(message)
+                if at < start:
+                    continue
+                if not checked:
+                    checked = True
+                    if at > start and missing is not None:
+                        missing(at)
+                if at >= end:
+                    return
+                yield message
+                if at >= end - 1:
+                    return
+
+    def _follow(
+        self,
+        stream: str,
+        offset: int | str,
+        idle_timeout: float,
+        poll: float,
+        silent: str,
+        advice: str = "",
+    ) -> Generator[IncomingMessage, None, None]:
+        """The deliveries of a consumer on ``stream`` from ``offset``, as they come; it is
+        subscribed before the first one is asked for, and cancelled when the caller closes
+        the iterator. ``StreamError`` saying ``silent`` when none comes for
+        ``idle_timeout`` seconds."""
+        wire, session = self._connect()
+        index = session.consume(stream, offset)
+        pending = self._started(wire, session, [index])
+        silence = f"stream {stream!r}: {silent} (at {self.settings.display}){advice}"
+        return self._deliveries(wire, session, index, pending, idle_timeout, poll, silence)
+
+    def _deliveries(
+        self,
+        wire: SocketWire,
+        session: StreamSession,
+        index: int,
+        pending: list[Any],
+        idle_timeout: float,
+        poll: float,
+        silence: str,
+    ) -> Generator[IncomingMessage, None, None]:
+        last_seen = time.monotonic()
         try:
             while True:
                 for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    if at < start:
-                        continue
-                    if not checked:
-                        checked = True
-                        if at > start and missing is not None:
-                            missing(at)
-                    if at >= end:
-                        return
-                    yield message
-                    if at >= end - 1:
-                        return
+                    if message.consumer == index:
+                        yield message
                 now = time.monotonic()
                 if pending:
                     last_seen = now
                 elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: no message of offsets {start}-{end - 1} came for"
-                        f" {idle_timeout:g} s (at {self.settings.display}); has retention"
-                        " removed them?"
-                    )
-                pending = self._poll(wire, session, 0.5)
+                    raise StreamError(silence)
+                pending = self._poll(wire, session, poll)
         finally:
             if self._session is session and session.refused is None:
                 session.cancel(index)
@@ -480,42 +438,22 @@ class StreamReader:
         """(offset, message) of the last message of ``stream`` that ``accept`` takes; None
         when it holds none. Appends one marker message to ``stream`` (a message with an id
         and an empty body, which ``accept`` should refuse)."""
-        wire, session = self._connect()
-        index = session.consume(stream, "last")
-        pending = self._started(wire, session, [index])
+        silent = f"a message appended to it did not come back within {idle_timeout:g} s"
+        deliveries = self._follow(stream, "last", idle_timeout, 0.05, silent)
         marker = f"rabbitry-marker-{uuid.uuid4().hex}"
         self.append(stream, b"", message_id=marker)
         found: tuple[int, IncomingMessage] | None = None
         lowest: int | None = None
         end: int | None = None
-        last_seen = time.monotonic()
-        try:
-            while end is None:
-                for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    lowest = at if lowest is None else min(lowest, at)
-                    if message.message_id == marker:
-                        end = lowest  # the chunk at "last" read whole, up to the marker
-                        break
-                    if accept(message):
-                        found = (at, message)
-                if end is not None:
+        with contextlib.closing(deliveries):
+            for message in deliveries:
+                at = offset_of(message)
+                lowest = at if lowest is None else min(lowest, at)
+                if message.message_id == marker:
+                    end = lowest  # the chunk at "last" read whole, up to the marker
                     break
-                now = time.monotonic()
-                if pending:
-                    last_seen = now
-                elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: a message appended to it did not come back"
-                        f" within {idle_timeout:g} s (at {self.settings.display})"
-                    )
-                pending = self._poll(wire, session, 0.05)
-        finally:
-            if self._session is session and session.refused is None:
-                session.cancel(index)
-                self._ack(session)
+                if accept(message):
+                    found = (at, message)
         assert end is not None
         while found is None and end > 0:
             found, end = self._chunk_before(stream, end, accept, idle_timeout)
@@ -530,34 +468,16 @@ class StreamReader:
     ) -> tuple[tuple[int, IncomingMessage] | None, int]:
         """The last accepted message of the chunk that holds offset ``end - 1``, and the
         chunk's first offset (0 when the stream holds nothing before ``end``: retention)."""
-        wire, session = self._connect()
-        index = session.consume(stream, end - 1)
-        pending = self._started(wire, session, [index])
+        silent = f"offsets before {end} did not come within {idle_timeout:g} s"
         found: tuple[int, IncomingMessage] | None = None
         lowest: int | None = None
-        last_seen = time.monotonic()
-        try:
-            while True:
-                for message in pending:
-                    if message.consumer != index:
-                        continue
-                    at = offset_of(message)
-                    if at >= end:
-                        # nothing delivered below ``end``: retention removed what was there
-                        return found, (0 if lowest is None else lowest)
-                    lowest = at if lowest is None else min(lowest, at)
-                    if accept(message):
-                        found = (at, message)
-                now = time.monotonic()
-                if pending:
-                    last_seen = now
-                elif now - last_seen > idle_timeout:
-                    raise StreamError(
-                        f"stream {stream!r}: offsets before {end} did not come within"
-                        f" {idle_timeout:g} s (at {self.settings.display})"
-                    )
-                pending = self._poll(wire, session, 0.05)
-        finally:
-            if self._session is session and session.refused is None:
-                session.cancel(index)
-                self._ack(session)
+        with contextlib.closing(self._follow(stream, end - 1, idle_timeout, 0.05, silent)) as got:
+            for message in got:
+                at = offset_of(message)
+                if at >= end:
+                    # nothing delivered below ``end``: retention removed what was there
+                    return found, (0 if lowest is None else lowest)
+                lowest = at if lowest is None else min(lowest, at)
+                if accept(message):
+                    found = (at, message)
+        raise AssertionError("a stream's deliveries end only with an error")  # pragma: no cover

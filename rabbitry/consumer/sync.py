@@ -24,21 +24,30 @@ from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
+from rabbitry.consumer.builtins.time_limit import cancelled_at_limit
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import (
     WorkerCore,
-    WorkerKeywords,
-    combined_metrics,
-    logger,
-    vhost_parts,
     worker_core,
 )
 from rabbitry.consumer.immediate import call_again
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
+from rabbitry.consumer.shells import (
+    log_broker_cancels,
+    log_started,
+    log_stopped,
+    note_lost,
+    return_unhandled,
+)
+from rabbitry.consumer.worker_options import (
+    AsyncWorkerKeywords,
+    WorkerKeywords,
+    combined_metrics,
+    vhost_parts,
+)
 from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_text
 
 if TYPE_CHECKING:
     import asyncio
@@ -78,11 +87,7 @@ def call_handler(
     except TimeoutError as exc:
         if not route.is_async:
             return exc, None
-        from rabbitry.consumer.decision import HandlerTimeout
-
-        return HandlerTimeout(
-            f"handler of {route.queue} ran longer than its time-to-run of {route.timeout:g} s"
-        ), None
+        return cancelled_at_limit(route), None
     except Exception as exc:
         return exc, None
     return None, result
@@ -134,17 +139,12 @@ class Worker:
         url: str | ConnectionSettings | None = None,
         **keywords: Unpack[WorkerKeywords],
     ) -> None:
+        one: AsyncWorkerKeywords = {**keywords, "concurrency": 1}  # handlers one at a time
         self.workers: list[Worker] = [
-            Worker(part, settings, **keywords)
-            for part, settings in vhost_parts(app, url, {**keywords, "concurrency": 1})
+            Worker(part, settings, **keywords) for part, settings in vhost_parts(app, url, one)
         ]
         """One worker per vhost, for an app of several (empty otherwise)."""
-        self.core: WorkerCore
-        if self.workers:
-            self.core = self.workers[0].core
-        else:
-            # handlers run one at a time in the calling thread
-            self.core = worker_core(app, url, {**keywords, "concurrency": 1})
+        self.core: WorkerCore = self.workers[0].core if self.workers else worker_core(app, url, one)
         self.options = self.core.options
         self.app = app
         self._wire: SocketWire | None = None
@@ -238,13 +238,7 @@ class Worker:
                         core.settings, time.monotonic(), core.walk, after_loss=was_ready
                     )
                     if was_ready:
-                        core.metrics.reconnects += 1
-                        logger.warning(
-                            "connection to %s lost (%s): reconnecting; unacked messages return"
-                            " to their queues",
-                            lost,
-                            mask_text(str(exc)),
-                        )
+                        note_lost(core, lost, exc)
                         if len(core.walk) > 1:
                             continue  # another node at once; with one, the back-off as ever
                 time.sleep(retry.failed(exc, time.monotonic()))
@@ -264,7 +258,7 @@ class Worker:
             self._drop()  # the start-up check closed the connection: nothing to retry
             self.core.connection_lost()
             raise session.start_refused from None
-        self.core.log_started(session)
+        log_started(self.core, session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:
@@ -299,19 +293,14 @@ class Worker:
         core.sync_generation()
         if core.lost is not None:
             self._stopping = True  # a queue or exchange the handlers need is gone: stop
-        if session.cancelled_by_broker:
-            logger.error(
-                "the broker cancelled the consumer of %s", ", ".join(session.cancelled_by_broker)
-            )
-            session.cancelled_by_broker.clear()
+        log_broker_cancels(session)
         inbox = session.inbox
         if not inbox:
             return 0
         session.inbox = []
         for message in inbox:
             if self._stopping:
-                core.acks.received(message.tag)
-                core.requeue(message)
+                return_unhandled(core, [message])
             elif core.admit(message):
                 if core.periodic and core.routes[message.consumer].periodic is not None:
                     self._send(core.take_output())  # the next occurrence goes out before the run
@@ -382,9 +371,4 @@ class Worker:
             while session.state is not State.CLOSED and time.monotonic() < end:
                 self._io(0.1)
         self._drop()
-        logger.info(
-            "stopped: %d received, %d acked, %d requeued",
-            core.metrics.total("received"),
-            core.metrics.total("acked"),
-            core.metrics.total("requeued"),
-        )
+        log_stopped(core)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import Any
 
 import pytest
 from pamqp import commands
@@ -13,6 +14,8 @@ from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App
 from rabbitry.consumer.engine import WorkerCore, WorkerOptions
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.session import ConsumerSession
 from rabbitry.policies.retry import Backoff, RetryPolicy
 from rabbitry.topology.patterns.retries import QueueRetry
 from tests.unit.consumer.test_session_and_app import delivery
@@ -44,13 +47,34 @@ def core_with(handler_queue: str = "work") -> WorkerCore:
     app = App()
     app.add(handler_queue, lambda m: None, retry=RETRY)
     core = WorkerCore(app, ConnectionSettings(), WorkerOptions(prefetch=10))
+    ready(core)
+    return core
+
+
+def ready(core: WorkerCore) -> None:
+    """Connect ``core`` to no broker: its session as after the start-up check and the
+    channel's confirm.select-ok."""
     core.start_check.passed = True  # as after the start-up check (test_preflight)
     session = core.new_session()
     session.state = State.OPENING_CHANNEL
     session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
     core.sync_generation()
     session.take_output()
-    return core
+
+
+def concluded(
+    error: BaseException | None, *, frames: bytes | None = None, tag: int = 1, result: Any = None
+) -> tuple[WorkerCore, ConsumerSession, IncomingMessage]:
+    """A core whose one delivery (``frames``, else a plain one tagged ``tag``) was admitted
+    and concluded with ``error`` (None: its handler returned ``result``)."""
+    core = core_with()
+    session = core.session
+    assert session is not None
+    session.receive(frames or delivery(tag, b"payload", consumer="rabbitry.0"))
+    (message,) = session.inbox
+    core.admit(message)
+    core.conclude(message, error, 0.001, result=result)
+    return core, session, message
 
 
 def test_success_is_acked_in_one_multiple_frame() -> None:
@@ -66,13 +90,7 @@ def test_success_is_acked_in_one_multiple_frame() -> None:
 
 
 def test_a_failure_publishes_the_retry_and_acks_only_after_the_confirm() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(delivery(7, b"payload", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, RuntimeError("boom"), 0.001)
+    core, session, _ = concluded(RuntimeError("boom"), tag=7)
     out = core.take_output()
     assert b"work.retry.1s" in out and b"x-rabbitry-attempt" in out
     assert client_acks(out) == [], "no ack before the confirm"
@@ -82,13 +100,7 @@ def test_a_failure_publishes_the_retry_and_acks_only_after_the_confirm() -> None
 
 
 def test_a_nacked_retry_is_parked_instead() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(delivery(1, b"payload", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, RuntimeError("boom"), 0.001)
+    core, session, _ = concluded(RuntimeError("boom"))
     core.take_output()
     session.receive(pamqp_frame.marshal(commands.Basic.Nack(1, False), 1))
     out = core.take_output()
@@ -104,13 +116,7 @@ def test_a_retry_or_parking_is_logged_once_stored_and_a_refused_one_says_what_ha
     """The line never claims an outcome the broker did not confirm: a retry copy the broker
     refused is no 'retry in', a parking only counts once its copy is stored."""
     caplog.set_level(logging.INFO, "rabbitry.worker")
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(delivery(1, b"payload", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, RuntimeError("boom"), 0.001)
+    _, session, _ = concluded(RuntimeError("boom"))
     assert caplog.records == [], "nothing is stored yet"
     session.receive(pamqp_frame.marshal(commands.Basic.Nack(1, False), 1))
     (refused,) = [r.getMessage() for r in caplog.records]

@@ -13,7 +13,7 @@ import pytest
 
 from rabbitry.consumer import App, IncomingMessage
 from rabbitry.consumer.decision import replay_headers
-from rabbitry.consumer.engine import header_frame_size
+from rabbitry.consumer.outbox import header_frame_size
 from rabbitry.consumer.parked_copy import TRACE_HEADER, stack_trace
 from rabbitry.policies.retry import ATTEMPT_HEADER, Backoff, ImmediateRetry, RetryPolicy
 from rabbitry.testing import HandlerHarness

@@ -14,7 +14,7 @@ from rabbitry.amqp.confirms import Status
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import App, AppError, IncomingMessage
-from rabbitry.consumer.engine import RESEED_EVERY_S, WorkerCore, WorkerOptions
+from rabbitry.consumer.engine import WorkerCore, WorkerOptions
 from rabbitry.consumer.periodic import (
     EARLY_MS,
     JOB_HEADER,
@@ -29,6 +29,7 @@ from rabbitry.consumer.periodic import (
     read_occurrence,
 )
 from rabbitry.consumer.schedule import Every
+from rabbitry.consumer.scheduling import RESEED_EVERY_S
 from rabbitry.policies.delay import BinaryDelays, FixedDelays
 from rabbitry.topology import validate
 from rabbitry.topology.patterns.expand import expand

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rabbitry.consumer.periodic import Occurrence, PeriodicJob, Step, periodic_job, plan_occurrence
+from rabbitry.consumer.periodic import (
+    Occurrence,
+    PeriodicJob,
+    Step,
+    Tick,
+    periodic_job,
+    plan_occurrence,
+)
 from rabbitry.consumer.schedule import Every
 from tests.profiles import examples
 
@@ -51,6 +58,21 @@ class Run:
     behind: bool
 
 
+def run_of(
+    jobs: dict[str, PeriodicJob], occurrence: Occurrence, now: int, store: set[str]
+) -> Tick | None:
+    """A worker's plan for a delivered occurrence: a run (its id now claimed in ``store``), or
+    None for a copy already run."""
+    tick = plan_occurrence(
+        jobs, occurrence.headers, attempt=1, now_ms=now, duplicate=occurrence.id in store
+    )
+    if tick.step is Step.DUPLICATE:
+        return None
+    assert tick.step is Step.RUN and tick.publish is not None, tick
+    store.add(occurrence.id)
+    return tick
+
+
 def across_a_kill(
     *, killed_run: int, next_stored: bool, late_periods: float, run_ms: int, periods: int
 ) -> tuple[list[Run], int]:
@@ -67,13 +89,9 @@ def across_a_kill(
     started = 0
     while True:
         now, occurrence = queue.take(now)
-        tick = plan_occurrence(
-            jobs, occurrence.headers, attempt=1, now_ms=now, duplicate=occurrence.id in store
-        )
-        if tick.step is Step.DUPLICATE:
+        tick = run_of(jobs, occurrence, now, store)
+        if tick is None:
             continue
-        assert tick.step is Step.RUN and tick.publish is not None, tick
-        store.add(occurrence.id)
         started += 1
         if started == killed_run:
             if next_stored:
@@ -91,13 +109,9 @@ def across_a_kill(
     store = set()
     while now < end:
         now, occurrence = queue.take(now)
-        tick = plan_occurrence(
-            jobs, occurrence.headers, attempt=1, now_ms=now, duplicate=occurrence.id in store
-        )
-        if tick.step is Step.DUPLICATE:
+        tick = run_of(jobs, occurrence, now, store)
+        if tick is None:
             continue
-        assert tick.step is Step.RUN and tick.publish is not None, tick
-        store.add(occurrence.id)
         queue.publish(tick.publish, now)
         now += run_ms
         runs.append(Run(occurrence.scheduled_ms, 2, tick.behind))

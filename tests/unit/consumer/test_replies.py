@@ -15,7 +15,7 @@ from rabbitry.consumer.app import App
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.replies import InvalidReply, reply_body
 from rabbitry.testing.handlers import HandlerHarness
-from tests.unit.consumer.test_engine import client_acks, core_with
+from tests.unit.consumer.test_engine import client_acks, concluded
 
 REPLY_TO = "amq.rabbitmq.reply-to.g1h2AA5yZXBseUA0MjA4NjEzOQAAIlwAAAAAZWJp.x8o9"
 
@@ -48,14 +48,8 @@ def test_a_value_the_codec_cannot_encode_is_a_non_retryable_error() -> None:
 
 
 def test_the_reply_goes_out_first_and_the_request_is_acked_only_once_it_is_confirmed() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(request(7, b"2"))
-    (message,) = session.inbox
+    core, session, message = concluded(None, frames=request(7, b"2"), result={"double": 4})
     assert message.reply_to == REPLY_TO
-    core.admit(message)
-    core.conclude(message, None, 0.001, result={"double": 4})
     out = core.take_output(flush=True)
     assert REPLY_TO.encode() in out and b'{"double":4}' in out and b"c-1" in out
     assert client_acks(out) == [], "no ack before the reply is confirmed"
@@ -65,27 +59,13 @@ def test_the_reply_goes_out_first_and_the_request_is_acked_only_once_it_is_confi
 
 
 def test_a_message_without_reply_to_sends_nothing_whatever_the_handler_returns() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    from tests.unit.consumer.test_session_and_app import delivery
-
-    session.receive(delivery(3, b"x", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, None, 0.001, result={"ignored": True})
+    core, _, _ = concluded(None, tag=3, result={"ignored": True})
     out = core.take_output(flush=True)
     assert b"ignored" not in out and client_acks(out) == [(80, 3, False)]
 
 
 def test_a_failed_handler_sends_no_reply() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(request(5, b"2"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, RuntimeError("boom"), 0.001, result=None)
+    core, _, _ = concluded(RuntimeError("boom"), frames=request(5, b"2"))
     (retry,) = core.tracker.pending()  # the retry copy (it keeps reply_to for the next attempt)
     assert retry.routing_key == "work.retry.1s"
 

@@ -122,10 +122,19 @@ def gone(pid: int) -> bool:
         return True
 
 
+def started_and_stopped(
+    tmp_path: Path, kind: str, children: int, *, drain: float, times: int = 1
+) -> tuple[Pool, int, str]:
+    """A pool of ``children`` of ``kind``, stopped by ``times`` signals once all run; its exit
+    code and output."""
+    pool = Pool(tmp_path, kind, children, drain=drain)
+    assert wait_for(lambda: len(pool.pids()) == children)
+    code, out = pool.stop(times=times)
+    return pool, code, out
+
+
 def test_sigterm_drains_every_child_and_the_supervisor_exits_0(tmp_path: Path) -> None:
-    pool = Pool(tmp_path, "graceful", 2, drain=60)
-    assert wait_for(lambda: len(pool.pids()) == 2)
-    code, out = pool.stop()
+    pool, code, out = started_and_stopped(tmp_path, "graceful", 2, drain=60)
     assert code == 0, out
     assert "all 2 worker processes drained and exited" in out
     assert all(gone(pid) for pid in pool.pids())
@@ -139,21 +148,20 @@ def test_a_child_that_crashed_after_it_consumed_is_started_again_at_once(tmp_pat
     assert "ended (exit code 1): starting it again now" in out
 
 
-def test_children_still_draining_when_the_time_is_up_are_killed(tmp_path: Path) -> None:
-    pool = Pool(tmp_path, "stubborn", 2, drain=0.5)
-    assert wait_for(lambda: len(pool.pids()) == 2)
-    code, out = pool.stop()
+@pytest.mark.parametrize(
+    ("drain", "signals", "said"),
+    [
+        (0.5, 1, "0.5 s passed: killing 2 worker processes still draining"),
+        (600, 2, "a second signal: killing 2 worker processes"),
+    ],
+    ids=["when-the-time-is-up", "at-a-second-signal"],
+)
+def test_children_still_draining_are_killed(
+    tmp_path: Path, drain: float, signals: int, said: str
+) -> None:
+    pool, code, out = started_and_stopped(tmp_path, "stubborn", 2, drain=drain, times=signals)
     assert code == 1, out
-    assert "0.5 s passed: killing 2 worker processes still draining" in out
-    assert all(gone(pid) for pid in pool.pids())
-
-
-def test_a_second_signal_kills_the_children_at_once(tmp_path: Path) -> None:
-    pool = Pool(tmp_path, "stubborn", 2, drain=600)
-    assert wait_for(lambda: len(pool.pids()) == 2)
-    code, out = pool.stop(times=2)
-    assert code == 1, out
-    assert "a second signal: killing 2 worker processes" in out
+    assert said in out
     assert all(gone(pid) for pid in pool.pids())
 
 

@@ -9,7 +9,6 @@ import pytest
 from pamqp import commands, header
 from pamqp import frame as pamqp_frame
 
-from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import Action, App, AppError
 from rabbitry.consumer.decision import after_stream_failure
@@ -17,7 +16,7 @@ from rabbitry.consumer.engine import WorkerCore, WorkerOptions, vhost_parts
 from rabbitry.consumer.positions import StreamPosition
 from rabbitry.consumer.targets import TargetError, group_of, target_of
 from rabbitry.topology import load_spec
-from tests.unit.consumer.test_engine import client_acks
+from tests.unit.consumer.test_engine import client_acks, ready
 
 SPEC = """
 version: 1
@@ -190,15 +189,6 @@ def stream_delivery(tag: int, offset: int) -> bytes:
     props = commands.Basic.Properties(headers={"x-stream-offset": offset})
     out += pamqp_frame.marshal(header.ContentHeader(0, 0, props), 1)
     return out
-
-
-def ready(core: WorkerCore) -> None:
-    core.start_check.passed = True  # as after the start-up check (test_preflight)
-    session = core.new_session()
-    session.state = State.OPENING_CHANNEL
-    session.receive(pamqp_frame.marshal(commands.Confirm.SelectOk(), 1))
-    core.sync_generation()
-    session.take_output()
 
 
 def test_a_stream_worker_acks_failures_and_subscribes_again_where_it_left_off() -> None:

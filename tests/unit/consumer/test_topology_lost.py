@@ -11,8 +11,7 @@ from pamqp import frame as pamqp_frame
 
 from rabbitry.consumer.preflight import TopologyLost
 from rabbitry.policies.retry import NonRetryable
-from tests.unit.consumer.test_engine import client_acks, core_with
-from tests.unit.consumer.test_session_and_app import delivery
+from tests.unit.consumer.test_engine import client_acks, concluded
 
 
 def returned(message_id: str, routing_key: str, confirm_tag: int, exchange: str = "") -> bytes:
@@ -27,13 +26,7 @@ def returned(message_id: str, routing_key: str, confirm_tag: int, exchange: str 
 
 
 def test_a_parked_copy_returned_unroutable_requeues_the_message_and_stops_the_worker() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(delivery(1, b"x", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, NonRetryable("never"), 0.001)
+    core, session, _ = concluded(NonRetryable("never"))
     assert b"work.parking" in core.take_output()
     session.receive(returned("m-1", "work.parking", 1))
     assert client_acks(core.take_output(flush=True)) == [(120, 1, False)]  # nack, requeue
@@ -50,13 +43,7 @@ def test_a_parked_copy_returned_unroutable_requeues_the_message_and_stops_the_wo
 
 
 def test_a_retry_copy_returned_unroutable_is_not_parked_in_its_place() -> None:
-    core = core_with()
-    session = core.session
-    assert session is not None
-    session.receive(delivery(1, b"x", consumer="rabbitry.0"))
-    (message,) = session.inbox
-    core.admit(message)
-    core.conclude(message, RuntimeError("boom"), 0.001)
+    core, session, _ = concluded(RuntimeError("boom"))
     core.take_output()
     session.receive(returned("m-1", "work.retry.1s", 1))
     out = core.take_output(flush=True)

@@ -1,0 +1,62 @@
+"""What ``Worker`` (blocking) and ``AsyncWorker`` (asyncio) do alike around their connection,
+written once: the line that says it consumes, deliveries that arrive while the worker stops,
+consumers the broker cancelled, a lost connection, the last line of a run. The shells differ
+only in how they wait and run handlers; these steps are the same rule in both."""
+
+from __future__ import annotations
+
+import logging
+
+from rabbitry.consumer.engine import WorkerCore
+from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.session import ConsumerSession
+from rabbitry.uri import mask_text
+
+logger = logging.getLogger("rabbitry.worker")
+
+
+def log_started(core: WorkerCore, session: ConsumerSession) -> None:
+    """Say that the worker consumes, once its start-up check passed on ``session``
+    (the log line, then the core's ``on_started``)."""
+    if session.checked is not None:
+        logger.info(
+            "the broker holds what the handlers need (%d queues and exchanges): consuming %s",
+            session.checked,
+            ", ".join(dict.fromkeys(route.queue for route in core.routes)),
+        )
+    for started in core.on_started:
+        started()
+
+
+def return_unhandled(core: WorkerCore, inbox: list[IncomingMessage]) -> None:
+    """Deliveries that came while the worker stops: counted, then given back to the queue."""
+    for message in inbox:
+        core.acks.received(message.tag)
+        core.requeue(message)
+
+
+def log_broker_cancels(session: ConsumerSession) -> None:
+    """Say which consumers the broker cancelled (their queue deleted, say), once each."""
+    if session.cancelled_by_broker:
+        queues = ", ".join(session.cancelled_by_broker)
+        session.cancelled_by_broker.clear()
+        logger.error("the broker cancelled the consumer of %s (queue deleted?)", queues)
+
+
+def note_lost(core: WorkerCore, where: str, error: BaseException | str) -> None:
+    """A connection that was consuming is gone: counted and said (``where``: the node)."""
+    core.metrics.reconnects += 1
+    logger.warning(
+        "connection to %s lost (%s): reconnecting; unacked messages return to their queues",
+        where,
+        mask_text(str(error)),
+    )
+
+
+def log_stopped(core: WorkerCore) -> None:
+    logger.info(
+        "stopped: %d received, %d acked, %d requeued",
+        core.metrics.total("received"),
+        core.metrics.total("acked"),
+        core.metrics.total("requeued"),
+    )
