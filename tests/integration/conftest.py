@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -17,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.testing import create_test_vhost, delete_vhost
 
 
 def with_credentials(url: str, user: str, password: str) -> str:
@@ -82,6 +85,7 @@ class Broker:
     """The per-test vhost, seen through the CLI and the management API."""
 
     def __init__(self, vhost: Any, tmp_path: Path) -> None:
+        self.test_vhost = vhost
         self.vhost = vhost.name
         self.tmp = tmp_path
         self.management_url = with_credentials(vhost.management_url, vhost.username, vhost.password)
@@ -138,6 +142,41 @@ class Broker:
         finally:
             connection.close()
 
+    def for_next_test(self, tmp_path: Path) -> Broker:
+        """This vhost, as applied for a module (``module_vhost``), handed to one more test: its
+        specs copied to the test's own folder, every queue ``emptied``."""
+        shared = Broker(self.test_vhost, tmp_path)
+        for spec in self.tmp.glob("*.yaml"):
+            shutil.copyfile(spec, tmp_path / spec.name)
+        return shared.emptied()
+
+    def emptied(self, timeout: float = 30.0) -> Broker:
+        """This vhost with every queue empty and unconsumed, for a test that shares it with the
+        tests before it (``module_vhost``): waits until no consumer of an earlier test is left
+        (a killed worker's connection closes a moment after it dies), purges every queue and
+        checks each holds nothing, by exact AMQP counts. A message still moving between delay
+        levels is in one of the queues, so it goes too: no test sees another's messages."""
+        names = sorted(self.queue_names())
+        connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
+        try:
+            channel = connection.channel()
+            deadline = time.monotonic() + timeout
+            while True:
+                left = {}
+                for name in names:
+                    ok = channel.queue_declare(name, passive=True).method
+                    if ok.consumer_count:
+                        left[name] = f"{ok.consumer_count} consumer(s)"
+                    elif ok.message_count:
+                        channel.queue_purge(name)
+                        left[name] = f"{ok.message_count} message(s)"
+                if not left:
+                    return self
+                assert time.monotonic() < deadline, f"earlier tests left behind: {left}"
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
     def publish(self, queue: str, count: int) -> None:
         connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
         channel = connection.channel()
@@ -150,3 +189,15 @@ class Broker:
 @pytest.fixture
 def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Broker:
     return Broker(rabbitmq_vhost, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_vhost(rabbitmq_broker: Any) -> Iterator[Any]:
+    """One vhost for a module's tests (per xdist worker that runs them), for tests that apply
+    the same spec and change no topology: the module applies it once and each test takes it
+    ``Broker.emptied()``. Tests that change objects keep the per-test ``broker``."""
+    vhost = create_test_vhost(rabbitmq_broker)
+    try:
+        yield vhost
+    finally:
+        delete_vhost(rabbitmq_broker, vhost.name)
