@@ -201,3 +201,59 @@ def module_vhost(rabbitmq_broker: Any) -> Iterator[Any]:
         yield vhost
     finally:
         delete_vhost(rabbitmq_broker, vhost.name)
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[Any]:
+    """The Spark session of every Spark module in this pytest process (``spark_sessions``)."""
+    from tests.integration.spark_sessions import Sessions
+
+    held = Sessions()
+    try:
+        yield held
+    finally:
+        held.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: Any) -> Any:
+    """The local Spark session (``local[2,2]``), started once per pytest process."""
+    return spark_sessions.local()
+
+
+class StreamBroker:
+    """A vhost of a broker that offers the stream protocol: what the Spark stream tests'
+    helpers need (the vhost's AMQP URL), plus the stream port."""
+
+    def __init__(self, vhost_amqp_url: str, stream_port: int) -> None:
+        self.vhost_amqp_url = vhost_amqp_url
+        self.stream_port = stream_port
+
+
+@pytest.fixture(scope="session")
+def stream_capable_broker(rabbitmq_broker: Any) -> Iterator[Any]:
+    """The session's broker when it offers the stream protocol at a known port (a container
+    broker does); else a container broker of this pytest process's own."""
+    if rabbitmq_broker.stream_port is not None:
+        yield rabbitmq_broker
+        return
+    from rabbitry.testing import start_broker
+    from rabbitry.testing.broker import BrokerUnavailable
+
+    try:
+        container = start_broker()
+    except BrokerUnavailable as exc:
+        pytest.skip(str(exc))
+    with container:
+        assert container.broker.stream_port is not None
+        yield container.broker
+
+
+@pytest.fixture
+def stream_broker(stream_capable_broker: Any) -> Iterator[StreamBroker]:
+    """A fresh vhost on ``stream_capable_broker``, deleted after the test."""
+    vhost = create_test_vhost(stream_capable_broker)
+    try:
+        yield StreamBroker(vhost.amqp_url, stream_capable_broker.stream_port)
+    finally:
+        delete_vhost(stream_capable_broker, vhost.name)
