@@ -12,6 +12,7 @@ ends (and whose exit, should it die, makes the container an orphan that the next
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rabbitry.errors import BrokerError
 from rabbitry.testing.broker import Broker, broker_from_urls, wait_until_ready
@@ -74,9 +76,7 @@ class SharedBrokerPlace:
         with self._locked():
             if record.exists():
                 seen = json.loads(record.read_text())
-                return wait_until_ready(
-                    broker_from_urls(seen["amqp_url"], seen["management_url"]), timeout
-                )
+                return wait_until_ready(_recorded(seen), timeout)
             handle = start_broker(
                 environ=environ,
                 startup_timeout=timeout,
@@ -88,13 +88,14 @@ class SharedBrokerPlace:
                 "amqp_url": started.amqp_url(),
                 "management_url": started.management_url,
                 "container_id": handle.container_id,
+                "stream_port": started.stream_port,
             }
             # The record holds the broker's password: readable by this user only.
             fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
                 json.dump(seen, out)
             handle.detach()
-            return broker_from_urls(seen["amqp_url"], seen["management_url"])
+            return _recorded(seen)
 
     def remove(self, environ: Mapping[str, str]) -> None:
         """Remove the run's container (if a worker started one) and the folder."""
@@ -114,3 +115,10 @@ class SharedBrokerPlace:
                     client.close()
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _recorded(seen: Mapping[str, Any]) -> Broker:
+    """The broker of a record: its URLs, and its stream port, so that every worker knows the
+    stream protocol is there as the one that started it does."""
+    broker = broker_from_urls(seen["amqp_url"], seen["management_url"])
+    return dataclasses.replace(broker, stream_port=seen.get("stream_port"))

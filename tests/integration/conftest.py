@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -17,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitry.cli import cli
+from rabbitry.testing import create_test_vhost, delete_vhost
 
 
 def with_credentials(url: str, user: str, password: str) -> str:
@@ -82,6 +85,7 @@ class Broker:
     """The per-test vhost, seen through the CLI and the management API."""
 
     def __init__(self, vhost: Any, tmp_path: Path) -> None:
+        self.test_vhost = vhost
         self.vhost = vhost.name
         self.tmp = tmp_path
         self.management_url = with_credentials(vhost.management_url, vhost.username, vhost.password)
@@ -138,6 +142,41 @@ class Broker:
         finally:
             connection.close()
 
+    def for_next_test(self, tmp_path: Path) -> Broker:
+        """This vhost, as applied for a module (``module_vhost``), handed to one more test: its
+        specs copied to the test's own folder, every queue ``emptied``."""
+        shared = Broker(self.test_vhost, tmp_path)
+        for spec in self.tmp.glob("*.yaml"):
+            shutil.copyfile(spec, tmp_path / spec.name)
+        return shared.emptied()
+
+    def emptied(self, timeout: float = 30.0) -> Broker:
+        """This vhost with every queue empty and unconsumed, for a test that shares it with the
+        tests before it (``module_vhost``): waits until no consumer of an earlier test is left
+        (a killed worker's connection closes a moment after it dies), purges every queue and
+        checks each holds nothing, by exact AMQP counts. A message still moving between delay
+        levels is in one of the queues, so it goes too: no test sees another's messages."""
+        names = sorted(self.queue_names())
+        connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
+        try:
+            channel = connection.channel()
+            deadline = time.monotonic() + timeout
+            while True:
+                left = {}
+                for name in names:
+                    ok = channel.queue_declare(name, passive=True).method
+                    if ok.consumer_count:
+                        left[name] = f"{ok.consumer_count} consumer(s)"
+                    elif ok.message_count:
+                        channel.queue_purge(name)
+                        left[name] = f"{ok.message_count} message(s)"
+                if not left:
+                    return self
+                assert time.monotonic() < deadline, f"earlier tests left behind: {left}"
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
     def publish(self, queue: str, count: int) -> None:
         connection = pika.BlockingConnection(pika.URLParameters(self.vhost_amqp_url))
         channel = connection.channel()
@@ -151,9 +190,86 @@ class Broker:
 def broker(rabbitmq_vhost: Any, tmp_path: Path) -> Iterator[Broker]:
     broker = Broker(rabbitmq_vhost, tmp_path)
     yield broker
-    # The vhost goes with the test; its stack's ownership record is broker-wide and would stay,
-    # still owning what the test adopted (an export --users takes the admin user): a later test
-    # on the same broker would then be refused it.
-    for record in (f"rabbitry.stack.{broker.stack}", f"rabbitry.lock.{broker.stack}"):
-        broker.http.delete(f"/global-parameters/{quote(record, safe='')}")
+    forget_stack(broker.http, broker.stack)
     broker.http.close()
+
+
+def forget_stack(http: httpx.Client, stack: str) -> None:
+    """Delete a test's stack records. The vhost goes with the test, but its stack's ownership
+    record is broker-wide and would stay, still owning what the test adopted (an export
+    --users takes the admin user): a later test on the same broker would be refused it."""
+    for record in (f"rabbitry.stack.{stack}", f"rabbitry.lock.{stack}"):
+        http.delete(f"/global-parameters/{quote(record, safe='')}")
+
+
+@pytest.fixture(scope="module")
+def module_vhost(rabbitmq_broker: Any) -> Iterator[Any]:
+    """One vhost for a module's tests (per xdist worker that runs them), for tests that apply
+    the same spec and change no topology: the module applies it once and each test takes it
+    ``Broker.emptied()``. Tests that change objects keep the per-test ``broker``."""
+    vhost = create_test_vhost(rabbitmq_broker)
+    try:
+        yield vhost
+    finally:
+        delete_vhost(rabbitmq_broker, vhost.name)
+        with httpx.Client(
+            base_url=vhost.management_url.rstrip("/") + "/api",
+            auth=(vhost.username, vhost.password),
+        ) as http:
+            forget_stack(http, f"test-{vhost.name}")
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[Any]:
+    """The Spark session of every Spark module in this pytest process (``spark_sessions``)."""
+    from tests.integration.spark_sessions import Sessions
+
+    held = Sessions()
+    try:
+        yield held
+    finally:
+        held.stop()
+
+
+@pytest.fixture
+def spark(spark_sessions: Any) -> Any:
+    """The local Spark session (``local[2,2]``), started once per pytest process."""
+    return spark_sessions.local()
+
+
+class StreamBroker:
+    """A vhost of a broker that offers the stream protocol: what the Spark stream tests'
+    helpers need (the vhost's AMQP URL), plus the stream port."""
+
+    def __init__(self, vhost_amqp_url: str, stream_port: int) -> None:
+        self.vhost_amqp_url = vhost_amqp_url
+        self.stream_port = stream_port
+
+
+@pytest.fixture(scope="session")
+def stream_capable_broker(rabbitmq_broker: Any) -> Iterator[Any]:
+    """The session's broker when it offers the stream protocol at a known port (a container
+    broker does); else a container broker of this pytest process's own."""
+    if rabbitmq_broker.stream_port is not None:
+        yield rabbitmq_broker
+        return
+    from rabbitry.testing import start_broker
+    from rabbitry.testing.broker import BrokerUnavailable
+
+    try:
+        container = start_broker()
+    except BrokerUnavailable as exc:
+        pytest.skip(str(exc))
+    with container:
+        assert container.broker.stream_port is not None
+        yield container.broker
+
+
+@pytest.fixture
+def stream_broker(stream_capable_broker: Any) -> Iterator[StreamBroker]:
+    """A fresh vhost on ``stream_capable_broker``, deleted after the test."""
+    vhost = create_test_vhost(stream_capable_broker)
+    try:
+        yield StreamBroker(vhost.amqp_url, stream_capable_broker.stream_port)
+    finally:
+        delete_vhost(stream_capable_broker, vhost.name)

@@ -27,8 +27,9 @@ from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.retries import queue_retry
 from tests.integration.conftest import Broker, one_vhost_spec
 
-# Policies' apply-to, quorum delivery limits and x-death differ across releases.
-pytestmark = [pytest.mark.broker, pytest.mark.versions]
+# Policies' apply-to, quorum delivery limits and x-death differ across releases. One xdist
+# worker runs the module: one apply for all its tests (``applied``).
+pytestmark = [pytest.mark.broker, pytest.mark.versions, pytest.mark.xdist_group("test_patterns")]
 
 SPEC = one_vhost_spec("""
         exchanges:
@@ -58,9 +59,16 @@ SPEC = one_vhost_spec("""
 """)
 
 
+@pytest.fixture(scope="module")
+def applied_once(module_vhost: Any, tmp_path_factory: pytest.TempPathFactory) -> Broker:
+    return Broker(module_vhost, tmp_path_factory.mktemp("applied")).apply(SPEC)
+
+
 @pytest.fixture
-def applied(broker: Broker) -> Broker:
-    return broker.apply(SPEC)
+def applied(applied_once: Broker, tmp_path: Path) -> Broker:
+    """The module's applied vhost, every queue empty and unconsumed: no test here changes an
+    object, so one ``apply`` serves them all."""
+    return applied_once.for_next_test(tmp_path)
 
 
 def _spec(broker: Broker) -> Any:

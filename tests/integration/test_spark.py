@@ -1,8 +1,10 @@
 """The Spark sink with real Spark and a real broker: batch, retries, streaming, a standalone cluster.
 
-One local session (``local[2,2]``: two cores, a failed task is tried twice) serves the module;
-the cluster test stops it and runs a standalone master and worker from the pyspark
-installation instead.
+One local session (``local[2,2]``: two cores, a failed task is tried twice) serves every Spark
+module of the pytest process (``spark_sessions``); one xdist worker runs the sink modules, one
+the source modules. The cluster test stops it and runs a standalone master and worker from the
+pyspark installation instead. Spark hands the sink 1,000 rows at a time (``ROWS_PER_CHUNK``), so the frames here,
+a few thousand rows, span several chunks per partition as large ones do.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ from pyspark.sql import functions as F
 import rabbitry.spark
 from rabbitry.spark import parse_message_id
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.spark_sessions import ROWS_PER_CHUNK, Sessions
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("spark-sink")]
 
 
 @dataclass(frozen=True)
@@ -38,61 +40,6 @@ class Got:
     routing_key: str
     body: bytes
     headers: dict[str, Any]
-
-
-class Sessions:
-    """The module's Spark session: local by default, replaced by a cluster one when asked."""
-
-    def __init__(self) -> None:
-        self.current: SparkSession | None = None
-        self.kind = ""
-
-    def _build(self, master: str, kind: str, **conf: str) -> SparkSession:
-        self.stop()
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        builder = (
-            SparkSession.builder.master(master)
-            .appName(f"rabbitry-tests-{kind}")
-            .config("spark.ui.enabled", "false")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "4")
-        )
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
-        rabbitry.spark.register(session)
-        self.current, self.kind = session, kind
-        return session
-
-    def local(self) -> SparkSession:
-        if self.current is not None and self.kind == "local":
-            return self.current
-        return self._build("local[2,2]", "local")
-
-    def cluster(self, master: str) -> SparkSession:
-        return self._build(
-            master, "cluster", **{"spark.executor.memory": "1g", "spark.cores.max": "2"}
-        )
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-        self.current, self.kind = None, ""
-
-
-@pytest.fixture(scope="module")
-def sessions() -> Iterator[Sessions]:
-    held = Sessions()
-    yield held
-    held.stop()
-
-
-@pytest.fixture
-def spark(sessions: Sessions) -> SparkSession:
-    return sessions.local()
 
 
 def declare(broker: Broker, exchange: str, bindings: dict[str, str], kind: str = "topic") -> None:
@@ -139,11 +86,12 @@ def sink(df: DataFrame, broker: Broker, **options: str) -> None:
     ).save()
 
 
-def test_100k_rows_in_8_partitions_arrive_once_with_their_routing(
+def test_rows_in_8_partitions_arrive_once_with_their_routing(
     spark: SparkSession, broker: Broker
 ) -> None:
+    rows = 20_000  # 2,500 a partition: three chunks each
     declare(broker, "events", {f"kind{k}": f"kind.{k}" for k in range(4)})
-    df = spark.range(0, 100_000, numPartitions=8).select(
+    df = spark.range(0, rows, numPartitions=8).select(
         F.col("id"),
         F.concat(F.lit("kind."), (F.col("id") % 4).cast("string")).alias("kind"),
         F.col("id").cast("string").alias("body"),
@@ -161,14 +109,14 @@ def test_100k_rows_in_8_partitions_arrive_once_with_their_routing(
     elapsed = time.monotonic() - started
     seen: list[Got] = []
     for k in range(4):
-        got = drain(broker, f"kind{k}", 25_000)
-        assert len(got) == 25_000, f"queue kind{k}"
+        got = drain(broker, f"kind{k}", rows // 4)
+        assert len(got) == rows // 4, f"queue kind{k}"
         assert all(g.routing_key == f"kind.{k}" and int(g.body) % 4 == k for g in got)
         seen += got
-    assert sorted(int(g.body) for g in seen) == list(range(100_000))
+    assert sorted(int(g.body) for g in seen) == list(range(rows))
     assert all(int(g.body) == g.headers["id"] for g in seen)
     ids = [parse_message_id(g.message_id) for g in seen]
-    assert len({g.message_id for g in seen}) == 100_000
+    assert len({g.message_id for g in seen}) == rows
     assert len({prefix for prefix, *_ in ids}) == 1  # one job id
     assert {partition for _, _, partition, _ in ids} == set(range(8))
     rows_per_partition = Counter(partition for _, _, partition, _ in ids)
@@ -176,13 +124,20 @@ def test_100k_rows_in_8_partitions_arrive_once_with_their_routing(
         sorted(row for _, _, p, row in ids if p == partition) == list(range(count))
         for partition, count in rows_per_partition.items()
     )
-    print(f"100,000 rows in 8 partitions written in {elapsed:.1f} s")
+    print(f"{rows:,} rows in 8 partitions written in {elapsed:.1f} s")
 
 
-def rows_failing_once(spark: SparkSession, fail_at: int) -> DataFrame:
-    """60,000 rows in 3 partitions, each's body its id as text; the task that meets row
-    ``fail_at`` fails on its first attempt, after a pause in which the rows it wrote before
-    that reach the broker (Spark then runs it again)."""
+def test_a_task_failing_once_is_retried_and_only_its_rows_repeat_with_the_same_ids(
+    spark: SparkSession, broker: Broker
+) -> None:
+    # Partition 1 holds ids 10,000-19,999, and its rows are also routed to ``partition1``: its
+    # first attempt fails late in it, once rows it published before are on the broker. (Rows
+    # reach the sink's Python process through a buffer of 64 KB: thousands of small rows must
+    # come before the failure for some of them to be handed over and published first.)
+    declare(broker, "events", {"retried": "#", "partition1": "p1"})
+    fail_at = 19_000
+    assert fail_at - 10_000 > 5 * ROWS_PER_CHUNK  # chunks of the partition come before it
+    url = broker.vhost_amqp_url
 
     @F.udf("string", useArrow=False)
     def body(value: int) -> str:
@@ -190,32 +145,34 @@ def rows_failing_once(spark: SparkSession, fail_at: int) -> DataFrame:
 
         context = TaskContext.get()
         if value == fail_at and context is not None and context.attemptNumber() == 0:
-            time.sleep(3)  # the rows before this one reach the broker meanwhile
+            # Until a row of this attempt is on the broker (exact AMQP count), bounded: the
+            # assertions below say so if none arrived.
+            connection = pika.BlockingConnection(pika.URLParameters(url))
+            channel, deadline = connection.channel(), time.monotonic() + 60
+            while channel.queue_declare("partition1", passive=True).method.message_count == 0:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            connection.close()
             raise RuntimeError("injected failure of the first attempt")
         return str(value)
 
-    return spark.range(0, 60_000, numPartitions=3).select(body("id").alias("body"))
-
-
-def test_a_task_failing_once_is_retried_and_only_its_rows_repeat_with_the_same_ids(
-    spark: SparkSession, broker: Broker
-) -> None:
-    declare(broker, "", {"retried": ""})
-    # Late in partition 1 (ids 20,000-39,999): Spark hands the sink its input in chunks of
-    # about 10,000 rows, so the rows before the failure are published by the failing attempt.
-    fail_at = 39_000
-    sink(rows_failing_once(spark, fail_at), broker, routing_key="retried", body_column="body")
-    got = drain(broker, "retried", 60_000)
-    assert sorted({int(g.body) for g in got}) == list(range(60_000))
+    df = spark.range(0, 30_000, numPartitions=3).select(
+        body("id").alias("body"),
+        F.when(F.col("id").between(10_000, 19_999), "p1").otherwise("other").alias("key"),
+    )
+    sink(df, broker, exchange="events", routing_key_column="key", body_column="body")
+    got = drain(broker, "retried", 30_000)
+    assert sorted({int(g.body) for g in got}) == list(range(30_000))
     copies = defaultdict(list)
     for g in got:
         copies[g.message_id].append(g.body)
     repeated = {mid: bodies for mid, bodies in copies.items() if len(bodies) > 1}
-    assert len(copies) == 60_000  # one id per row, in every attempt
+    assert len(copies) == 30_000  # one id per row, in every attempt
     assert repeated, "the first attempt published nothing before failing: no retry was seen"
     assert {parse_message_id(mid)[2] for mid in repeated} == {1}
     assert all(len(set(bodies)) == 1 for bodies in repeated.values())
-    assert all(20_000 <= int(bodies[0]) < fail_at for bodies in repeated.values())
+    assert all(10_000 <= int(bodies[0]) < fail_at for bodies in repeated.values())
 
 
 def test_bad_options_fail_before_any_row_is_published(spark: SparkSession, broker: Broker) -> None:
@@ -419,7 +376,7 @@ def wait_for(log: Path, pattern: str, process: subprocess.Popen[bytes], timeout:
 
 
 def test_a_standalone_master_and_worker_run_the_sink(
-    sessions: Sessions, broker: Broker, tmp_path: Path
+    spark_sessions: Sessions, broker: Broker, tmp_path: Path
 ) -> None:
     declare(broker, "events", {"cluster": "#"})
     processes: list[subprocess.Popen[bytes]] = []
@@ -443,19 +400,17 @@ def test_a_standalone_master_and_worker_run_the_sink(
         processes.append(worker)
         wait_for(worker_log, r"(Successfully registered with master)", worker)
 
-        spark = sessions.cluster(url)
+        spark = spark_sessions.cluster(url)
         assert spark.sparkContext.master == url
-        df = spark.range(0, 20_000, numPartitions=4).select(
-            F.col("id").cast("string").alias("body")
-        )
+        df = spark.range(0, 4_000, numPartitions=4).select(F.col("id").cast("string").alias("body"))
         sink(df, broker, exchange="events", routing_key="from.cluster", body_column="body")
         executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # type: ignore[union-attr]
         assert executors >= 2  # the driver and at least one executor on the worker
-        got = drain(broker, "cluster", 20_000)
-        assert sorted(int(g.body) for g in got) == list(range(20_000))
+        got = drain(broker, "cluster", 4_000)
+        assert sorted(int(g.body) for g in got) == list(range(4_000))
         assert {g.routing_key for g in got} == {"from.cluster"}
     finally:
-        sessions.stop()
+        spark_sessions.stop()  # the next test starts a local one again
         for process in reversed(processes):
             process.terminate()
         for process in processes:

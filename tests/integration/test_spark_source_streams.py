@@ -1,11 +1,11 @@
 """The ``rabbitmq`` source over the stream protocol, on a broker that offers it (a container
-broker: ``rabbitmq_stream`` enabled, its port published and advertised), and its fallback to
-AMQP 0-9-1 on one that does not (the session's broker when it lacks the plugin)."""
+broker: ``rabbitmq_stream`` enabled, its port published and advertised; ``stream_broker`` in
+conftest.py), and its fallback to AMQP 0-9-1 on one that does not (a container broker without
+the plugin)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from rabbitry.spark.source_plan import plan_read
-from rabbitry.testing.containers import start_broker
-from tests.integration.test_spark import Sessions
+from tests.integration.conftest import StreamBroker
 from tests.integration.test_spark_source import (
     declare_stream,
     publish,
@@ -23,36 +22,7 @@ from tests.integration.test_spark_source import (
     source,
 )
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.broker]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    sessions = Sessions()
-    yield sessions.local()
-    sessions.stop()
-
-
-class StreamBroker:
-    """What the source tests' helpers need of a broker, plus the stream port."""
-
-    def __init__(self, amqp_url: str, stream_port: int) -> None:
-        self.vhost_amqp_url = amqp_url
-        self.stream_port = stream_port
-
-
-@pytest.fixture(scope="module")
-def stream_broker() -> Iterator[StreamBroker]:
-    from rabbitry.testing.broker import BrokerUnavailable
-
-    try:
-        container = start_broker()
-    except BrokerUnavailable as exc:
-        pytest.skip(str(exc))
-    with container:
-        broker = container.broker
-        assert broker.stream_port is not None
-        yield StreamBroker(broker.amqp_url("/"), broker.stream_port)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.broker, pytest.mark.xdist_group("spark-source")]
 
 
 def rows(spark: SparkSession, broker: StreamBroker, protocol: str, **options: str) -> list[Any]:
