@@ -101,10 +101,16 @@ def _find(
     try:
         with StreamClient(settings, port=port) as client:
             if options.exchange:
+                not_super = f"exchange {options.exchange!r} is no stream (not a super stream)"
                 try:
-                    client.partitions(options.exchange)
+                    partitions = client.partitions(options.exchange)
                 except StreamRefused:
-                    return None, f"exchange {options.exchange!r} is no stream (not a super stream)"
+                    return None, not_super
+                # The broker answers with the queues bound to any exchange, a topic exchange's
+                # classic queues too: a super stream is one whose every partition is a stream.
+                found = client.metadata(partitions) if partitions else {}
+                if not partitions or any(found.get(p, {}).get("code") != 1 for p in partitions):
+                    return None, not_super
                 return StreamTarget(port, super_stream=options.exchange), None
             found = client.metadata([options.routing_key]).get(options.routing_key, {})
             if found.get("code") != 1:
