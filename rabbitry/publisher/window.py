@@ -119,9 +119,9 @@ class AdaptiveWindow:
     when ``base`` is measured again.
 
     The shell asks ``limit(delayed)`` before each send, calls ``filled()`` when a send found
-    the window full and ``update(latency)``
-    after reading from the broker; both cost a few comparisons (``latency`` is the confirm
-    tracker's histogram, whose running sum and count give a round's mean)."""
+    the window full and ``update(latency)`` after reading from the broker; each costs a few
+    comparisons (``latency`` is the confirm tracker's histogram, whose running sum and count
+    give a round's mean)."""
 
     __slots__ = (
         "_count",
