@@ -2,7 +2,7 @@
 delay and crash.
 
 Usage:  python bench/peers.py [--drain 50000] [--retry 20000] [--delay 5000] [--max-delay 20]
-        [--queue-types classic,quorum] [--only celery,rabbitry-async,...] [--write-docs]
+        [--queue-types classic,quorum] [--only celery,rabbitry-async,...] [--hops] [--write-docs]
 Broker: $RABBITRY_URL / $RABBITRY_MANAGEMENT_URL (e.g. eval "$(rabbitry dev-broker env)").
 Peers: installed from bench/peers-requirements.txt into bench/.peers-venv (made on first use,
 never the project's environment); rabbitry runs from the interpreter running this script.
@@ -44,6 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hops import HopObserver, delay_exchanges, hop_lateness, hop_table
 from results import percentile, write_section
 
 from rabbitry.management.client import ManagementClient, q
@@ -52,6 +53,9 @@ from rabbitry.uri import mask_uri
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "peer_jobs"
+sys.path.insert(0, str(JOBS))
+from ledger import jobs as ledger_jobs  # noqa: E402 - the schedule every framework's jobs follow
+
 PEERS_VENV = HERE / ".peers-venv"
 REQUIREMENTS = HERE / "peers-requirements.txt"
 RABBITRY = str(Path(sys.executable).parent / "rabbitry")
@@ -179,6 +183,19 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--sync", "--log-level", "error"),
             "as above, blocking worker",
             peer=False,
+        ),
+        Contender(
+            "rabbitry-no-delayed-limit",
+            "rabbitry worker run, jobs published without the delayed-message limit",
+            "rabbitry_jobs",
+            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
+            "the asyncio worker again, its delayed jobs published by the adaptive window"
+            " without its limit for delayed messages (`WindowRule(delayed=512)`: the rule"
+            " before that limit): for comparison, not held to the targets",
+            peer=False,
+            env={"PEERS_DELAYED_LIMIT": "512"},
+            reference=True,
+            cannot=dict.fromkeys(("drain", "retry", "crash"), DELAY_ONLY),
         ),
         Contender(
             "rabbitry-window-512",
@@ -341,6 +358,8 @@ class Outcome:
     early: int = 0
     kills: int = 0
     skipped: str = ""
+    hops: dict[str, list[float]] = field(default_factory=dict)
+    """``--hops``: per hop of the delay path, each job's time beyond the hop's own (ms)."""
 
     @property
     def rate(self) -> float:
@@ -422,7 +441,7 @@ class Bench:
         ids = range(n)
         try:
             if scenario == "delay":
-                return self.delayed(contender, env, ledger, log, n)
+                return self.delayed(contender, env, ledger, log, n, vhost)
             if self.publish(contender, env, 0, n, 0).wait() != 0:
                 raise RuntimeError(f"{contender.name}: publishing failed")
             worker = WorkerProcess(contender.worker, env, log)
@@ -464,9 +483,16 @@ class Bench:
             self.drop_vhost(vhost)
 
     def delayed(
-        self, contender: Contender, env: dict[str, str], ledger: Ledger, log: Path, n: int
+        self,
+        contender: Contender,
+        env: dict[str, str],
+        ledger: Ledger,
+        log: Path,
+        n: int,
+        vhost: str,
     ) -> Outcome:
         worker = WorkerProcess(contender.worker, env, log)
+        observer = None
         try:
             self.publish(contender, env, -1, 1, 0).wait()  # runs once the worker is up
             deadline = time.monotonic() + 120
@@ -477,6 +503,10 @@ class Bench:
                     )
                 time.sleep(0.05)
                 ledger.read()
+            if self.args.hops:  # the worker declared its delay path by now (kombu's too)
+                names = [e["name"] for e in self.client.get(f"/exchanges/{q(vhost)}")]
+                levels = max(self.args.max_delay, 1).bit_length()
+                observer = HopObserver(env["PEERS_URL"], delay_exchanges(names, levels))
             started = time.monotonic()
             if self.publish(contender, env, 0, n, self.args.max_delay).wait() != 0:
                 raise RuntimeError(f"{contender.name}: publishing failed")
@@ -489,7 +519,13 @@ class Bench:
             ledger.read()
         finally:
             worker.stop()
+            if observer is not None:
+                observer.stop()
         outcome = self.counted(ledger, range(n), worker.peak_kib)
+        if observer is not None:
+            delays = dict(ledger_jobs(0, n, self.args.max_delay))
+            handed = {i: ledger.due[i] - delays[i] for i in ledger.due if i in delays}
+            outcome.hops = hop_lateness(observer.seen, handed, ledger.ok_times, delays)
         outcome.lateness_ms = [
             (ledger.ok_times[i] - ledger.due[i]) * 1000 for i in range(n) if ledger.ok[i]
         ]
@@ -576,6 +612,24 @@ def render(
     return "\n".join(lines)
 
 
+def hops_section(results: Results, everyone: list[Contender], qts: list[str]) -> str:
+    """The delay scenario's lateness split by hop (``--hops``, bench/hops.py)."""
+    rows = [
+        row
+        for qt in qts
+        for c in everyone
+        if (o := results.get((c.key, qt, "delay"))) is not None and o.hops
+        for row in hop_table(f"{c.name} | {qt}", o.hops)
+    ]
+    head = [
+        "Delay lateness by hop (ms beyond the hop's own time; bench/hops.py):",
+        "",
+        "| worker | queue | hop | jobs | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + rows) + "\n" if rows else ""
+
+
 def targets(results: Results, everyone: list[Contender], qts: list[str]) -> str:
     ours = [c for c in everyone if not c.peer and not c.reference]
     peers = [c for c in everyone if c.peer]
@@ -636,6 +690,12 @@ def main() -> int:
     )
     parser.add_argument("--threads", type=int, default=8, help="Celery and dramatiq threads")
     parser.add_argument(
+        "--hops",
+        action="store_true",
+        help="delay: watch each exchange of the delay path and split each job's lateness by hop"
+        " (bench/hops.py)",
+    )
+    parser.add_argument(
         "--write-docs", action="store_true", help="put the tables in docs/benchmarks.md"
     )
     args = parser.parse_args()
@@ -671,6 +731,8 @@ def main() -> int:
         f" {load_before[0]:.2f} before, {load_after[0]:.2f} after."
     )
     text = render(results, everyone, args, header)
+    if args.hops:
+        text += "\n" + hops_section(results, everyone, args.queue_types)
     print(text)
     if args.write_docs:
         write_section(HEADING, section(args, everyone, text))

@@ -16,7 +16,8 @@ publishers that were garbage-collected stay in the sums, so no total ever goes d
 - ``rabbitry_worker_messages_total{queue,outcome}``: settled deliveries by outcome: ``handled``,
   ``retried``, ``parked``, ``rejected``, ``requeued``, ``duplicate``, ``cancelled``;
 - ``rabbitry_worker_received_total{queue}``, ``rabbitry_worker_failures_total{queue}``,
-  ``rabbitry_worker_timeouts_total{queue}``, ``rabbitry_worker_retried_total{queue,tier}``;
+  ``rabbitry_worker_timeouts_total{queue}``, ``rabbitry_worker_retried_total{queue,tier}``,
+  ``rabbitry_worker_immediate_retries_total{queue}`` (handler calls made again in process);
 - ``rabbitry_worker_handler_seconds{queue}`` (histogram), ``rabbitry_worker_in_flight{queue}``,
   ``rabbitry_worker_reconnects_total``;
 - ``rabbitry_worker_kill_switch_state{queue,state}``: how many of the process's workers have the
@@ -116,6 +117,7 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
         "received": defaultdict(int),
         "failed": defaultdict(int),
         "timeouts": defaultdict(int),
+        "immediate_retries": defaultdict(int),
     }
     retried: dict[tuple[str, str], int] = defaultdict(int)
     in_flight: dict[str, int] = defaultdict(int)
@@ -146,6 +148,7 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
             simple["received"][queue] += c.received
             simple["failed"][queue] += c.failed
             simple["timeouts"][queue] += c.timeouts
+            simple["immediate_retries"][queue] += c.immediate_retries
             for tier, count in list(c.retried.items()):
                 retried[(queue, tier)] += count
             in_flight[queue] += worker.in_flight(queue)
@@ -171,6 +174,10 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
         ("received", "Deliveries received."),
         ("failures", "Handler failures (each then retried, parked or rejected)."),
         ("timeouts", "Handlers that ran past their time-to-run."),
+        (
+            "immediate_retries",
+            "Handler calls made again in process after a failed call (immediate retries).",
+        ),
     ):
         family = CounterMetricFamily(f"rabbitry_worker_{name}", text, labels=["queue"])
         for queue, value in sorted(simple["failed" if name == "failures" else name].items()):

@@ -8,11 +8,13 @@ The spec (``PEERS_SPEC``, written and applied by bench/peers.py) declares the qu
 and a binary delay with a 1 s unit targeting it (``delay=`` of the publisher). The worker runs
 at its defaults: prefetch 300, batched multiple acks, retries published with a confirm before
 the ack. Jobs are published at the publisher's defaults (its adaptive window), or with the fixed
-window ``PEERS_WINDOW`` when set (the reference row at 512).
+window ``PEERS_WINDOW`` when set (the reference row at 512), or with the adaptive window's limit
+for delayed messages set to ``PEERS_DELAYED_LIMIT`` (the reference row without that limit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -47,6 +49,9 @@ def publish(first: int, count: int, max_delay: int) -> None:
     # unset: the publisher's own default, as users keep it; the reference row sets 512
     window = int(os.environ["PEERS_WINDOW"]) if os.environ.get("PEERS_WINDOW") else None
     with Publisher.from_spec(SPEC, vhost=VHOST, url=ledger.URL) as pub:
+        limit = os.environ.get("PEERS_DELAYED_LIMIT")
+        if limit and pub.adaptive is not None:  # the comparison row: another delayed limit
+            pub.adaptive.rule = dataclasses.replace(pub.adaptive.rule, delayed=int(limit))
         for delivery in pub.stream(messages(), routing_key=ledger.QUEUE, window=window):
             if not delivery.ok:
                 raise SystemExit(f"job not stored: {delivery.error}")

@@ -343,6 +343,7 @@ class WorkerCore:
         route = self.routes[message.consumer]
         pause = next_pause(route, error, calls)
         if pause is not None:
+            self.metrics.queues[route.queue].immediate_retries += 1
             logger.info(
                 "handler of %s failed on message %s (call %d): %s; calling it again in %d ms",
                 route.queue,

@@ -36,6 +36,9 @@ class QueueCounters:
     """Failed deliveries of a stream, logged and acked (a stream cannot dead-letter)."""
     kill_switch_trips: int = 0
     """Times the queue's kill switch tripped (``kill_switch``)."""
+    immediate_retries: int = 0
+    """Handler calls made again in process after a failed call (``immediate``): calls, not
+    deliveries; a delivery mended by them is counted as acked, not as failed."""
     kill_switch: str = ""
     """Its kill switch's state (``closed``, ``open``, ``half_open``); empty: it has none."""
     retried: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -58,6 +61,7 @@ class QueueCounters:
             "timeouts",
             "skipped",
             "kill_switch_trips",
+            "immediate_retries",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for tier, count in list(other.retried.items()):

@@ -142,8 +142,9 @@ class AsyncPublisher(PublisherBase):
         is being re-established (back-pressure instead of unbounded memory).
         """
         session = self._session
-        if session is None or not self._can_send(session, self.window):
-            session = await self._room(self.window)
+        limit = self._limit(options.get("delay") is not None)
+        if session is None or not self._can_send(session, limit):
+            session = await self._room(limit)
         delivery = self.prepare(body, **options)
         self._write(session, delivery)
         return delivery
@@ -200,6 +201,7 @@ class AsyncPublisher(PublisherBase):
         """Yield each ``Delivery`` in input order once settled, reading ``messages`` lazily."""
         batch = self.batch(options)
         fixed = batch.window
+        limit_for = self._limit
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         issued: list[Delivery] = []
@@ -208,7 +210,7 @@ class AsyncPublisher(PublisherBase):
         try:
             for item in messages:
                 session = self._session
-                limit = fixed or self.window
+                limit = fixed or limit_for(isinstance(item, Message) and item.delay is not None)
                 if session is None or not self._can_send(session, limit):
                     while head < len(issued) and issued[head].status is not Status.PENDING:
                         yield issued[head]
@@ -235,6 +237,12 @@ class AsyncPublisher(PublisherBase):
 
     # -- the window and the connection ----------------------------------------------------------
 
+    def _limit(self, delayed: bool) -> int:
+        """How many messages may be unconfirmed when the next one is sent (a delayed one at
+        most ``WindowRule.delayed`` when the window adapts)."""
+        adaptive = self.adaptive
+        return self.window if adaptive is None else adaptive.limit(delayed)
+
     def _can_send(self, session: Session, limit: int) -> bool:
         return (
             session.ready
@@ -255,8 +263,9 @@ class AsyncPublisher(PublisherBase):
             session = self._session
             if session is not None and self._can_send(session, limit):
                 return session
-            if self.adaptive is not None and self.tracker.unsettled >= limit:
-                self.adaptive.filled()
+            adaptive = self.adaptive
+            if adaptive is not None and self.tracker.unsettled >= adaptive.window:
+                adaptive.filled()
             if session is not None and session.out:
                 self._flush()
                 if self._can_send(session, limit):

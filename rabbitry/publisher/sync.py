@@ -192,9 +192,11 @@ class Publisher(PublisherBase):
         prepare = self.prepare_item
         timeout = self.confirm_timeout
         adaptive = self.adaptive if batch.window is None else None
+        delayed = False  # the last message read had a delay: its limit holds for the next read
+        held: Message | Body | None = None  # a delayed message read while its limit was full
         while True:
             session = self._ready_session()
-            limit = batch.window or self.window
+            limit = (batch.window or self.window) if adaptive is None else adaptive.limit(delayed)
             if not exhausted:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 out = session.out
@@ -204,10 +206,20 @@ class Publisher(PublisherBase):
                     and not session.blocked
                     and len(out) < _OUT_HIGH_WATER
                 ):
-                    item = next(source, _END)
-                    if item is _END:
-                        exhausted = True
-                        break
+                    if held is not None:
+                        item, held = held, None
+                    else:
+                        item = next(source, _END)
+                        if item is _END:
+                            exhausted = True
+                            break
+                    if adaptive is not None:
+                        now_delayed = isinstance(item, Message) and item.delay is not None
+                        if now_delayed is not delayed:
+                            delayed, limit = now_delayed, adaptive.limit(now_delayed)
+                            if tracker.unsettled >= limit:
+                                held = item
+                                break
                     delivery = prepare(item, batch, deadline)
                     if self._broken is not None:
                         tracker.fail(delivery, self._broken)
@@ -215,7 +227,7 @@ class Publisher(PublisherBase):
                         session.publish(delivery)
                     issued.append(delivery)
                     count[0] += 1
-                if adaptive is not None and tracker.unsettled >= limit:
+                if adaptive is not None and tracker.unsettled >= adaptive.window:
                     adaptive.filled()
             while issued and issued[0].status is not Status.PENDING:
                 yield issued.popleft()

@@ -37,7 +37,15 @@ three times ``base`` (``ratio``), whichever is more, beyond ``base``: about ``ra
 messages. The time a round costs whatever its size (``base``) is amortised over a window that
 queues at least three times as long, which keeps three quarters of the rate a deeper window
 would get where that rate grows linearly with the window, and more where it saturates.
-``window=N`` on the publisher (or per call) turns the rule off and keeps N.
+A message with a delay is sent with at most ``delayed`` (32) unconfirmed messages ahead of it,
+whatever the window (``AdaptiveWindow.limit``). Its lateness is counted from when it was handed
+over, and a burst pays twice for a deep window: once waiting behind it for its confirm, and again
+at every delay level it passes. A quorum level dead-letters at-least-once through one process per
+queue that keeps 32 messages unconfirmed towards the next level (RabbitMQ's
+``dead_letter_worker_consumer_prefetch``), so it empties at about the rate of a publisher with a
+window of 32: a publisher with a deeper window fills a level faster than the level can pass its
+messages on when they fall due, and the difference waits at every level of the path.
+``window=N`` on the publisher (or per call) turns the rule off and keeps N, delays included.
 """
 
 from __future__ import annotations
@@ -66,6 +74,9 @@ class WindowRule:
     sustained: int = 32
     """Full rounds in a row after which the publisher is streaming a bulk load: from then on
     its rate counts more than one message's wait, and the window grows to ``ceiling``."""
+    delayed: int = 32
+    """The most messages unconfirmed when a delayed message is sent: what a quorum delay
+    level keeps in flight as it dead-letters (see the module doc)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.start <= self.ceiling:
@@ -78,10 +89,11 @@ class WindowRule:
                 "window rule allowance must be positive and ratio not negative, got"
                 f" allowance={self.allowance}, ratio={self.ratio}"
             )
-        if self.probe_every < 1 or self.sustained < 1:
+        if self.probe_every < 1 or self.sustained < 1 or self.delayed < 1:
             raise ValueError(
-                "window rule probe_every and sustained must be at least 1, got"
-                f" probe_every={self.probe_every}, sustained={self.sustained}"
+                "window rule probe_every, sustained and delayed must be at least 1, got"
+                f" probe_every={self.probe_every}, sustained={self.sustained},"
+                f" delayed={self.delayed}"
             )
 
 
@@ -106,9 +118,10 @@ class AdaptiveWindow:
     """The rule's state on one publisher: the current window, the round being measured, and
     when ``base`` is measured again.
 
-    The shell calls ``filled()`` when a send found the window full and ``update(latency)``
-    after reading from the broker; both cost a few comparisons (``latency`` is the confirm
-    tracker's histogram, whose running sum and count give a round's mean)."""
+    The shell asks ``limit(delayed)`` before each send, calls ``filled()`` when a send found
+    the window full and ``update(latency)`` after reading from the broker; each costs a few
+    comparisons (``latency`` is the confirm tracker's histogram, whose running sum and count
+    give a round's mean)."""
 
     __slots__ = (
         "_count",
@@ -139,7 +152,14 @@ class AdaptiveWindow:
         """Rounds of the probe still to run: 2 (draining), 1 (measuring), 0 (none)."""
         self._resume = rule.start
 
+    def limit(self, delayed: bool) -> int:
+        """How many messages may be unconfirmed when the next one is sent: the window, or for
+        a ``delayed`` message at most ``rule.delayed``."""
+        return min(self.window, self.rule.delayed) if delayed else self.window
+
     def filled(self) -> None:
+        """A send found the window itself full (not only a delayed message's limit): the
+        round counts as full."""
         self._full = True
 
     def update(self, latency: Latency) -> None:

@@ -121,6 +121,30 @@ def test_async_worker_calls_again_in_the_handlers_task(tmp_path: Path) -> None:
     assert asyncio.run(main()).acked and len(calls) == 3
 
 
+def test_immediate_retries_are_counted_per_queue_in_the_worker_metrics(tmp_path: Path) -> None:
+    from rabbitry.metrics import RabbitryCollector
+    from tests.unit.consumer.test_stores_metrics_message import scrape
+
+    app = spec_app(tmp_path)
+    _, mended = flaky(2)  # two calls again, then acked
+    app.add("orders", mended)
+    app.add("plain", flaky(1000)[1])  # no immediate retries: one call, then its verdict
+    harness = HandlerHarness(app)
+    assert harness.deliver("orders", b"x").acked
+    harness.deliver("plain", b"y")
+    orders, plain = harness.metrics["orders"], harness.metrics["plain"]
+    assert (orders.immediate_retries, orders.failed, orders.acked) == (2, 0, 1)
+    assert plain.immediate_retries == 0 and plain.failed == 1
+    failing_app = spec_app(tmp_path)
+    failing_app.add("orders", flaky(1000)[1])  # every call fails: two calls again, then retried
+    async_harness = HandlerHarness(failing_app)
+    assert asyncio.run(async_harness.deliver_async("orders", b"x")).retried
+    assert async_harness.metrics["orders"].immediate_retries == 2
+    family = scrape(RabbitryCollector(workers=[harness.metrics, async_harness.metrics]))
+    assert family["rabbitry_worker_immediate_retries_total[('queue', 'orders')]"] == 4
+    assert family["rabbitry_worker_immediate_retries_total[('queue', 'plain')]"] == 0
+
+
 def test_sync_handlers_of_the_async_worker_are_called_again_too(tmp_path: Path) -> None:
     app = spec_app(tmp_path)
     calls, handle = flaky(1000)

@@ -25,6 +25,8 @@ class FakeBroker:
         self.port = self.server.getsockname()[1]
         self.published = 0
         self.peak_unacked = 0
+        self.in_flight: list[tuple[str, int]] = []
+        """(exchange, unconfirmed messages counting it) of each publish, in order."""
         self.connections = 0
         self.drop_after: int | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -93,6 +95,7 @@ class FakeBroker:
                             conn.close()
                             return
                         self.peak_unacked = max(self.peak_unacked, tag - acked)
+                        self.in_flight.append((pending_publish.exchange, tag - acked))
                         verdict = self.decide(
                             self.published, pending_publish.exchange, pending_publish.routing_key
                         )

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from rabbitry.errors import Nacked, Unroutable
+from rabbitry.policies.delay import BinaryDelays
 from rabbitry.publisher import AsyncPublisher, Backoff, Message, Publisher, Status
 
 from .fake_broker import FakeBroker
@@ -84,6 +85,54 @@ def test_connection_loss_republishes_the_unconfirmed(
         assert pub.stats.reconnects == 1 and pub.stats.republished == sum(seen) > 0
     assert broker.connections == 2
     assert "secret-pw" not in caplog.text
+
+
+DELAYS = BinaryDelays("delay", unit_ms=1000, levels=4)
+
+
+def jobs(count: int, delayed: bool) -> list[Message]:
+    return [Message(b"x", routing_key="jobs", delay=1 if delayed else None) for _ in range(count)]
+
+
+def peaks(broker: FakeBroker) -> tuple[int, int]:
+    """The most unconfirmed messages seen with a delayed publish, and with a plain one."""
+    delayed = [n for exchange, n in broker.in_flight if exchange == DELAYS.layout_exchange]
+    plain = [n for exchange, n in broker.in_flight if exchange != DELAYS.layout_exchange]
+    return max(delayed, default=0), max(plain, default=0)
+
+
+def test_a_delayed_message_is_sent_with_at_most_32_unconfirmed_when_the_window_adapts(
+    broker: FakeBroker,
+) -> None:
+    broker.ack_every = 1000  # acks come only when the publisher stops writing
+    with Publisher(broker.url, delays=DELAYS) as pub:
+        # plain, delayed, plain again: the limit holds from the first delayed message on
+        out = pub.publish_many([*jobs(300, False), *jobs(300, True), *jobs(300, False)])
+    assert all(d.ok for d in out)
+    delayed, plain = peaks(broker)
+    assert delayed == 32 and plain > 32
+
+
+def test_a_fixed_window_holds_for_delayed_messages_too(broker: FakeBroker) -> None:
+    broker.ack_every = 1000
+    with Publisher(broker.url, delays=DELAYS, window=100) as pub:
+        assert all(d.ok for d in pub.publish_many(jobs(500, True)))
+    assert peaks(broker) == (100, 0)
+
+
+def test_the_async_publisher_limits_delayed_messages_alike(broker: FakeBroker) -> None:
+    broker.ack_every = 1000
+
+    async def main() -> None:
+        async with AsyncPublisher(broker.url, delays=DELAYS) as pub:
+            out = await pub.publish_many([*jobs(300, False), *jobs(300, True)])
+            assert all(d.ok for d in out)
+            sent = [await pub.send(b"x", routing_key="jobs", delay=1) for _ in range(100)]
+            assert all([(await d).ok for d in sent])
+
+    asyncio.run(main())
+    delayed, plain = peaks(broker)
+    assert delayed == 32 and plain > 32
 
 
 def test_async_publisher_window_outcomes_and_reconnect(broker: FakeBroker) -> None:

@@ -57,10 +57,12 @@ def test_the_rule_rejects_bounds_that_cannot_hold() -> None:
         WindowRule(allowance=0)
     with pytest.raises(ValueError, match="allowance must be positive and ratio not negative"):
         WindowRule(ratio=-1)
-    with pytest.raises(ValueError, match="probe_every and sustained must be at least 1"):
+    with pytest.raises(ValueError, match="probe_every, sustained and delayed must be at least 1"):
         WindowRule(probe_every=0)
-    with pytest.raises(ValueError, match="probe_every and sustained must be at least 1"):
+    with pytest.raises(ValueError, match="probe_every, sustained and delayed must be at least 1"):
         WindowRule(sustained=0)
+    with pytest.raises(ValueError, match="probe_every, sustained and delayed must be at least 1"):
+        WindowRule(delayed=0)
 
 
 @given(
@@ -181,3 +183,10 @@ def test_an_idle_publisher_does_not_grow_a_window_it_never_filled() -> None:
         latency.observe(0.001)
         adaptive.update(latency)
     assert adaptive.window == RULE.start
+
+
+def test_a_delayed_message_gets_at_most_the_rules_delayed_limit() -> None:
+    adaptive = AdaptiveWindow(WindowRule(start=64, delayed=32))
+    assert adaptive.limit(delayed=False) == 64 and adaptive.limit(delayed=True) == 32
+    adaptive.window = 20  # a window shrunk below the limit stays the limit
+    assert adaptive.limit(delayed=True) == 20
