@@ -18,10 +18,10 @@ from rabbitry.consumer import (
 )
 from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker
-from tests.integration.test_worker import applied, depth, make_app, run_worker
+from tests.integration.test_worker import applied, applied_once, depth, make_app, run_worker
 
 pytestmark = pytest.mark.broker
-__all__ = ["applied"]  # the fixture, shared with test_worker
+__all__ = ["applied", "applied_once"]  # the fixtures, shared with test_worker
 
 
 def run_either(worker: AsyncWorker | Worker, until: Callable[[], bool], timeout: float) -> None:
