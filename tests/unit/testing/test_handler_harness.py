@@ -4,7 +4,6 @@ reached by the worker's own core (typed bodies, middleware, retry decision, copi
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -393,4 +392,6 @@ def test_from_async_code_a_rate_limited_handler_waits_its_turn() -> None:
     outcomes = asyncio.run(main())
     assert all(o.acked for o in outcomes)
     assert [o.message.message_id for o in outcomes] == ["harness-1", "harness-2", "harness-3"]
-    assert min(b - a for a, b in itertools.pairwise(started)) >= 0.045
+    # the i-th start comes i/rate after the first at the earliest (a token bucket: a late wake
+    # on a loaded machine may bring two starts closer, never ahead of the rate)
+    assert all(t - started[0] >= i / 20 - 0.005 for i, t in enumerate(started)), started
