@@ -55,27 +55,37 @@ def test_the_metrics_endpoint_counts_handled_retried_and_parked_messages(broker:
         if message.message_id in failing:
             raise RuntimeError("always fails")
 
-    with Publisher(broker.vhost_amqp_url) as publisher:
-        for i in range(5):
-            publisher.publish(b"ok", routing_key="work", message_id=f"ok-{i}")
-        for mid in sorted(failing):
-            publisher.publish(b"bad", routing_key="work", message_id=mid)
-
-        port = free_port()
-        server = rabbitry.metrics.serve(port, host="127.0.0.1")
-        try:
+    port = free_port()
+    server = rabbitry.metrics.serve(port, host="127.0.0.1")
+    openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    try:
+        # The counters are the process's: workers and publishers of earlier tests in this pytest
+        # process counted too (their queues named `work` in other vhosts): this test's figures
+        # are what it adds.
+        before = (
+            samples(httpx.get(f"http://127.0.0.1:{port}/metrics").text),
+            samples(
+                httpx.get(f"http://127.0.0.1:{port}/metrics", headers=openmetrics).text,
+                openmetrics=True,
+            ),
+        )
+        with Publisher(broker.vhost_amqp_url) as publisher:
+            for i in range(5):
+                publisher.publish(b"ok", routing_key="work", message_id=f"ok-{i}")
+            for mid in sorted(failing):
+                publisher.publish(b"bad", routing_key="work", message_id=mid)
             worker = AsyncWorker(app, broker.vhost_amqp_url)
             run_worker(worker, lambda: worker.metrics["work"].parked >= 2 and not worker.in_flight)
             text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-            negotiated = httpx.get(
-                f"http://127.0.0.1:{port}/metrics",
-                headers={"Accept": "application/openmetrics-text; version=1.0.0"},
-            )
-        finally:
-            server.shutdown()
+            negotiated = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=openmetrics)
+    finally:
+        server.shutdown()
 
     q = ("queue", "work")
-    for found in (samples(text), samples(negotiated.text, openmetrics=True)):
+    scraped = (samples(text), samples(negotiated.text, openmetrics=True))
+    for after, base in zip(scraped, before, strict=True):
+        found = {key: value - base.get(key, 0.0) for key, value in after.items()}
+        found[("rabbitry_worker_in_flight", (q,))] = after[("rabbitry_worker_in_flight", (q,))]
         outcomes = {
             dict(labels)["outcome"]: value
             for (name, labels), value in found.items()
