@@ -483,8 +483,11 @@ def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
     topology = load_topology(broker.spec(spec), {"vhost": broker.vhost, "stack": broker.stack})
     lines: list[str] = []
     with ManagementClient(broker.management_url) as client:
-        # a timeout far below what 100 quorum queues take: the request gives up at once
-        options = ApplyOptions(import_timeout=0.05)
+        # a timeout far below what 100 quorum queues take: the request gives up at once. The
+        # quorum queues go into the import (not declared apart, the default), so that the
+        # broker is still at it when the apply first looks: 100 classic queues alone may be
+        # made by then, and nothing would be waited for
+        options = ApplyOptions(import_timeout=0.05, declare_apart=1)
         apply_plan(client, plan_now(client, topology, broker), options, progress=lines.append)
         waited = [line for line in lines if "outlived its 0 s timeout" in line]
         assert waited, lines
