@@ -36,6 +36,9 @@ JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
 
 
+VANISHED_RETRIES = 4
+"""How often a read answered HTTP 500 with an empty body is asked again (``get``)."""
+VANISHED_PAUSE = 0.2
 FIRST_ANSWER_TIMEOUT = 8.0
 """Seconds to wait for the first answer of a management API (later calls wait ``timeout``)."""
 
@@ -280,6 +283,14 @@ class ManagementClient:
         )
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """A read; one answered HTTP 500 with an empty body is asked again a few times:
+        RabbitMQ answers so when an object it lists vanishes while it reads it (a vhost another
+        client deletes during ``GET /vhosts``)."""
+        for _ in range(VANISHED_RETRIES):
+            response = self.request("GET", path, params=params, allow=(500,))
+            if response.status_code != 500 or response.content:
+                return self._checked("GET", path, response, ()).json()
+            time.sleep(VANISHED_PAUSE)
         return self.request("GET", path, params=params).json()
 
     def get_optional(self, path: str) -> Any | None:

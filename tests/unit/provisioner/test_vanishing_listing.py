@@ -1,0 +1,85 @@
+"""RabbitMQ answers a listing with HTTP 500 and an empty body when an object it lists vanishes
+while it reads it (a vhost another client deletes during ``GET /vhosts``): a read asks again;
+a 500 that stays, or one with a body, is still an error."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from rabbitry.errors import BrokerError
+from rabbitry.management import client as management
+from rabbitry.management.client import ManagementClient
+from tests.unit.http_server import QuietServer
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.server.asked += 1
+        if self.server.asked <= self.server.empty_500s:
+            self._send(500, b"")
+        elif self.path.endswith("/broken"):
+            self._send(500, b'{"error":"internal"}')
+        else:
+            self._send(200, b'[{"name": "/"}]')
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+class _Server(QuietServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Flaky)
+        self.asked = 0
+        self.empty_500s = 0
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
+    monkeypatch.setattr(management, "VANISHED_PAUSE", 0.0)
+    server = _Server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url_of(server: _Server) -> str:
+    return f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_listing_answered_500_empty_while_an_object_vanished_is_asked_again(
+    server: _Server,
+) -> None:
+    server.empty_500s = 2
+    with ManagementClient(url_of(server)) as client:
+        assert client.get("/vhosts") == [{"name": "/"}]
+    assert server.asked == 3
+
+
+def test_a_500_that_stays_is_an_error_after_a_few_asks(server: _Server) -> None:
+    server.empty_500s = 100
+    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
+        client.get("/vhosts")
+    assert server.asked == 1 + management.VANISHED_RETRIES
+
+
+def test_a_500_with_a_body_is_not_asked_again(server: _Server) -> None:
+    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
+        client.get("/broken")
+    assert server.asked == 1
