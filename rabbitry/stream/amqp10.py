@@ -308,7 +308,7 @@ def section_effect(buf: memoryview, section: int, pos: int) -> tuple[Effect, int
 
 
 # The properties section's fields, by position: the row's name for those it keeps.
-_PROPERTY_SLOTS = (
+PROPERTY_SLOTS = (
     "message_id",
     "user_id",
     None,  # to
@@ -337,7 +337,7 @@ def _properties(buf: memoryview, pos: int, props: dict[str, Any]) -> int:
         count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
     else:
         raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
-    slots = _PROPERTY_SLOTS
+    slots = PROPERTY_SLOTS
     for i in range(count):
         c = buf[pos]
         if c == 0x40:

@@ -20,6 +20,7 @@ from rabbitry.stream.amqp10 import (
     AMQP_VALUE,
     DATA,
     PROPERTIES,
+    PROPERTY_SLOTS,
     decode,
     section_effect,
 )
@@ -30,22 +31,6 @@ __all__ = ["PROPERTY_SLOTS", "MessageColumns", "SectionEffect"]
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 
-PROPERTY_SLOTS = (
-    "message_id",
-    "user_id",
-    None,  # to
-    None,  # subject
-    "reply_to",
-    "correlation_id",
-    "content_type",
-    "content_encoding",
-    None,  # absolute-expiry-time
-    "timestamp",  # creation-time, kept as milliseconds since the epoch
-    None,  # group-id
-    None,  # group-sequence
-    None,  # reply-to-group-id
-)
-"""The properties section's fields by position: the name the columns keep them under."""
 _TIMESTAMP_SLOT = PROPERTY_SLOTS.index("timestamp")
 _MILLISECOND_SLOTS = (_TIMESTAMP_SLOT, 8)  # 8: absolute-expiry-time, read past, not kept
 _NOT_LEADING = (PROPERTIES, DATA, AMQP_VALUE)
