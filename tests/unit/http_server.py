@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
+
+S = TypeVar("S", bound=ThreadingHTTPServer)
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -22,3 +27,14 @@ class QuietServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
+
+
+@contextmanager
+def serving(server: S) -> Iterator[S]:
+    """``server`` answering from a thread of its own until the block ends, then closed."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

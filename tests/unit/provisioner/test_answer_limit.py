@@ -27,7 +27,7 @@ from rabbitry.management.answer_limit import (
     max_answer_bytes,
 )
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import QuietServer, serving
 
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
@@ -136,12 +136,9 @@ def bomb() -> bytes:
 
 @pytest.fixture
 def server(bomb: bytes) -> Iterator[_Server]:
-    server = _Server()
-    server.bomb = bomb
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(_Server()) as server:
+        server.bomb = bomb
+        yield server
 
 
 def url_of(server: _Server) -> str:

@@ -4,7 +4,6 @@ a 500 that stays, or one with a body, is still an error."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 
@@ -13,7 +12,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import QuietServer, serving
 
 
 class _Flaky(BaseHTTPRequestHandler):
@@ -52,11 +51,8 @@ class _Server(QuietServer):
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     monkeypatch.setattr(management, "VANISHED_PAUSE", 0.0)
-    server = _Server()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(_Server()) as server:
+        yield server
 
 
 def url_of(server: _Server) -> str:
