@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import uuid
 import warnings
@@ -327,62 +328,26 @@ def start_broker(
     env_map = os.environ if environ is None else environ
     engine = require_engine(env_map)
     use_engine(engine)
-    container_class = _rabbitmq_container_class()
-    image = image or default_image(engine, env_map)
-    taken: Collection[int] = ()
-    with contextlib.suppress(BrokerError):
-        client = docker_client(engine)
-        reap_orphans(client)
-        taken = published_host_ports(client)
-        client.close()
-
     aliases = list(network_aliases)
     if network and hostname and hostname not in aliases:
         aliases.append(hostname)
-    labels = {OWNER_LABEL: owner or owner_label(), ROLE_LABEL: "test-broker"}
-    extra: dict[str, Any] = {"labels": labels}
-    if hostname:
-        extra["hostname"] = hostname
-
-    attempts = 5
-    for attempt in range(1, attempts + 1):
-        # Fixed host ports (chosen here, not by the engine) survive a stop/start on Docker too.
-        chosen_amqp = amqp_port or (free_port(taken) if engine.local else None)
-        chosen_mgmt = management_port or (free_port(taken) if engine.local else None)
-        chosen_extra = {port: free_port(taken) if engine.local else None for port in more_ports}
-        # Chosen here even on a remote engine: the broker must advertise it (a conflict retries).
-        chosen_stream = chosen_extra[STREAM_PORT] = free_port(taken)
-        container = container_class(image, username=username, password=password)
-        container.ports.clear()
-        container.ports.update(port_bindings(engine, chosen_amqp, chosen_mgmt, chosen_extra))
-        for host_path, container_path in volumes.items():
-            container.with_volume_mapping(host_path, container_path, mode="ro")
-        streams = stream_environment(broker_host(engine), chosen_stream)
-        for key, value in broker_environment(
-            username=username,
-            password=password,
-            erlang_cookie=erlang_cookie,
-            nodename=nodename,
-            env={**streams, **(env or {})},
-        ).items():
-            container.with_env(key, value)
-        container.with_kwargs(**extra)
-        container.with_name(name or f"rabbitry-broker-{uuid.uuid4().hex[:8]}")
-        if network:
-            container.with_network(cast(Any, _NetworkName(network)))
-            if aliases:
-                container.with_network_aliases(*aliases)
-        try:
-            _start_without_probe(container)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                container.stop()
-            # The stream port is always chosen here, so a conflict can always retry.
-            retry = is_port_conflict(exc) and attempt < attempts
-            if retry:
-                continue
-            raise BrokerError(_start_failure(image, engine, exc)) from exc
-        break
+    recipe = _ContainerRecipe(
+        container_class=_rabbitmq_container_class(),
+        image=image or default_image(engine, env_map),
+        name=name,
+        hostname=hostname,
+        owner=owner or owner_label(),
+        username=username,
+        password=password,
+        erlang_cookie=erlang_cookie,
+        nodename=nodename,
+        env=env or {},
+        volumes=volumes,
+        network=network,
+        network_aliases=tuple(aliases),
+    )
+    ports = _PortRequest(amqp=amqp_port, management=management_port, extra=more_ports)
+    container = _create_and_start(recipe, engine, ports, taken=_ports_in_use(engine))
     handle = BrokerContainer(
         container,
         engine,
@@ -390,6 +355,127 @@ def start_broker(
         password=password,
         startup_timeout=startup_timeout,
     )
+    _wait_until_ready_or_remove(handle)
+    return handle
+
+
+@dataclasses.dataclass(frozen=True)
+class _PortRequest:
+    """The host ports asked for (None: a free one) and the more container ports to publish."""
+
+    amqp: int | None
+    management: int | None
+    extra: tuple[int, ...]
+
+    def choose(self, engine: ContainerEngine, taken: Collection[int]) -> _ChosenPorts:
+        """Host ports for one attempt; fixed here (not by the engine) on a local engine, so a
+        stop/start keeps them on Docker too."""
+        local = engine.local
+        extra = {port: free_port(taken) if local else None for port in self.extra}
+        # Chosen even on a remote engine: the broker must advertise it (a conflict retries).
+        stream = extra[STREAM_PORT] = free_port(taken)
+        return _ChosenPorts(
+            amqp=self.amqp or (free_port(taken) if local else None),
+            management=self.management or (free_port(taken) if local else None),
+            extra=extra,
+            stream=stream,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChosenPorts:
+    amqp: int | None
+    management: int | None
+    extra: Mapping[int, int | None]
+    stream: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _ContainerRecipe:
+    """All that every attempt at creating the broker's container sets alike."""
+
+    container_class: type[DockerContainer]
+    image: str
+    name: str | None
+    hostname: str | None
+    owner: str
+    username: str
+    password: str
+    erlang_cookie: str | None
+    nodename: str | None
+    env: Mapping[str, str]
+    volumes: Mapping[str, str]
+    network: str | None
+    network_aliases: tuple[str, ...]
+
+    def build(self, engine: ContainerEngine, ports: _ChosenPorts) -> DockerContainer:
+        """The container, configured but not created yet."""
+        container = self.container_class(self.image, username=self.username, password=self.password)
+        container.ports.clear()
+        container.ports.update(port_bindings(engine, ports.amqp, ports.management, ports.extra))
+        for host_path, container_path in self.volumes.items():
+            container.with_volume_mapping(host_path, container_path, mode="ro")
+        streams = stream_environment(broker_host(engine), ports.stream)
+        for key, value in broker_environment(
+            username=self.username,
+            password=self.password,
+            erlang_cookie=self.erlang_cookie,
+            nodename=self.nodename,
+            env={**streams, **self.env},
+        ).items():
+            container.with_env(key, value)
+        extra: dict[str, Any] = {"labels": {OWNER_LABEL: self.owner, ROLE_LABEL: "test-broker"}}
+        if self.hostname:
+            extra["hostname"] = self.hostname
+        container.with_kwargs(**extra)
+        container.with_name(self.name or f"rabbitry-broker-{uuid.uuid4().hex[:8]}")
+        if self.network:
+            container.with_network(cast(Any, _NetworkName(self.network)))
+            if self.network_aliases:
+                container.with_network_aliases(*self.network_aliases)
+        return container
+
+
+def _ports_in_use(engine: ContainerEngine) -> Collection[int]:
+    """Host ports the engine's containers publish, after removing orphaned test brokers
+    (none when the engine cannot say: a conflict then retries)."""
+    taken: Collection[int] = ()
+    with contextlib.suppress(BrokerError):
+        client = docker_client(engine)
+        reap_orphans(client)
+        taken = published_host_ports(client)
+        client.close()
+    return taken
+
+
+_START_ATTEMPTS = 5
+
+
+def _create_and_start(
+    recipe: _ContainerRecipe,
+    engine: ContainerEngine,
+    ports: _PortRequest,
+    *,
+    taken: Collection[int],
+) -> DockerContainer:
+    """The container created and started, on other host ports again while one was lost to a
+    race (the stream port is always chosen here, so a conflict can always retry)."""
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        container = recipe.build(engine, ports.choose(engine, taken))
+        try:
+            _start_without_probe(container)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                container.stop()
+            if is_port_conflict(exc) and attempt < _START_ATTEMPTS:
+                continue
+            raise BrokerError(_start_failure(recipe.image, engine, exc)) from exc
+        return container
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _wait_until_ready_or_remove(handle: BrokerContainer) -> None:
+    """Wait for AMQP and management; a broker that never answers is removed, its output told."""
     try:
         handle.wait_until_ready()
     except BrokerError as exc:
@@ -399,7 +485,6 @@ def start_broker(
         logs = handle.logs()[-3000:]
         handle.remove()
         raise BrokerError(f"{exc}\nlast container output:\n{logs}") from exc
-    return handle
 
 
 def _start_without_probe(container: DockerContainer) -> None:
