@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -106,12 +105,7 @@ class ManagementClient:
     def __enter__(self) -> ManagementClient:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rabbitry.errors import BrokerError
@@ -67,12 +66,7 @@ class AmqpQueueCounter:
     def __enter__(self) -> AmqpQueueCounter:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

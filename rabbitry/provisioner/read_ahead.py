@@ -21,7 +21,7 @@ imported here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from rabbitry.provisioner.early import PLAN_READS, early_client
 
@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from rabbitry.provisioner.lock import StackLock
 
 
-class Broker(TypedDict):
-    """The broker as the caller names it, for ``resolve_endpoints`` (the spec may name its own)."""
+class Broker(TypedDict, total=False):
+    """The broker as the caller names it, for ``resolve_endpoints`` (the spec may name its own;
+    a key left out is None)."""
 
     url: str | None
     management_url: str | None
@@ -45,23 +46,13 @@ class ReadAhead:
     before its spec loaded; ``url`` ... ``insecure``: the broker, as ``resolve_endpoints``
     takes it, until the spec names its own."""
 
-    def __init__(
-        self,
-        *,
-        lock: bool = False,
-        url: str | None = None,
-        management_url: str | None = None,
-        ca_file: str | None = None,
-        insecure: bool | None = None,
-    ) -> None:
+    def __init__(self, *, lock: bool = False, **broker: Unpack[Broker]) -> None:
         self.locking = lock
         self.client: ManagementClient | None = None
         """The management client reading ahead, once one started."""
         self.lock: StackLock | None = None
         """The stack's lock, claimed (``locking`` only)."""
-        self._broker = Broker(
-            url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
-        )
+        self._broker = broker
 
     def __repr__(self) -> str:
         stack = self.lock.stack if self.lock is not None else None
@@ -69,24 +60,13 @@ class ReadAhead:
 
     @classmethod
     def before_loading(
-        cls,
-        path: Path,
-        *,
-        lock: bool = False,
-        url: str | None = None,
-        management_url: str | None = None,
-        ca_file: str | None = None,
-        insecure: bool | None = None,
+        cls, path: Path, *, lock: bool = False, **broker: Unpack[Broker]
     ) -> ReadAhead:
         """Started from the names guessed off the spec file at ``path``: nothing starts when
         nothing can be guessed (a templated spec, a saved plan) or no broker can be named yet
         (a bad URL is said once the spec is loaded)."""
-        ahead = cls(
-            lock=lock, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
-        )
-        found = early_client(
-            path, url=url, management_url=management_url, ca_file=ca_file, insecure=insecure
-        )
+        ahead = cls(lock=lock, **broker)
+        found = early_client(path, **broker)
         if found is not None:
             ahead.client, stack, vhosts = found
             ahead.start(stack, vhosts)

@@ -303,38 +303,22 @@ class ReconcileMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # every name below is rabbitry_reconcile_<name>
+        named: dict[str, Any] = {
+            "namespace": "rabbitry",
+            "subsystem": "reconcile",
+            "registry": self.registry,
+        }
         self.drift = Gauge(
-            "rabbitry_reconcile_drift",
-            "Changes the last plan found, by kind of object",
-            ["kind"],
-            registry=self.registry,
+            "drift", "Changes the last plan found, by kind of object", ["kind"], **named
         )
-        self.refused = Gauge(
-            "rabbitry_reconcile_refused_changes",
-            "Changes the last pass would not make (flags, protection, ownership)",
-            registry=self.registry,
-        )
-        self.last_success = Gauge(
-            "rabbitry_reconcile_last_success_timestamp_seconds",
-            "When the last successful pass started (epoch seconds)",
-            registry=self.registry,
-        )
-        self.duration = Gauge(
-            "rabbitry_reconcile_duration_seconds",
-            "How long the last pass took",
-            registry=self.registry,
-        )
-        self.passes = PromCounter(
-            "rabbitry_reconcile_passes",
-            "Passes, by outcome",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self.applied = PromCounter(
-            "rabbitry_reconcile_applied_changes",
-            "Changes applied",
-            registry=self.registry,
-        )
+        refused = "Changes the last pass would not make (flags, protection, ownership)"
+        self.refused = Gauge("refused_changes", refused, **named)
+        last_success = "When the last successful pass started (epoch seconds)"
+        self.last_success = Gauge("last_success_timestamp_seconds", last_success, **named)
+        self.duration = Gauge("duration_seconds", "How long the last pass took", **named)
+        self.passes = PromCounter("passes", "Passes, by outcome", ["outcome"], **named)
+        self.applied = PromCounter("applied_changes", "Changes applied", **named)
         self._kinds: set[str] = set()
 
     def record(self, report: PassReport) -> None:

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rabbitry.amqp.channel import Channel
@@ -70,15 +70,35 @@ class LinkState:
         return self.status is LinkStatus.RUNNING
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "vhost": self.vhost,
-            "type": self.type,
-            "name": self.name,
-            "upstream": self.upstream,
-            "status": self.status.value,
-            "reason": self.reason,
-            "declared": self.declared,
-        }
+        return _fields_json(self)
+
+
+def _fields_json(state: LinkState | ShovelState) -> dict[str, Any]:
+    """A state's fields in their order, an enum as its value: what ``--json`` prints."""
+    out: dict[str, Any] = {}
+    for item in fields(state):
+        value = getattr(state, item.name)
+        out[item.name] = value.value if isinstance(value, enum.Enum) else value
+    return out
+
+
+# A status listing's path under /api -> what it tells of, and the plugin that serves it.
+_STATUS_APIS = {
+    "federation-links": ("federation", "rabbitmq_federation_management"),
+    "shovels": ("shovel", "rabbitmq_shovel_management"),
+}
+
+
+def _status_listing(client: ManagementClient, path: str, vhost: str) -> Any:
+    """The broker's ``/api/{path}/{vhost}`` answer, which a broker without its plugin lacks."""
+    response = client.request("GET", f"/{path}/{q(vhost)}", allow=(404,))
+    if response.status_code == 404:
+        what, plugin = _STATUS_APIS[path]
+        raise BrokerError(
+            f"the broker has no {what} status API: enable {plugin}"
+            f" (`rabbitmq-plugins enable {plugin}`)"
+        )
+    return response.json()
 
 
 def _status(text: str) -> LinkStatus:
@@ -130,15 +150,8 @@ def federation_status(client: ManagementClient, spec: Spec, topology: Topology) 
         vhost = topology.vhost(vhost_spec.name)
         if vhost is None:
             continue
-        response = client.request("GET", f"/federation-links/{q(vhost.name)}", allow=(404,))
-        if response.status_code == 404:
-            raise BrokerError(
-                "the broker has no federation status API: enable rabbitmq_federation_management"
-                " (`rabbitmq-plugins enable rabbitmq_federation_management`)"
-            )
-        out.extend(
-            link_states(vhost.name, expected_links(vhost_spec.federation, vhost), response.json())
-        )
+        observed = _status_listing(client, "federation-links", vhost.name)
+        out.extend(link_states(vhost.name, expected_links(vhost_spec.federation, vhost), observed))
     return out
 
 
@@ -159,13 +172,7 @@ class ShovelState:
         return self.status in ("running", "done")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "vhost": self.vhost,
-            "name": self.name,
-            "status": self.status,
-            "reason": self.reason,
-            "declared": self.declared,
-        }
+        return _fields_json(self)
 
 
 def shovel_states(
@@ -198,14 +205,9 @@ def shovel_status(client: ManagementClient, spec: Spec) -> list[ShovelState]:
     for vhost_spec in spec.vhosts:
         if not vhost_spec.shovels:
             continue
-        response = client.request("GET", f"/shovels/{q(vhost_spec.name)}", allow=(404,))
-        if response.status_code == 404:
-            raise BrokerError(
-                "the broker has no shovel status API: enable rabbitmq_shovel_management"
-                " (`rabbitmq-plugins enable rabbitmq_shovel_management`)"
-            )
+        observed = _status_listing(client, "shovels", vhost_spec.name)
         declared = [(s.name, s.delete_after not in (None, "never")) for s in vhost_spec.shovels]
-        out.extend(shovel_states(vhost_spec.name, declared, response.json()))
+        out.extend(shovel_states(vhost_spec.name, declared, observed))
     return out
 
 

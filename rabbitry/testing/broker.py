@@ -188,17 +188,25 @@ def _no_check() -> None:
 
 
 def _poll(
-    attempt: Callable[[], str | None], timeout: float, check: Check, failed: Callable[[str], str]
+    attempt: Callable[[], str | None],
+    timeout: float,
+    check: Check,
+    *,
+    what: str,
+    hint: str = "",
 ) -> None:
     """Call ``attempt`` every quarter second until it answers None (ready); after ``timeout``
-    seconds, ``BrokerError`` with ``failed`` of the last thing it said was wrong."""
+    seconds, ``BrokerError`` saying that ``what`` did not answer, the last thing ``attempt``
+    said was wrong (secrets masked) and ``hint``."""
     deadline = time.monotonic() + timeout
     while True:
         last = attempt()
         if last is None:
             return
         if time.monotonic() >= deadline:
-            raise BrokerError(failed(last))
+            raise BrokerError(
+                f"{what} did not answer within {timeout:.0f} s (last: {mask_text(last)}){hint}"
+            )
         check()
         time.sleep(0.25)
 
@@ -231,10 +239,8 @@ def wait_for_management(
             overview,
             timeout,
             check,
-            lambda last: (
-                f"the management API of {broker!r} did not answer within {timeout:.0f}"
-                f" s (last: {mask_text(last)}); is the rabbitmq_management plugin enabled?"
-            ),
+            what=f"the management API of {broker!r}",
+            hint="; is the rabbitmq_management plugin enabled?",
         )
     return broker
 
@@ -260,15 +266,7 @@ def wait_for_amqp(
         except OSError as exc:
             return f"{type(exc).__name__}: {exc}"
 
-    _poll(
-        greeting,
-        timeout,
-        check,
-        lambda last: (
-            f"AMQP on {broker.host}:{broker.amqp_port} did not answer within"
-            f" {timeout:.0f} s (last: {last})"
-        ),
-    )
+    _poll(greeting, timeout, check, what=f"AMQP on {broker.host}:{broker.amqp_port}")
     return broker
 
 
