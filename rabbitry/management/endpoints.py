@@ -114,22 +114,9 @@ def resolve_endpoints(
     argument and an environment variable naming different hosts are a ``BrokerError``."""
     env = os.environ if environ is None else environ
     verify = _verify(ca_file or env.get("RABBITRY_CA_FILE") or None, insecure, env)
-    amqp, amqp_from = _first((url, "--url"), (env.get("RABBITRY_URL"), "RABBITRY_URL"))
-    mgmt, mgmt_from = _first(
-        (management_url, "--management-url"),
-        (env.get("RABBITRY_MANAGEMENT_URL"), "RABBITRY_MANAGEMENT_URL"),
+    (amqp, amqp_from), (mgmt, mgmt_from) = _given_urls(
+        url, management_url, spec_url, spec_management_url, env
     )
-    if amqp is None and mgmt is None:
-        amqp, mgmt = _joined(spec_url), _joined(spec_management_url)
-        amqp_from, mgmt_from = "the spec's broker.url", "the spec's broker.management_url"
-    if amqp is not None:
-        check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
-    if mgmt is not None:
-        check_url(
-            mgmt,
-            ("http", "https"),
-            "management URL (--management-url, RABBITRY_MANAGEMENT_URL, broker.management_url)",
-        )
     if amqp is None and mgmt is None:
         logger.info(
             "no broker given (--url, RABBITRY_URL, broker.url): AMQP %s, management %s",
@@ -149,35 +136,87 @@ def resolve_endpoints(
         )
     elif mgmt is None:
         assert amqp is not None
-        mgmt = management_from_amqp(amqp)
-        # an AMQP port moved (a container's mapped port) says nothing of where the management
-        # API went: 15672 on that host may be another broker's
-        moved = not _default_ports(amqp)
-        if moved:
-            unknown = (
-                f"the management URL {mask_uri(mgmt)!r} would be a guess: the AMQP URL"
-                f" {mask_uri(amqp)!r} ({amqp_from}) is not on port 5672 (5671), so where its"
-                " broker's management API listens is not known (15672 on that host may be"
-                " another broker's): give --management-url (RABBITRY_MANAGEMENT_URL,"
-                " management_url=) as well"
-            )
-        logger.info(
-            "management URL %s derived from the AMQP URL %s (%s)%s: give --management-url"
-            " (RABBITRY_MANAGEMENT_URL) if the management API listens elsewhere",
-            mask_uri(mgmt),
-            mask_uri(amqp),
-            amqp_from,
-            ", whose port is not the default" if moved else "",
-        )
+        mgmt, unknown = _management_derived(amqp, amqp_from)
     else:
-        amqp = amqp_from_management(mgmt)
-        logger.info(
-            "AMQP URL %s derived from the management URL %s (%s): give --url (RABBITRY_URL)"
-            " if AMQP listens elsewhere",
-            mask_uri(amqp),
-            mask_uri(mgmt),
-            mgmt_from,
+        amqp = _amqp_derived(mgmt, mgmt_from)
+    _check_ca_file_is_for_https(verify, mgmt)
+    return Endpoints(amqp, mgmt, verify, unknown)
+
+
+_Given = tuple[str | None, str]
+"""A URL as given (None: not given) and where it came from."""
+
+
+def _given_urls(
+    url: str | None,
+    management_url: str | None,
+    spec_url: str | list[str] | None,
+    spec_management_url: str | list[str] | None,
+    env: Mapping[str, str],
+) -> tuple[_Given, _Given]:
+    """The AMQP and the management URL of the first source that gives one (arguments, then
+    the environment, each URL on its own; else the spec), each checked."""
+    amqp, amqp_from = _first((url, "--url"), (env.get("RABBITRY_URL"), "RABBITRY_URL"))
+    mgmt, mgmt_from = _first(
+        (management_url, "--management-url"),
+        (env.get("RABBITRY_MANAGEMENT_URL"), "RABBITRY_MANAGEMENT_URL"),
+    )
+    if amqp is None and mgmt is None:
+        amqp, mgmt = _joined(spec_url), _joined(spec_management_url)
+        amqp_from, mgmt_from = "the spec's broker.url", "the spec's broker.management_url"
+    if amqp is not None:
+        check_url(amqp, ("amqp", "amqps"), "AMQP URL (--url, RABBITRY_URL, broker.url)")
+    if mgmt is not None:
+        check_url(
+            mgmt,
+            ("http", "https"),
+            "management URL (--management-url, RABBITRY_MANAGEMENT_URL, broker.management_url)",
         )
+    return (amqp, amqp_from), (mgmt, mgmt_from)
+
+
+def _management_derived(amqp: str, amqp_from: str) -> tuple[str, str]:
+    """The management URL derived from the AMQP URL, and why it is only a guess ("" when it
+    is not: the AMQP URL is on its default port)."""
+    mgmt = management_from_amqp(amqp)
+    # an AMQP port moved (a container's mapped port) says nothing of where the management
+    # API went: 15672 on that host may be another broker's
+    moved = not _default_ports(amqp)
+    unknown = ""
+    if moved:
+        unknown = (
+            f"the management URL {mask_uri(mgmt)!r} would be a guess: the AMQP URL"
+            f" {mask_uri(amqp)!r} ({amqp_from}) is not on port 5672 (5671), so where its"
+            " broker's management API listens is not known (15672 on that host may be"
+            " another broker's): give --management-url (RABBITRY_MANAGEMENT_URL,"
+            " management_url=) as well"
+        )
+    logger.info(
+        "management URL %s derived from the AMQP URL %s (%s)%s: give --management-url"
+        " (RABBITRY_MANAGEMENT_URL) if the management API listens elsewhere",
+        mask_uri(mgmt),
+        mask_uri(amqp),
+        amqp_from,
+        ", whose port is not the default" if moved else "",
+    )
+    return mgmt, unknown
+
+
+def _amqp_derived(mgmt: str, mgmt_from: str) -> str:
+    """The AMQP URL derived from the management URL."""
+    amqp = amqp_from_management(mgmt)
+    logger.info(
+        "AMQP URL %s derived from the management URL %s (%s): give --url (RABBITRY_URL)"
+        " if AMQP listens elsewhere",
+        mask_uri(amqp),
+        mask_uri(mgmt),
+        mgmt_from,
+    )
+    return amqp
+
+
+def _check_ca_file_is_for_https(verify: bool | str, mgmt: str) -> None:
+    """A CA file checks the management API's TLS: refuse one for a plaintext URL."""
     if isinstance(verify, str) and not any(
         one.lower().startswith("https://") for one in split_uris(mgmt)
     ):
@@ -186,7 +225,6 @@ def resolve_endpoints(
             f" management URL {mask_uri(mgmt)!r} is plaintext (http://): use https:// (port"
             " 15671), or leave the CA file out"
         )
-    return Endpoints(amqp, mgmt, verify, unknown)
 
 
 def _default_ports(url: str) -> bool:

@@ -39,7 +39,7 @@ from rabbitry.provisioner.names import LOCK_PREFIX, stack_name
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
 from rabbitry.provisioner.strict_json import loads
-from rabbitry.topology.primitives import GlobalParameter, Topology, User
+from rabbitry.topology.primitives import GlobalParameter, Topology, User, Vhost
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
 from rabbitry.topology.versions import (
     SERVER_NAMED_BINDING,
@@ -279,10 +279,24 @@ def topology_from_definitions(
         check_server_named_bindings(data, version_of_definitions(data), file)
     left_out: list[str] = []
     data = one_of_each(data, left_out)
+    topology = Topology(
+        name=name,
+        vhosts=_vhosts_of(data, left_out),
+        users=tuple(_user_of(item) for item in data.get("users") or []),
+        global_parameters=_global_parameters_of(data, left_out),
+    )
+    return Imported(topology, left_out)
+
+
+_VHOST_KINDS = ("queues", "exchanges", "bindings", "policies", "permissions", "topic_permissions")
+
+
+def _vhosts_of(data: JSONDict, left_out: list[str]) -> tuple[Vhost, ...]:
+    """Each vhost the file lists with its objects; what rabbitry does not declare (and the
+    objects of a vhost the file does not list) is added to ``left_out``."""
     by_vhost: dict[str, JSONDict] = defaultdict(lambda: defaultdict(list))
     vhost_limits: dict[str, dict[str, int]] = defaultdict(dict)
-
-    for kind in ("queues", "exchanges", "bindings", "policies", "permissions", "topic_permissions"):
+    for kind in _VHOST_KINDS:
         for item in data.get(kind) or []:
             by_vhost[str(item.get("vhost", "/"))][kind].append(item)
     for item in data.get("parameters") or []:
@@ -315,24 +329,27 @@ def topology_from_definitions(
     known = {str(v.get("name")) for v in data.get("vhosts") or []}
     for vhost in sorted(set(by_vhost) - known):
         left_out.append(f"the objects of vhost {vhost}: the file lists no such vhost")
+    return tuple(vhosts)
 
-    users = []
-    for item in data.get("users") or []:
-        password_hash = item.get("password_hash") or None
-        # a plain password stays a secret in memory: a spec written of it gets its hash
-        # (topology.document), a plan compares it with the broker's hash
-        password = SecretStr(item["password"]) if item.get("password") else None
-        users.append(
-            User(
-                name=str(item["name"]),
-                password=password,
-                password_hash=password_hash,
-                hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
-                tags=tags_of(item.get("tags")),
-                limits=limits_of(item.get("limits")),
-            )
-        )
-    global_parameters = []
+
+def _user_of(item: JSONDict) -> User:
+    # a plain password stays a secret in memory: a spec written of it gets its hash
+    # (topology.document), a plan compares it with the broker's hash
+    password = SecretStr(item["password"]) if item.get("password") else None
+    return User(
+        name=str(item["name"]),
+        password=password,
+        password_hash=item.get("password_hash") or None,
+        hashing_algorithm=str(item.get("hashing_algorithm") or DEFAULT_ALGORITHM),
+        tags=tags_of(item.get("tags")),
+        limits=limits_of(item.get("limits")),
+    )
+
+
+def _global_parameters_of(data: JSONDict, left_out: list[str]) -> tuple[GlobalParameter, ...]:
+    """The file's global parameters but the broker's own and rabbitry's records of stacks
+    (added to ``left_out``)."""
+    out = []
     for item in data.get("global_parameters") or []:
         parameter = str(item.get("name"))
         if parameter in BROKER_GLOBALS:
@@ -340,14 +357,8 @@ def topology_from_definitions(
         elif parameter.startswith((RECORD_PREFIX, LOCK_PREFIX)):
             left_out.append(f"global parameter {parameter}: rabbitry's own record of a stack")
         else:
-            global_parameters.append(GlobalParameter(name=parameter, value=item.get("value")))
-    topology = Topology(
-        name=name,
-        vhosts=tuple(vhosts),
-        users=tuple(users),
-        global_parameters=tuple(global_parameters),
-    )
-    return Imported(topology, left_out)
+            out.append(GlobalParameter(name=parameter, value=item.get("value")))
+    return tuple(out)
 
 
 def _vhost_meta(meta: JSONDict) -> JSONDict:
