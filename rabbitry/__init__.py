@@ -15,25 +15,56 @@ start-up) costs only what is used::
     app = rabbitry.App(spec)
     rabbitry.Worker(app).run()
 
-The full list, grouped, is in docs/api.md. Errors form one tree under ``RabbitryError``::
+The full list, grouped, is in docs/api.md. Errors form one tree under ``RabbitryError`` (each
+name below is ``rabbitry.<Name>`` but where it says otherwise)::
 
     RabbitryError
     +-- SpecError          the spec cannot be loaded (problems with file:line and spec path)
+    |   +-- TargetError         a handler names a queue or group the vhost does not declare
     +-- BrokerError        the broker or its API could not be reached or refused a request
+    |   +-- NoAnswer            a request got no answer in time; the broker may still be at work
+    |   +-- ObjectNotFound      the management API answered 404: what a request names is not there
+    |   +-- AnswerTooLarge      a management API answer over `RABBITRY_MANAGEMENT_MAX_BYTES`
     |   +-- CapabilityError     a plugin, feature flag or version the spec needs is missing
     |   |   +-- TopologyMissing  a worker refused to start: what its handlers need is missing
+    |   |       +-- TopologyLost  a running worker stopped: a queue or exchange it needs went away
     |   +-- TLSHandshakeError   a certificate failed to verify: retrying cannot help
     |   +-- ConnectionLost      (also a PublishError) no connection within give_up_after
+    |   +-- ChannelRefused      the broker refused a method of the tools' channel (404 to a check)
     |   +-- LockLost            an apply run lost its stack's lock: it stopped before its next write
-    +-- LockHeld           another run holds the stack's lock past ``lock_timeout``
+    |   +-- RecordUnreadable    a stack's ownership record on the broker cannot be read
+    |   +-- StreamError         a stream cannot be read (AMQP): StreamNotFound, StreamUnreachable
+    |   +-- StreamProtocolError, StreamRefused, StreamUnavailable  the stream protocol's
+    |   +-- rabbitry.testing.BrokerUnavailable, ContainerExited   no test broker could be had
+    +-- LockHeld           another run holds the stack's lock past `lock_timeout`
     +-- PlanError          the plan needs a replace or prune the options do not allow
-    +-- ApplyError         applying stopped half-way (``done`` says what was changed)
+    +-- ApplyError         applying stopped half-way (`done` says what was changed)
     +-- PublishError       a message was not confirmed
-    |   +-- Nacked, Unroutable, ConfirmTimeout, ChannelClosed (ExchangeNotFound,
-    |       AccessRefused), PublisherClosed, DelayLayoutMismatch
+    |   +-- Nacked, Unroutable, ConfirmTimeout, PublisherClosed
+    |   +-- RequestTimeout, ReplyLost  no reply in time; a reply that cannot arrive
+    |   +-- ChannelClosed: ExchangeNotFound, AccessRefused
+    |   +-- DelayLayoutMismatch the broker's delay levels have another layout than the spec's
+    |   +-- UnknownExchange     the exchange is not in the publisher's topology (before publishing)
+    |   +-- NoRoute             by the topology the routing key reaches no queue (`check_route`)
+    +-- DelayError         a delay the declared delay levels cannot represent
+    +-- RetryConfigError   a retry policy that cannot work as declared
+    +-- AppError           a handler registration that cannot work (unknown queue, two handlers)
+    +-- SignatureError     a handler whose parameters do not say what to pass (App raises AppError)
+    +-- PeriodicError      a periodic job that cannot be registered (name, schedule or signature)
+    +-- ScheduleError      a schedule that cannot be read (a duration or cron expression)
+    +-- HandlerTimeout     a handler ran past its queue's time-to-run (retried like any failure)
     +-- NonRetryable       raised by a handler: the worker parks the message at once
     |   +-- InvalidBody         the body does not validate into the handler's declared type
-    +-- MissingExtra       a feature needs a package of an extra not installed (names the pip line)
+    |   +-- InvalidReply        a handler's return value its codec cannot send as a reply
+    +-- DlqError           a parking-lot operation that cannot be carried out
+    |   +-- NotAParkingLot      a replay or purge of a queue not known to be a parking lot
+    +-- AsyncApiError      the app's handlers consume something the spec does not declare
+    +-- UnsafeFileError    a private file or directory of rabbitry's belongs to another user, or
+    |                      others may write it
+    +-- MissingExtra       a feature needs a package of an extra that is not installed (the
+    |                      message names the pip line: `pip install 'rabbitry[metrics]'`, ...)
+    +-- rabbitry.spark.SparkSinkError (SinkOptionError), SparkSourceError (SourceOptionError)
+    +-- rabbitry.testing.NotModelled  the scripted broker was asked for what it does not model
 """
 
 from __future__ import annotations
