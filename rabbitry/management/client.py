@@ -14,6 +14,7 @@ it is never retried on another node.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -46,7 +47,7 @@ _ANY_STATUS = tuple(range(400, 600))
 """Every error status: a read made ahead keeps its answer for the reader to judge."""
 
 
-class ManagementClient:
+class ManagementClient(contextlib.AbstractContextManager["ManagementClient"]):
     """Synchronous management API client (one keep-alive connection, JSON in and out)."""
 
     def __init__(
@@ -101,9 +102,6 @@ class ManagementClient:
         )
         clone._answered = self._answered  # the same broker: it is known to answer
         return clone
-
-    def __enter__(self) -> ManagementClient:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -41,17 +41,11 @@ from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import (
-    Binding,
-    Exchange,
+    KIND_ORDER,
     GlobalParameter,
-    OperatorPolicy,
     Parameter,
-    Permission,
-    Policy,
     Primitive,
-    Queue,
     ResourceKey,
-    TopicPermission,
     Topology,
     User,
     Vhost,
@@ -65,22 +59,20 @@ FORMAT_VERSION = 2
 """2: pinned to the cluster's id and management URLs, salted fingerprints, observed parameters
 without their values (1 held the broker's current secrets: it is refused, to be made again)."""
 
-KINDS: dict[str, type[Primitive]] = {
-    cls.kind: cls
-    for cls in (
-        Vhost,
-        User,
-        Permission,
-        TopicPermission,
-        Exchange,
-        Queue,
-        Binding,
-        Policy,
-        OperatorPolicy,
-        Parameter,
-        GlobalParameter,
-    )
-}
+
+def _classes_of_kinds() -> dict[str, type[Primitive]]:
+    """Each kind of ``KIND_ORDER`` -> its primitive class (the first one defined for it)."""
+    found: dict[str, type[Primitive]] = {}
+    todo = [Primitive]
+    while todo:
+        for cls in todo.pop(0).__subclasses__():
+            found.setdefault(getattr(cls, "kind", ""), cls)
+            todo.append(cls)
+    return {kind: found[kind] for kind in KIND_ORDER}
+
+
+KINDS = _classes_of_kinds()
+"""The class a plan file's change of each kind is read into."""
 
 
 def fingerprint(resource: Primitive | None, salt: str) -> str | None:

@@ -13,6 +13,7 @@ then paired by host alone (``check_pairing``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from rabbitry.amqp.channel import Channel
 
 
-class AmqpQueueCounter:
+class AmqpQueueCounter(contextlib.AbstractContextManager["AmqpQueueCounter"]):
     """Callable ``(vhost, queue) -> (messages, consumers)``: one connection per vhost, opened at
     the first count and kept for the next ones until ``close`` (or the end of a ``with``).
 
@@ -62,9 +63,6 @@ class AmqpQueueCounter:
         if amqp_cluster:
             check_same_broker(self.endpoints, str(amqp_cluster), self._management_cluster())
         self._same_broker_checked = True
-
-    def __enter__(self) -> AmqpQueueCounter:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -33,12 +33,13 @@ plain test. From an async test, ``await harness.deliver_async(...)`` goes throug
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Body, encode_body
@@ -190,6 +191,26 @@ def _part_of(app: App, vhost: str | None) -> App:
     return parts[vhost]
 
 
+_Arguments = ParamSpec("_Arguments")
+_Result = TypeVar("_Result")
+
+
+def _takes_arguments_of(
+    model: Callable[_Arguments, object],
+) -> Callable[[Callable[..., _Result]], Callable[_Arguments, _Result]]:
+    """Gives the decorated function ``model``'s parameters, for type checkers and ``help()``
+    alike: ``deliver`` and ``deliver_async`` take what ``_message`` takes, written once."""
+
+    def typed(function: Callable[..., _Result]) -> Callable[_Arguments, _Result]:
+        own = inspect.signature(function).return_annotation
+        function.__signature__ = inspect.signature(model).replace(  # type: ignore[attr-defined]
+            return_annotation=own
+        )
+        return function
+
+    return typed
+
+
 class HandlerHarness:
     """Runs the handlers of ``app`` in memory; ``deliver`` one message, ``follow`` one along its
     retry ladder (``deliver_async``/``follow_async`` from async tests). ``metrics`` are the
@@ -252,7 +273,9 @@ class HandlerHarness:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def deliver(
+    # -- the message a test describes (one signature: ``_message``'s) --------------------------
+
+    def _message(
         self,
         queue: str,
         body: Body = b"",
@@ -262,7 +285,27 @@ class HandlerHarness:
         content_type: str | None = None,
         redelivered: bool = False,
         **properties: Any,
-    ) -> Outcome:
+    ) -> IncomingMessage:
+        if queue not in self._queues:
+            known = ", ".join(self._queues) or "none"
+            raise AppError(f"the app has no handler for {queue!r} (handlers: {known})")
+        consumer = self._queues[queue]
+        data, ctype = encode_body(body, content_type, self.core.routes[consumer].codec)
+        tag = next(self._tags)
+        return IncomingMessage.build(
+            data,
+            queue=queue,
+            consumer=consumer,
+            tag=tag,
+            redelivered=redelivered,
+            headers=dict(headers) if headers else None,
+            message_id=message_id or f"harness-{tag}",
+            content_type=ctype,
+            **properties,
+        )
+
+    @_takes_arguments_of(_message)
+    def deliver(self, *args: Any, **kwargs: Any) -> Outcome:
         """Deliver one message to the handler of ``queue`` and settle it as ``Worker`` does
         (coroutine handlers on a private event loop: call it from a plain test).
 
@@ -271,31 +314,18 @@ class HandlerHarness:
         outcome's ``headers`` to deliver its retry), ``properties`` other AMQP properties by
         their names (``correlation_id``, ``timestamp``, ``type``...). A message without a
         ``message_id`` gets a fresh one, as from rabbitry's publisher."""
-        message = self._message(
-            queue, body, headers, message_id, content_type, redelivered, properties
-        )
+        message = self._message(*args, **kwargs)
         core = self.core
         if core.admit(message):
             handle_blocking(core, message, self._event_loop)
         return self._outcome(message)
 
-    async def deliver_async(
-        self,
-        queue: str,
-        body: Body = b"",
-        *,
-        headers: Mapping[str, Any] | None = None,
-        message_id: str | None = None,
-        content_type: str | None = None,
-        redelivered: bool = False,
-        **properties: Any,
-    ) -> Outcome:
+    @_takes_arguments_of(_message)
+    async def deliver_async(self, *args: Any, **kwargs: Any) -> Outcome:
         """``deliver`` for async tests: the message goes through ``AsyncWorker``'s own dispatch
         on the running loop (handlers may use the test's loop-bound resources; per-handler
         limits apply, so a rate-limited handler's message waits its turn)."""
-        message = self._message(
-            queue, body, headers, message_id, content_type, redelivered, properties
-        )
+        message = self._message(*args, **kwargs)
         settled = self._recorder.waiters[id(message)] = asyncio.Event()
         self._worker.take(message)
         if self._held(message):
@@ -386,34 +416,6 @@ class HandlerHarness:
         return outcomes
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _message(
-        self,
-        queue: str,
-        body: Body,
-        headers: Mapping[str, Any] | None,
-        message_id: str | None,
-        content_type: str | None,
-        redelivered: bool,
-        properties: Mapping[str, Any],
-    ) -> IncomingMessage:
-        if queue not in self._queues:
-            known = ", ".join(self._queues) or "none"
-            raise AppError(f"the app has no handler for {queue!r} (handlers: {known})")
-        consumer = self._queues[queue]
-        data, ctype = encode_body(body, content_type, self.core.routes[consumer].codec)
-        tag = next(self._tags)
-        return IncomingMessage.build(
-            data,
-            queue=queue,
-            consumer=consumer,
-            tag=tag,
-            redelivered=redelivered,
-            headers=dict(headers) if headers else None,
-            message_id=message_id or f"harness-{tag}",
-            content_type=ctype,
-            **properties,
-        )
 
     def _outcome(self, message: IncomingMessage) -> Outcome:
         """The verdict reached for ``message``; its copy (retry or park), if any, is taken as
