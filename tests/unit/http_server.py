@@ -6,7 +6,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 S = TypeVar("S", bound=ThreadingHTTPServer)
@@ -27,6 +27,26 @@ class QuietServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
+
+
+class JsonAnswers(BaseHTTPRequestHandler):
+    """A handler that answers JSON (``answer``) and logs nothing."""
+
+    def answer(self, code: int, body: bytes = b"{}", headers: dict[str, str] | None = None) -> None:
+        """``body`` as JSON with ``code``; ``headers`` add to (or replace) Content-Length."""
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        given = headers or {}
+        if "Content-Length" not in given and "Transfer-Encoding" not in given:
+            self.send_header("Content-Length", str(len(body)))
+        for name, value in given.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
 
 
 @contextmanager

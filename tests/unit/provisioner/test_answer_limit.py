@@ -12,7 +12,6 @@ import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from rabbitry.management.answer_limit import (
     max_answer_bytes,
 )
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
@@ -54,7 +53,7 @@ def gzip_bomb(size: int) -> bytes:
     return header + first + again * (size // MiB - 1) + deflate.flush() + trailer
 
 
-class _Hostile(BaseHTTPRequestHandler):
+class _Hostile(JsonAnswers):
     """``/api/endless``: chunked zeros without end; ``/api/announced``: a Content-Length of
     10 GiB; ``/api/bomb``: gzip that inflates to ``BOMB``; ``/api/garbled``: a body
     that says gzip and is not; ``/api/small``: ``{}``. With
@@ -84,21 +83,11 @@ class _Hostile(BaseHTTPRequestHandler):
     do_POST = do_DELETE = do_PUT
 
     def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        for name, value in (headers or {"Content-Length": str(len(body))}).items():
-            self.send_header(name, value)
-        if headers and "Content-Length" not in headers:
-            self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
         with contextlib.suppress(OSError):  # a client that stopped reading
-            self.wfile.write(body)
+            self.answer(code, body, headers)
 
     def _endless(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self.answer(200, b"", {"Transfer-Encoding": "chunked"})
         self._zeros(b"%x\r\n" % (64 * 1024))
 
     def _zeros(self, chunk_head: bytes | None) -> None:
@@ -112,9 +101,6 @@ class _Hostile(BaseHTTPRequestHandler):
         except OSError:  # the client stopped reading and closed
             pass
         self.close_connection = True
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
 
 
 class _Server(QuietServer):

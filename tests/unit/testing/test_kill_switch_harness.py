@@ -15,20 +15,15 @@ import pytest
 
 from rabbitry.consumer import App, AppError, IncomingMessage, KillSwitch, SwitchState
 from rabbitry.metrics import RabbitryCollector
-from rabbitry.policies.retry import Backoff, RetryPolicy
 from rabbitry.testing import HandlerHarness
 from rabbitry.topology.patterns.retries import QueueRetry
+from tests.unit.testing.retries import queue_retry
 
 SWITCH = KillSwitch(failure_ratio=0.5, window_s=60, min_messages=4, cool_down_s=30, probes=2)
 
 
 def retry_of(queue: str) -> QueueRetry:
-    return QueueRetry(
-        queue=queue,
-        policy=RetryPolicy(attempts=5, backoff=Backoff(tiers_ms=(1000,))),
-        parking_queue=f"{queue}.parking",
-        tier_queues={1000: f"{queue}.retry.1s"},
-    )
+    return queue_retry(queue, 1000, attempts=5)
 
 
 class Dependency:

@@ -10,17 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
-from rabbitry.policies.retry import ATTEMPT_HEADER, Backoff, RetryPolicy
+from rabbitry.policies.retry import ATTEMPT_HEADER
 from rabbitry.testing import FrameRecord, PublishAnswer, ScriptedBroker
-from rabbitry.topology.patterns.retries import QueueRetry
+from tests.unit.testing.retries import queue_retry
 from tests.unit.testing.test_scripted_worker_features import drive, until
 
-RETRY = QueueRetry(
-    queue="work",
-    policy=RetryPolicy(attempts=3, backoff=Backoff(tiers_ms=(1000, 5000))),
-    parking_queue="work.parking",
-    tier_queues={1000: "work.retry.1s", 5000: "work.retry.5s"},
-)
+RETRY = queue_retry("work", 1000, 5000)
 QUEUES = ("work", "work.parking", "work.retry.1s", "work.retry.5s")
 
 
