@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from rabbitry.errors import ApplyError, BrokerError, NoAnswer, PlanError
 from rabbitry.management.client import ManagementClient
@@ -68,6 +68,17 @@ DONE_SHOWN = 20
 """Lines of work done that an error message lists (all of it is in ``ApplyError.done``)."""
 
 
+class ApplyHooks(TypedDict, total=False):
+    """What an apply tells as it goes (each optional)."""
+
+    progress: Callable[[str], None] | None
+    """A line per step."""
+    counted: Callable[[str, int, int], None] | None
+    """Counted work as it goes: (what, done, total), e.g. objects created in a vhost."""
+    before_step: Callable[[str], None]
+    """Called before each migration step: lets tests stop a run at any step."""
+
+
 class Applier:
     """Runs one plan; keeps a log of what it did so a failure can say so."""
 
@@ -76,18 +87,14 @@ class Applier:
         client: ManagementClient,
         plan: Plan,
         count_messages: MessageCounter | None = None,
-        progress: Callable[[str], None] | None = None,
-        before_step: Callable[[str], None] = lambda _step: None,
-        counted: Callable[[str, int, int], None] | None = None,
+        **hooks: Unpack[ApplyHooks],
     ) -> None:
         self.client = client
         self.plan = plan
         self.count_messages = count_messages
-        self.progress = progress or (lambda _line: None)
-        self.counted = counted or (lambda _what, _done, _total: None)
-        """Counted work as it goes: (what, done, total), e.g. objects created in a vhost."""
-        self.before_step = before_step
-        """Called before each migration step: lets tests stop a run at any step."""
+        self.progress = hooks.get("progress") or (lambda _line: None)
+        self.counted = hooks.get("counted") or (lambda _what, _done, _total: None)
+        self.before_step = hooks.get("before_step") or (lambda _step: None)
         self.result = ApplyResult(plan=plan)
         self.deleted: set[ResourceKey] = set()
         self.operations: list[dict[str, Any]] = list(plan.record.operations)
@@ -423,17 +430,16 @@ def apply_plan(
     plan: Plan,
     options: ApplyOptions,
     count_messages: MessageCounter | None = None,
-    progress: Callable[[str], None] | None = None,
-    before_step: Callable[[str], None] = lambda _step: None,
-    counted: Callable[[str, int, int], None] | None = None,
+    **hooks: Unpack[ApplyHooks],
 ) -> ApplyResult:
-    """Apply ``plan`` (made from a fresh read of the broker) with the given permissions;
-    ``progress`` gets a line per step, ``counted`` (what, done, total) as counted work goes."""
-    return Applier(client, plan, count_messages, progress, before_step, counted).run(options)
+    """Apply ``plan`` (made from a fresh read of the broker) with the given permissions,
+    telling ``hooks`` as it goes."""
+    return Applier(client, plan, count_messages, **hooks).run(options)
 
 
 __all__ = [
     "Applier",
+    "ApplyHooks",
     "ApplyOptions",
     "ApplyResult",
     "MessageCounter",

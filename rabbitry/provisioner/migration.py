@@ -120,20 +120,23 @@ class Migrator:
         """Migrate ``desired.name`` to ``desired``'s settings, from step ``start`` on."""
         original, temp = desired.name, temp_name(desired.name)
         temp_queue = desired.model_copy(update={"name": temp})
-        actions: dict[str, Callable[[], None]] = {
-            "declare-temp": lambda: self._declare(vhost, temp_queue),
-            "move-to-temp": lambda: self._move(vhost, original, temp, drain=False),
-            "bind-temp": lambda: self._bind(vhost, temp, bindings),
-            "unbind-original": lambda: self._unbind_all(vhost, original),
-            "drain-original": lambda: self._move(vhost, original, temp, drain=True),
-            "delete-original": lambda: self._delete_if_stale(vhost, desired),
-            "declare-new": lambda: self._declare(vhost, desired),
-            "move-back": lambda: self._move(vhost, temp, original, drain=False),
-            "bind-new": lambda: self._bind(vhost, original, bindings),
-            "unbind-temp": lambda: self._unbind_all(vhost, temp),
-            "drain-temp": lambda: self._move(vhost, temp, original, drain=True),
-            "delete-temp": lambda: self._delete_empty(vhost, temp),
-        }
+
+        def move(
+            source: str, target: Queue, delete: Callable[[], None]
+        ) -> list[Callable[[], None]]:
+            """The six steps of one move, in ``STEPS``' order: there, then back."""
+            return [
+                lambda: self._declare(vhost, target),
+                lambda: self._move(vhost, source, target.name, drain=False),
+                lambda: self._bind(vhost, target.name, bindings),
+                lambda: self._unbind_all(vhost, source),
+                lambda: self._move(vhost, source, target.name, drain=True),
+                delete,
+            ]
+
+        there = move(original, temp_queue, lambda: self._delete_if_stale(vhost, desired))
+        back = move(temp, desired, lambda: self._delete_empty(vhost, temp))
+        actions = dict(zip(STEPS, there + back, strict=True))
         for step in STEPS[STEPS.index(start) :]:
             self.save_step(MigrationState(vhost, original, step))
             self.before_step(step)

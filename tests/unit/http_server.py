@@ -23,6 +23,10 @@ class QuietServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
+    def url(self, password: str = "guest") -> str:
+        """The URL of this server, with user guest and ``password``."""
+        return f"http://guest:{password}@127.0.0.1:{self.server_address[1]}"
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
             return

@@ -127,14 +127,10 @@ def server(bomb: bytes) -> Iterator[_Server]:
         yield server
 
 
-def url_of(server: _Server) -> str:
-    return f"http://guest:{SECRET}@127.0.0.1:{server.server_address[1]}"
-
-
 def test_an_answer_without_end_stops_at_the_limit_naming_request_limit_and_setting(
     server: _Server,
 ) -> None:
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(server.url(SECRET), max_answer=LIMIT) as client:
         client.get("/small")
         with pytest.raises(AnswerTooLarge) as raised:
             client.get("/endless")
@@ -148,7 +144,7 @@ def test_an_answer_without_end_stops_at_the_limit_naming_request_limit_and_setti
 
 def test_an_answer_that_announces_more_than_the_limit_is_not_read(server: _Server) -> None:
     with (
-        ManagementClient(url_of(server), max_answer=LIMIT) as client,
+        ManagementClient(server.url(SECRET), max_answer=LIMIT) as client,
         pytest.raises(AnswerTooLarge, match="it announces 10,737,418,240 bytes"),
     ):
         client.get("/announced")
@@ -159,7 +155,7 @@ def test_a_gzip_bomb_stops_at_the_limit_counted_decoded(server: _Server) -> None
     tracemalloc.start()
     try:
         with (
-            ManagementClient(url_of(server), max_answer=LIMIT) as client,
+            ManagementClient(server.url(SECRET), max_answer=LIMIT) as client,
             pytest.raises(AnswerTooLarge, match="GET /api/bomb answered more than 1 MiB"),
         ):
             client.get("/bomb")
@@ -174,7 +170,7 @@ def test_an_answer_that_cannot_be_decoded_says_so_not_that_the_api_is_unreachabl
     server: _Server,
 ) -> None:
     with (
-        ManagementClient(url_of(server)) as client,
+        ManagementClient(server.url(SECRET)) as client,
         pytest.raises(BrokerError) as raised,
     ):
         client.get("/garbled")
@@ -186,19 +182,19 @@ def test_an_answer_that_cannot_be_decoded_says_so_not_that_the_api_is_unreachabl
 
 
 def test_answers_within_the_limit_are_read_whole_and_decoded(server: _Server) -> None:
-    with ManagementClient(url_of(server), max_answer=BOMB) as client:
+    with ManagementClient(server.url(SECRET), max_answer=BOMB) as client:
         response = client.request("GET", "/bomb")
     assert len(response.content) == BOMB
     assert "content-encoding" not in response.headers
 
 
 def test_reads_made_ahead_stop_at_the_limit_too(server: _Server) -> None:
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(server.url(SECRET), max_answer=LIMIT) as client:
         client.read_ahead([], paths=["/endless"])
         with pytest.raises(AnswerTooLarge, match="GET /api/endless"):
             client.get("/endless")
     server.everything = "bomb"  # a vhost's listings, read ahead in their own threads
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(server.url(SECRET), max_answer=LIMIT) as client:
         client.read_ahead(["shop"])
         with pytest.raises(AnswerTooLarge, match=r"GET /api/\S+ answered more than 1 MiB"):
             client.vhost_objects("shop")
@@ -206,7 +202,7 @@ def test_reads_made_ahead_stop_at_the_limit_too(server: _Server) -> None:
 
 def test_a_clone_keeps_the_limit(server: _Server) -> None:
     with (
-        ManagementClient(url_of(server), max_answer=LIMIT) as client,
+        ManagementClient(server.url(SECRET), max_answer=LIMIT) as client,
         client.clone() as clone,
         pytest.raises(AnswerTooLarge),
     ):
@@ -225,7 +221,7 @@ def test_plan_against_a_hostile_api_exits_1_with_the_limit_and_changes_nothing(
     result = CliRunner().invoke(
         cli,
         ["plan", SPEC],
-        env={"RABBITRY_MANAGEMENT_URL": url_of(server), MAX_BYTES_ENV: str(LIMIT)},
+        env={"RABBITRY_MANAGEMENT_URL": server.url(SECRET), MAX_BYTES_ENV: str(LIMIT)},
         catch_exceptions=False,
     )
     assert result.exit_code == 1, result.output

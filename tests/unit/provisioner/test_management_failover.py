@@ -32,7 +32,7 @@ def _node() -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
     server.seen = seen  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://guest:s3cret@127.0.0.1:{server.server_address[1]}", seen
+    yield server.url("s3cret"), seen
     server.shutdown()
 
 

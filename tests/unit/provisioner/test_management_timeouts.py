@@ -47,7 +47,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(management, "FIRST_ANSWER_TIMEOUT", SLOW / 3)
     server = QuietServer(("127.0.0.1", 0), _Slow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
+    yield server.url()
     server.shutdown()
 
 

@@ -44,27 +44,23 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
         yield server
 
 
-def url_of(server: _Server) -> str:
-    return f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
-
-
 def test_a_listing_answered_500_empty_while_an_object_vanished_is_asked_again(
     server: _Server,
 ) -> None:
     server.empty_500s = 2
-    with ManagementClient(url_of(server)) as client:
+    with ManagementClient(server.url()) as client:
         assert client.get("/vhosts") == [{"name": "/"}]
     assert server.asked == 3
 
 
 def test_a_500_that_stays_is_an_error_after_a_few_asks(server: _Server) -> None:
     server.empty_500s = 100
-    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
+    with ManagementClient(server.url()) as client, pytest.raises(BrokerError, match="500"):
         client.get("/vhosts")
     assert server.asked == 1 + management.VANISHED_RETRIES
 
 
 def test_a_500_with_a_body_is_not_asked_again(server: _Server) -> None:
-    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
+    with ManagementClient(server.url()) as client, pytest.raises(BrokerError, match="500"):
         client.get("/broken")
     assert server.asked == 1
