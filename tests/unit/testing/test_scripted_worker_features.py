@@ -29,12 +29,19 @@ from tests.unit.testing.retries import queue_retry
 
 RETRY = queue_retry("work", 1000, 2000, never_retry=("ValueError",))
 KINDS = [AsyncWorker, Worker]
+WorkerKind = type[AsyncWorker] | type[Worker]
 WAIT = 20.0
 
 
 class Order(BaseModel):
     id: int
     amount: float
+
+
+@pytest.fixture(params=KINDS, ids=lambda kind: kind.__name__)
+def kind(request: pytest.FixtureRequest) -> WorkerKind:
+    """Each test runs with either worker."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -91,9 +98,8 @@ def until(broker: ScriptedBroker, condition: Callable[[ScriptedBroker], bool]) -
     assert broker.wait_for(condition, WAIT), f"not reached in {WAIT} s: {broker.frames[-5:]}"
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_a_typed_handler_gets_models_and_an_invalid_body_is_parked_at_once(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+    broker: ScriptedBroker, kind: WorkerKind
 ) -> None:
     app = App()
     calls: list[tuple[Order, int]] = []
@@ -140,9 +146,8 @@ class Recorder(Middleware):
         self.log.append(f"{self.name}.decided:{verdict.action.value}")
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_middleware_wraps_each_attempt_in_onion_order(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+    broker: ScriptedBroker, kind: WorkerKind
 ) -> None:
     log: list[str] = []
     app = App(middleware=[Recorder("outer", log), Recorder("inner", log)])
@@ -181,10 +186,7 @@ def test_middleware_wraps_each_attempt_in_onion_order(
     assert worker.metrics["work"].retried == {"1s": 1}
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_duplicates_by_message_id_are_skipped(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
-) -> None:
+def test_duplicates_by_message_id_are_skipped(broker: ScriptedBroker, kind: WorkerKind) -> None:
     app = App()
     seen: list[str | None] = []
 
@@ -200,9 +202,8 @@ def test_duplicates_by_message_id_are_skipped(
     assert worker.metrics["work"].duplicates == 2
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_a_handler_past_its_time_to_run_fails_and_is_retried(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+    broker: ScriptedBroker, kind: WorkerKind
 ) -> None:
     app = App()
     calls: list[int] = []
@@ -221,10 +222,7 @@ def test_a_handler_past_its_time_to_run_fails_and_is_retried(
     assert copy.headers[LAST_ERROR_HEADER].startswith("HandlerTimeout")
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_an_error_never_retried_parks_at_once(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
-) -> None:
+def test_an_error_never_retried_parks_at_once(broker: ScriptedBroker, kind: WorkerKind) -> None:
     app = App()
     calls: list[int] = []
 
@@ -244,9 +242,8 @@ def test_an_error_never_retried_parks_at_once(
     assert not broker.queue("work.retry.1s").messages
 
 
-@pytest.mark.parametrize("kind", KINDS)
 def test_the_worker_reconnects_and_consumes_again_after_the_broker_closes_its_connection(
-    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+    broker: ScriptedBroker, kind: WorkerKind
 ) -> None:
     app = App()
     got: list[str | None] = []
