@@ -33,6 +33,7 @@ plain test. From an async test, ``await harness.deliver_async(...)`` goes throug
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import time
@@ -211,7 +212,7 @@ def _takes_arguments_of(
     return typed
 
 
-class HandlerHarness:
+class HandlerHarness(contextlib.AbstractContextManager["HandlerHarness"]):
     """Runs the handlers of ``app`` in memory; ``deliver`` one message, ``follow`` one along its
     retry ladder (``deliver_async``/``follow_async`` from async tests). ``metrics`` are the
     worker's counters for what was delivered. For an app of several vhosts, ``vhost`` says whose
@@ -266,9 +267,6 @@ class HandlerHarness:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
-
-    def __enter__(self) -> HandlerHarness:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
