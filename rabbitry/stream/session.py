@@ -165,8 +165,9 @@ class Session:
     def delete_publisher(self, publisher_id: int) -> int:
         return self._request(Key.DELETE_PUBLISHER, _U8.pack(publisher_id))
 
-    def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
-        self.out += frames.publish(publisher_id, messages)
+    def publish(self, publisher_id: int, count: int, entries: bytes | memoryview) -> None:
+        """``count`` publish entries, encoded already (``frames.publish_entries``)."""
+        self.out += frames.publish_entries(publisher_id, count, entries)
 
     def route(self, routing_key: str, super_stream: str) -> int:
         return self._request(Key.ROUTE, frames.string(routing_key) + frames.string(super_stream))
