@@ -22,10 +22,10 @@ import pyarrow.compute as pc
 
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SparkSinkError
-from rabbitry.spark.rows import ColumnKind, RowEncoder
+from rabbitry.spark.rows import ColumnKind, Outgoing, RowEncoder
 from rabbitry.stream import amqp10
 
-__all__ = ["BINARY", "RecordEncoder", "arrow_rows", "spans"]
+__all__ = ["BINARY", "RecordEncoder", "arrow_rows", "spans", "stored"]
 
 BINARY = pa.large_binary()
 """Every part is large binary: a batch of big bodies may pass 2 GiB, binary's limit."""
@@ -201,15 +201,7 @@ class RecordEncoder:
         rows = arrow_rows([batch])
         for message in self.encoder.messages(rows, ids, indices=index.to_pylist()):
             size += len(message.body)
-            out.append(
-                amqp10.encode(
-                    message.body,
-                    message_id=message.message_id,
-                    content_type=content_type,
-                    headers=message.headers,
-                    routing_key=message.routing_key,
-                )
-            )
+            out.append(stored(message, content_type))
         return pa.array(out, BINARY), size
 
 
@@ -221,6 +213,17 @@ def _header_values(values: pa.Array, kind: ColumnKind) -> pa.Array:
         code, fmt, zero = _SCALARS[kind]
         return _join(code, _packed(pc.fill_null(values, zero).to_pylist(), fmt, 8))
     return _sized(pc.fill_null(values.cast(pa.string()), "").cast(BINARY))
+
+
+def stored(message: Outgoing, content_type: str | None) -> bytes:
+    """One row's message as the stream stores it."""
+    return amqp10.encode(
+        message.body,
+        message_id=message.message_id,
+        content_type=content_type,
+        headers=message.headers,
+        routing_key=message.routing_key,
+    )
 
 
 def arrow_rows(batches: Iterable[Any]) -> Iterator[tuple[Any, ...]]:

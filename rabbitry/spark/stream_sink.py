@@ -29,8 +29,7 @@ from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport, logger
 from rabbitry.spark.rows import RowEncoder
-from rabbitry.spark.sink_records import RecordEncoder, spans
-from rabbitry.stream import amqp10
+from rabbitry.spark.sink_records import RecordEncoder, spans, stored
 from rabbitry.stream.blocking import Producer, PublishCount, StreamClient, probe
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.uri import mask_text, split_uris
@@ -203,14 +202,7 @@ def publish_rows_streamed(
             for index, out in enumerate(encoder.messages(rows, ids)):
                 size += len(out.body)
                 stream = target.stream if target.stream is not None else route(out.routing_key)
-                record = amqp10.encode(
-                    out.body,
-                    message_id=out.message_id,
-                    content_type=content_type,
-                    headers=out.headers,
-                    routing_key=out.routing_key,
-                )
-                yield stream, index + 1, record
+                yield stream, index + 1, stored(out, content_type)
 
         count = client.publish(producer_name(ids), messages(), timeout=options.confirm_timeout)
         return count, size

@@ -87,47 +87,41 @@ def by_columns(enc: RowEncoder, batch: pa.RecordBatch, start: int, rows: list[in
 ALL = list(range(BATCH.num_rows))
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        pytest.param({"routing_key": "events", "body_column": "payload"}, id="binary body"),
-        pytest.param({"routing_key": LONG, "body_column": "text"}, id="text body, long key"),
-        pytest.param(
-            {"exchange": "orders", "routing_key_column": "kind", "body_column": "payload"},
-            id="routing key column",
-        ),
-        pytest.param(
-            {
-                "routing_key": "events",
-                "body_column": "text",
-                "header_columns": "kind,n,small,ratio,flag",
-            },
-            id="headers of each kind, nulls left out",
-        ),
-        pytest.param(
-            {"routing_key": "e", "body_column": "payload", "header_columns": "flag"},
-            id="rows whose only header is null have no headers",
-        ),
-        pytest.param(
-            {
-                "routing_key": "e",
-                "body_column": "payload",
-                "message_id_column": "small",
-                "content_type": "application/x-thing",
-            },
-            id="integer message ids, a content type",
-        ),
-        pytest.param(
-            {"routing_key": "e", "body_column": "payload", "message_id_column": "text"},
-            id="text message ids, long and empty",
-        ),
-        pytest.param({"routing_key": "e"}, id="JSON body of the row, row by row"),
-        pytest.param(
-            {"routing_key": "e", "body_column": "payload", "header_columns": "at,kind"},
-            id="timestamp headers, row by row",
-        ),
-    ],
-)
+WRITES: dict[str, dict[str, str]] = {
+    "binary body": {"routing_key": "events", "body_column": "payload"},
+    "text body, long key": {"routing_key": LONG, "body_column": "text"},
+    "routing key column": {"exchange": "o", "routing_key_column": "kind", "body_column": "payload"},
+    "headers of each kind, nulls left out": {
+        "routing_key": "events",
+        "body_column": "text",
+        "header_columns": "kind,n,small,ratio,flag",
+    },
+    "rows whose only header is null have no headers": {
+        "routing_key": "e",
+        "body_column": "payload",
+        "header_columns": "flag",
+    },
+    "integer message ids, a content type": {
+        "routing_key": "e",
+        "body_column": "payload",
+        "message_id_column": "small",
+        "content_type": "application/x-thing",
+    },
+    "text message ids, long and empty": {
+        "routing_key": "e",
+        "body_column": "payload",
+        "message_id_column": "text",
+    },
+    "JSON body of the row, row by row": {"routing_key": "e"},
+    "timestamp headers, row by row": {
+        "routing_key": "e",
+        "body_column": "payload",
+        "header_columns": "at,kind",
+    },
+}
+
+
+@pytest.mark.parametrize("options", list(WRITES.values()), ids=list(WRITES))
 def test_entries_are_the_bytes_of_the_rows_encoded_one_by_one(options: dict[str, str]) -> None:
     enc = encoder(**options)
     for start, rows in ((0, ALL), (10_000, ALL), (500, [1, 3, 4]), (7, [2, 3])):
