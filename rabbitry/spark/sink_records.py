@@ -25,7 +25,7 @@ from rabbitry.spark.options import SparkSinkError
 from rabbitry.spark.rows import ColumnKind, Outgoing, RowEncoder
 from rabbitry.stream import amqp10
 
-__all__ = ["BINARY", "RecordEncoder", "arrow_rows", "spans", "stored"]
+__all__ = ["BINARY", "RecordEncoder", "arrow_rows", "positions", "spans", "stored"]
 
 BINARY = pa.large_binary()
 """Every part is large binary: a batch of big bodies may pass 2 GiB, binary's limit."""
@@ -84,6 +84,18 @@ def _sized(values: pa.Array) -> pa.Array:
     return _join(pc.if_else(pc.less(lengths, 256), short, long), values)
 
 
+_COUNTING = pa.array(range(10_000), pa.int64())
+
+
+def positions(start: int, count: int) -> pa.Array:
+    """``start`` to ``start + count - 1`` (int64), without a Python int each."""
+    global _COUNTING
+    if count > len(_COUNTING):
+        _COUNTING = pa.array(range(count), pa.int64())
+    first = _COUNTING.slice(0, count)
+    return pc.add(first, start) if start else first
+
+
 def _sizes(values: pa.Array, plus: int = 0) -> pa.Array:
     """Each cell's size (plus ``plus``) as a u32."""
     return _u32(pc.add(pc.binary_length(values), plus))
@@ -115,12 +127,15 @@ class RecordEncoder:
         """The entries (large binary) of the batch's rows ``rows`` (indices, rising), and their
         body bytes. Row ``i`` of the batch is row ``start + i`` of the partition: publishing
         id ``start + i + 1``, its message id from ``ids``."""
-        if len(rows) and rows[-1].as_py() - rows[0].as_py() + 1 == len(rows):
-            batch = batch.slice(rows[0].as_py(), len(rows))  # no copy
+        first = rows[0].as_py() if len(rows) else 0
+        index = pc.add(rows, start)
+        if len(rows) and rows[-1].as_py() - first + 1 == len(rows):
+            batch = batch.slice(first, len(rows))  # no copy
+            numbers: Sequence[int] = range(start + first + 1, start + first + 1 + len(rows))
         else:
             batch = batch.take(rows)
-        index = pc.add(rows, start)
-        publishing = _packed(pc.add(index, 1).to_pylist(), ">{}Q", 8)
+            numbers = pc.add(index, 1).to_pylist()
+        publishing = _packed(numbers, ">{}Q", 8)
         if not self.by_columns:
             messages, size = self._row_by_row(batch, ids, index)
             return _join(publishing, _sizes(messages), messages), size
@@ -135,8 +150,9 @@ class RecordEncoder:
         name = self.encoder.options.routing_key_column
         if name is None:
             return pa.array([self.encoder.options.routing_key] * batch.num_rows, pa.string())
-        index = pa.array(range(start, start + batch.num_rows), pa.int64())
-        return self._required(batch, name, "routing key column", ids, index)
+        return self._required(
+            batch, name, "routing key column", ids, positions(start, batch.num_rows)
+        )
 
     def _required(
         self, batch: pa.RecordBatch, name: str, what: str, ids: MessageIdScheme, index: pa.Array

@@ -29,7 +29,7 @@ from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport, logger
 from rabbitry.spark.rows import RowEncoder
-from rabbitry.spark.sink_records import RecordEncoder, spans, stored
+from rabbitry.spark.sink_records import RecordEncoder, positions, spans, stored
 from rabbitry.stream.blocking import Producer, PublishCount, StreamClient, probe
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.uri import mask_text, split_uris
@@ -252,7 +252,7 @@ def _streams_of(
 ) -> Iterator[tuple[str, pa.Array]]:
     """Each stream the batch's rows go to, with those rows (indices in the batch, rising)."""
     if target.stream is not None:
-        yield target.stream, pa.array(range(batch.num_rows), pa.int64())
+        yield target.stream, positions(0, batch.num_rows)
         return
     keys = records.routing_keys(batch, ids, start)
     by_stream: dict[str, list[str]] = {}

@@ -117,6 +117,17 @@ class StreamClient:
             self._sock.sendall(out)
             out.clear()
 
+    def send(self, *parts: bytes | memoryview) -> None:
+        """Write what is due, then ``parts`` as they are: a publish frame's entries are not
+        copied into the session's output."""
+        self._flush()
+        self._sock.settimeout(self.settings.connect_timeout)
+        try:
+            for part in parts:
+                self._sock.sendall(part)
+        except OSError as exc:
+            raise StreamUnavailable(f"the connection to {self.display} broke: {exc}") from None
+
     def _round(self, timeout: float) -> bool:
         """Write what is due, read once (up to ``timeout``); True when bytes came."""
         self._flush()
@@ -381,9 +392,8 @@ class Producer:
         while first < count:
             end = bisect.bisect_right(offsets, offsets[first] + self._frame_bytes, first + 1) - 1
             end = max(end, first + 1)  # one message larger than a frame: the broker says so
-            self.client.session.publish(
-                pid, end - first, entries[offsets[first] - base : offsets[end] - base]
-            )
+            frame = entries[offsets[first] - base : offsets[end] - base]
+            self.client.send(frames.publish_head(pid, end - first, len(frame)), frame)
             self._unconfirmed += end - first
             self.count.sent += end - first
             first = end

@@ -113,14 +113,13 @@ def publish(publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> bytes:
     """One publish frame of ``(publishing id, message)`` pairs."""
     pack = _PUBLISHED.pack
     entries = b"".join(pack(i, len(message)) + message for i, message in messages)
-    return publish_entries(publisher_id, len(messages), entries)
+    return publish_head(publisher_id, len(messages), len(entries)) + entries
 
 
-def publish_entries(publisher_id: int, count: int, entries: bytes | memoryview) -> bytes:
-    """One publish frame of ``count`` entries written already (``publishing id:u64,
-    size:u32, message`` each, back to back)."""
-    head = _HEAD.pack(len(entries) + 9, Key.PUBLISH, 1) + bytes((publisher_id,))
-    return b"".join((head, _U32.pack(count), entries))
+def publish_head(publisher_id: int, count: int, size: int) -> bytes:
+    """What comes before ``count`` publish entries of ``size`` bytes in all (``publishing
+    id:u64, size:u32, message`` each, back to back) to make a publish frame of them."""
+    return _HEAD.pack(size + 9, Key.PUBLISH, 1) + bytes((publisher_id,)) + _U32.pack(count)
 
 
 class Reader:

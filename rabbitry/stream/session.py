@@ -165,9 +165,8 @@ class Session:
     def delete_publisher(self, publisher_id: int) -> int:
         return self._request(Key.DELETE_PUBLISHER, _U8.pack(publisher_id))
 
-    def publish(self, publisher_id: int, count: int, entries: bytes | memoryview) -> None:
-        """``count`` publish entries, encoded already (``frames.publish_entries``)."""
-        self.out += frames.publish_entries(publisher_id, count, entries)
+    def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
+        self.out += frames.publish(publisher_id, messages)
 
     def route(self, routing_key: str, super_stream: str) -> int:
         return self._request(Key.ROUTE, frames.string(routing_key) + frames.string(super_stream))
@@ -216,7 +215,8 @@ class Session:
         r = Reader(body, 4)
         if key == Key.PUBLISH_CONFIRM:
             publisher = r.u8()
-            events.append(Confirmed(publisher, [r.u64() for _ in range(r.u32())]))
+            count = r.u32()  # the ids read at once: a confirm may hold thousands
+            events.append(Confirmed(publisher, list(struct.unpack_from(f">{count}Q", body, r.pos))))
         elif key == Key.PUBLISH_ERROR:
             publisher = r.u8()
             events.append(PublishFailed(publisher, [(r.u64(), r.u16()) for _ in range(r.u32())]))

@@ -194,6 +194,6 @@ def test_spans_give_the_entries_back_to_back_and_where_each_ends() -> None:
 def test_a_frame_of_entries_is_the_frame_of_its_messages() -> None:
     messages = [(1, b"a"), (2, b""), (3, b"x" * 300)]
     entries = b"".join(struct.pack(">QI", i, len(m)) + m for i, m in messages)
-    assert frames.publish_entries(4, 3, entries) == frames.publish(4, messages)
+    assert frames.publish_head(4, 3, len(entries)) + entries == frames.publish(4, messages)
     size, key, version = struct.unpack_from(">IHH", frames.publish(4, messages))
     assert (size, key, version) == (len(entries) + 9, frames.Key.PUBLISH, 1)

@@ -26,6 +26,9 @@ class ScriptedClient:
         self._events: list[Event] = []
         self.display = "scripted"
 
+    def send(self, *parts: bytes | memoryview) -> None:
+        self.session.out += b"".join(parts)
+
     def _ok(self, correlation: int, what: str) -> None:
         if what.startswith("declaring"):
             self.declared.append(what)
