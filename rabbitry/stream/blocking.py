@@ -2,9 +2,9 @@
 
 ``StreamClient`` connects with an AMQP URL's settings (credentials, vhost, TLS: the same
 ``ConnectionSettings`` as every AMQP client of rabbitry) on the stream port, and offers what
-the Spark source and sink need: ``read_chunks`` (a range of offsets of one stream, in order) and
-``publish`` (named producer, publishing ids: the broker drops a message whose id is not above
-the last one it stored for that name).
+the Spark source and sink need: ``read_chunks`` (a range of offsets of one stream, in order)
+and ``Producer`` (named producer, publishing ids: the broker drops a message whose id is not
+above the last one it stored for that name; ``publish`` drives one message by message).
 """
 
 from __future__ import annotations
