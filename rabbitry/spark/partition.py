@@ -24,7 +24,8 @@ from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport
 from rabbitry.spark.rows import Column, Outgoing, RowEncoder
-from rabbitry.spark.stream_sink import StreamTarget, publish_rows_streamed
+from rabbitry.spark.sink_records import arrow_rows
+from rabbitry.spark.stream_sink import StreamTarget, publish_batches_streamed, publish_rows_streamed
 from rabbitry.uri import mask_text
 
 # A task whose broker stays unreachable fails after this long; Spark may then retry it.
@@ -93,6 +94,26 @@ class RowPublisher(Publisher):
             deadline=deadline,
             **self._properties,
         )
+
+
+def publish_batches(
+    plan: SinkPlan,
+    batches: Iterable[Any],
+    *,
+    partition: int,
+    batch: int = 0,
+    attempt: int = 0,
+) -> PartitionReport:
+    """Publish Arrow record batches: into a stream encoded column by column, else a row at a
+    time (``publish_rows``)."""
+    if plan.stream is None:
+        rows = arrow_rows(batches)
+        return publish_rows(plan, rows, partition=partition, batch=batch, attempt=attempt)
+    ids = MessageIdScheme(plan.id_prefix, batch, partition)
+    encoder = plan.encoder()
+    return publish_batches_streamed(
+        plan.options, encoder, plan.stream, batches, ids, attempt=attempt
+    )
 
 
 def publish_rows(

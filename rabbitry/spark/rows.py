@@ -160,13 +160,20 @@ class RowEncoder:
         """The exchange of every row; "" with a delay column (the delay levels pick it)."""
         return "" if self._delay is not None else self.options.exchange
 
-    def messages(self, rows: Iterable[Sequence[Any]], ids: MessageIdScheme) -> Iterator[Outgoing]:
-        """One message per row, in order; the row index in the partition makes the id."""
+    def messages(
+        self,
+        rows: Iterable[Sequence[Any]],
+        ids: MessageIdScheme,
+        *,
+        indices: Iterable[int] | None = None,
+    ) -> Iterator[Outgoing]:
+        """One message per row, in order; the row's index in the partition makes the id (by
+        default the rows are the partition's from its first; else ``indices`` are theirs)."""
         opts = self.options
         key_index, id_index, delay_index = self._key, self._id, self._delay
         headers_spec = self._headers
         body_index, body_is_text = self._body, self._body_is_text
-        for index, row in enumerate(rows):
+        for index, row in enumerate(rows) if indices is None else zip(indices, rows, strict=True):
             if body_index is None:
                 body = self.json_body(row)
             else:

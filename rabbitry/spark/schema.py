@@ -10,27 +10,25 @@ from rabbitry.spark.rows import Column, ColumnKind
 __all__ = ["column_kind", "columns_of"]
 
 
+_KINDS: tuple[tuple[tuple[type[T.DataType], ...], ColumnKind], ...] = (
+    ((T.StringType, T.CharType, T.VarcharType), ColumnKind.STRING),
+    ((T.BinaryType,), ColumnKind.BINARY),
+    ((T.ByteType, T.ShortType, T.IntegerType, T.LongType), ColumnKind.INTEGRAL),
+    ((T.FloatType, T.DoubleType), ColumnKind.FRACTIONAL),
+    ((T.DecimalType,), ColumnKind.DECIMAL),
+    ((T.BooleanType,), ColumnKind.BOOLEAN),
+    ((T.TimestampType, T.TimestampNTZType), ColumnKind.TIMESTAMP),
+    ((T.DateType,), ColumnKind.DATE),
+    ((T.DayTimeIntervalType,), ColumnKind.INTERVAL),
+    ((T.StructType, T.ArrayType, T.MapType), ColumnKind.NESTED),
+)
+"""Spark's types by the kind the sink sees (subclasses included: CharType is a string)."""
+
+
 def column_kind(data_type: T.DataType) -> ColumnKind:
-    if isinstance(data_type, T.StringType | T.CharType | T.VarcharType):
-        return ColumnKind.STRING
-    if isinstance(data_type, T.BinaryType):
-        return ColumnKind.BINARY
-    if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return ColumnKind.INTEGRAL
-    if isinstance(data_type, T.FloatType | T.DoubleType):
-        return ColumnKind.FRACTIONAL
-    if isinstance(data_type, T.DecimalType):
-        return ColumnKind.DECIMAL
-    if isinstance(data_type, T.BooleanType):
-        return ColumnKind.BOOLEAN
-    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        return ColumnKind.TIMESTAMP
-    if isinstance(data_type, T.DateType):
-        return ColumnKind.DATE
-    if isinstance(data_type, T.DayTimeIntervalType):
-        return ColumnKind.INTERVAL
-    if isinstance(data_type, T.StructType | T.ArrayType | T.MapType):
-        return ColumnKind.NESTED
+    for types, kind in _KINDS:
+        if isinstance(data_type, types):
+            return kind
     return ColumnKind.OTHER
 
 

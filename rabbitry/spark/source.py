@@ -27,7 +27,7 @@ from pyspark.sql.datasource import (
 
 from rabbitry.spark.checks import plan_write
 from rabbitry.spark.options import SinkOptionError
-from rabbitry.spark.partition import SinkPlan, publish_rows
+from rabbitry.spark.partition import SinkPlan, publish_batches, publish_rows
 from rabbitry.spark.reader import SOURCE_TYPE, RabbitMQBatchReader, RabbitMQStreamReader
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger
 from rabbitry.spark.schema import columns_of
@@ -53,14 +53,6 @@ class PartitionCommit(WriterCommitMessage):
     report: PartitionReport
 
 
-def _arrow_rows(batches: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
-    for batch in batches:
-        if batch.num_columns:
-            yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
-        else:
-            yield from (() for _ in range(batch.num_rows))
-
-
 def _task() -> TaskContext:
     context = TaskContext.get()
     if context is None:  # pragma: no cover - Spark always runs write() in a task
@@ -78,9 +70,9 @@ class RabbitMQBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         context = _task()
-        report = publish_rows(
+        report = publish_batches(
             self.plan,
-            _arrow_rows(iterator),
+            iterator,
             partition=context.partitionId(),
             attempt=context.attemptNumber(),
         )
@@ -110,10 +102,10 @@ class RabbitMQStreamWriter(_StreamBase):
         if not plan.id_prefix:
             query = context.getLocalProperty(QUERY_ID) or "stream"
             plan = dataclasses.replace(plan, id_prefix=query)
-        rows = _arrow_rows(iterator) if _STREAM_ARROW else iterator
-        report = publish_rows(
+        publish = publish_batches if _STREAM_ARROW else publish_rows
+        report = publish(
             plan,
-            rows,
+            iterator,
             partition=context.partitionId(),
             batch=batch,
             attempt=context.attemptNumber(),

@@ -17,21 +17,24 @@ tries.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.spark.ids import MessageIdScheme
 from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport, logger
 from rabbitry.spark.rows import RowEncoder
-from rabbitry.stream import amqp10
-from rabbitry.stream.blocking import StreamClient, probe
+from rabbitry.spark.sink_records import RecordEncoder, positions, spans, stored
+from rabbitry.stream.blocking import Producer, PublishCount, StreamClient, probe
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.uri import mask_text, split_uris
 
-__all__ = ["StreamTarget", "publish_rows_streamed", "stream_target"]
+__all__ = ["StreamTarget", "publish_batches_streamed", "publish_rows_streamed", "stream_target"]
 
 
 @dataclass(frozen=True)
@@ -120,23 +123,21 @@ def _find(
         return None, mask_text(str(exc))
 
 
-def publish_rows_streamed(
-    options: SinkOptions,
-    encoder: RowEncoder,
-    target: StreamTarget,
-    rows: Iterable[Sequence[Any]],
-    ids: MessageIdScheme,
-    *,
-    attempt: int,
+Write = Callable[[StreamClient, Callable[[str], str]], tuple[PublishCount, int]]
+"""What a task does on its connection, given how a routing key maps to a super stream's
+partition: the count of messages and the body bytes."""
+
+
+def _published(
+    options: SinkOptions, target: StreamTarget, ids: MessageIdScheme, attempt: int, write: Write
 ) -> PartitionReport:
-    """Publish a partition's rows as one named producer and wait for every confirm."""
-    reference = f"{ids.prefix}:{ids.batch}:{ids.partition}"
-    name = f"{options.connection_name} {reference}"
-    settings = ConnectionSettings.from_url(options.url, connection_name=name)
+    """Run ``write`` on one connection named after the producer; its report."""
+    reference = producer_name(ids)
+    settings = ConnectionSettings.from_url(
+        options.url, connection_name=f"{options.connection_name} {reference}"
+    )
     started = time.monotonic()
-    size = 0
     where = f"partition {ids.partition}" + (f" of batch {ids.batch}" if ids.batch else "")
-    content_type = encoder.content_type
     try:
         with StreamClient(settings, port=target.port) as client:
             routes: dict[str, str] = {}
@@ -154,21 +155,7 @@ def publish_rows_streamed(
                     found = routes[key] = streams[0]
                 return found
 
-            def messages() -> Iterator[tuple[str, int, bytes]]:
-                nonlocal size
-                for index, out in enumerate(encoder.messages(rows, ids)):
-                    size += len(out.body)
-                    stream = target.stream if target.stream is not None else route(out.routing_key)
-                    record = amqp10.encode(
-                        out.body,
-                        message_id=out.message_id,
-                        content_type=content_type,
-                        headers=out.headers,
-                        routing_key=out.routing_key,
-                    )
-                    yield stream, index + 1, record
-
-            count = client.publish(reference, messages(), timeout=options.confirm_timeout)
+            count, size = write(client, route)
     except (StreamUnavailable, StreamRefused, StreamProtocolError) as exc:
         raise SparkSinkError(
             mask_text(
@@ -177,10 +164,9 @@ def publish_rows_streamed(
                 " the broker drops those it stored already"
             )
         ) from None
-    rows_written = count.sent + count.skipped
     return PartitionReport(
         partition=ids.partition,
-        rows=rows_written,
+        rows=count.sent + count.skipped,
         bytes=size,
         confirms=count.sent,
         attempt=attempt,
@@ -188,3 +174,90 @@ def publish_rows_streamed(
         batch=ids.batch,
         seconds=time.monotonic() - started,
     )
+
+
+def producer_name(ids: MessageIdScheme) -> str:
+    """A task's producer: the message id without the row."""
+    return f"{ids.prefix}:{ids.batch}:{ids.partition}"
+
+
+def publish_rows_streamed(
+    options: SinkOptions,
+    encoder: RowEncoder,
+    target: StreamTarget,
+    rows: Iterable[Sequence[Any]],
+    ids: MessageIdScheme,
+    *,
+    attempt: int,
+) -> PartitionReport:
+    """Publish a partition's rows (tuples) as one named producer, a message at a time, and
+    wait for every confirm."""
+    content_type = encoder.content_type
+
+    def write(client: StreamClient, route: Callable[[str], str]) -> tuple[PublishCount, int]:
+        size = 0
+
+        def messages() -> Iterator[tuple[str, int, bytes]]:
+            nonlocal size
+            for index, out in enumerate(encoder.messages(rows, ids)):
+                size += len(out.body)
+                stream = target.stream if target.stream is not None else route(out.routing_key)
+                yield stream, index + 1, stored(out, content_type)
+
+        count = client.publish(producer_name(ids), messages(), timeout=options.confirm_timeout)
+        return count, size
+
+    return _published(options, target, ids, attempt, write)
+
+
+def publish_batches_streamed(
+    options: SinkOptions,
+    encoder: RowEncoder,
+    target: StreamTarget,
+    batches: Iterable[pa.RecordBatch],
+    ids: MessageIdScheme,
+    *,
+    attempt: int,
+) -> PartitionReport:
+    """Publish a partition's Arrow batches as one named producer, encoded column by column
+    (``sink_records``), and wait for every confirm. Rows the broker holds already (a retried
+    task) are not even encoded."""
+    records = RecordEncoder(encoder)
+
+    def write(client: StreamClient, route: Callable[[str], str]) -> tuple[PublishCount, int]:
+        size = start = 0
+        with Producer(client, producer_name(ids), timeout=options.confirm_timeout) as producer:
+            for batch in batches:
+                for stream, rows in _streams_of(records, batch, ids, start, target, route):
+                    # rows[i] is row start + rows[i] of the partition: publishing id one more
+                    kept = pc.filter(rows, pc.greater_equal(rows, producer.last(stream) - start))
+                    producer.count.skipped += len(rows) - len(kept)
+                    if len(kept):
+                        entries, body_bytes = records.entries(batch, ids, start, kept)
+                        size += body_bytes
+                        producer.send(stream, *spans(entries))
+                start += batch.num_rows
+            return producer.finish(), size
+
+    return _published(options, target, ids, attempt, write)
+
+
+def _streams_of(
+    records: RecordEncoder,
+    batch: pa.RecordBatch,
+    ids: MessageIdScheme,
+    start: int,
+    target: StreamTarget,
+    route: Callable[[str], str],
+) -> Iterator[tuple[str, pa.Array]]:
+    """Each stream the batch's rows go to, with those rows (indices in the batch, rising)."""
+    if target.stream is not None:
+        yield target.stream, positions(0, batch.num_rows)
+        return
+    keys = records.routing_keys(batch, ids, start)
+    by_stream: dict[str, list[str]] = {}
+    for key in pc.unique(keys).to_pylist():
+        by_stream.setdefault(route(key), []).append(key)
+    for stream, stream_keys in by_stream.items():
+        picked = pc.is_in(keys, value_set=pa.array(stream_keys, keys.type))
+        yield stream, pc.indices_nonzero(picked).cast(pa.int64())

@@ -2,16 +2,18 @@
 
 ``StreamClient`` connects with an AMQP URL's settings (credentials, vhost, TLS: the same
 ``ConnectionSettings`` as every AMQP client of rabbitry) on the stream port, and offers what
-the Spark source and sink need: ``read`` (a range of offsets of one stream, in order) and
-``publish`` (named producer, publishing ids: the broker drops a message whose id is not above
-the last one it stored for that name).
+the Spark source and sink need: ``read_chunks`` (a range of offsets of one stream, in order)
+and ``Producer`` (named producer, publishing ids: the broker drops a message whose id is not
+above the last one it stored for that name; ``publish`` drives one message by message).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +33,14 @@ from rabbitry.stream.session import (
     Session,
 )
 
-__all__ = ["DEFAULT_PORT", "DEFAULT_TLS_PORT", "PublishCount", "StreamClient", "probe"]
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_TLS_PORT",
+    "Producer",
+    "PublishCount",
+    "StreamClient",
+    "probe",
+]
 
 DEFAULT_PORT = 5552
 DEFAULT_TLS_PORT = 5551
@@ -43,7 +52,9 @@ time; 32 halved a read's time on a loaded 2-core machine (bench/spark_source.py)
 PUBLISH_WINDOW = 8192
 """Messages published and not yet confirmed, at most."""
 PUBLISH_BATCH = 500
-"""Messages per publish frame."""
+"""Messages per publish frame of ``publish`` (``Producer.send`` fills frames up to the
+broker's frame size)."""
+_ENTRY = struct.Struct(">QI")
 
 
 @dataclass
@@ -106,6 +117,17 @@ class StreamClient:
             self._sock.sendall(out)
             out.clear()
 
+    def send(self, *parts: bytes | memoryview) -> None:
+        """Write what is due, then ``parts`` as they are: a publish frame's entries are not
+        copied into the session's output."""
+        self._flush()
+        self._sock.settimeout(self.settings.connect_timeout)
+        try:
+            for part in parts:
+                self._sock.sendall(part)
+        except OSError as exc:
+            raise StreamUnavailable(f"the connection to {self.display} broke: {exc}") from None
+
     def _round(self, timeout: float) -> bool:
         """Write what is due, read once (up to ``timeout``); True when bytes came."""
         self._flush()
@@ -162,25 +184,6 @@ class StreamClient:
         self.close()
 
     # --- reading ----------------------------------------------------------------------------
-
-    def read(
-        self,
-        stream: str,
-        start: int,
-        end: int,
-        *,
-        idle_timeout: float = 60.0,
-        missing: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[int, int, memoryview]]:
-        """``(offset, chunk timestamp in ms, record)`` for offsets ``start`` to ``end - 1``, in
-        order: ``read_chunks`` a record at a time."""
-        for chunk in self.read_chunks(
-            stream, start, end, idle_timeout=idle_timeout, missing=missing
-        ):
-            offset = chunk.first_offset
-            for record in chunk.records:
-                yield offset, chunk.timestamp_ms, record
-                offset += 1
 
     def read_chunks(
         self,
@@ -264,90 +267,21 @@ class StreamClient:
         *,
         timeout: float = 60.0,
     ) -> PublishCount:
-        """Publish ``(stream, publishing id, message)`` triples as producer ``reference`` (one
-        per stream) and wait for every confirm; ids must rise within each stream.
-
-        The broker keeps, per producer name and stream, the highest publishing id it stored,
-        and drops (while confirming) a message whose id is not above it: a message published
-        again under the same name and id is stored once. Messages at or below the id the
-        broker holds are not even sent. ``StreamRefused`` when the broker refuses messages."""
-        producers: dict[str, tuple[int, int]] = {}
-        pending: dict[int, list[tuple[int, bytes]]] = {}
-        unconfirmed: set[tuple[int, int]] = set()
-        failures: list[tuple[int, int]] = []
-        count = PublishCount()
-
-        def send(pid: int) -> None:
-            batch = pending.pop(pid, [])
-            if batch:
-                self.session.publish(pid, batch)
-                unconfirmed.update((pid, i) for i, _ in batch)
-                count.sent += len(batch)
-
-        def settle(block: bool) -> None:
-            deadline = time.monotonic() + timeout
-            while True:
-                kept: list[Event] = []
-                for event in self._events:
-                    if isinstance(event, Confirmed):
-                        unconfirmed.difference_update(
-                            (event.publisher_id, i) for i in event.publishing_ids
-                        )
-                    elif isinstance(event, PublishFailed):
-                        unconfirmed.difference_update(
-                            (event.publisher_id, i) for i, _ in event.failures
-                        )
-                        failures.extend(event.failures)
-                    else:
-                        kept.append(event)
-                self._events = kept
-                if not unconfirmed or (not block and len(unconfirmed) < PUBLISH_WINDOW):
-                    return
-                if self._round(0.5):
-                    deadline = time.monotonic() + timeout
-                elif time.monotonic() > deadline:
-                    raise StreamUnavailable(
-                        f"{len(unconfirmed)} message(s) of producer {reference!r} unconfirmed"
-                        f" for {timeout:g} s (at {self.display})"
-                    )
-
-        try:
+        """Publish ``(stream, publishing id, message)`` triples as producer ``reference`` and
+        wait for every confirm; ids must rise within each stream (see ``Producer``)."""
+        pending: dict[str, list[tuple[int, bytes]]] = {}
+        with Producer(self, reference, timeout=timeout) as producer:
             for stream, publishing_id, message in messages:
-                found = producers.get(stream)
-                if found is None:
-                    pid = len(producers)
-                    if pid > 255:
-                        raise ValueError("a producer writes to 256 streams at most")
-                    self._ok(
-                        self.session.declare_publisher(pid, reference, stream),
-                        f"declaring producer {reference!r} on stream {stream!r}",
-                    )
-                    found = producers[stream] = (pid, self.last_publishing_id(reference, stream))
-                pid, last = found
-                if publishing_id <= last:
-                    count.skipped += 1
+                if publishing_id <= producer.last(stream):
+                    producer.count.skipped += 1
                     continue
-                batch = pending.setdefault(pid, [])
+                batch = pending.setdefault(stream, [])
                 batch.append((publishing_id, message))
                 if len(batch) >= PUBLISH_BATCH:
-                    send(pid)
-                    settle(block=False)
-            for pid in list(pending):
-                send(pid)
-            settle(block=True)
-        finally:
-            with contextlib.suppress(Exception):
-                if self.session.ready:
-                    for pid, _ in producers.values():
-                        self._ok(self.session.delete_publisher(pid), "deleting a producer")
-        if failures:
-            pub_id, code = failures[0]
-            raise StreamRefused(
-                f"the broker refused {len(failures)} message(s) of producer {reference!r} (the"
-                f" first, id {pub_id}: {frames.code_name(code)})",
-                code,
-            )
-        return count
+                    producer.send(stream, *_entries(pending.pop(stream)))
+            for stream, batch in pending.items():
+                producer.send(stream, *_entries(batch))
+            return producer.finish()
 
     def route(self, routing_key: str, super_stream: str) -> list[str]:
         """The partition streams of ``super_stream`` that ``routing_key`` goes to."""
@@ -387,6 +321,119 @@ class StreamClient:
 
     def changed(self) -> list[MetadataChanged]:
         return [e for e in self._events if isinstance(e, MetadataChanged)]
+
+
+def _entries(batch: Sequence[tuple[int, bytes]]) -> tuple[list[int], bytes]:
+    """Publish entries of ``(publishing id, message)`` pairs, and where each starts and ends."""
+    parts: list[bytes] = []
+    offsets = [0]
+    for publishing_id, message in batch:
+        parts.append(_ENTRY.pack(publishing_id, len(message)) + message)
+        offsets.append(offsets[-1] + len(parts[-1]))
+    return offsets, b"".join(parts)
+
+
+class Producer:
+    """A named producer on one connection: declared on each stream it writes to (``last``),
+    publish frames sent within a window of unconfirmed messages (``send``), every confirm
+    awaited (``finish``), deleted on leaving.
+
+    The broker keeps, per producer name and stream, the highest publishing id it stored, and
+    drops (while confirming) a message whose id is not above it: a message published again
+    under the same name and id is stored once. Callers skip the messages at or below ``last``
+    (they need not even be encoded). ``StreamRefused`` when the broker refuses messages."""
+
+    def __init__(self, client: StreamClient, reference: str, *, timeout: float = 60.0) -> None:
+        self.client = client
+        self.reference = reference
+        self.timeout = timeout
+        self.count = PublishCount()
+        self._streams: dict[str, tuple[int, int]] = {}  # publisher id, last publishing id
+        self._unconfirmed = 0
+        self._failures: list[tuple[int, int]] = []
+        tuned = client.session.tuned_frame_max
+        self._frame_bytes = (tuned or client.session.frame_max) - 64  # the frame's own fields
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        session = self.client.session
+        with contextlib.suppress(Exception):
+            for pid, _ in self._streams.values():
+                if session.ready:
+                    self.client._ok(session.delete_publisher(pid), "deleting a producer")
+
+    def last(self, stream: str) -> int:
+        """The highest publishing id the broker held for this producer on ``stream`` when it
+        was declared there (0: none); declares it on first use."""
+        found = self._streams.get(stream)
+        if found is None:
+            pid = len(self._streams)
+            if pid > 255:
+                raise ValueError("a producer writes to 256 streams at most")
+            self.client._ok(
+                self.client.session.declare_publisher(pid, self.reference, stream),
+                f"declaring producer {self.reference!r} on stream {stream!r}",
+            )
+            found = self._streams[stream] = (
+                pid,
+                self.client.last_publishing_id(self.reference, stream),
+            )
+        return found[1]
+
+    def send(self, stream: str, offsets: Sequence[int], entries: bytes | memoryview) -> None:
+        """Publish entries (``publishing id:u64, size:u32, message`` each; entry ``i`` is
+        ``entries[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]``) in frames the
+        broker takes, waiting while the window of unconfirmed messages is full."""
+        self.last(stream)
+        pid = self._streams[stream][0]
+        base, first, count = offsets[0], 0, len(offsets) - 1
+        while first < count:
+            end = bisect.bisect_right(offsets, offsets[first] + self._frame_bytes, first + 1) - 1
+            end = max(end, first + 1)  # one message larger than a frame: the broker says so
+            frame = entries[offsets[first] - base : offsets[end] - base]
+            self.client.send(frames.publish_head(pid, end - first, len(frame)), frame)
+            self._unconfirmed += end - first
+            self.count.sent += end - first
+            first = end
+            self._settle(block=False)
+
+    def finish(self) -> PublishCount:
+        """What was sent and skipped, once every message sent is confirmed."""
+        self._settle(block=True)
+        if self._failures:
+            pub_id, code = self._failures[0]
+            raise StreamRefused(
+                f"the broker refused {len(self._failures)} message(s) of producer"
+                f" {self.reference!r} (the first, id {pub_id}: {frames.code_name(code)})",
+                code,
+            )
+        return self.count
+
+    def _settle(self, block: bool) -> None:
+        client = self.client
+        deadline = time.monotonic() + self.timeout
+        while True:
+            kept: list[Event] = []
+            for event in client._events:
+                if isinstance(event, Confirmed):
+                    self._unconfirmed -= len(event.publishing_ids)
+                elif isinstance(event, PublishFailed):
+                    self._unconfirmed -= len(event.failures)
+                    self._failures.extend(event.failures)
+                else:
+                    kept.append(event)
+            client._events = kept
+            if self._unconfirmed <= 0 or (not block and self._unconfirmed < PUBLISH_WINDOW):
+                return
+            if client._round(0.5):
+                deadline = time.monotonic() + self.timeout
+            elif time.monotonic() > deadline:
+                raise StreamUnavailable(
+                    f"{self._unconfirmed} message(s) of producer {self.reference!r} unconfirmed"
+                    f" for {self.timeout:g} s (at {client.display})"
+                )
 
 
 def probe(

@@ -111,13 +111,15 @@ def frame(key: int, body: bytes, version: int = 1) -> bytes:
 
 def publish(publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> bytes:
     """One publish frame of ``(publishing id, message)`` pairs."""
-    parts = [bytes((publisher_id,)), _U32.pack(len(messages))]
     pack = _PUBLISHED.pack
-    for publishing_id, message in messages:
-        parts.append(pack(publishing_id, len(message)))
-        parts.append(message)
-    body = b"".join(parts)
-    return _HEAD.pack(len(body) + 4, Key.PUBLISH, 1) + body
+    entries = b"".join(pack(i, len(message)) + message for i, message in messages)
+    return publish_head(publisher_id, len(messages), len(entries)) + entries
+
+
+def publish_head(publisher_id: int, count: int, size: int) -> bytes:
+    """What comes before ``count`` publish entries of ``size`` bytes in all (``publishing
+    id:u64, size:u32, message`` each, back to back) to make a publish frame of them."""
+    return _HEAD.pack(size + 9, Key.PUBLISH, 1) + bytes((publisher_id,)) + _U32.pack(count)
 
 
 class Reader:

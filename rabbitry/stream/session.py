@@ -215,7 +215,8 @@ class Session:
         r = Reader(body, 4)
         if key == Key.PUBLISH_CONFIRM:
             publisher = r.u8()
-            events.append(Confirmed(publisher, [r.u64() for _ in range(r.u32())]))
+            count = r.u32()  # the ids read at once: a confirm may hold thousands
+            events.append(Confirmed(publisher, list(struct.unpack_from(f">{count}Q", body, r.pos))))
         elif key == Key.PUBLISH_ERROR:
             publisher = r.u8()
             events.append(PublishFailed(publisher, [(r.u64(), r.u16()) for _ in range(r.u32())]))
