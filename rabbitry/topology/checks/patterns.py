@@ -6,6 +6,7 @@ from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import BinaryDelays
 from rabbitry.topology.checks.findings import (
     Findings,
+    each_named,
     effective_queue_type,
     exchange_exists,
     vhosts_of,
@@ -39,12 +40,7 @@ def check_delays(spec: Spec, findings: Findings) -> None:
     for vloc, vhost in vhosts_of(spec):
         queues = {q.name for q in vhost.queues}
         exchanges = {e.name for e in vhost.exchanges}
-        seen: set[str] = set()
-        for index, delay in enumerate(vhost.delays):
-            loc = (*vloc, "delays", index)
-            if delay.name in seen:
-                findings.error((*loc, "name"), f"delay {delay.name!r} is declared twice")
-            seen.add(delay.name)
+        for loc, delay in each_named(vhost.delays, (*vloc, "delays"), "delay", findings):
             binary_only = [k for k in ("unit", "max", "count") if k in delay.model_fields_set]
             if delay.levels != "binary" and binary_only:
                 findings.error(
