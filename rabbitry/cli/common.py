@@ -356,31 +356,6 @@ def endpoint_options(func: F) -> F:
     return broker_options(command, spec=False)  # type: ignore[return-value]
 
 
-def target_options(func: F) -> F:
-    """``SPEC``, its template variables and the broker options, handed to the command as one
-    loaded and checked ``target`` (warnings to stderr)."""
-
-    @functools.wraps(func)
-    def command(
-        spec: Path,
-        variables: tuple[str, ...],
-        var_files: tuple[Path, ...],
-        **options: Any,
-    ) -> Any:
-        from rabbitry.provisioner.target import target_of  # the spec model loads only here
-
-        target = target_of(
-            spec,
-            variables=parse_vars(variables),
-            var_files=var_files,
-            on_warning=lambda problem: err(f"warning: {problem}"),
-            **broker_arguments(options),
-        )
-        return func(target, **options)
-
-    return spec_options(broker_options(command))  # type: ignore[return-value]
-
-
 target_option = click.option(
     "--target",
     "targets",
