@@ -48,21 +48,30 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
 _MAX_AGE = re.compile(r"^(\d+)([YMDhmsdy])$")
 
 
-def parse_duration(value: object) -> int:
-    """Milliseconds from an int or a text like ``"30s"``, ``"1h30m"``, ``"250ms"``."""
+def _whole_number(value: object, what: str, examples: str) -> int | None:
+    """``value`` when it is a whole number of the unit (an int, or a float without a fraction),
+    else None; a negative one or a bool (YAML's yes/no) is refused, said as ``what``."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s, 5m, 1h or milliseconds, got {value}")
+        raise ValueError(f"expected {what} such as {examples}, got {value}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"a duration cannot be negative, got {value}")
+            raise ValueError(f"{what} cannot be negative, got {value}")
         return value
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
+    return None
+
+
+def parse_duration(value: object) -> int:
+    """Milliseconds from an int or a text like ``"30s"``, ``"1h30m"``, ``"250ms"``."""
     if isinstance(value, str) and _DURATION.match(value):
         text = value.strip()
         if text.isdigit():
             return int(text)
         return sum(int(n) * DURATION_UNITS_MS[unit] for n, unit in _DURATION_PART.findall(text))
+    number = _whole_number(value, "a duration", "30s, 5m, 1h or milliseconds")
+    if number is not None:
+        return number
     raise ValueError(
         f"expected a duration such as 250ms, 30s, 5m, 1h, 2d, 1h30m or an integer number of "
         f"milliseconds, got {value!r}"
@@ -81,14 +90,9 @@ def format_duration(ms: int) -> int | str:
 
 def parse_size(value: object) -> int:
     """Bytes from an int or a text like ``"10MB"`` (10 * 1000**2) or ``"1GiB"`` (1024**3)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size such as 10MB, 512KiB or a number of bytes, got {value}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"a size cannot be negative, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
+    number = _whole_number(value, "a size", "10MB, 512KiB or a number of bytes")
+    if number is not None:
+        return number
     if isinstance(value, str):
         match = _SIZE.match(value)
         if match and match[2].lower() in (*SIZE_UNITS, ""):
