@@ -42,6 +42,16 @@ DURATION_PATTERN = r"^\s*(\d+\s*(ms|s|m|h|d)\s*)+$|^\s*\d+\s*$"
 SIZE_PATTERN = r"^\s*\d+\s*([kKmMgGtT][iI]?[bB]|[bB])?\s*$"
 MAX_AGE_PATTERN = r"^\d+[YMDhmsdy]$"
 
+_DURATION_FORMATS = tuple(
+    (unit, factor) for unit, factor in reversed(DURATION_UNITS_MS.items()) if factor > 1
+)
+"""The units a duration is written back in, largest first (milliseconds stay an int)."""
+_SIZE_FORMATS = tuple(
+    (_SIZE_NAMES[name], SIZE_UNITS[name])
+    for name in ("tib", "gib", "mib", "kib", "tb", "gb", "mb", "kb")
+)
+"""The units a size is written back in: IEC first, then SI, largest first (bytes stay an int)."""
+
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _DURATION = re.compile(DURATION_PATTERN)
 _SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
@@ -80,12 +90,7 @@ def parse_duration(value: object) -> int:
 
 def format_duration(ms: int) -> int | str:
     """The shortest exact text for ``ms`` (``30000`` -> ``"30s"``); small odd values stay ints."""
-    if ms <= 0:
-        return ms
-    for unit, factor in reversed(DURATION_UNITS_MS.items()):
-        if factor > 1 and ms % factor == 0:
-            return f"{ms // factor}{unit}"
-    return ms
+    return _in_largest_unit(ms, _DURATION_FORMATS)
 
 
 def parse_size(value: object) -> int:
@@ -105,13 +110,18 @@ def parse_size(value: object) -> int:
 
 def format_size(size: int) -> int | str:
     """The shortest exact text for ``size``: IEC units first, then SI, else the plain int."""
-    if size <= 0:
-        return size
-    for names in (("tib", "gib", "mib", "kib"), ("tb", "gb", "mb", "kb")):
-        for name in names:
-            if size % SIZE_UNITS[name] == 0:
-                return f"{size // SIZE_UNITS[name]}{_SIZE_NAMES[name]}"
-    return size
+    return _in_largest_unit(size, _SIZE_FORMATS)
+
+
+def _in_largest_unit(value: int, units: tuple[tuple[str, int], ...]) -> int | str:
+    """``value`` in the first of ``units`` (name, factor) that divides it exactly, else as it
+    is (as is zero or less)."""
+    if value <= 0:
+        return value
+    for name, factor in units:
+        if value % factor == 0:
+            return f"{value // factor}{name}"
+    return value
 
 
 def parse_max_age(value: object) -> str:
