@@ -10,7 +10,7 @@ from rabbitry.errors import SpecError
 from rabbitry.topology import load_spec, load_spec_text, render_template
 from rabbitry.topology.spec.source_map import format_path, parse_path
 
-from .conftest import load, load_problems, one_problem, vhost_spec
+from .conftest import load, load_problems, one_problem
 
 TYPO_ON_LINE_7 = """\
 version: 1
@@ -48,8 +48,10 @@ def test_unknown_key_without_close_match_lists_valid_keys() -> None:
 
 def test_all_model_errors_are_reported_in_file_order() -> None:
     problems = load_problems(
-        vhost_spec(
-            """\
+        """\
+        version: 1
+        vhosts:
+          - name: v
             queues:
               - name: a
                 type: quorom
@@ -58,8 +60,7 @@ def test_all_model_errors_are_reported_in_file_order() -> None:
             exchanges:
               - name: e
                 type: topik
-            """
-        )
+        """
     )
     assert [(p.line, p.path) for p in problems] == [
         (6, "vhosts[0].queues[0].type"),
@@ -118,15 +119,16 @@ def test_invalid_stack_name() -> None:
 
 def test_duplicate_yaml_keys_are_errors_with_both_lines() -> None:
     problems = load_problems(
-        vhost_spec(
-            """\
+        """\
+        version: 1
+        vhosts:
+          - name: v
             queues:
               - name: a
                 durable: true
                 durable: false
                 name: b
-            """
-        )
+        """
     )
     assert [(p.line, p.path) for p in problems] == [
         (7, "vhosts[0].queues[0].durable"),
