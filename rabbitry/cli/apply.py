@@ -8,25 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from rabbitry.cli.common import (
-    EXIT_OK,
-    broker_arguments,
-    broker_options,
-    command,
-    json_option,
-    parse_vars,
-    spec_options,
-    target_option,
-)
+from rabbitry.cli.common import EXIT_OK, command, json_option, target_option
+from rabbitry.cli.spec_source import spec_source_options
+
+if TYPE_CHECKING:
+    from rabbitry.provisioner.stack import SpecSource
 
 
 @command("apply")
-@spec_options
-@broker_options
+@spec_source_options
 @click.option(
     "--auto-approve",
     is_flag=True,
@@ -70,8 +64,7 @@ from rabbitry.cli.common import (
 @target_option
 def apply_command(
     spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
+    source: SpecSource,
     auto_approve: bool,
     allow_replace: bool,
     prune: bool,
@@ -81,21 +74,17 @@ def apply_command(
     as_json: bool,
     lock_timeout: float,
     targets: tuple[str, ...],
-    **options: Any,
 ) -> int:
     """Make the broker match the spec, or apply a saved plan exactly (SPEC may be a PLANFILE
     from `rabbitry plan -o`, or a definitions file, .json); one apply per stack at a time."""
-    if variables or var_files or targets or (as_json and not auto_approve):
-        _refuse_usage(
-            spec, bool(variables or var_files), bool(targets), as_json and not auto_approve
-        )
+    templated = bool(source.get("variables") or source.get("var_files"))
+    if templated or targets or (as_json and not auto_approve):
+        _refuse_usage(spec, templated, bool(targets), as_json and not auto_approve)
     from rabbitry.cli.reporting import CommandReporter
     from rabbitry.provisioner.stack import apply
 
     result = apply(
         spec,
-        variables=parse_vars(variables),
-        var_files=var_files,
         allow_replace=allow_replace,
         prune=prune,
         force=force,
@@ -104,7 +93,7 @@ def apply_command(
         targets=targets,
         lock_timeout=lock_timeout,
         report=CommandReporter(as_json=as_json, prune=prune, auto_approve=auto_approve),
-        **broker_arguments(options),
+        **source,
     )
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

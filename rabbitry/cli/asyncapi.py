@@ -9,20 +9,21 @@ from urllib.parse import urlsplit
 
 import click
 
-from rabbitry.cli.common import command, spec_options
+from rabbitry.cli.common import command
 from rabbitry.cli.document_options import (
-    checked_spec,
+    checked_spec_options,
     format_option,
     output_option,
     write_document,
 )
 from rabbitry.topology import expand
 from rabbitry.topology.asyncapi import Server, asyncapi_document
+from rabbitry.topology.spec.model import Spec
 from rabbitry.uri import split_uris
 
 
 @command("asyncapi")
-@spec_options
+@checked_spec_options
 @click.option(
     "--app",
     "target",
@@ -39,9 +40,7 @@ from rabbitry.uri import split_uris
 )
 @output_option
 def asyncapi_command(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: Sequence[Path],
+    loaded: Spec,
     target: str | None,
     output_format: str,
     api_version: str,
@@ -52,7 +51,6 @@ def asyncapi_command(
 
     Servers come from the spec's broker.url (host and port only; no password is printed).
     """
-    loaded = checked_spec(spec, variables, var_files)
     handlers = []
     if target is not None:
         from rabbitry.cli.worker import load_app

@@ -293,36 +293,46 @@ def broker_options(func: F, *, spec: bool = True) -> F:
     how to trust it. Flags win over the environment, the environment over the spec (for the
     commands that read one: ``spec``)."""
     from_spec = ", or the spec's broker section" if spec else ""
-    func = click.option(
-        "--insecure",
-        is_flag=True,
-        default=None,
-        envvar="RABBITRY_INSECURE",
-        show_envvar=True,
-        help="Do not check the management API's TLS certificate (testing only).",
-    )(func)
-    func = click.option(
-        "--ca-file",
-        metavar="PEM",
-        envvar="RABBITRY_CA_FILE",
-        show_envvar=True,
-        help="Trust this CA bundle for the management API's TLS certificate.",
-    )(func)
-    func = click.option(
-        "--management-url",
-        metavar="URL",
-        envvar="RABBITRY_MANAGEMENT_URL",
-        show_envvar=True,
-        help=f"Management API URL(s), comma-separated (default: derived from --url{from_spec}).",
-    )(func)
-    func = click.option(
-        "--url",
-        metavar="URL",
-        envvar="RABBITRY_URL",
-        show_envvar=True,
-        help=f"AMQP URL(s) (default: derived from --management-url{from_spec},"
-        " or amqp://guest:guest@localhost:5672/).",
-    )(func)
+    # each read from the environment too, and --help says from which variable
+    from_environment: tuple[tuple[str, str, dict[str, Any]], ...] = (
+        (
+            "--insecure",
+            "RABBITRY_INSECURE",
+            {
+                "is_flag": True,
+                "default": None,
+                "help": "Do not check the management API's TLS certificate (testing only).",
+            },
+        ),
+        (
+            "--ca-file",
+            "RABBITRY_CA_FILE",
+            {
+                "metavar": "PEM",
+                "help": "Trust this CA bundle for the management API's TLS certificate.",
+            },
+        ),
+        (
+            "--management-url",
+            "RABBITRY_MANAGEMENT_URL",
+            {
+                "metavar": "URL",
+                "help": "Management API URL(s), comma-separated (default:"
+                f" derived from --url{from_spec}).",
+            },
+        ),
+        (
+            "--url",
+            "RABBITRY_URL",
+            {
+                "metavar": "URL",
+                "help": f"AMQP URL(s) (default: derived from --management-url"
+                f"{from_spec}, or amqp://guest:guest@localhost:5672/).",
+            },
+        ),
+    )
+    for name, envvar, settings in from_environment:
+        func = click.option(name, envvar=envvar, show_envvar=True, **settings)(func)
     return func
 
 
@@ -354,31 +364,6 @@ def endpoint_options(func: F) -> F:
         return func(endpoints=resolve_endpoints(**broker), **options)
 
     return broker_options(command, spec=False)  # type: ignore[return-value]
-
-
-def target_options(func: F) -> F:
-    """``SPEC``, its template variables and the broker options, handed to the command as one
-    loaded and checked ``target`` (warnings to stderr)."""
-
-    @functools.wraps(func)
-    def command(
-        spec: Path,
-        variables: tuple[str, ...],
-        var_files: tuple[Path, ...],
-        **options: Any,
-    ) -> Any:
-        from rabbitry.provisioner.target import target_of  # the spec model loads only here
-
-        target = target_of(
-            spec,
-            variables=parse_vars(variables),
-            var_files=var_files,
-            on_warning=lambda problem: err(f"warning: {problem}"),
-            **broker_arguments(options),
-        )
-        return func(target, **options)
-
-    return spec_options(broker_options(command))  # type: ignore[return-value]
 
 
 target_option = click.option(

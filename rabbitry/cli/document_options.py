@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from rabbitry.cli.common import err, parse_vars
+from rabbitry.cli.common import err, parse_vars, spec_options
 from rabbitry.errors import SpecProblem
 from rabbitry.topology import check_spec, load_spec
 from rabbitry.topology.spec.model import Spec
@@ -28,6 +29,19 @@ def checked_spec(spec: Path, variables: tuple[str, ...], var_files: Sequence[Pat
     loaded = load_spec(spec, parse_vars(variables), var_files)
     check_spec(loaded, on_warning=print_warning)
     return loaded
+
+
+def checked_spec_options(func: F) -> F:
+    """``SPEC``, ``--var`` and ``--var-file``, handed to the command as the spec loaded and
+    checked (``checked_spec``)."""
+
+    @functools.wraps(func)
+    def command(
+        spec: Path, variables: tuple[str, ...], var_files: tuple[Path, ...], **options: Any
+    ) -> Any:
+        return func(checked_spec(spec, variables, var_files), **options)
+
+    return spec_options(command)  # type: ignore[return-value]
 
 
 def format_option(*formats: str, help: str) -> Callable[[F], F]:
@@ -59,4 +73,11 @@ def write_document(text: str, output: Path | None) -> None:
         err(f"wrote {output}")
 
 
-__all__ = ["checked_spec", "format_option", "output_option", "print_warning", "write_document"]
+__all__ = [
+    "checked_spec",
+    "checked_spec_options",
+    "format_option",
+    "output_option",
+    "print_warning",
+    "write_document",
+]

@@ -6,24 +6,15 @@ large vhost while they do.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from rabbitry.cli.common import (
-    EXIT_CHANGES,
-    EXIT_OK,
-    broker_arguments,
-    broker_options,
-    command,
-    err,
-    json_option,
-    parse_vars,
-    spec_options,
-    target_option,
-)
+from rabbitry.cli.common import EXIT_CHANGES, EXIT_OK, command, err, json_option, target_option
+from rabbitry.cli.spec_source import spec_source_options
 
 if TYPE_CHECKING:
+    from rabbitry.provisioner.stack import SpecSource
     from rabbitry.topology.versions import Version
 
 
@@ -39,8 +30,7 @@ def _parse_target_version(
 
 
 @command("plan")
-@spec_options
-@broker_options
+@spec_source_options
 @json_option
 @click.option(
     "--detailed-exitcode",
@@ -66,14 +56,12 @@ def _parse_target_version(
 @target_option
 def plan_command(
     spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
+    source: SpecSource,
     as_json: bool,
     detailed_exitcode: bool,
     out: Path | None,
     target_version: Version | None,
     targets: tuple[str, ...],
-    **options: Any,
 ) -> int:
     """Show what apply would change on the broker; changes nothing. SPEC may also be a
     definitions file (.json), read as the spec import-definitions would make of it."""
@@ -82,13 +70,11 @@ def plan_command(
 
     the_plan = plan(
         spec,
-        variables=parse_vars(variables),
-        var_files=var_files,
         target_version=target_version,
         targets=targets,
         save_to=out,
         report=CommandReporter(as_json=as_json, plan_json=as_json),
-        **broker_arguments(options),
+        **source,
     )
     if out is not None:
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,6 +15,7 @@ from rabbitry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     Activity,
+    F,
     color_enabled,
     command,
     endpoint_options,
@@ -92,6 +97,57 @@ users_option = click.option(
 )
 
 
+@dataclass(frozen=True)
+class SpecOutput:
+    """How ``export`` and ``import-definitions`` write their spec: which users it takes
+    (``--users``), secrets as they are or as environment references, to a file or stdout."""
+
+    users: str | None
+    reveal_secrets: bool
+    passwords_from_env: bool
+    output: Path | None
+
+    def text(self, topology: Topology) -> tuple[str, list[SecretReference]]:
+        """The spec's text, and the environment references it holds for secrets."""
+        return export_text(
+            topology, reveal_secrets=self.reveal_secrets, passwords_from_env=self.passwords_from_env
+        )
+
+    def write(
+        self,
+        topology: Topology,
+        text: str,
+        references: list[SecretReference],
+        left_out: Iterable[str],
+    ) -> None:
+        """Write the spec, then name on stderr what it keeps unchecked and what it left out."""
+        _write_spec(text, references, self.output)
+        _note_unchecked(topology)
+        for line in left_out:
+            err(f"left out: {line}")
+
+
+def spec_output_options(func: F) -> F:
+    """``--users``, ``--reveal-secrets``, ``--passwords-from-env`` and ``-o``, handed to the
+    command as one ``spec_output``."""
+
+    @functools.wraps(func)
+    def command(
+        users: str | None,
+        reveal_secrets: bool,
+        passwords_from_env: bool,
+        output: Path | None,
+        **options: Any,
+    ) -> Any:
+        spec_output = SpecOutput(users, reveal_secrets, passwords_from_env, output)
+        return func(spec_output=spec_output, **options)
+
+    decorated: Any = command
+    for option in (output_option, passwords_option, reveal_option, users_option):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
 @command("export")
 @endpoint_options
 @click.option("--vhost", "vhosts", multiple=True, help="Vhost to export (repeatable).")
@@ -100,19 +156,13 @@ users_option = click.option(
     "--name",
     help="Stack name written into the spec (default: the first vhost; `broker` with --all-vhosts).",
 )
-@users_option
-@reveal_option
-@passwords_option
-@output_option
+@spec_output_options
 def export_command(
     endpoints: Endpoints,
     vhosts: tuple[str, ...],
     all_vhosts: bool,
     name: str | None,
-    users: str | None,
-    reveal_secrets: bool,
-    passwords_from_env: bool,
-    output: Path | None,
+    spec_output: SpecOutput,
 ) -> int:
     """Write a spec of existing vhosts (adopt a broker rabbitry did not create).
 
@@ -124,6 +174,7 @@ def export_command(
     STOMP clients' subscriptions) is left out, with its bindings. Both are named on stderr.
     With --all-vhosts, a vhost deleted while the export runs is left out whole, with a warning.
     """
+    users = spec_output.users
     if bool(vhosts) == all_vhosts:
         raise click.UsageError("give --vhost V (repeatable) or --all-vhosts")
     omitted: list[str] = []
@@ -170,13 +221,8 @@ def export_command(
             " applying it puts that user under the stack, and apply --prune would delete it"
             " once it leaves the spec"
         )
-    text, references = export_text(
-        topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
-    )
-    _write_spec(text, references, output)
-    _note_unchecked(topology)
-    for line in omitted:
-        err(f"left out: {line}")
+    text, references = spec_output.text(topology)
+    spec_output.write(topology, text, references, omitted)
     return EXIT_OK
 
 
@@ -206,18 +252,12 @@ def _write_spec(text: str, references: list[SecretReference], output: Path | Non
     " global parameters).",
 )
 @click.option("--name", help="Stack name written into the spec (default: the file's name).")
-@users_option
-@reveal_option
-@passwords_option
-@output_option
+@spec_output_options
 def import_definitions_command(
     definitions: Path,
     vhosts: tuple[str, ...],
     name: str | None,
-    users: str | None,
-    reveal_secrets: bool,
-    passwords_from_env: bool,
-    output: Path | None,
+    spec_output: SpecOutput,
 ) -> int:
     """Turn a definitions file (rabbitmqctl export_definitions, GET /api/definitions; RabbitMQ
     3.8 on) into a spec that makes the same definitions on an empty broker. Reads no broker.
@@ -230,6 +270,7 @@ def import_definitions_command(
     runtime parameters) is left out and named on stderr, never dropped silently.
     """
     stack = name or stack_name(definitions.stem, "imported")
+    users = spec_output.users
     data = read_definitions(definitions)
     check_definitions(data, str(definitions))
     user_scope = "all" if users == "all" or (users and not vhosts) else users or "none"
@@ -240,13 +281,11 @@ def import_definitions_command(
             " (permissions of users left out are left out too)"
         )
     imported = topology_from_definitions(taken, stack, str(definitions))
-    text, references = export_text(
-        imported.topology, reveal_secrets=reveal_secrets, passwords_from_env=passwords_from_env
-    )
+    text, references = spec_output.text(imported.topology)
     # the spec must load and pass rabbitry's checks as written, or nothing is written
     placeholders = {reference.variable: "placeholder" for reference in references}
     try:
-        check_spec(load_spec_text(text, str(output or "<spec>"), environ=placeholders))
+        check_spec(load_spec_text(text, str(spec_output.output or "<spec>"), environ=placeholders))
     except SpecError as exc:
         raise SpecError(
             [
@@ -258,10 +297,7 @@ def import_definitions_command(
                 *exc.problems,
             ]
         ) from None
-    _write_spec(text, references, output)
-    _note_unchecked(imported.topology)
-    for line in imported.left_out:
-        err(f"left out: {line}")
+    spec_output.write(imported.topology, text, references, imported.left_out)
     return EXIT_OK
 
 

@@ -7,21 +7,17 @@ metrics endpoints, turns SIGTERM/SIGINT into a graceful stop and SIGHUP into a p
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from rabbitry.cli.common import (
-    EXIT_OK,
-    broker_arguments,
-    broker_options,
-    command,
-    err,
-    log_options,
-    parse_vars,
-    spec_options,
-)
+from rabbitry.cli.common import EXIT_OK, F, command, err, log_options
+from rabbitry.cli.spec_source import spec_source_options
+
+if TYPE_CHECKING:
+    from rabbitry.provisioner.stack import SpecSource
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -31,22 +27,22 @@ def _listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def _seconds_option(name: str, default: float, help: str) -> Callable[[F], F]:
+    """A wait in seconds, at least a tenth of one."""
+    return click.option(
+        name, type=click.FloatRange(min=0.1), default=default, show_default=True, help=help
+    )
+
+
 @command("reconcile")
-@spec_options
-@broker_options
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=60.0,
-    show_default=True,
-    help="Seconds between passes (SIGHUP or POST /reconcile starts one at once).",
+@spec_source_options
+@_seconds_option(
+    "--interval", 60.0, "Seconds between passes (SIGHUP or POST /reconcile starts one at once)."
 )
-@click.option(
+@_seconds_option(
     "--max-backoff",
-    type=click.FloatRange(min=0.1),
-    default=300.0,
-    show_default=True,
-    help="Longest wait after failed passes (the broker down): the wait doubles up to it.",
+    300.0,
+    "Longest wait after failed passes (the broker down): the wait doubles up to it.",
 )
 @click.option(
     "--allow-replace", is_flag=True, help="Replace what cannot change in place (else reported)."
@@ -69,8 +65,7 @@ def _listen(text: str) -> tuple[str, int]:
 @log_options("json")
 def reconcile_command(
     spec: Path,
-    variables: tuple[str, ...],
-    var_files: tuple[Path, ...],
+    source: SpecSource,
     interval: float,
     max_backoff: float,
     allow_replace: bool,
@@ -80,7 +75,6 @@ def reconcile_command(
     listen: str,
     log_level: str,
     log_format: str,
-    **options: Any,
 ) -> int:
     """Keep the broker at SPEC: plan every --interval, apply what the flags allow (creations
     and updates; replace, prune and take-over only when given), report the rest. SPEC and
@@ -95,10 +89,8 @@ def reconcile_command(
     from rabbitry.provisioner.target import target_of
 
     host, port = _listen(listen)
-    broker = broker_arguments(options)
-    variables_given = parse_vars(variables)
     # a spec or URL that is wrong at start is an error; later, a pass reports it and retries
-    target_of(spec, variables=variables_given, var_files=var_files, **broker)
+    target_of(spec, **source)
     setup_logging(log_level, log_format)
     metrics = ReconcileMetrics()
     reconciler = Reconciler(
@@ -111,10 +103,8 @@ def reconcile_command(
             force=force,
             take_over=frozenset(take_over),
         ),
-        variables=variables_given,
-        var_files=var_files,
         on_pass=metrics.record,
-        **broker,
+        **source,
     )
     server = serve_health(reconciler, metrics, host, port)
     bound_host, bound_port = server.server_address[:2]

@@ -23,6 +23,7 @@ from rabbitry.cli.common import (
 )
 from rabbitry.cli.document_options import (
     checked_spec,
+    checked_spec_options,
     format_option,
     output_option,
     print_warning,
@@ -34,6 +35,7 @@ from rabbitry.provisioner.target import load_spec_or_definitions
 from rabbitry.topology import check_spec, expand
 from rabbitry.topology.primitives import Topology
 from rabbitry.topology.spec.loader import render_spec_file
+from rabbitry.topology.spec.model import Spec
 from rabbitry.uri import mask_text
 
 _PASSWORD_VALUE = re.compile(r"""(\bpassword\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,}#][^,}#\n]*)""")
@@ -195,7 +197,7 @@ def schema(of_plan: bool) -> None:
 
 
 @command()
-@spec_options
+@checked_spec_options
 @format_option(
     "dot", "svg", "mermaid", help="Graphviz DOT, SVG (needs Graphviz's `dot`), or Mermaid."
 )
@@ -206,9 +208,7 @@ def schema(of_plan: bool) -> None:
 )
 @output_option
 def graph(
-    spec: Path,
-    variables: tuple[str, ...],
-    var_files: Sequence[Path],
+    loaded: Spec,
     output_format: str,
     unfold: bool,
     output: Path | None,
@@ -216,7 +216,6 @@ def graph(
     """Draw the topology SPEC expands to: bindings, dead-letter paths, retries, delays."""
     from rabbitry.topology.graph import to_dot, to_mermaid, topology_graph
 
-    loaded = checked_spec(spec, variables, var_files)
     graphs = topology_graph(expand(loaded), loaded, fold=not unfold)
     if output_format == "mermaid":
         text = to_mermaid(graphs)

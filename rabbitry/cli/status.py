@@ -15,8 +15,8 @@ from rabbitry.cli.common import (
     endpoint_options,
     group,
     json_option,
-    target_options,
 )
+from rabbitry.cli.spec_source import target_options
 from rabbitry.errors import SpecError
 from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.ownership import RecordUnreadable, StackHoldings, stacks_on

@@ -14,21 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rabbitry.topology.primitives import ResourceKind
 from rabbitry.topology.spec.schema import JSON_SCHEMA_DIALECT
 
-Kind = Literal[
-    "vhost",
-    "user",
-    "permission",
-    "topic_permission",
-    "exchange",
-    "queue",
-    "binding",
-    "policy",
-    "operator_policy",
-    "parameter",
-    "global_parameter",
-]
+Kind = ResourceKind
 
 
 class _Document(BaseModel):

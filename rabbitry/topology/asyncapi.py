@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.errors import RabbitryError
-from rabbitry.topology.primitives import Binding, DestinationType, Exchange, Queue, Topology
+from rabbitry.topology.primitives import (
+    Binding,
+    DestinationType,
+    Exchange,
+    Queue,
+    Topology,
+    Vhost,
+)
 
 __all__ = ["ASYNCAPI_VERSION", "AsyncApiError", "HandlerDoc", "Server", "asyncapi_document"]
 
@@ -97,107 +104,135 @@ def asyncapi_document(
     servers: Sequence[Server] = (),
 ) -> JSON:
     """The AsyncAPI 3.0 document of ``topology`` and ``handlers`` (see the module)."""
-    several = len(topology.vhosts) > 1
+    _check_handler_vhosts(topology, handlers)
+    info: JSON = {"title": title or topology.name, "version": version}
+    if description:
+        info["description"] = description
+    parts = _Parts(several=len(topology.vhosts) > 1)
+    server_ids = parts.add_servers(topology, servers)
+    by_vhost = _handlers_by_vhost(topology, handlers)
+    for vhost in topology.vhosts:
+        refs = [{"$ref": f"#/servers/{key}"} for key in server_ids.get(vhost.name, [])]
+        parts.add_vhost(vhost, by_vhost.get(vhost.name, {}), refs)
+    document: JSON = {"asyncapi": ASYNCAPI_VERSION, "info": info}
+    document["defaultContentType"] = "application/json"
+    document.update(_present(servers=parts.servers, channels=parts.channels))
+    document.update(_present(operations=parts.operations))
+    components = _present(messages=parts.messages, schemas=parts.schemas)
+    document.update(_present(components=components))
+    return document
+
+
+def _present(**parts: JSON) -> JSON:
+    """The parts that hold something: the document leaves an empty one out."""
+    return {key: part for key, part in parts.items() if part}
+
+
+def _check_handler_vhosts(topology: Topology, handlers: Sequence[HandlerDoc]) -> None:
+    """Every vhost a handler names is the spec's."""
     unknown = {h.vhost for h in handlers if h.vhost is not None} - {v.name for v in topology.vhosts}
     if unknown:
         raise AsyncApiError(
             f"the app's handlers consume in vhost {sorted(unknown)[0]!r}, which the spec does"
             " not declare: give the spec the app was built from"
         )
-    ids = _Ids()
-    info: JSON = {"title": title or topology.name, "version": version}
-    if description:
-        info["description"] = description
-    document: JSON = {"asyncapi": ASYNCAPI_VERSION, "info": info}
-    document["defaultContentType"] = "application/json"
-    server_ids: dict[str, list[str]] = {}
-    server_objects: JSON = {}
-    for vhost in topology.vhosts:
-        for node in servers:
-            key = ids.make("server", vhost.name if several else "", node.host, str(node.port or ""))
-            host = node.host if node.port is None else f"{node.host}:{node.port}"
-            server_objects[key] = {
-                "host": host,
-                "protocol": node.protocol,
-                "protocolVersion": "0.9.1",
-                "pathname": "/" + vhost.name,
-                "description": f"vhost {vhost.name!r}",
-            }
-            server_ids.setdefault(vhost.name, []).append(key)
-    if server_objects:
-        document["servers"] = server_objects
 
-    channels: JSON = {}
-    operations: JSON = {}
-    messages: JSON = {}
-    schemas: JSON = {}
-    by_vhost = _handlers_by_vhost(topology, handlers)
 
-    def consumed_from(handler: HandlerDoc, prefix: str, channel_id: str) -> str:
-        """Add ``handler``'s message and receive operation on ``channel_id``; the message id."""
-        message_id = ids.make(prefix, handler.queue, handler.body_name or "body")
-        messages[message_id] = _message(handler)
-        for name, schema in handler.definitions.items():
-            schemas.setdefault(name, schema)
-        operation_id = ids.make(prefix, "receive", handler.queue)
-        operations[operation_id] = _operation(handler, channel_id, message_id)
-        return message_id
+class _Parts:
+    """The document's servers, channels, operations, messages and schemas, added vhost by
+    vhost; ids are made in the order the parts are added, so a document is the same each time."""
 
-    for vhost in topology.vhosts:
-        prefix = vhost.name if several else ""
-        refs = [{"$ref": f"#/servers/{key}"} for key in server_ids.get(vhost.name, [])]
-        queue_ids: dict[str, str] = {}
+    def __init__(self, *, several: bool) -> None:
+        self.several = several
+        """More than one vhost: ids start with the vhost's name."""
+        self.ids = _Ids()
+        self.servers: JSON = {}
+        self.channels: JSON = {}
+        self.operations: JSON = {}
+        self.messages: JSON = {}
+        self.schemas: JSON = {}
+
+    def add_servers(self, topology: Topology, servers: Sequence[Server]) -> dict[str, list[str]]:
+        """A server per vhost and node; the ids of each vhost's servers."""
+        server_ids: dict[str, list[str]] = {}
+        for vhost in topology.vhosts:
+            for node in servers:
+                key = self.ids.make(
+                    "server", vhost.name if self.several else "", node.host, str(node.port or "")
+                )
+                host = node.host if node.port is None else f"{node.host}:{node.port}"
+                self.servers[key] = {
+                    "host": host,
+                    "protocol": node.protocol,
+                    "protocolVersion": "0.9.1",
+                    "pathname": "/" + vhost.name,
+                    "description": f"vhost {vhost.name!r}",
+                }
+                server_ids.setdefault(vhost.name, []).append(key)
+        return server_ids
+
+    def add_vhost(
+        self, vhost: Vhost, consumed: Mapping[str, list[HandlerDoc]], refs: list[JSON]
+    ) -> None:
+        """A channel per queue, then per exchange, with the messages of the handlers that
+        consume there (``consumed``: by queue name); ``refs``, the vhost's servers."""
+        prefix = vhost.name if self.several else ""
         queue_messages: dict[str, dict[str, str]] = {}
         for queue in vhost.queues:
-            channel_id = queue_ids[queue.name] = ids.make(prefix, "queue", queue.name)
-            channel = _queue_channel(queue, vhost.name)
-            mine: dict[str, str] = {}
-            for handler in by_vhost.get(vhost.name, {}).get(queue.name, []):
-                message_id = consumed_from(handler, prefix, channel_id)
-                mine[message_id] = message_id
+            channel_id = self.ids.make(prefix, "queue", queue.name)
+            mine = self.consumed_on(consumed.get(queue.name, []), prefix, channel_id)
             if mine:
                 queue_messages[queue.name] = mine
-                channel["messages"] = {m: {"$ref": f"#/components/messages/{m}"} for m in mine}
-            if refs:
-                channel["servers"] = refs
-            channels[channel_id] = channel
-        exchange_names = {exchange.name for exchange in vhost.exchanges}
-        consumed = by_vhost.get(vhost.name, {})
-        for queue_name in consumed.keys() - queue_ids.keys() - exchange_names:
-            handler = consumed[queue_name][0]
-            raise AsyncApiError(
-                f"handler {handler.name} consumes {queue_name!r} in vhost {vhost.name!r},"
-                " which the spec does not declare: give the spec the app was built from"
-            )
+            self.add_channel(channel_id, _queue_channel(queue, vhost.name), mine, refs)
+        _check_consumed_declared(vhost, consumed)
         for exchange in vhost.exchanges:
-            channel_id = ids.make(prefix, "exchange", exchange.name)
+            channel_id = self.ids.make(prefix, "exchange", exchange.name)
             routes = [b for b in vhost.bindings if b.source == exchange.name]
-            channel = _exchange_channel(exchange, vhost.name, routes)
             bound: dict[str, str] = {}
             for binding in routes:
                 if binding.destination_type is DestinationType.QUEUE:
                     bound.update(queue_messages.get(binding.destination, {}))
             # a modulus-sharded exchange's handler consumes the exchange's name itself
-            for handler in consumed.get(exchange.name, []):
-                message_id = consumed_from(handler, prefix, channel_id)
-                bound[message_id] = message_id
-            if bound:
-                channel["messages"] = {m: {"$ref": f"#/components/messages/{m}"} for m in bound}
-            if refs:
-                channel["servers"] = refs
-            channels[channel_id] = channel
-    if channels:
-        document["channels"] = channels
-    if operations:
-        document["operations"] = operations
-    components: JSON = {}
-    if messages:
-        components["messages"] = messages
-    if schemas:
-        components["schemas"] = schemas
-    if components:
-        document["components"] = components
-    return document
+            bound.update(self.consumed_on(consumed.get(exchange.name, []), prefix, channel_id))
+            channel = _exchange_channel(exchange, vhost.name, routes)
+            self.add_channel(channel_id, channel, bound, refs)
+
+    def add_channel(
+        self, channel_id: str, channel: JSON, message_ids: Iterable[str], refs: list[JSON]
+    ) -> None:
+        """``channel`` with the messages it carries and its servers."""
+        listed = {m: {"$ref": f"#/components/messages/{m}"} for m in message_ids}
+        if listed:
+            channel["messages"] = listed
+        if refs:
+            channel["servers"] = refs
+        self.channels[channel_id] = channel
+
+    def consumed_on(
+        self, handlers: Iterable[HandlerDoc], prefix: str, channel_id: str
+    ) -> dict[str, str]:
+        """Each handler's message and receive operation on ``channel_id``; the message ids."""
+        message_ids: dict[str, str] = {}
+        for handler in handlers:
+            message_id = self.ids.make(prefix, handler.queue, handler.body_name or "body")
+            self.messages[message_id] = _message(handler)
+            for name, schema in handler.definitions.items():
+                self.schemas.setdefault(name, schema)
+            operation_id = self.ids.make(prefix, "receive", handler.queue)
+            self.operations[operation_id] = _operation(handler, channel_id, message_id)
+            message_ids[message_id] = message_id
+        return message_ids
+
+
+def _check_consumed_declared(vhost: Vhost, consumed: Mapping[str, list[HandlerDoc]]) -> None:
+    """Every queue a handler consumes is the spec's queue or a sharded exchange's name."""
+    declared = {queue.name for queue in vhost.queues} | {e.name for e in vhost.exchanges}
+    for queue_name in consumed.keys() - declared:
+        handler = consumed[queue_name][0]
+        raise AsyncApiError(
+            f"handler {handler.name} consumes {queue_name!r} in vhost {vhost.name!r},"
+            " which the spec does not declare: give the spec the app was built from"
+        )
 
 
 def _handlers_by_vhost(

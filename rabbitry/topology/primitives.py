@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Self, TypeAlias
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeAlias, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import PydanticUndefined
@@ -398,7 +398,7 @@ class Topology(Primitive):
         return next((v for v in self.vhosts if v.name == name), None)
 
 
-KIND_ORDER: tuple[str, ...] = (
+ResourceKind = Literal[
     "vhost",
     "user",
     "permission",
@@ -410,7 +410,10 @@ KIND_ORDER: tuple[str, ...] = (
     "operator_policy",
     "parameter",
     "global_parameter",
-)
+]
+"""Every kind of broker object, in dependency order."""
+
+KIND_ORDER: tuple[ResourceKind, ...] = get_args(ResourceKind)
 """Dependency order for creation; deletion runs it backwards."""
 
 

@@ -6,7 +6,7 @@ import re
 from urllib.parse import urlsplit
 
 from rabbitry.errors import RabbitryError
-from rabbitry.topology.checks.findings import Findings, check_pattern, vhosts_of
+from rabbitry.topology.checks.findings import Findings, check_pattern, each_named, vhosts_of
 from rabbitry.topology.checks.patterns import check_broker_retry
 from rabbitry.topology.patterns.federation import ALL_UPSTREAMS, policy_name
 from rabbitry.topology.patterns.retries import VIA_BROKER, VIA_QUEUES
@@ -16,7 +16,13 @@ from rabbitry.topology.patterns.sharding import (
     shard_queue_specs,
 )
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec.model import FederationSpec, ShardedExchangeSpec, Spec, VhostSpec
+from rabbitry.topology.spec.model import (
+    FederationPolicySpec,
+    FederationSpec,
+    ShardedExchangeSpec,
+    Spec,
+    VhostSpec,
+)
 from rabbitry.topology.spec.source_map import Loc
 from rabbitry.uri import mask_with
 
@@ -135,40 +141,48 @@ def check_federation(spec: Spec, findings: Findings) -> None:
 def _check_federation(
     federation: FederationSpec, vhost: VhostSpec, loc: Loc, findings: Findings
 ) -> None:
-    upstreams: set[str] = set()
-    for index, upstream in enumerate(federation.upstreams):
-        uloc = (*loc, "upstreams", index)
-        if upstream.name in upstreams:
-            findings.error((*uloc, "name"), f"upstream {upstream.name!r} is declared twice")
-        upstreams.add(upstream.name)
+    upstreams = _check_upstreams(federation, loc, findings)
+    sets = _check_upstream_sets(federation, upstreams, loc, findings)
+    _check_federation_policies(federation, vhost, upstreams, sets, loc, findings)
+
+
+def _check_upstreams(federation: FederationSpec, loc: Loc, findings: Findings) -> set[str]:
+    """Each upstream once, with URIs the plugin takes; the upstreams' names."""
+    for uloc, upstream in each_named(
+        federation.upstreams, (*loc, "upstreams"), "upstream", findings
+    ):
         uris = [upstream.uri] if isinstance(upstream.uri, str) else upstream.uri
         if not uris:
             findings.error((*uloc, "uri"), "an upstream needs at least one URI")
         for uri in uris:
-            try:
-                parts = urlsplit(uri)
-                scheme, username = parts.scheme, parts.username
-            except ValueError as exc:
-                findings.error((*uloc, "uri"), f"not a URI: {mask_with(str(exc), uri)}")
-                continue
-            if scheme not in ("amqp", "amqps"):
-                findings.error((*uloc, "uri"), "an upstream URI starts with amqp:// or amqps://")
-            if upstream.password is not None and not username:
-                findings.error(
-                    (*uloc, "uri"),
-                    "with `password`, the URI names the user: amqp://USER@host:5672/%2F",
-                )
+            _check_upstream_uri(uri, upstream.password is not None, (*uloc, "uri"), findings)
         if upstream.queue_type is not None:
             findings.warning(
                 (*uloc, "queue_type"),
                 "queue_type needs RabbitMQ 3.13 or newer: older brokers refuse the upstream",
             )
-    sets: set[str] = set()
-    for index, upstream_set in enumerate(federation.upstream_sets):
-        sloc = (*loc, "upstream_sets", index)
-        if upstream_set.name in sets:
-            findings.error((*sloc, "name"), f"upstream set {upstream_set.name!r} is declared twice")
-        sets.add(upstream_set.name)
+    return {upstream.name for upstream in federation.upstreams}
+
+
+def _check_upstream_uri(uri: str, with_password: bool, loc: Loc, findings: Findings) -> None:
+    try:
+        parts = urlsplit(uri)
+        scheme, username = parts.scheme, parts.username
+    except ValueError as exc:
+        findings.error(loc, f"not a URI: {mask_with(str(exc), uri)}")
+        return
+    if scheme not in ("amqp", "amqps"):
+        findings.error(loc, "an upstream URI starts with amqp:// or amqps://")
+    if with_password and not username:
+        findings.error(loc, "with `password`, the URI names the user: amqp://USER@host:5672/%2F")
+
+
+def _check_upstream_sets(
+    federation: FederationSpec, upstreams: set[str], loc: Loc, findings: Findings
+) -> set[str]:
+    """Each upstream set once, of declared upstreams; the sets' names."""
+    sets = each_named(federation.upstream_sets, (*loc, "upstream_sets"), "upstream set", findings)
+    for sloc, upstream_set in sets:
         for m_index, member in enumerate(upstream_set.upstreams):
             name = member if isinstance(member, str) else member.upstream
             if name not in upstreams:
@@ -176,6 +190,19 @@ def _check_federation(
                     (*sloc, "upstreams", m_index),
                     f"upstream {name!r} is not declared in `federation.upstreams`",
                 )
+    return {upstream_set.name for upstream_set in federation.upstream_sets}
+
+
+def _check_federation_policies(
+    federation: FederationSpec,
+    vhost: VhostSpec,
+    upstreams: set[str],
+    sets: set[str],
+    loc: Loc,
+    findings: Findings,
+) -> None:
+    """The policies federation generates: named once, of declared upstreams and sets, with a
+    pattern that matches something and no user policy that would win over them."""
     declared_policies = {p.name for p in vhost.policies}
     generated: set[str] = set()
     for kind in ("exchanges", "queues"):
@@ -210,20 +237,30 @@ def _check_federation(
                     (*ploc, "pattern"),
                     f"federation pattern {entry.pattern!r} matches no {kind[:-1]} of this spec",
                 )
-            for policy in vhost.policies:
-                if policy.priority < entry.priority or policy.apply_to.value not in (
-                    "all",
-                    kind,
-                ):
-                    continue
-                try:
-                    shadowed = [o for o in matched if re.search(policy.pattern, o)]
-                except re.error:
-                    continue
-                if shadowed:
-                    findings.warning(
-                        (*ploc, "priority"),
-                        f"policy {policy.name!r} also matches {shadowed[0]!r} with priority"
-                        f" {policy.priority} >= {entry.priority}: only one policy applies to an"
-                        " object, so it may not be federated (raise `priority`)",
-                    )
+            _check_shadowing_policies(entry, kind, matched, vhost, ploc, findings)
+
+
+def _check_shadowing_policies(
+    entry: FederationPolicySpec,
+    kind: str,
+    matched: list[str],
+    vhost: VhostSpec,
+    loc: Loc,
+    findings: Findings,
+) -> None:
+    """A user policy of at least the same priority on a federated object wins over
+    federation's: only one policy applies to an object."""
+    for policy in vhost.policies:
+        if policy.priority < entry.priority or policy.apply_to.value not in ("all", kind):
+            continue
+        try:
+            shadowed = [o for o in matched if re.search(policy.pattern, o)]
+        except re.error:
+            continue
+        if shadowed:
+            findings.warning(
+                (*loc, "priority"),
+                f"policy {policy.name!r} also matches {shadowed[0]!r} with priority"
+                f" {policy.priority} >= {entry.priority}: only one policy applies to an"
+                " object, so it may not be federated (raise `priority`)",
+            )

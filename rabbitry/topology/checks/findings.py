@@ -7,8 +7,9 @@ Checks append findings by location (a path into the document); ``validate`` turn
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.model import QueueSpec, Spec, VhostSpec
@@ -54,6 +55,30 @@ def vhosts_of(spec: Spec) -> Iterator[tuple[Loc, VhostSpec]]:
     """Each vhost with its location."""
     for index, vhost in enumerate(spec.vhosts):
         yield ("vhosts", index), vhost
+
+
+class Named(Protocol):
+    """An entry of a list whose names must differ (delays, upstreams, upstream sets)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=Named)
+
+
+def each_named(
+    entries: Iterable[N], loc: Loc, what: str, findings: Findings
+) -> Iterator[tuple[Loc, N]]:
+    """Each entry of the list at ``loc`` with its location; a name given again is an error
+    (``what`` says what the entries are: ``delay``, ``upstream``)."""
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        entry_loc = (*loc, index)
+        if entry.name in seen:
+            findings.error((*entry_loc, "name"), f"{what} {entry.name!r} is declared twice")
+        seen.add(entry.name)
+        yield entry_loc, entry
 
 
 def check_pattern(pattern: str, loc: Loc, findings: Findings) -> None:

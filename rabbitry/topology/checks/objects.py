@@ -148,24 +148,27 @@ def check_unique_names(spec: Spec, findings: Findings) -> None:
         )
 
 
+_AMQ_RESERVED = {
+    "exchanges": "exchange names starting with 'amq.' are reserved for the broker's own"
+    " exchanges; rename {!r} (bindings may use amq.* as a source)",
+    "queues": "queue names starting with 'amq.' are reserved for the broker; rename {!r}",
+}
+"""What declaring an amq.* exchange or queue is told."""
+
+
 def check_reserved_names(spec: Spec, findings: Findings) -> None:
     """amq.* names belong to the broker, and the prefixes of its plugins' queues to them
     (``plugin_objects``): declaring one is refused."""
     for loc, vhost in vhosts_of(spec):
-        for i, exchange in enumerate(vhost.exchanges):
-            if exchange.name.startswith("amq."):
-                findings.error(
-                    (*loc, "exchanges", i, "name"),
-                    f"exchange names starting with 'amq.' are reserved for the broker's own "
-                    f"exchanges; rename {exchange.name!r} (bindings may use amq.* as a source)",
-                )
+        declared = {
+            "exchanges": [exchange.name for exchange in vhost.exchanges],
+            "queues": [queue.name for queue in vhost.queues],
+        }
+        for key, names in declared.items():
+            for i, name in enumerate(names):
+                if name.startswith("amq."):
+                    findings.error((*loc, key, i, "name"), _AMQ_RESERVED[key].format(name))
         for i, queue in enumerate(vhost.queues):
-            if queue.name.startswith("amq."):
-                findings.error(
-                    (*loc, "queues", i, "name"),
-                    f"queue names starting with 'amq.' are reserved for the broker; "
-                    f"rename {queue.name!r}",
-                )
             prefix = reserved_queue_prefix(queue.name)
             if prefix is not None:
                 findings.error(

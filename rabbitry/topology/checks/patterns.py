@@ -6,6 +6,7 @@ from rabbitry.errors import RabbitryError
 from rabbitry.policies.delay import BinaryDelays
 from rabbitry.topology.checks.findings import (
     Findings,
+    each_named,
     effective_queue_type,
     exchange_exists,
     vhosts_of,
@@ -39,12 +40,7 @@ def check_delays(spec: Spec, findings: Findings) -> None:
     for vloc, vhost in vhosts_of(spec):
         queues = {q.name for q in vhost.queues}
         exchanges = {e.name for e in vhost.exchanges}
-        seen: set[str] = set()
-        for index, delay in enumerate(vhost.delays):
-            loc = (*vloc, "delays", index)
-            if delay.name in seen:
-                findings.error((*loc, "name"), f"delay {delay.name!r} is declared twice")
-            seen.add(delay.name)
+        for loc, delay in each_named(vhost.delays, (*vloc, "delays"), "delay", findings):
             binary_only = [k for k in ("unit", "max", "count") if k in delay.model_fields_set]
             if delay.levels != "binary" and binary_only:
                 findings.error(
@@ -203,30 +199,39 @@ def check_broker_retry(queue: QueueSpec, qtype: QueueType, loc: Loc, findings: F
             f" queue must dead-letter into its parking lot {parking!r}: remove `dead_letter`"
             " or set it to `parking`",
         )
-    backoff = retry.backoff
-    if isinstance(backoff, ExponentialBackoffSpec):
-        if backoff.jitter:
-            findings.error(
-                (*loc, "retry", "backoff", "jitter"),
-                "retry via broker cannot spread delays: the broker gives every message the same"
-                " delay for the same delivery; remove jitter, or retry `via:` a binary delay",
-            )
-        elif (problem := linear_problem(retry)) is not None:
-            findings.warning(
-                (*loc, "retry", "backoff"),
-                f"retry via broker approximates the exponential back-off: {problem}; write"
-                " the tiers as a ramp to say so, or retry `via: queues` for exponential delays",
-            )
-        return
-    if 0 in retry_policy(retry).backoff.schedule_ms(retry.attempts - 1):
+    _check_broker_backoff(retry, (*loc, "retry", "backoff"), findings)
+
+
+def _check_broker_backoff(retry: RetrySpec, loc: Loc, findings: Findings) -> None:
+    """A back-off the broker's linear delay can hold: the same delay for every message of a
+    delivery (no jitter), at least 1ms, tiers a ramp (exponential ones only approximated)."""
+    exponential = isinstance(retry.backoff, ExponentialBackoffSpec)
+    if isinstance(retry.backoff, ExponentialBackoffSpec) and retry.backoff.jitter:
         findings.error(
-            (*loc, "retry", "backoff"),
+            (*loc, "jitter"),
+            "retry via broker cannot spread delays: the broker gives every message the same"
+            " delay for the same delivery; remove jitter, or retry `via:` a binary delay",
+        )
+        return
+    if not exponential and 0 in retry_policy(retry).backoff.schedule_ms(retry.attempts - 1):
+        findings.error(
+            loc,
             "retry via broker waits at least 1ms (x-delayed-retry-min): a tier of 0 cannot be"
             " expressed; use 1ms, or retry `via: queues`",
         )
-    elif (problem := linear_problem(retry)) is not None:
+        return
+    problem = linear_problem(retry)
+    if problem is None:
+        return
+    if exponential:
+        findings.warning(
+            loc,
+            f"retry via broker approximates the exponential back-off: {problem}; write"
+            " the tiers as a ramp to say so, or retry `via: queues` for exponential delays",
+        )
+    else:
         findings.error(
-            (*loc, "retry", "backoff"),
+            loc,
             f"retry via broker cannot hold these tiers: {problem}; write them as a ramp"
             " ([d, 2d, 3d, ..., up to a longest delay]) or retry `via: queues`",
         )

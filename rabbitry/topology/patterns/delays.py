@@ -82,112 +82,94 @@ def declare_delays(draft: VhostDraft) -> None:
     for spec in draft.spec.delays:
         scheme = delay_scheme(spec)
         qtype = QueueType(spec.queue_type)
-        deliver, unroutable, parking = (
-            scheme.delivery_exchange,
-            f"{spec.name}.unroutable",
-            f"{spec.name}.parking",
-        )
-        draft.exchanges.append(
-            Exchange(
-                name=deliver, type=ExchangeType.TOPIC, arguments={"alternate-exchange": unroutable}
-            )
-        )
-        draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
-        mark = scheme.layout_exchange
+        _declare_delivery(draft, spec, scheme, qtype)
         if isinstance(scheme, BinaryDelays):
-            draft.exchanges.append(Exchange(name=mark, type=ExchangeType.TOPIC))
-            draft.bindings.append(
-                Binding(
-                    source=mark,
-                    destination=deliver,
-                    destination_type=DestinationType.EXCHANGE,
-                    routing_key=scheme.no_delay_pattern,
-                )
-            )
+            _declare_binary_levels(draft, scheme, qtype)
         else:
-            draft.exchanges.append(Exchange(name=mark, type=ExchangeType.FANOUT, internal=True))
-        draft.queues.append(holding_queue(parking, qtype))
-        draft.bindings.append(Binding(source=unroutable, destination=parking))
+            _declare_fixed_levels(draft, scheme, qtype)
+        _declare_targets(draft, spec, scheme, qtype)
 
-        if isinstance(scheme, BinaryDelays):
-            for level in range(scheme.levels):
-                name = scheme.level_exchange(level)
-                below = scheme.level_exchange(level - 1) if level else deliver
-                draft.exchanges.append(Exchange(name=name, type=ExchangeType.TOPIC))
-                draft.queues.append(
-                    Queue(
-                        name=scheme.level_queue(level),
-                        type=qtype,
-                        arguments=ttl_queue_arguments(
-                            qtype.value, scheme.level_ttl_ms(level), below
-                        ),
-                    )
-                )
-                draft.bindings.append(
-                    Binding(
-                        source=name,
-                        destination=scheme.level_queue(level),
-                        routing_key=scheme.queue_pattern(level),
-                    )
-                )
-                draft.bindings.append(
-                    Binding(
-                        source=name,
-                        destination=below,
-                        destination_type=DestinationType.EXCHANGE,
-                        routing_key=scheme.skip_pattern(level),
-                    )
-                )
-                draft.bindings.append(
-                    Binding(
-                        source=mark,
-                        destination=name,
-                        destination_type=DestinationType.EXCHANGE,
-                        routing_key=scheme.entry_pattern(level),
-                    )
-                )
-        else:
-            draft.exchanges.append(Exchange(name=scheme.entry_exchange, type=ExchangeType.TOPIC))
-            for index, ttl in enumerate(scheme.levels_ms):
-                draft.queues.append(
-                    Queue(
-                        name=scheme.level_queue(index),
-                        type=qtype,
-                        arguments=ttl_queue_arguments(qtype.value, ttl, deliver),
-                    )
-                )
-                draft.bindings.append(
-                    Binding(
-                        source=scheme.entry_exchange,
-                        destination=scheme.level_queue(index),
-                        routing_key=scheme.queue_pattern(index),
-                    )
-                )
 
-        for address, exchange, routing_key in _targets(draft.spec, spec):
-            if exchange is None:
-                draft.bindings.append(
-                    Binding(
-                        source=deliver,
-                        destination=address,
-                        routing_key=scheme.delivery_pattern(address),
-                    )
-                )
-                continue
-            # A routing key cannot be rewritten in flight except by dead-lettering: land the
-            # message in a TTL-0 queue that dead-letters to the exchange with the target's key.
-            landing = f"{spec.name}.to.{address}"
-            draft.queues.append(
-                Queue(
-                    name=landing,
-                    type=qtype,
-                    arguments=ttl_queue_arguments(qtype.value, 0, exchange, routing_key),
-                )
+def _declare_delivery(
+    draft: VhostDraft, spec: DelaySpec, scheme: DelayScheme, qtype: QueueType
+) -> None:
+    """The delivery exchange, its parking lot for what no target takes, and the layout mark
+    (a binary delay's way in: "no bit set" goes straight to delivery)."""
+    deliver = scheme.delivery_exchange
+    unroutable, parking = f"{spec.name}.unroutable", f"{spec.name}.parking"
+    draft.exchanges.append(
+        Exchange(
+            name=deliver, type=ExchangeType.TOPIC, arguments={"alternate-exchange": unroutable}
+        )
+    )
+    draft.exchanges.append(Exchange(name=unroutable, type=ExchangeType.FANOUT))
+    mark = scheme.layout_exchange
+    if isinstance(scheme, BinaryDelays):
+        draft.exchanges.append(Exchange(name=mark, type=ExchangeType.TOPIC))
+        draft.bindings.append(_exchange_binding(mark, deliver, scheme.no_delay_pattern))
+    else:
+        draft.exchanges.append(Exchange(name=mark, type=ExchangeType.FANOUT, internal=True))
+    draft.queues.append(holding_queue(parking, qtype))
+    draft.bindings.append(Binding(source=unroutable, destination=parking))
+
+
+def _declare_binary_levels(draft: VhostDraft, scheme: BinaryDelays, qtype: QueueType) -> None:
+    """Level k: an exchange and a queue of TTL ``unit * 2**k`` dead-lettering one level down
+    (level 0 into delivery); "bit k set" waits in the queue, "bit k clear" skips it."""
+    for level in range(scheme.levels):
+        name = scheme.level_exchange(level)
+        below = scheme.level_exchange(level - 1) if level else scheme.delivery_exchange
+        queue = scheme.level_queue(level)
+        arguments = ttl_queue_arguments(qtype.value, scheme.level_ttl_ms(level), below)
+        draft.exchanges.append(Exchange(name=name, type=ExchangeType.TOPIC))
+        draft.queues.append(Queue(name=queue, type=qtype, arguments=arguments))
+        draft.bindings.append(
+            Binding(source=name, destination=queue, routing_key=scheme.queue_pattern(level))
+        )
+        draft.bindings.append(_exchange_binding(name, below, scheme.skip_pattern(level)))
+        entry = scheme.entry_pattern(level)
+        draft.bindings.append(_exchange_binding(scheme.layout_exchange, name, entry))
+
+
+def _declare_fixed_levels(draft: VhostDraft, scheme: FixedDelays, qtype: QueueType) -> None:
+    """One TTL queue per level behind the entry exchange, each dead-lettering into delivery."""
+    draft.exchanges.append(Exchange(name=scheme.entry_exchange, type=ExchangeType.TOPIC))
+    for index, ttl in enumerate(scheme.levels_ms):
+        queue = scheme.level_queue(index)
+        arguments = ttl_queue_arguments(qtype.value, ttl, scheme.delivery_exchange)
+        draft.queues.append(Queue(name=queue, type=qtype, arguments=arguments))
+        draft.bindings.append(
+            Binding(
+                source=scheme.entry_exchange,
+                destination=queue,
+                routing_key=scheme.queue_pattern(index),
             )
-            draft.bindings.append(
-                Binding(
-                    source=deliver,
-                    destination=landing,
-                    routing_key=scheme.delivery_pattern(address),
-                )
-            )
+        )
+
+
+def _declare_targets(
+    draft: VhostDraft, spec: DelaySpec, scheme: DelayScheme, qtype: QueueType
+) -> None:
+    """Each target bound on delivery by its address: a queue directly, an exchange through a
+    landing queue."""
+    deliver = scheme.delivery_exchange
+    for address, exchange, routing_key in _targets(draft.spec, spec):
+        pattern = scheme.delivery_pattern(address)
+        if exchange is None:
+            draft.bindings.append(Binding(source=deliver, destination=address, routing_key=pattern))
+            continue
+        # A routing key cannot be rewritten in flight except by dead-lettering: land the
+        # message in a TTL-0 queue that dead-letters to the exchange with the target's key.
+        landing = f"{spec.name}.to.{address}"
+        arguments = ttl_queue_arguments(qtype.value, 0, exchange, routing_key)
+        draft.queues.append(Queue(name=landing, type=qtype, arguments=arguments))
+        draft.bindings.append(Binding(source=deliver, destination=landing, routing_key=pattern))
+
+
+def _exchange_binding(source: str, destination: str, routing_key: str) -> Binding:
+    return Binding(
+        source=source,
+        destination=destination,
+        destination_type=DestinationType.EXCHANGE,
+        routing_key=routing_key,
+    )

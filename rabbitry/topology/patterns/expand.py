@@ -9,6 +9,7 @@ vhost spec and add the exchanges, queues, bindings and policies they stand for. 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from rabbitry.topology import primitives
 from rabbitry.topology.patterns.delays import declare_delays
@@ -18,7 +19,13 @@ from rabbitry.topology.patterns.retries import declare_retries
 from rabbitry.topology.patterns.sharding import declare_modulus_sharding, declare_sharded_exchanges
 from rabbitry.topology.patterns.shovels import declare_shovels
 from rabbitry.topology.patterns.super_streams import declare_super_streams
-from rabbitry.topology.spec.model import QueueSpec, Spec, UserSpec
+from rabbitry.topology.spec.model import (
+    OperatorPolicySpec,
+    PolicySpec,
+    QueueSpec,
+    Spec,
+    UserSpec,
+)
 
 __all__ = ["VHOST_STEPS", "ExpansionStep", "VhostDraft", "expand"]
 
@@ -96,26 +103,24 @@ def declare_bindings(draft: VhostDraft) -> None:
 
 
 def declare_policies(draft: VhostDraft) -> None:
-    for spec in draft.spec.policies:
-        draft.policies.append(
-            primitives.Policy(
-                name=spec.name,
-                pattern=spec.pattern,
-                apply_to=spec.apply_to,
-                priority=spec.priority,
-                definition={**spec.definition.as_broker_dict(), **spec.unchecked_definition},
-            )
-        )
-    for op in draft.spec.operator_policies:
-        draft.operator_policies.append(
-            primitives.OperatorPolicy(
-                name=op.name,
-                pattern=op.pattern,
-                apply_to=op.apply_to,
-                priority=op.priority,
-                definition={**op.definition.as_broker_dict(), **op.unchecked_definition},
-            )
-        )
+    draft.policies.extend(_policy(primitives.Policy, spec) for spec in draft.spec.policies)
+    draft.operator_policies.extend(
+        _policy(primitives.OperatorPolicy, spec) for spec in draft.spec.operator_policies
+    )
+
+
+AnyPolicy = TypeVar("AnyPolicy", bound=primitives.Policy)
+
+
+def _policy(kind: type[AnyPolicy], spec: PolicySpec | OperatorPolicySpec) -> AnyPolicy:
+    """A user or operator policy: the checked keys of its definition, then the unchecked."""
+    return kind(
+        name=spec.name,
+        pattern=spec.pattern,
+        apply_to=spec.apply_to,
+        priority=spec.priority,
+        definition={**spec.definition.as_broker_dict(), **spec.unchecked_definition},
+    )
 
 
 def declare_access(draft: VhostDraft) -> None:

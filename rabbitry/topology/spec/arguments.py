@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from rabbitry.topology.primitives import QueueType
-from rabbitry.topology.spec.field_docs import describe
+from rabbitry.topology.spec.field_docs import SPEC_MODEL_CONFIG
 from rabbitry.topology.spec.quantities import Bytes, MaxAge, Milliseconds
 
 Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
@@ -62,13 +62,7 @@ HaParams = Annotated[
 class KnownKeys(BaseModel):
     """A mapping of broker keys: every field is optional and named by its alias."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra=describe,  # field docstrings, read when a schema is made
-        frozen=True,
-        coerce_numbers_to_str=True,
-        defer_build=True,
-    )
+    model_config = ConfigDict(**SPEC_MODEL_CONFIG, frozen=True)
 
     misplaced: ClassVar[dict[str, str]] = {}
     """Keys that belong somewhere else in the spec, with what to write instead."""

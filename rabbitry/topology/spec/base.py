@@ -13,11 +13,11 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, Any, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, Field, PlainValidator, WithJsonSchema
 
 from rabbitry.topology.primitives import ExchangeType
 from rabbitry.topology.spec.arguments import ExchangeArguments, QueueArguments
-from rabbitry.topology.spec.field_docs import describe
+from rabbitry.topology.spec.field_docs import SPEC_MODEL_CONFIG
 from rabbitry.uri import mask_value
 
 # One shared "no arguments" value: the models are frozen, and a fresh one per queue (21 fields,
@@ -101,12 +101,7 @@ SpecExchangeType = Annotated[
 class SpecModel(BaseModel):
     """Base of the document models: unknown keys are errors, numbers are accepted as names."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra=describe,  # field docstrings, read when a schema is made
-        coerce_numbers_to_str=True,
-        defer_build=True,
-    )
+    model_config = SPEC_MODEL_CONFIG
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # passwords in URIs and password-like keys never reach a repr, a log or a traceback

@@ -17,7 +17,7 @@ import inspect
 import sys
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 
 @functools.cache
@@ -63,4 +63,13 @@ def describe(schema: dict[str, Any], cls: type[BaseModel]) -> None:
             prop["description"] = doc  # as a field's own description, over its type's
 
 
-__all__ = ["describe", "field_docs"]
+SPEC_MODEL_CONFIG = ConfigDict(
+    extra="forbid",
+    json_schema_extra=describe,  # field docstrings, read when a schema is made
+    coerce_numbers_to_str=True,
+    defer_build=True,
+)
+"""What every model of the spec shares: unknown keys are errors, numbers are accepted as
+names, the field docs become the schema's descriptions, and a model is built on first use."""
+
+__all__ = ["SPEC_MODEL_CONFIG", "describe", "field_docs"]

@@ -42,27 +42,46 @@ DURATION_PATTERN = r"^\s*(\d+\s*(ms|s|m|h|d)\s*)+$|^\s*\d+\s*$"
 SIZE_PATTERN = r"^\s*\d+\s*([kKmMgGtT][iI]?[bB]|[bB])?\s*$"
 MAX_AGE_PATTERN = r"^\d+[YMDhmsdy]$"
 
+_DURATION_FORMATS = tuple(
+    (unit, factor) for unit, factor in reversed(DURATION_UNITS_MS.items()) if factor > 1
+)
+"""The units a duration is written back in, largest first (milliseconds stay an int)."""
+_SIZE_FORMATS = tuple(
+    (_SIZE_NAMES[name], SIZE_UNITS[name])
+    for name in ("tib", "gib", "mib", "kib", "tb", "gb", "mb", "kb")
+)
+"""The units a size is written back in: IEC first, then SI, largest first (bytes stay an int)."""
+
 _DURATION_PART = re.compile(r"(\d+)\s*(ms|s|m|h|d)")
 _DURATION = re.compile(DURATION_PATTERN)
 _SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
 _MAX_AGE = re.compile(r"^(\d+)([YMDhmsdy])$")
 
 
-def parse_duration(value: object) -> int:
-    """Milliseconds from an int or a text like ``"30s"``, ``"1h30m"``, ``"250ms"``."""
+def _whole_number(value: object, what: str, examples: str) -> int | None:
+    """``value`` when it is a whole number of the unit (an int, or a float without a fraction),
+    else None; a negative one or a bool (YAML's yes/no) is refused, said as ``what``."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s, 5m, 1h or milliseconds, got {value}")
+        raise ValueError(f"expected {what} such as {examples}, got {value}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"a duration cannot be negative, got {value}")
+            raise ValueError(f"{what} cannot be negative, got {value}")
         return value
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
+    return None
+
+
+def parse_duration(value: object) -> int:
+    """Milliseconds from an int or a text like ``"30s"``, ``"1h30m"``, ``"250ms"``."""
     if isinstance(value, str) and _DURATION.match(value):
         text = value.strip()
         if text.isdigit():
             return int(text)
         return sum(int(n) * DURATION_UNITS_MS[unit] for n, unit in _DURATION_PART.findall(text))
+    number = _whole_number(value, "a duration", "30s, 5m, 1h or milliseconds")
+    if number is not None:
+        return number
     raise ValueError(
         f"expected a duration such as 250ms, 30s, 5m, 1h, 2d, 1h30m or an integer number of "
         f"milliseconds, got {value!r}"
@@ -71,24 +90,14 @@ def parse_duration(value: object) -> int:
 
 def format_duration(ms: int) -> int | str:
     """The shortest exact text for ``ms`` (``30000`` -> ``"30s"``); small odd values stay ints."""
-    if ms <= 0:
-        return ms
-    for unit, factor in reversed(DURATION_UNITS_MS.items()):
-        if factor > 1 and ms % factor == 0:
-            return f"{ms // factor}{unit}"
-    return ms
+    return _in_largest_unit(ms, _DURATION_FORMATS)
 
 
 def parse_size(value: object) -> int:
     """Bytes from an int or a text like ``"10MB"`` (10 * 1000**2) or ``"1GiB"`` (1024**3)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size such as 10MB, 512KiB or a number of bytes, got {value}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"a size cannot be negative, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
+    number = _whole_number(value, "a size", "10MB, 512KiB or a number of bytes")
+    if number is not None:
+        return number
     if isinstance(value, str):
         match = _SIZE.match(value)
         if match and match[2].lower() in (*SIZE_UNITS, ""):
@@ -101,13 +110,18 @@ def parse_size(value: object) -> int:
 
 def format_size(size: int) -> int | str:
     """The shortest exact text for ``size``: IEC units first, then SI, else the plain int."""
-    if size <= 0:
-        return size
-    for names in (("tib", "gib", "mib", "kib"), ("tb", "gb", "mb", "kb")):
-        for name in names:
-            if size % SIZE_UNITS[name] == 0:
-                return f"{size // SIZE_UNITS[name]}{_SIZE_NAMES[name]}"
-    return size
+    return _in_largest_unit(size, _SIZE_FORMATS)
+
+
+def _in_largest_unit(value: int, units: tuple[tuple[str, int], ...]) -> int | str:
+    """``value`` in the first of ``units`` (name, factor) that divides it exactly, else as it
+    is (as is zero or less)."""
+    if value <= 0:
+        return value
+    for name, factor in units:
+        if value % factor == 0:
+            return f"{value // factor}{name}"
+    return value
 
 
 def parse_max_age(value: object) -> str:

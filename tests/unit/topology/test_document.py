@@ -246,21 +246,27 @@ bindings = st.builds(
     routing_key=texts,
     arguments=st.dictionaries(texts, json_values, max_size=2),
 )
-policies = st.builds(
-    p.Policy,
-    name=names,
-    pattern=texts,
-    apply_to=st.sampled_from(p.ApplyTo),
-    priority=st.integers(-5, 5),
-    definition=argument_maps(POLICY_VALUES),
-)
-operator_policies = st.builds(
+
+
+def policies_of(
+    kind: type[p.Policy], priorities: st.SearchStrategy[int], definitions: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Any]:
+    """User or operator policies (``kind``) with these priorities and definitions."""
+    return st.builds(
+        kind,
+        name=names,
+        pattern=texts,
+        apply_to=st.sampled_from(p.ApplyTo),
+        priority=priorities,
+        definition=definitions,
+    )
+
+
+policies = policies_of(p.Policy, st.integers(-5, 5), argument_maps(POLICY_VALUES))
+operator_policies = policies_of(
     p.OperatorPolicy,
-    name=names,
-    pattern=texts,
-    apply_to=st.sampled_from(p.ApplyTo),
-    priority=st.integers(0, 5),
-    definition=argument_maps({"max-length": non_negative, "message-ttl": non_negative}),
+    st.integers(0, 5),
+    argument_maps({"max-length": non_negative, "message-ttl": non_negative}),
 )
 vhosts = st.builds(
     p.Vhost,

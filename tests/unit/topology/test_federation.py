@@ -166,6 +166,11 @@ def test_rendered_upstream_password_is_masked_by_the_cli(tmp_path: object) -> No
             "declared twice",
         ),
         ("federation: {upstream_sets: [{name: s, upstreams: [nope]}]}", "'nope' is not declared"),
+        (
+            "federation:\n  upstreams: [{name: a, uri: 'amqp://h'}]\n"
+            "  upstream_sets: [{name: s, upstreams: [a]}, {name: s, upstreams: [a]}]",
+            "upstream set 's' is declared twice",
+        ),
         ("federation: {exchanges: [{pattern: x, upstream: nope}]}", "upstream 'nope' is not"),
         ("federation: {queues: [{pattern: x, upstream_set: nope}]}", "set 'nope' is not"),
         (

@@ -184,6 +184,12 @@ def test_generated_names_must_not_clash() -> None:
     assert any("later.parking" in p and "also declared" in p for p in problems)
 
 
+def test_a_delay_named_twice_is_reported_at_its_second_name() -> None:
+    problems = messages("delays: [{name: later}, {name: later}]")
+    assert any("delays[1].name" in p and "delay 'later' is declared twice" in p for p in problems)
+    assert not any("delays[0].name" in p for p in problems)
+
+
 def test_delay_targets_must_exist() -> None:
     problems = messages("delays: [{name: d, targets: [{queue: ghost}, {name: x, exchange: nope}]}]")
     assert any("ghost" in p for p in problems) and any("nope" in p for p in problems)
