@@ -17,9 +17,9 @@ from typing import Any, Unpack
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.connector import connect
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session, State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
@@ -38,6 +38,7 @@ from rabbitry.publisher.requests import (
     start_request,
     timed_out,
 )
+from rabbitry.publisher.resend import publisher_outage
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -302,33 +303,18 @@ class Publisher(PublisherBase):
     def _open(self, *, first: bool) -> None:
         """Connect (again), with back-off; unconfirmed messages are republished once ready."""
         self._drop_socket()
-        retry = Reconnect(self.settings, time.monotonic(), self.walk, after_loss=not first)
-        resend = self.tracker.take_unsettled() if self.confirms else []
-        if not first:
-            self.reconnects += 1
-            self.replies.channel_lost("the connection was lost")
-        while True:
-            try:
-                self._connect_once(retry.target, resend)
-                self._broken = None
-                if not first:
-                    logger.info("connected to %s", retry.target.display)
-                if resend:
-                    self._announce_republish(resend)
-                return
-            except (OSError, Disconnected, BrokerError) as exc:
-                self._drop_socket()
-                try:
-                    pause = retry.failed(exc, time.monotonic())
-                except BrokerError as final:
-                    for d in resend:
-                        self.tracker.fail_detached(
-                            d, ConnectionLost(f"message {d.message_id}: {final}")
-                        )
-                    if isinstance(final, ConnectionLost):
-                        self._broken = final
-                    raise
-                time.sleep(pause)
+        outage, resend = publisher_outage(
+            self,
+            first=first,
+            tidy=lambda exc: self._drop_socket(),
+            gave_up=self._gave_up,
+        )
+        connect(outage, lambda target: self._connect_once(target, resend))
+        self._broken = None
+
+    def _gave_up(self, final: BaseException) -> None:
+        if isinstance(final, ConnectionLost):
+            self._broken = final
 
     def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
         self._wire = wire = SocketWire(target)
