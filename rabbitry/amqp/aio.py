@@ -100,7 +100,7 @@ async def connect_async(
 ) -> T | None:
     """``rabbitry.amqp.connector.connect`` for asyncio: the same tries, the pauses awaited (a
     cancelled wait gives the outage up)."""
-    try:
+    with outage.ending():
         while outage.going:
             try:
                 connection = await attempt(outage.target)
@@ -108,7 +108,4 @@ async def connect_async(
                 await asyncio.sleep(outage.failed(exc, time.monotonic()))
                 continue
             return outage.connected(connection)
-    except BaseException as exc:
-        outage.give_up(exc)
-        raise
     return None

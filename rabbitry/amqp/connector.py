@@ -27,13 +27,15 @@ The rule:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rabbitry.amqp.blocking import Disconnected
-from rabbitry.amqp.reconnect import NodeWalk, Reconnect
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError
 
@@ -51,33 +53,22 @@ def _nothing(_: object = None) -> None:
     return None
 
 
+@dataclass(eq=False)
 class Outage:
-    """The tries of one outage and the client's hooks around them; no I/O, no clock."""
+    """The tries of one outage (``rule``) and the client's hooks around them; no I/O, no clock."""
 
-    def __init__(
-        self,
-        settings: ConnectionSettings,
-        walk: NodeWalk,
-        now: float,
-        *,
-        after_loss: bool,
-        tidy: Callable[[BaseException], None] = _nothing,
-        restored: Callable[[], None] = _nothing,
-        gave_up: Callable[[BaseException], None] = _nothing,
-        stopping: Callable[[], bool] | None = None,
-    ) -> None:
-        self.rule = Reconnect(settings, now, walk, after_loss=after_loss)
-        self.after_loss = after_loss
-        self._tidy = tidy
-        self._restored = restored
-        self._gave_up = gave_up
-        self._stopping = stopping
-        self._over = False
+    rule: Reconnect
+    """Where the next try goes and how long to wait after a failed one."""
+    tidy: Callable[[BaseException], None] = _nothing
+    restored: Callable[[], None] = _nothing
+    gave_up: Callable[[BaseException], None] = _nothing
+    stopping: Callable[[], bool] | None = None
+    _over: bool = field(default=False, init=False)
 
     @property
     def going(self) -> bool:
         """Whether to try (again): the client has not begun to close."""
-        return self._stopping is None or not self._stopping()
+        return self.stopping is None or not self.stopping()
 
     @property
     def target(self) -> ConnectionSettings:
@@ -86,15 +77,15 @@ class Outage:
 
     def failed(self, exc: BaseException, now: float) -> float:
         """Seconds to wait before the next try; raises when the outage ends in an error."""
-        self._tidy(exc)
+        self.tidy(exc)
         return self.rule.failed(exc, now)
 
     def connected(self, connection: T) -> T:
         """End the outage with ``connection``: say so where it was in doubt, run ``restored``."""
         self._over = True
-        if self.after_loss or self.rule.failures:
+        if self.rule.after_loss or self.rule.failures:
             logger.info("connected to %s", self.rule.target.display)
-        self._restored()
+        self.restored()
         return connection
 
     def give_up(self, error: BaseException) -> None:
@@ -102,13 +93,23 @@ class Outage:
         client's ``gave_up`` hook, once, unless a connection ended it first."""
         if not self._over:
             self._over = True
-            self._gave_up(error)
+            self.gave_up(error)
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """Around the tries: an error that escapes them (the rule's, or a wait cancelled)
+        ends the outage through ``give_up``."""
+        try:
+            yield
+        except BaseException as exc:
+            self.give_up(exc)
+            raise
 
 
 def connect(outage: Outage, attempt: Callable[[ConnectionSettings], T]) -> T | None:
     """Try ``attempt`` (one connection to the node it is given) until it connects, blocking
     through the pauses; None when the client began to close first."""
-    try:
+    with outage.ending():
         while outage.going:
             try:
                 connection = attempt(outage.target)
@@ -116,7 +117,4 @@ def connect(outage: Outage, attempt: Callable[[ConnectionSettings], T]) -> T | N
                 time.sleep(outage.failed(exc, time.monotonic()))
                 continue
             return outage.connected(connection)
-    except BaseException as exc:
-        outage.give_up(exc)
-        raise
     return None

@@ -19,7 +19,6 @@ from collections.abc import Generator
 from typing import Any, Self, Unpack, cast
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
-from rabbitry.amqp.connector import Outage
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.aio_handlers import HandlerRunner
@@ -37,6 +36,7 @@ from rabbitry.consumer.shells import (
     log_stopped,
     note_lost,
     return_unhandled,
+    worker_outage,
 )
 from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
@@ -250,14 +250,7 @@ class AsyncWorker(HandlerRunner):
 
     async def _connect(self, *, after_loss: bool) -> None:
         core = self.core
-        outage = Outage(
-            core.settings,
-            core.walk,
-            time.monotonic(),
-            after_loss=after_loss,
-            tidy=self._failed_try,
-            stopping=lambda: self._stopping,
-        )
+        outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
         await connect_async(outage, self._connect_once)
 
     async def _connect_once(self, s: ConnectionSettings) -> None:

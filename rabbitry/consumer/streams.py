@@ -41,7 +41,7 @@ from typing import Any
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.message import CHANNEL
-from rabbitry.amqp.reconnect import NodeWalk
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
@@ -145,11 +145,8 @@ class StreamReader:
             if self._session.refused is None:
                 return self._wire, self._session
             self.close()  # the channel is gone: a fresh connection for what comes next
-        outage = Outage(
-            self.settings, NodeWalk(self.settings), time.monotonic(), after_loss=False,
-            tidy=self._unreachable,
-        )  # fmt: skip
-        opened = connect(outage, self._open)
+        rule = Reconnect(self.settings, time.monotonic())
+        opened = connect(Outage(rule, tidy=self._unreachable), self._open)
         assert opened is not None  # a reader never stops an outage half way
         self._wire, self._session = opened
         self._unacked = self._last_tag = self._acked_tag = 0

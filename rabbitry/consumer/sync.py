@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
-from rabbitry.amqp.connector import Outage, connect
+from rabbitry.amqp.connector import connect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
@@ -40,6 +40,7 @@ from rabbitry.consumer.shells import (
     log_stopped,
     note_lost,
     return_unhandled,
+    worker_outage,
 )
 from rabbitry.consumer.worker_options import (
     AsyncWorkerKeywords,
@@ -218,14 +219,7 @@ class Worker:
         core = self.core
         after_loss = False
         while not self._stopping:
-            outage = Outage(
-                core.settings,
-                core.walk,
-                time.monotonic(),
-                after_loss=after_loss,
-                tidy=self._failed_try,
-                stopping=lambda: self._stopping,
-            )
+            outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
             session = connect(outage, self._connect)
             if session is None:
                 break

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.connector import Outage
 from rabbitry.amqp.errors import ConnectionLost
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.errors import BrokerError
 from rabbitry.publisher.base import PublisherBase
 
@@ -42,10 +43,7 @@ def publisher_outage(
         gave_up(error)
 
     outage = Outage(
-        publisher.settings,
-        publisher.walk,
-        time.monotonic(),
-        after_loss=not first,
+        Reconnect(publisher.settings, time.monotonic(), publisher.walk, after_loss=not first),
         tidy=tidy,
         restored=lambda: publisher._announce_republish(resend),
         gave_up=fail_resend,
