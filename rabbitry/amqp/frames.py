@@ -167,66 +167,56 @@ def headers_table(headers: Mapping[str, Any]) -> bytes:
     return bytes(encode.field_table(dict(headers)))
 
 
-def properties_prefix(
+def properties_around_headers(
     *,
     content_type: str | None,
     content_encoding: str | None,
-    headers: Mapping[str, Any] | None,
     delivery_mode: int | None,
     priority: int | None,
     correlation_id: str | None,
     reply_to: str | None,
     expiration: str | None,
-) -> tuple[int, bytes]:
-    """Flags and bytes of the properties that precede the message id in wire order."""
-    # written out property by property, not read from a table: it runs for every message that
-    # has headers, and a loop over (flag, name, encoder) rows measured over twice as slow
-    flags = 0
-    parts: list[bytes] = []
-    if content_type is not None:
-        flags |= FLAG_CONTENT_TYPE
-        parts.append(shortstr(content_type, "content type"))
-    if content_encoding is not None:
-        flags |= FLAG_CONTENT_ENCODING
-        parts.append(shortstr(content_encoding, "content encoding"))
-    if headers is not None:
-        flags |= FLAG_HEADERS
-        parts.append(headers_table(headers))
-    if delivery_mode is not None:
-        flags |= FLAG_DELIVERY_MODE
-        parts.append(bytes((delivery_mode,)))
-    if priority is not None:
-        if not 0 <= priority <= 255:
-            raise ValueError(f"priority must be between 0 and 255, got {priority}")
-        flags |= FLAG_PRIORITY
-        parts.append(bytes((priority,)))
-    if correlation_id is not None:
-        flags |= FLAG_CORRELATION_ID
-        parts.append(shortstr(correlation_id, "correlation id"))
-    if reply_to is not None:
-        flags |= FLAG_REPLY_TO
-        parts.append(shortstr(reply_to, "reply-to"))
-    if expiration is not None:
-        flags |= FLAG_EXPIRATION
-        parts.append(shortstr(expiration, "expiration"))
-    return flags, b"".join(parts)
+) -> tuple[int, bytes, bytes]:
+    """The properties that precede the message id in wire order, but for the headers: their
+    flags, and their bytes before and after where the headers go. Builders cache this per value
+    set and put each message's headers (``headers_table``) between, with ``FLAG_HEADERS``."""
+    if priority is not None and not 0 <= priority <= 255:
+        raise ValueError(f"priority must be between 0 and 255, got {priority}")
+    first, before = _properties(
+        (FLAG_CONTENT_TYPE, content_type, "content type"),
+        (FLAG_CONTENT_ENCODING, content_encoding, "content encoding"),
+    )
+    then, after = _properties(
+        (FLAG_DELIVERY_MODE, delivery_mode, "delivery mode"),
+        (FLAG_PRIORITY, priority, "priority"),
+        (FLAG_CORRELATION_ID, correlation_id, "correlation id"),
+        (FLAG_REPLY_TO, reply_to, "reply-to"),
+        (FLAG_EXPIRATION, expiration, "expiration"),
+    )
+    return first | then, before, after
 
 
 def properties_suffix(
     *, message_type: str | None, user_id: str | None, app_id: str | None
 ) -> tuple[int, bytes]:
     """Flags and bytes of the properties that follow the timestamp in wire order."""
+    return _properties(
+        (FLAG_TYPE, message_type, "message type"),
+        (FLAG_USER_ID, user_id, "user id"),
+        (FLAG_APP_ID, app_id, "app id"),
+    )
+
+
+def _properties(*rows: tuple[int, str | int | None, str]) -> tuple[int, bytes]:
+    """Flags and bytes of the properties given (flag, value, name for errors), in that order: an
+    int as an octet, a str as a short string. Not per message: builders cache what it makes."""
     flags = 0
     parts: list[bytes] = []
-    if message_type is not None:
-        flags |= FLAG_TYPE
-        parts.append(shortstr(message_type, "message type"))
-    if user_id is not None:
-        flags |= FLAG_USER_ID
-        parts.append(shortstr(user_id, "user id"))
-    if app_id is not None:
-        flags |= FLAG_APP_ID
-        parts.append(shortstr(app_id, "app id"))
+    for flag, value, what in rows:
+        if value is None:
+            continue
+        flags |= flag
+        parts.append(bytes((value,)) if isinstance(value, int) else shortstr(value, what))
     return flags, b"".join(parts)
 
 
@@ -350,7 +340,7 @@ __all__ = [
     "exchange_declare_frame",
     "method_frame",
     "method_payload_frame",
-    "properties_prefix",
+    "properties_around_headers",
     "properties_suffix",
     "publish_method_frame",
     "queue_declare_frame",

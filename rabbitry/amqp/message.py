@@ -115,7 +115,10 @@ class MessageBuilder:
     frame_max: int = DEFAULT_FRAME_MAX
     ids: MessageIds = field(default_factory=MessageIds, init=False)
     _methods: dict[tuple[str, str, bool], bytes] = field(default_factory=dict, init=False)
-    _prefixes: dict[_PrefixKey, tuple[int, bytes]] = field(default_factory=dict, init=False)
+    _prefixes: dict[_PrefixKey, tuple[int, bytes, bytes, bytes]] = field(
+        default_factory=dict, init=False
+    )
+    """Per property set: flags, the bytes without headers, and the bytes before and after them."""
     _suffixes: dict[tuple[str | None, str | None], tuple[int, bytes]] = field(
         default_factory=dict, init=False
     )
@@ -156,10 +159,12 @@ class MessageBuilder:
             reply_to,
             expiration,
         )
-        if headers is None:  # the common case: the properties before the id are cached
-            flags, prefix = self._prefixes.get(pkey) or self._new_prefix(pkey)
-        else:
-            flags, prefix = _properties_prefix(pkey, headers)
+        known = self._prefixes.get(pkey) or self._new_prefix(pkey)
+        if headers is None:
+            flags, prefix = known[0], known[1]
+        else:  # the one property that changes per message goes between the cached parts
+            flags = known[0] | frames.FLAG_HEADERS
+            prefix = known[2] + frames.headers_table(headers) + known[3]
         skey = (message_type, user_id)
         sflags, suffix = self._suffixes.get(skey) or self._new_suffix(skey)
         if message_id is None:
@@ -179,10 +184,20 @@ class MessageBuilder:
         _remember(self._methods, key, method)
         return method
 
-    def _new_prefix(self, key: _PrefixKey) -> tuple[int, bytes]:
-        prefix = _properties_prefix(key, None)
-        _remember(self._prefixes, key, prefix)
-        return prefix
+    def _new_prefix(self, key: _PrefixKey) -> tuple[int, bytes, bytes, bytes]:
+        ctype, content_encoding, delivery_mode, priority, correlation_id, reply_to, expiration = key
+        flags, before, after = frames.properties_around_headers(
+            content_type=ctype,
+            content_encoding=content_encoding,
+            delivery_mode=delivery_mode,
+            priority=priority,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+            expiration=expiration,
+        )
+        known = (flags, before + after, before, after)
+        _remember(self._prefixes, key, known)
+        return known
 
     def _new_suffix(self, key: tuple[str | None, str | None]) -> tuple[int, bytes]:
         message_type, user_id = key
@@ -191,20 +206,6 @@ class MessageBuilder:
         )
         _remember(self._suffixes, key, suffix)
         return suffix
-
-
-def _properties_prefix(key: _PrefixKey, headers: Mapping[str, Any] | None) -> tuple[int, bytes]:
-    ctype, content_encoding, delivery_mode, priority, correlation_id, reply_to, expiration = key
-    return frames.properties_prefix(
-        content_type=ctype,
-        content_encoding=content_encoding,
-        headers=headers,
-        delivery_mode=delivery_mode,
-        priority=priority,
-        correlation_id=correlation_id,
-        reply_to=reply_to,
-        expiration=expiration,
-    )
 
 
 def _remember(cache: dict[K, V], key: K, value: V) -> None:
