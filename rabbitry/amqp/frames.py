@@ -38,20 +38,19 @@ _ACK_BODY = struct.Struct(">HHQB")  # class, method, delivery tag, bits
 _HEADER_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _SHORTSTR_MAX = 255
 
-# property flag bits of basic content headers, in wire order
-FLAG_CONTENT_TYPE = 1 << 15
-FLAG_CONTENT_ENCODING = 1 << 14
-FLAG_HEADERS = 1 << 13
-FLAG_DELIVERY_MODE = 1 << 12
-FLAG_PRIORITY = 1 << 11
-FLAG_CORRELATION_ID = 1 << 10
-FLAG_REPLY_TO = 1 << 9
-FLAG_EXPIRATION = 1 << 8
-FLAG_MESSAGE_ID = 1 << 7
-FLAG_TIMESTAMP = 1 << 6
-FLAG_TYPE = 1 << 5
-FLAG_USER_ID = 1 << 4
-FLAG_APP_ID = 1 << 3
+PROPERTY_FLAGS = {
+    name: 1 << (15 - position)
+    for position, name in enumerate((
+        "content type", "content encoding", "headers", "delivery mode", "priority",
+        "correlation id", "reply-to", "expiration", "message id", "timestamp", "message type",
+        "user id", "app id",
+    ))
+}  # fmt: skip
+"""The flag bit of each basic property in a content header, by the name errors give it: in wire
+order, the first property in the highest bit."""
+FLAG_HEADERS = PROPERTY_FLAGS["headers"]
+FLAG_MESSAGE_ID = PROPERTY_FLAGS["message id"]
+FLAG_TIMESTAMP = PROPERTY_FLAGS["timestamp"]
 
 
 class FrameError(ValueError):
@@ -183,15 +182,14 @@ def properties_around_headers(
     if priority is not None and not 0 <= priority <= 255:
         raise ValueError(f"priority must be between 0 and 255, got {priority}")
     first, before = _properties(
-        (FLAG_CONTENT_TYPE, content_type, "content type"),
-        (FLAG_CONTENT_ENCODING, content_encoding, "content encoding"),
+        ("content type", content_type), ("content encoding", content_encoding)
     )
     then, after = _properties(
-        (FLAG_DELIVERY_MODE, delivery_mode, "delivery mode"),
-        (FLAG_PRIORITY, priority, "priority"),
-        (FLAG_CORRELATION_ID, correlation_id, "correlation id"),
-        (FLAG_REPLY_TO, reply_to, "reply-to"),
-        (FLAG_EXPIRATION, expiration, "expiration"),
+        ("delivery mode", delivery_mode),
+        ("priority", priority),
+        ("correlation id", correlation_id),
+        ("reply-to", reply_to),
+        ("expiration", expiration),
     )
     return first | then, before, after
 
@@ -200,23 +198,19 @@ def properties_suffix(
     *, message_type: str | None, user_id: str | None, app_id: str | None
 ) -> tuple[int, bytes]:
     """Flags and bytes of the properties that follow the timestamp in wire order."""
-    return _properties(
-        (FLAG_TYPE, message_type, "message type"),
-        (FLAG_USER_ID, user_id, "user id"),
-        (FLAG_APP_ID, app_id, "app id"),
-    )
+    return _properties(("message type", message_type), ("user id", user_id), ("app id", app_id))
 
 
-def _properties(*rows: tuple[int, str | int | None, str]) -> tuple[int, bytes]:
-    """Flags and bytes of the properties given (flag, value, name for errors), in that order: an
-    int as an octet, a str as a short string. Not per message: builders cache what it makes."""
+def _properties(*given: tuple[str, str | int | None]) -> tuple[int, bytes]:
+    """Flags and bytes of the properties given by name (``PROPERTY_FLAGS``) and value, in that
+    order: an int as an octet, a str as a short string. Not per message: builders cache them."""
     flags = 0
     parts: list[bytes] = []
-    for flag, value, what in rows:
+    for name, value in given:
         if value is None:
             continue
-        flags |= flag
-        parts.append(bytes((value,)) if isinstance(value, int) else shortstr(value, what))
+        flags |= PROPERTY_FLAGS[name]
+        parts.append(bytes((value,)) if isinstance(value, int) else shortstr(value, name))
     return flags, b"".join(parts)
 
 
