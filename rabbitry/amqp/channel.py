@@ -19,7 +19,6 @@ instead of waiting through a publisher's back-off.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import time
 from collections import deque
@@ -228,12 +227,7 @@ class Channel:
         if wire is None:
             return
         self._wire = None
-        with contextlib.suppress(OSError, Disconnected, BrokerError):
-            session.close()
-            end = time.monotonic() + 1.0
-            while session.state is not State.CLOSED and time.monotonic() < end:
-                wire.exchange(session, 0.1)
-        wire.close()
+        wire.close_session(session)
 
     # -- I/O ------------------------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.reconnect import Reconnect
-from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
@@ -179,13 +178,7 @@ class StreamReader:
         self._wire = self._session = None
         if wire is None or session is None:
             return
-        with contextlib.suppress(OSError, Disconnected, BrokerError):
-            session.close()
-            deadline = time.monotonic() + 2.0
-            wire.send_all(session, b"")
-            while session.state is not State.CLOSED and time.monotonic() < deadline:
-                wire.exchange(session, 0.1)
-        wire.close()
+        wire.close_session(session, within=2.0)
 
     def __enter__(self) -> StreamReader:
         return self

@@ -20,9 +20,9 @@ from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.connector import connect
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.session import Session, State
+from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
+from rabbitry.errors import ConfirmTimeout, PublishError
 from rabbitry.publisher.base import (
     Batch,
     BatchOptions,
@@ -94,11 +94,7 @@ class Publisher(PublisherBase):
             )
             session, wire = self._session, self._wire
             if session is not None and wire is not None:
-                with contextlib.suppress(OSError, Disconnected, BrokerError):
-                    session.close()
-                    end = time.monotonic() + 1.0
-                    while session.state is not State.CLOSED and time.monotonic() < end:
-                        wire.exchange(session, 0.1)
+                wire.close_session(session)
             self._drop_socket()
 
     def flush(self, timeout: float | None = None) -> None:
