@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 from pamqp import body as pamqp_body
 from pamqp import commands, header
@@ -289,50 +289,20 @@ class Channel:
     # -- methods --------------------------------------------------------------------------------
 
     def queue_declare(
-        self,
-        queue: str,
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: Mapping[str, Any] | None = None,
+        self, queue: str, **options: Unpack[frames.QueueDeclareOptions]
     ) -> commands.Queue.DeclareOk:
         """Declare (or with ``passive`` only look up) ``queue``; its name and counts."""
-        frame = frames.queue_declare_frame(
-            CHANNEL,
-            queue,
-            passive=passive,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        frame = frames.queue_declare_frame(CHANNEL, queue, **options)
         answer: commands.Queue.DeclareOk = self._call(
             frame, commands.Queue.DeclareOk, f"queue.declare of {queue!r}"
         )
         return answer
 
     def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        arguments: Mapping[str, Any] | None = None,
+        self, exchange: str, exchange_type: str = "direct", **options: Unpack[frames.DeclareOptions]
     ) -> None:
         """Declare (or with ``passive`` only look up) ``exchange``."""
-        frame = frames.exchange_declare_frame(
-            CHANNEL,
-            exchange,
-            exchange_type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        frame = frames.exchange_declare_frame(CHANNEL, exchange, exchange_type, **options)
         self._call(frame, commands.Exchange.DeclareOk, f"exchange.declare of {exchange!r}")
 
     def exchange_delete(self, exchange: str) -> None:

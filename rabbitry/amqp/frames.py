@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from pamqp import commands, encode
 from pamqp import frame as pamqp_frame
@@ -100,43 +100,45 @@ def bits(*flags: bool) -> bytes:
     return bytes((sum(1 << i for i, flag in enumerate(flags) if flag),))
 
 
-def queue_declare_frame(
-    channel: int,
-    queue: str,
-    *,
-    passive: bool = False,
-    durable: bool = False,
-    exclusive: bool = False,
-    auto_delete: bool = False,
-    arguments: Mapping[str, Any] | None = None,
-) -> bytes:
-    payload = (
-        b"\x00\x00"  # reserved ticket
-        + shortstr(queue, "queue name")
-        + bits(passive, durable, exclusive, auto_delete)
-        + headers_table(arguments or {})
-    )
-    return method_payload_frame(channel, 50, 10, payload)
+class DeclareOptions(TypedDict, total=False):
+    """What an ``exchange.declare`` says besides names (all off, no arguments, by default)."""
+
+    passive: bool
+    """Only look it up: 404 NOT_FOUND when it does not exist."""
+    durable: bool
+    auto_delete: bool
+    arguments: Mapping[str, Any] | None
+
+
+class QueueDeclareOptions(DeclareOptions, total=False):
+    """What a ``queue.declare`` says besides the name."""
+
+    exclusive: bool
+
+
+def queue_declare_frame(channel: int, queue: str, **options: Unpack[QueueDeclareOptions]) -> bytes:
+    flags = _flags(options, "passive", "durable", "exclusive", "auto_delete")
+    payload = b"\x00\x00" + shortstr(queue, "queue name") + flags  # reserved ticket first
+    return method_payload_frame(channel, 50, 10, payload + headers_table(_arguments(options)))
 
 
 def exchange_declare_frame(
-    channel: int,
-    exchange: str,
-    exchange_type: str = "direct",
-    *,
-    passive: bool = False,
-    durable: bool = False,
-    auto_delete: bool = False,
-    arguments: Mapping[str, Any] | None = None,
+    channel: int, exchange: str, exchange_type: str = "direct", **options: Unpack[DeclareOptions]
 ) -> bytes:
-    payload = (
-        b"\x00\x00"
-        + shortstr(exchange, "exchange name")
-        + shortstr(exchange_type, "exchange type")
-        + bits(passive, durable, auto_delete)
-        + headers_table(arguments or {})
-    )
+    names = shortstr(exchange, "exchange name") + shortstr(exchange_type, "exchange type")
+    flags = _flags(options, "passive", "durable", "auto_delete")
+    payload = b"\x00\x00" + names + flags + headers_table(_arguments(options))
     return method_payload_frame(channel, 40, 10, payload)
+
+
+def _flags(options: DeclareOptions, *names: str) -> bytes:
+    """The bits of a declare's flags, in the order the method lists them."""
+    given: Mapping[str, Any] = options
+    return bits(*(bool(given.get(name, False)) for name in names))
+
+
+def _arguments(options: DeclareOptions) -> Mapping[str, Any]:
+    return options.get("arguments") or {}
 
 
 def consume_frame(
@@ -324,8 +326,10 @@ def message_id_of(header: Any) -> str | None:
 __all__ = [
     "HEARTBEAT_FRAME",
     "PROTOCOL_HEADER",
+    "DeclareOptions",
     "FrameError",
     "FrameReader",
+    "QueueDeclareOptions",
     "bits",
     "cancel_frame",
     "commands",
