@@ -154,13 +154,7 @@ def after_failure(
     decision = retry.policy.decide(failed_attempts(headers), error, rng)
     out = failure_headers(headers, decision, error, queue, now_ms)
     if decision.outcome is Outcome.PARK:
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            headers=out,
-            reason=decision.reason,
-        )
+        return _parked(retry, decision.attempt, decision.reason, out)
     if retry.delay is not None:
         route = retry.delay.route(decision.delay_ms / 1000, queue)
         return Verdict(
@@ -204,6 +198,26 @@ def broker_failures(headers: Mapping[str, Any] | None) -> int:
     return failed_attempts(headers, DELIVERY_COUNT_HEADER)
 
 
+def _parked(
+    retry: QueueRetry,
+    attempt: int,
+    reason: str,
+    headers: Mapping[str, Any] | None = None,
+    *,
+    requeue: bool | None = None,
+) -> Verdict:
+    """PARK to the queue's parking lot (``requeue``: how the broker carries it out, or None
+    when the worker publishes the parked copy itself)."""
+    return Verdict(
+        Action.PARK,
+        attempt=attempt,
+        routing_key=retry.parking_queue,
+        headers=headers,
+        reason=reason,
+        requeue=requeue,
+    )
+
+
 def _by_broker(
     retry: QueueRetry, headers: Mapping[str, Any] | None, error: BaseException | str
 ) -> Verdict:
@@ -211,23 +225,12 @@ def _by_broker(
     assert retry.broker is not None
     decision = retry.policy.decide(broker_failures(headers), error)
     if not retry.policy.is_retryable(error):
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            reason=f"{decision.reason} (dead-lettered by the broker)",
-            requeue=False,
-        )
+        reason = f"{decision.reason} (dead-lettered by the broker)"
+        return _parked(retry, decision.attempt, reason, requeue=False)
     following = {**(headers or {}), DELIVERY_COUNT_HEADER: decision.attempt}
     if decision.outcome is Outcome.PARK:
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            headers=following,
-            reason=f"{decision.reason} (the broker's delivery limit)",
-            requeue=True,
-        )
+        reason = f"{decision.reason} (the broker's delivery limit)"
+        return _parked(retry, decision.attempt, reason, following, requeue=True)
     return Verdict(
         Action.RETRY,
         attempt=decision.attempt,
