@@ -28,7 +28,6 @@ from rabbitry.publisher.base import (
     BatchOptions,
     PublisherBase,
     PublishOptions,
-    logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.requests import (
@@ -38,7 +37,7 @@ from rabbitry.publisher.requests import (
     start_request,
     timed_out,
 )
-from rabbitry.publisher.resend import publisher_outage
+from rabbitry.publisher.resend import note_lost, publisher_outage
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18
@@ -180,10 +179,7 @@ class AsyncPublisher(PublisherBase):
             raise timed_out(waiting, routing_key, timeout) from None
         finally:
             self.replies.forget(waiting.correlation_id)
-        if waiting.error is not None:
-            raise waiting.error
-        assert waiting.reply is not None
-        return waiting.reply
+        return waiting.outcome()
 
     async def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
@@ -356,11 +352,7 @@ class AsyncPublisher(PublisherBase):
             return  # the connect loop retries or stops, and says so: nothing was lost
         if self.closed:
             return
-        logger.warning(
-            "connection to %s lost: %s",
-            self.walk.current.display,
-            mask_text(str(exc or "closed")),
-        )
+        note_lost(self, exc or "closed")
         if self._reconnecting is None or self._reconnecting.done():
             assert self._loop is not None
             self._reconnecting = self._loop.create_task(self._connect_loop(first=False))
@@ -438,7 +430,7 @@ class AsyncPublisher(PublisherBase):
         session, wire = self._session, self._wire
         if session is not None and wire is not None and wire.transport is not None:
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
+                note_lost(self, None)
                 wire.transport.abort()
             elif session.out:
                 self._flush()

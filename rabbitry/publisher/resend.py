@@ -1,5 +1,6 @@
-"""A publisher's side of an outage, the same for ``Publisher`` and ``AsyncPublisher``: what it
-sends again on the next connection, and what becomes of those messages when it gives up.
+"""A publisher's side of an outage, the same for ``Publisher`` and ``AsyncPublisher``: the line
+that says the connection is lost, what it sends again on the next connection, and what becomes
+of those messages when it gives up.
 
 The connecting itself is ``rabbitry.amqp.connector``'s; this module is the publisher's hooks.
 """
@@ -14,7 +15,18 @@ from rabbitry.amqp.connector import Outage
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.errors import BrokerError
-from rabbitry.publisher.base import PublisherBase
+from rabbitry.publisher.base import PublisherBase, logger
+from rabbitry.uri import mask_text
+
+
+def note_lost(publisher: PublisherBase, error: BaseException | str | None) -> None:
+    """Say that the connection went away (``error``: why; None: the broker's heartbeats
+    stopped); the next connect sends again what it held."""
+    where = publisher.walk.current.display
+    if error is None:
+        logger.warning("no heartbeat from %s: reconnecting", where)
+    else:
+        logger.warning("connection to %s lost: %s", where, mask_text(str(error)))
 
 
 def publisher_outage(

@@ -28,7 +28,6 @@ from rabbitry.publisher.base import (
     BatchOptions,
     PublisherBase,
     PublishOptions,
-    logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.requests import (
@@ -38,7 +37,7 @@ from rabbitry.publisher.requests import (
     start_request,
     timed_out,
 )
-from rabbitry.publisher.resend import publisher_outage
+from rabbitry.publisher.resend import note_lost, publisher_outage
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -147,10 +146,7 @@ class Publisher(PublisherBase):
                 self._step(min(0.5, left))
         finally:
             self.replies.forget(waiting.correlation_id)
-        if waiting.error is not None:
-            raise waiting.error
-        assert waiting.reply is not None
-        return waiting.reply
+        return waiting.outcome()
 
     def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
@@ -277,7 +273,7 @@ class Publisher(PublisherBase):
                 raise Disconnected("not connected")
             wire.exchange(session, timeout, want_read=want_read)
         except Disconnected as exc:
-            logger.warning("connection to %s lost: %s", self.walk.current.display, exc)
+            note_lost(self, exc)
             self._open(first=False)
         if self.adaptive is not None:
             self.adaptive.update(self.tracker.latency)
@@ -287,7 +283,7 @@ class Publisher(PublisherBase):
             if self.tracker.unsettled:
                 self.tracker.expire(now)
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
+                note_lost(self, None)
                 self._drop_socket()
                 self._open(first=False)
 
