@@ -159,12 +159,10 @@ class MessageBuilder:
             reply_to,
             expiration,
         )
-        known = self._prefixes.get(pkey) or self._new_prefix(pkey)
-        if headers is None:
-            flags, prefix = known[0], known[1]
-        else:  # the one property that changes per message goes between the cached parts
-            flags = known[0] | frames.FLAG_HEADERS
-            prefix = known[2] + frames.headers_table(headers) + known[3]
+        flags, prefix, before, after = self._prefixes.get(pkey) or self._new_prefix(pkey)
+        if headers is not None:  # the one property that changes per message goes between
+            flags |= frames.FLAG_HEADERS
+            prefix = before + frames.headers_table(headers) + after
         skey = (message_type, user_id)
         sflags, suffix = self._suffixes.get(skey) or self._new_suffix(skey)
         if message_id is None:
