@@ -155,23 +155,20 @@ def after_failure(
     out = failure_headers(headers, decision, error, queue, now_ms)
     if decision.outcome is Outcome.PARK:
         return _parked(retry, decision.attempt, decision.reason, out)
+    # through the queue's delay (its levels round the pause), else through the tier queue
+    delay_ms, exchange, routing_key = decision.delay_ms, "", ""
     if retry.delay is not None:
         route = retry.delay.route(decision.delay_ms / 1000, queue)
-        return Verdict(
-            Action.RETRY,
-            attempt=decision.attempt,
-            retry=decision.retry,
-            delay_ms=route.delay_ms,
-            exchange=route.exchange,
-            routing_key=route.routing_key,
-            headers=out,
-        )
+        delay_ms, exchange, routing_key = route.delay_ms, route.exchange, route.routing_key
+    else:
+        routing_key = retry.tier_queue(decision.delay_ms)
     return Verdict(
         Action.RETRY,
         attempt=decision.attempt,
         retry=decision.retry,
-        delay_ms=decision.delay_ms,
-        routing_key=retry.tier_queue(decision.delay_ms),
+        delay_ms=delay_ms,
+        exchange=exchange,
+        routing_key=routing_key,
         headers=out,
     )
 
