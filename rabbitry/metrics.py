@@ -49,7 +49,7 @@ except ImportError as exc:  # only where metrics are served: the `metrics` extra
 
 from rabbitry.amqp.confirms import CONFIRM_BUCKETS
 from rabbitry.consumer import metrics as worker_metrics
-from rabbitry.consumer.metrics import LATENCY_BUCKETS, WorkerMetrics
+from rabbitry.consumer.metrics import LATENCY_BUCKETS, QueueCounters, WorkerMetrics
 from rabbitry.publisher import base as publisher_base
 from rabbitry.publisher.metrics import RETIRED as RETIRED_PUBLISHERS
 from rabbitry.publisher.metrics import RetiredPublishers
@@ -111,116 +111,85 @@ class RabbitryCollector(Collector):
         yield from _publisher_families(list(publisher_base.LIVE), RETIRED_PUBLISHERS)
 
 
-def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
-    outcomes: dict[tuple[str, str], int] = defaultdict(int)
-    simple: dict[str, dict[str, int]] = {
-        "received": defaultdict(int),
-        "failed": defaultdict(int),
-        "timeouts": defaultdict(int),
-        "immediate_retries": defaultdict(int),
-    }
-    retried: dict[tuple[str, str], int] = defaultdict(int)
-    in_flight: dict[str, int] = defaultdict(int)
-    switches: dict[tuple[str, str], int] = defaultdict(int)
-    trips: dict[str, int] = defaultdict(int)
-    histogram: dict[str, list[Any]] = {}
-    reconnects = 0
-    for worker in workers:
-        reconnects += worker.reconnects
-        for queue, c in list(worker.queues.items()):
-            tiers = sum(c.retried.values())
-            handled = c.acked - tiers - c.parked - c.duplicates - c.cancelled - c.skipped
-            for outcome, value in zip(
-                OUTCOMES,
-                (
-                    handled,
-                    tiers,
-                    c.parked,
-                    c.rejected,
-                    c.requeued,
-                    c.duplicates,
-                    c.cancelled,
-                    c.skipped,
-                ),
-                strict=True,
-            ):
-                outcomes[(queue, outcome)] += max(0, value)
-            simple["received"][queue] += c.received
-            simple["failed"][queue] += c.failed
-            simple["timeouts"][queue] += c.timeouts
-            simple["immediate_retries"][queue] += c.immediate_retries
-            for tier, count in list(c.retried.items()):
-                retried[(queue, tier)] += count
-            in_flight[queue] += worker.in_flight(queue)
-            if c.kill_switch and not worker.settled_only:
-                for state in SWITCH_STATES:
-                    switches[(queue, state)] += c.kill_switch == state
-            if c.kill_switch_trips:
-                trips[queue] += c.kill_switch_trips
-            h = histogram.setdefault(queue, [[0] * len(c.latency_buckets), 0.0, 0])
-            h[0] = [a + b for a, b in zip(h[0], c.latency_buckets, strict=True)]
-            h[1] += c.latency_sum
-            h[2] += c.latency_count
+_Kind = type[CounterMetricFamily] | type[GaugeMetricFamily]
+_WORKER_FAMILIES: tuple[tuple[str, _Kind, str, tuple[str, ...]], ...] = (
+    ("messages", CounterMetricFamily, "Deliveries settled by the worker, by outcome.",
+     ("queue", "outcome")),
+    ("received", CounterMetricFamily, "Deliveries received.", ("queue",)),
+    ("failures", CounterMetricFamily,
+     "Handler failures (each then retried, parked or rejected).", ("queue",)),
+    ("timeouts", CounterMetricFamily, "Handlers that ran past their time-to-run.", ("queue",)),
+    ("immediate_retries", CounterMetricFamily,
+     "Handler calls made again in process after a failed call (immediate retries).",
+     ("queue",)),
+    ("retried", CounterMetricFamily, "Messages sent to a retry tier.", ("queue", "tier")),
+    ("in_flight", GaugeMetricFamily, "Deliveries received and not yet settled.", ("queue",)),
+    ("kill_switch_state", GaugeMetricFamily,
+     "Workers whose kill switch of the queue is in this state.", ("queue", "state")),
+    ("kill_switch_trips", CounterMetricFamily,
+     "Times a kill switch stopped consuming the queue.", ("queue",)),
+)  # fmt: skip
+"""The labelled families of the workers, in the order they are served: name (after
+``rabbitry_worker_``), kind, help and labels; their values are ``_WorkerSums.families[name]``."""
 
-    family = CounterMetricFamily(
-        "rabbitry_worker_messages",
-        "Deliveries settled by the worker, by outcome.",
-        labels=["queue", "outcome"],
-    )
-    for (queue, outcome), value in sorted(outcomes.items()):
-        family.add_metric([queue, outcome], value)
-    yield family
-    for name, text in (
-        ("received", "Deliveries received."),
-        ("failures", "Handler failures (each then retried, parked or rejected)."),
-        ("timeouts", "Handlers that ran past their time-to-run."),
-        (
-            "immediate_retries",
-            "Handler calls made again in process after a failed call (immediate retries).",
-        ),
-    ):
-        family = CounterMetricFamily(f"rabbitry_worker_{name}", text, labels=["queue"])
-        for queue, value in sorted(simple["failed" if name == "failures" else name].items()):
-            family.add_metric([queue], value)
+
+class _WorkerSums:
+    """The counters of several workers summed per label set (a family's labels as the key)."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, dict[tuple[str, ...], int]] = {
+            name: defaultdict(int) for name, *_ in _WORKER_FAMILIES
+        }
+        self.histogram: dict[str, list[Any]] = {}
+        self.reconnects = 0
+
+    def add(self, worker: WorkerMetrics) -> None:
+        self.reconnects += worker.reconnects
+        for queue, counters in list(worker.queues.items()):
+            self._add_queue(worker, queue, counters)
+
+    def _add_queue(self, worker: WorkerMetrics, queue: str, c: QueueCounters) -> None:
+        f = self.families
+        tiers = sum(c.retried.values())
+        handled = c.acked - tiers - c.parked - c.duplicates - c.cancelled - c.skipped
+        settled = (handled, tiers, c.parked, c.rejected, c.requeued, c.duplicates, c.cancelled)
+        for outcome, value in zip(OUTCOMES, (*settled, c.skipped), strict=True):
+            f["messages"][(queue, outcome)] += max(0, value)
+        f["received"][(queue,)] += c.received
+        f["failures"][(queue,)] += c.failed
+        f["timeouts"][(queue,)] += c.timeouts
+        f["immediate_retries"][(queue,)] += c.immediate_retries
+        for tier, count in list(c.retried.items()):
+            f["retried"][(queue, tier)] += count
+        f["in_flight"][(queue,)] += worker.in_flight(queue)
+        if c.kill_switch and not worker.settled_only:
+            for state in SWITCH_STATES:
+                f["kill_switch_state"][(queue, state)] += c.kill_switch == state
+        if c.kill_switch_trips:
+            f["kill_switch_trips"][(queue,)] += c.kill_switch_trips
+        h = self.histogram.setdefault(queue, [[0] * len(c.latency_buckets), 0.0, 0])
+        h[0] = [a + b for a, b in zip(h[0], c.latency_buckets, strict=True)]
+        h[1] += c.latency_sum
+        h[2] += c.latency_count
+
+
+def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
+    sums = _WorkerSums()
+    for worker in workers:
+        sums.add(worker)
+    for name, kind, text, labels in _WORKER_FAMILIES:
+        family = kind(f"rabbitry_worker_{name}", text, labels=list(labels))
+        for key, value in sorted(sums.families[name].items()):
+            family.add_metric(list(key), value)
         yield family
-    family = CounterMetricFamily(
-        "rabbitry_worker_retried", "Messages sent to a retry tier.", labels=["queue", "tier"]
-    )
-    for (queue, tier), value in sorted(retried.items()):
-        family.add_metric([queue, tier], value)
-    yield family
-    gauge = GaugeMetricFamily(
-        "rabbitry_worker_in_flight",
-        "Deliveries received and not yet settled.",
-        labels=["queue"],
-    )
-    for queue, value in sorted(in_flight.items()):
-        gauge.add_metric([queue], value)
-    yield gauge
-    gauge = GaugeMetricFamily(
-        "rabbitry_worker_kill_switch_state",
-        "Workers whose kill switch of the queue is in this state.",
-        labels=["queue", "state"],
-    )
-    for (queue, state), value in sorted(switches.items()):
-        gauge.add_metric([queue, state], value)
-    yield gauge
-    family = CounterMetricFamily(
-        "rabbitry_worker_kill_switch_trips",
-        "Times a kill switch stopped consuming the queue.",
-        labels=["queue"],
-    )
-    for queue, value in sorted(trips.items()):
-        family.add_metric([queue], value)
-    yield family
     hist = HistogramMetricFamily(
         "rabbitry_worker_handler_seconds", "Handler run time.", labels=["queue"]
     )
-    for queue, (counts, total, count) in sorted(histogram.items()):
+    for queue, (counts, total, count) in sorted(sums.histogram.items()):
         hist.add_metric([queue], _buckets(LATENCY_BUCKETS, counts, count), sum_value=total)
     yield hist
     yield CounterMetricFamily(
-        "rabbitry_worker_reconnects", "Connections re-established.", value=reconnects
+        "rabbitry_worker_reconnects", "Connections re-established.", value=sums.reconnects
     )
 
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
+from rabbitry.amqp.connector import RETRIED, Outage
 from rabbitry.amqp.inprocess import peer_for
 from rabbitry.amqp.peer_transport import open_peer_transport
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError
+
+T = TypeVar("T")
 
 
 class WireOwner(Protocol):
@@ -90,3 +93,19 @@ async def open_wire(settings: ConnectionSettings, attach: Callable[[], Wire]) ->
         # asyncio reads None as "the host" and "" as "no name" (server_name_indication=disable)
         server_hostname=None if s.tls is None else s.tls_server_name or "",
     )
+
+
+async def connect_async(
+    outage: Outage, attempt: Callable[[ConnectionSettings], Awaitable[T]]
+) -> T | None:
+    """``rabbitry.amqp.connector.connect`` for asyncio: the same tries, the pauses awaited (a
+    cancelled wait gives the outage up)."""
+    with outage.ending():
+        while outage.going:
+            try:
+                connection = await attempt(outage.target)
+            except RETRIED as exc:
+                await asyncio.sleep(outage.failed(exc, time.monotonic()))
+                continue
+            return outage.connected(connection)
+    return None

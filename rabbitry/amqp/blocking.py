@@ -18,6 +18,7 @@ from rabbitry.amqp.inprocess import PeerSocket, peer_for
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import BrokerError
 from rabbitry.uri import mask_text
 
 READ_SIZE = 262144
@@ -49,6 +50,17 @@ class SocketWire:
         with contextlib.suppress(OSError):
             self.sock.close()
         self.wbuf.clear()
+
+    def close_session(self, session: Session, within: float = 1.0) -> None:
+        """Close ``session`` (``connection.close``), wait up to ``within`` seconds for the
+        broker's close-ok, then close the socket. A connection that breaks meanwhile is closed
+        all the same: nothing is raised."""
+        with contextlib.suppress(OSError, Disconnected, BrokerError):
+            session.close()
+            end = time.monotonic() + within
+            while session.state is not State.CLOSED and time.monotonic() < end:
+                self.exchange(session, 0.1)
+        self.close()
 
     def handshake(self, session: Session) -> None:
         """Drive the session until it is ready, within the connect timeout."""

@@ -19,13 +19,12 @@ instead of waiting through a publisher's back-off.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 from pamqp import body as pamqp_body
 from pamqp import commands, header
@@ -228,12 +227,7 @@ class Channel:
         if wire is None:
             return
         self._wire = None
-        with contextlib.suppress(OSError, Disconnected, BrokerError):
-            session.close()
-            end = time.monotonic() + 1.0
-            while session.state is not State.CLOSED and time.monotonic() < end:
-                wire.exchange(session, 0.1)
-        wire.close()
+        wire.close_session(session)
 
     # -- I/O ------------------------------------------------------------------------------------
 
@@ -295,50 +289,20 @@ class Channel:
     # -- methods --------------------------------------------------------------------------------
 
     def queue_declare(
-        self,
-        queue: str,
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        arguments: Mapping[str, Any] | None = None,
+        self, queue: str, **options: Unpack[frames.QueueDeclareOptions]
     ) -> commands.Queue.DeclareOk:
         """Declare (or with ``passive`` only look up) ``queue``; its name and counts."""
-        frame = frames.queue_declare_frame(
-            CHANNEL,
-            queue,
-            passive=passive,
-            durable=durable,
-            exclusive=exclusive,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        frame = frames.queue_declare_frame(CHANNEL, queue, **options)
         answer: commands.Queue.DeclareOk = self._call(
             frame, commands.Queue.DeclareOk, f"queue.declare of {queue!r}"
         )
         return answer
 
     def exchange_declare(
-        self,
-        exchange: str,
-        exchange_type: str = "direct",
-        *,
-        passive: bool = False,
-        durable: bool = False,
-        auto_delete: bool = False,
-        arguments: Mapping[str, Any] | None = None,
+        self, exchange: str, exchange_type: str = "direct", **options: Unpack[frames.DeclareOptions]
     ) -> None:
         """Declare (or with ``passive`` only look up) ``exchange``."""
-        frame = frames.exchange_declare_frame(
-            CHANNEL,
-            exchange,
-            exchange_type,
-            passive=passive,
-            durable=durable,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        frame = frames.exchange_declare_frame(CHANNEL, exchange, exchange_type, **options)
         self._call(frame, commands.Exchange.DeclareOk, f"exchange.declare of {exchange!r}")
 
     def exchange_delete(self, exchange: str) -> None:

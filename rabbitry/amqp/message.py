@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.codecs import JSON, Codec, encode_model, is_model
@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 CHANNEL = 1
 DEFAULT_FRAME_MAX = 131072
 _CACHE_LIMIT = 4096
+K = TypeVar("K")
+V = TypeVar("V")
+_PrefixKey: TypeAlias = tuple[
+    str | None, str | None, int, int | None, str | None, str | None, str | None
+]
+"""The properties before the message id, in wire order: content type, content encoding,
+delivery mode, priority, correlation id, reply-to, expiration."""
 
 Body: TypeAlias = "bytes | bytearray | memoryview | str | dict[str, Any] | list[Any] | Model"
 """What a publisher accepts: bytes as they are, text as UTF-8, dicts and lists as JSON (or by
@@ -108,7 +115,10 @@ class MessageBuilder:
     frame_max: int = DEFAULT_FRAME_MAX
     ids: MessageIds = field(default_factory=MessageIds, init=False)
     _methods: dict[tuple[str, str, bool], bytes] = field(default_factory=dict, init=False)
-    _prefixes: dict[tuple[Any, ...], tuple[int, bytes]] = field(default_factory=dict, init=False)
+    _prefixes: dict[_PrefixKey, tuple[int, bytes, bytes, bytes]] = field(
+        default_factory=dict, init=False
+    )
+    """Per property set: flags, the bytes without headers, and the bytes before and after them."""
     _suffixes: dict[tuple[str | None, str | None], tuple[int, bytes]] = field(
         default_factory=dict, init=False
     )
@@ -135,62 +145,26 @@ class MessageBuilder:
         deadline: float | None = None,
     ) -> Delivery:
         data, ctype = encode_body(body, content_type or self.content_type, self.codec)
-        key = (exchange, routing_key, mandatory)
-        method = self._methods.get(key)
-        if method is None:
-            method = frames.publish_method_frame(CHANNEL, exchange, routing_key, mandatory)
-            if len(self._methods) >= _CACHE_LIMIT:
-                self._methods.clear()
-            self._methods[key] = method
+        mkey = (exchange, routing_key, mandatory)
+        method = self._methods.get(mkey) or self._new_method(mkey)
         keep = self.persistent if persistent is None else persistent
-        delivery_mode = 2 if keep else 1
         if expiration is not None and not isinstance(expiration, str):
             expiration = str(int(expiration))
-        if headers is None:
-            pkey = (
-                ctype,
-                content_encoding,
-                delivery_mode,
-                priority,
-                correlation_id,
-                reply_to,
-                expiration,
-            )
-            cached = self._prefixes.get(pkey)
-            if cached is None:
-                cached = self._prefix(
-                    ctype,
-                    content_encoding,
-                    None,
-                    delivery_mode,
-                    priority,
-                    correlation_id,
-                    reply_to,
-                    expiration,
-                )
-                if len(self._prefixes) >= _CACHE_LIMIT:
-                    self._prefixes.clear()
-                self._prefixes[pkey] = cached
-            flags, prefix = cached
-        else:
-            flags, prefix = self._prefix(
-                ctype,
-                content_encoding,
-                headers,
-                delivery_mode,
-                priority,
-                correlation_id,
-                reply_to,
-                expiration,
-            )
+        pkey = (
+            ctype,
+            content_encoding,
+            2 if keep else 1,  # delivery mode: persistent or not
+            priority,
+            correlation_id,
+            reply_to,
+            expiration,
+        )
+        flags, prefix, before, after = self._prefixes.get(pkey) or self._new_prefix(pkey)
+        if headers is not None:  # the one property that changes per message goes between
+            flags |= frames.FLAG_HEADERS
+            prefix = before + frames.headers_table(headers) + after
         skey = (message_type, user_id)
-        suffix_entry = self._suffixes.get(skey)
-        if suffix_entry is None:
-            suffix_entry = frames.properties_suffix(
-                message_type=message_type, user_id=user_id, app_id=self.app_id
-            )
-            self._suffixes[skey] = suffix_entry
-        sflags, suffix = suffix_entry
+        sflags, suffix = self._suffixes.get(skey) or self._new_suffix(skey)
         if message_id is None:
             message_id = self.ids.next()
             mid = bytes((32,)) + message_id.encode("ascii")
@@ -203,24 +177,38 @@ class MessageBuilder:
         )
         return Delivery(encoded, message_id, exchange, routing_key, mandatory, deadline)
 
-    @staticmethod
-    def _prefix(
-        ctype: str | None,
-        content_encoding: str | None,
-        headers: Mapping[str, Any] | None,
-        delivery_mode: int,
-        priority: int | None,
-        correlation_id: str | None,
-        reply_to: str | None,
-        expiration: str | None,
-    ) -> tuple[int, bytes]:
-        return frames.properties_prefix(
+    def _new_method(self, key: tuple[str, str, bool]) -> bytes:
+        method = frames.publish_method_frame(CHANNEL, *key)
+        _remember(self._methods, key, method)
+        return method
+
+    def _new_prefix(self, key: _PrefixKey) -> tuple[int, bytes, bytes, bytes]:
+        ctype, content_encoding, delivery_mode, priority, correlation_id, reply_to, expiration = key
+        flags, before, after = frames.properties_around_headers(
             content_type=ctype,
             content_encoding=content_encoding,
-            headers=headers,
             delivery_mode=delivery_mode,
             priority=priority,
             correlation_id=correlation_id,
             reply_to=reply_to,
             expiration=expiration,
         )
+        known = (flags, before + after, before, after)
+        _remember(self._prefixes, key, known)
+        return known
+
+    def _new_suffix(self, key: tuple[str | None, str | None]) -> tuple[int, bytes]:
+        message_type, user_id = key
+        suffix = frames.properties_suffix(
+            message_type=message_type, user_id=user_id, app_id=self.app_id
+        )
+        _remember(self._suffixes, key, suffix)
+        return suffix
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> None:
+    """Keep ``value``; a cache that grew to the limit starts again (keys of unbounded variety,
+    such as per-message routing keys, must not grow it without end)."""
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value

@@ -92,6 +92,7 @@ class Reconnect:
     ) -> None:
         self.settings = settings
         self.walk = walk if walk is not None else NodeWalk(settings)
+        self.after_loss = after_loss
         self.started = now
         self.attempt = 0
         """Back-off pauses taken: full rounds over the nodes that all failed."""

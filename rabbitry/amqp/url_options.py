@@ -126,29 +126,76 @@ def url_options(query: str, shown: str, scheme: str = "amqps") -> UrlOptions:
     with two values, without a value, or with a value it cannot take, and for a TLS option
     when ``scheme`` is ``amqp``. Pure: no file is read (a driver can check a URL whose files
     exist only where it connects)."""
+    options = _Query.read(query, shown)
+    values = options.values
+    timeout = options.integer("connection_timeout", 0, 86_400_000, "milliseconds")
+    external = options.external_auth()
+    options.one_of("fail_if_no_peer_cert", {"true": True, "false": False})  # a server's option
+    if values.get("customize_hostname_check", "https") != "https":
+        raise options.error(
+            f"option customize_hostname_check={values['customize_hostname_check']!r} must be"
+            " https (the host name check Python makes)"
+        )
+    sni = values.get("server_name_indication")
+    tls_given = tuple(key for key in options.order if key in TLS_OPTIONS)
+    if scheme == "amqp" and tls_given:
+        raise plaintext_refusal(shown, list(tls_given))
+    return UrlOptions(
+        heartbeat=options.integer("heartbeat", 0, 65_535, "seconds"),
+        connect_timeout=None if timeout is None else timeout / 1000,
+        channel_max=options.integer("channel_max", 0, 65_535, "channels"),
+        frame_max=options.integer("frame_max", FRAME_MIN, 2**32 - 1, "bytes"),
+        external_auth=external,
+        connection_name=values.get("connection_name"),
+        cacertfile=values.get("cacertfile"),
+        certfile=values.get("certfile"),
+        keyfile=values.get("keyfile"),
+        verify=options.one_of("verify", {"verify_peer": True, "verify_none": False}),
+        server_name=None if sni in (None, "disable") else sni,
+        sni_disabled=sni == "disable",
+        tls_given=tls_given,
+    )
 
-    def error(text: str) -> BrokerError:
-        return BrokerError(f"AMQP URL {shown!r}: {text}")
 
-    values: dict[str, str] = {}
-    order: list[str] = []
-    for key, value in _pairs(query):
-        if key not in TLS_OPTIONS and key not in _OTHER_OPTIONS:
-            known = ", ".join(sorted((TLS_OPTIONS | _OTHER_OPTIONS) - set(_REFUSED)))
-            raise error(f"unknown option {key!r}: the options an AMQP URL takes are {known}")
-        if value is None or value == "":
-            raise error(f"option {key} has no value: write {key}=VALUE, or leave it out")
-        if key in values and values[key] != value:
-            raise error(f"option {key} is given twice, as {values[key]!r} and {value!r}: keep one")
-        if key not in values:
-            order.append(key)
-        values[key] = value
-    for key in order:
-        if key in _REFUSED:
-            raise error(f"option {key} is not supported: {_REFUSED[key]}")
+@dataclass(frozen=True)
+class _Query:
+    """A URL's options by name (each known, given once, with a value) and in their order."""
 
-    def integer(key: str, low: int, high: int, unit: str) -> int | None:
-        text = values.get(key)
+    shown: str
+    values: dict[str, str]
+    order: list[str]
+
+    @classmethod
+    def read(cls, query: str, shown: str) -> _Query:
+        query_options = cls(shown, {}, [])
+        values, order = query_options.values, query_options.order
+        for key, value in _pairs(query):
+            if key not in TLS_OPTIONS and key not in _OTHER_OPTIONS:
+                known = ", ".join(sorted((TLS_OPTIONS | _OTHER_OPTIONS) - set(_REFUSED)))
+                raise query_options.error(
+                    f"unknown option {key!r}: the options an AMQP URL takes are {known}"
+                )
+            if value is None or value == "":
+                raise query_options.error(
+                    f"option {key} has no value: write {key}=VALUE, or leave it out"
+                )
+            if key in values and values[key] != value:
+                raise query_options.error(
+                    f"option {key} is given twice, as {values[key]!r} and {value!r}: keep one"
+                )
+            if key not in values:
+                order.append(key)
+            values[key] = value
+        for key in order:
+            if key in _REFUSED:
+                raise query_options.error(f"option {key} is not supported: {_REFUSED[key]}")
+        return query_options
+
+    def error(self, text: str) -> BrokerError:
+        return BrokerError(f"AMQP URL {self.shown!r}: {text}")
+
+    def integer(self, key: str, low: int, high: int, unit: str) -> int | None:
+        text = self.values.get(key)
         if text is None:
             return None
         try:
@@ -156,50 +203,28 @@ def url_options(query: str, shown: str, scheme: str = "amqps") -> UrlOptions:
         except ValueError:
             number = low - 1
         if not low <= number <= high:
-            raise error(f"option {key}={text!r} must be a whole number of {unit}, {low} to {high}")
+            raise self.error(
+                f"option {key}={text!r} must be a whole number of {unit}, {low} to {high}"
+            )
         return number
 
-    def one_of(key: str, choices: dict[str, bool]) -> bool | None:
-        text = values.get(key)
+    def one_of(self, key: str, choices: dict[str, bool]) -> bool | None:
+        text = self.values.get(key)
         if text is None:
             return None
         if text not in choices:
-            raise error(f"option {key}={text!r} must be {' or '.join(choices)}")
+            raise self.error(f"option {key}={text!r} must be {' or '.join(choices)}")
         return choices[text]
 
-    timeout = integer("connection_timeout", 0, 86_400_000, "milliseconds")
-    mechanism = values.get("auth_mechanism")
-    external = False
-    if mechanism is not None:
+    def external_auth(self) -> bool:
+        """Whether ``auth_mechanism`` asks for EXTERNAL (the client certificate)."""
+        mechanism = self.values.get("auth_mechanism")
+        if mechanism is None:
+            return False
         name = mechanism.lower().removeprefix("amqp_auth_mechanisms:")
         if name not in _MECHANISMS:
-            raise error(
+            raise self.error(
                 f"option auth_mechanism={mechanism!r} is not one rabbitry's client speaks: use"
                 " plain (user and password) or external (the client certificate)"
             )
-        external = _MECHANISMS[name]
-    one_of("fail_if_no_peer_cert", {"true": True, "false": False})  # checked; a server's option
-    if values.get("customize_hostname_check", "https") != "https":
-        raise error(
-            f"option customize_hostname_check={values['customize_hostname_check']!r} must be"
-            " https (the host name check Python makes)"
-        )
-    sni = values.get("server_name_indication")
-    tls_given = tuple(key for key in order if key in TLS_OPTIONS)
-    if scheme == "amqp" and tls_given:
-        raise plaintext_refusal(shown, list(tls_given))
-    return UrlOptions(
-        heartbeat=integer("heartbeat", 0, 65_535, "seconds"),
-        connect_timeout=None if timeout is None else timeout / 1000,
-        channel_max=integer("channel_max", 0, 65_535, "channels"),
-        frame_max=integer("frame_max", FRAME_MIN, 2**32 - 1, "bytes"),
-        external_auth=external,
-        connection_name=values.get("connection_name"),
-        cacertfile=values.get("cacertfile"),
-        certfile=values.get("certfile"),
-        keyfile=values.get("keyfile"),
-        verify=one_of("verify", {"verify_peer": True, "verify_none": False}),
-        server_name=None if sni in (None, "disable") else sni,
-        sni_disabled=sni == "disable",
-        tls_given=tls_given,
-    )
+        return _MECHANISMS[name]

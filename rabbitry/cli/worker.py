@@ -164,22 +164,15 @@ def run(
     app = load_app(target)
     if processes > 1:
         if metrics_port is not None:
-            raise click.UsageError(
-                "--metrics-port serves one process's metrics: give it without --processes,"
-                " or run one `rabbitry worker run --metrics-port` per process"
-            )
-        child = [target, "--prefetch", str(prefetch), "--concurrency", str(concurrency)]
-        child += ["--shutdown-timeout", f"{shutdown_timeout:g}"]
-        child += ["--log-level", "debug" if verbose else log_level, "--log-format", log_format]
-        child += ["--sync"] if blocking else []
-        child += ["--node-order", node_order] if node_order else []
+            raise click.UsageError(_METRICS_IN_A_POOL)
+        child = _child_arguments(
+            target, prefetch, concurrency, shutdown_timeout, blocking, node_order,
+            "debug" if verbose else log_level, log_format,
+        )  # fmt: skip
         raise click.exceptions.Exit(
             run_pool(app, child, url, processes=processes, shutdown_timeout=shutdown_timeout)
         )
-    address = url or app.url
-    if address is None:
-        address = "amqp://guest:guest@localhost:5672/"
-    address = url_for_app(address, app)
+    address = url_for_app(url or app.url or "amqp://guest:guest@localhost:5672/", app)
     log = logging.getLogger("rabbitry.worker")
     if app.periodic_jobs:
         jobs = ", ".join(f"{j.name} ({j.schedule.text})" for j in app.periodic_jobs.values())
@@ -224,6 +217,31 @@ def run(
         with refusal_exit_code():
             asyncio.run(async_worker.run(handle_signals=True))
         log.debug("ran for %.1f s", time.monotonic() - started)
+
+
+_METRICS_IN_A_POOL = (
+    "--metrics-port serves one process's metrics: give it without --processes,"
+    " or run one `rabbitry worker run --metrics-port` per process"
+)
+
+
+def _child_arguments(
+    target: str,
+    prefetch: int,
+    concurrency: int,
+    shutdown_timeout: float,
+    blocking: bool,
+    node_order: str | None,
+    log_level: str,
+    log_format: str,
+) -> list[str]:
+    """The command line of each process of a pool: ``worker run``'s own options, but one process."""
+    child = [target, "--prefetch", str(prefetch), "--concurrency", str(concurrency)]
+    child += ["--shutdown-timeout", f"{shutdown_timeout:g}"]
+    child += ["--log-level", log_level, "--log-format", log_format]
+    child += ["--sync"] if blocking else []
+    child += ["--node-order", node_order] if node_order else []
+    return child
 
 
 def run_pool(

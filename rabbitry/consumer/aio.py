@@ -18,8 +18,7 @@ from collections import deque
 from collections.abc import Generator
 from typing import Any, Self, Unpack, cast
 
-from rabbitry.amqp.aio import Wire, open_wire
-from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.aio import Wire, connect_async, open_wire
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.aio_handlers import HandlerRunner
@@ -37,6 +36,7 @@ from rabbitry.consumer.shells import (
     log_stopped,
     note_lost,
     return_unhandled,
+    worker_outage,
 )
 from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.errors import BrokerError
@@ -250,41 +250,38 @@ class AsyncWorker(HandlerRunner):
 
     async def _connect(self, *, after_loss: bool) -> None:
         core = self.core
-        retry = Reconnect(core.settings, time.monotonic(), core.walk, after_loss=after_loss)
-        while not self._stopping:
-            s = retry.target
-            try:
-                session = self.core.new_session()
-            except ConnectionError as exc:  # stored stream positions not read: try again
-                await asyncio.sleep(retry.failed(exc, time.monotonic()))
-                continue
-            self._ready = asyncio.get_running_loop().create_future()
-            self._lost = asyncio.Event()
-            wire = Wire(self)
+        outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
+        await connect_async(outage, self._connect_once)
 
-            def attach(wire: Wire = wire) -> Wire:
-                self._wire = wire
-                return wire
+    async def _connect_once(self, s: ConnectionSettings) -> None:
+        session = self.core.new_session()
+        self._ready = asyncio.get_running_loop().create_future()
+        self._lost = asyncio.Event()
+        wire = Wire(self)
 
+        def attach(wire: Wire = wire) -> Wire:
+            self._wire = wire
+            return wire
+
+        async with asyncio.timeout(s.connect_timeout):
+            await open_wire(s, attach)
             try:
-                async with asyncio.timeout(s.connect_timeout):
-                    await open_wire(s, attach)
-                    await self._ready
-                session.last_received = time.monotonic()
-                log_started(self.core, session)
-                if retry.attempt or self.core.metrics.reconnects:
-                    logger.info("connected to %s", s.display)
-                return
-            except (OSError, ConnectionError, TimeoutError) as exc:
-                if self._failure is not None:
-                    raise self._failure from None
-                if self._wire is not None:
-                    self._wire.abort()
-                self._wire = None
-                self.core.connection_lost()
+                await self._ready
+            except ConnectionError:
                 if session.start_refused is not None:  # the start-up check closed the connection
                     raise session.start_refused from None
-                await asyncio.sleep(retry.failed(exc, time.monotonic()))
+                raise
+        session.last_received = time.monotonic()
+        log_started(self.core, session)
+
+    def _failed_try(self, exc: BaseException) -> None:
+        """A try that did not connect: forget it; a refusal the transport reported is final."""
+        if self._failure is not None:
+            raise self._failure from None
+        if self._wire is not None:
+            self._wire.abort()
+        self._wire = None
+        self.core.connection_lost()
 
     async def _shutdown(self) -> None:
         """Stop consuming, let running handlers finish (up to the deadline), settle, close."""

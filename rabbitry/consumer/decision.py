@@ -154,30 +154,21 @@ def after_failure(
     decision = retry.policy.decide(failed_attempts(headers), error, rng)
     out = failure_headers(headers, decision, error, queue, now_ms)
     if decision.outcome is Outcome.PARK:
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            headers=out,
-            reason=decision.reason,
-        )
+        return _parked(retry, decision.attempt, decision.reason, out)
+    # through the queue's delay (its levels round the pause), else through the tier queue
+    delay_ms, exchange, routing_key = decision.delay_ms, "", ""
     if retry.delay is not None:
         route = retry.delay.route(decision.delay_ms / 1000, queue)
-        return Verdict(
-            Action.RETRY,
-            attempt=decision.attempt,
-            retry=decision.retry,
-            delay_ms=route.delay_ms,
-            exchange=route.exchange,
-            routing_key=route.routing_key,
-            headers=out,
-        )
+        delay_ms, exchange, routing_key = route.delay_ms, route.exchange, route.routing_key
+    else:
+        routing_key = retry.tier_queue(decision.delay_ms)
     return Verdict(
         Action.RETRY,
         attempt=decision.attempt,
         retry=decision.retry,
-        delay_ms=decision.delay_ms,
-        routing_key=retry.tier_queue(decision.delay_ms),
+        delay_ms=delay_ms,
+        exchange=exchange,
+        routing_key=routing_key,
         headers=out,
     )
 
@@ -204,6 +195,26 @@ def broker_failures(headers: Mapping[str, Any] | None) -> int:
     return failed_attempts(headers, DELIVERY_COUNT_HEADER)
 
 
+def _parked(
+    retry: QueueRetry,
+    attempt: int,
+    reason: str,
+    headers: Mapping[str, Any] | None = None,
+    *,
+    requeue: bool | None = None,
+) -> Verdict:
+    """PARK to the queue's parking lot (``requeue``: how the broker carries it out, or None
+    when the worker publishes the parked copy itself)."""
+    return Verdict(
+        Action.PARK,
+        attempt=attempt,
+        routing_key=retry.parking_queue,
+        headers=headers,
+        reason=reason,
+        requeue=requeue,
+    )
+
+
 def _by_broker(
     retry: QueueRetry, headers: Mapping[str, Any] | None, error: BaseException | str
 ) -> Verdict:
@@ -211,23 +222,12 @@ def _by_broker(
     assert retry.broker is not None
     decision = retry.policy.decide(broker_failures(headers), error)
     if not retry.policy.is_retryable(error):
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            reason=f"{decision.reason} (dead-lettered by the broker)",
-            requeue=False,
-        )
+        reason = f"{decision.reason} (dead-lettered by the broker)"
+        return _parked(retry, decision.attempt, reason, requeue=False)
     following = {**(headers or {}), DELIVERY_COUNT_HEADER: decision.attempt}
     if decision.outcome is Outcome.PARK:
-        return Verdict(
-            Action.PARK,
-            attempt=decision.attempt,
-            routing_key=retry.parking_queue,
-            headers=following,
-            reason=f"{decision.reason} (the broker's delivery limit)",
-            requeue=True,
-        )
+        reason = f"{decision.reason} (the broker's delivery limit)"
+        return _parked(retry, decision.attempt, reason, following, requeue=True)
     return Verdict(
         Action.RETRY,
         attempt=decision.attempt,

@@ -96,28 +96,28 @@ class IncomingMessage:
 
     @property
     def message_id(self) -> str | None:
-        if not self._flags & (1 << 7):
-            return None
-        value = self.properties.get("message_id")
-        return value if isinstance(value, str) else None
+        return self._text("message_id", 1 << 7)
 
     @property
     def content_type(self) -> str | None:
-        value = self.properties.get("content_type")
-        return value if isinstance(value, str) else None
+        return self._text("content_type")
 
     @property
     def correlation_id(self) -> str | None:
-        value = self.properties.get("correlation_id")
-        return value if isinstance(value, str) else None
+        return self._text("correlation_id")
 
     @property
     def reply_to(self) -> str | None:
         """Where the sender waits for a reply: the worker sends the handler's return value
         there (``Publisher.request`` names its direct reply-to)."""
-        if not self._flags & (1 << 9):
+        return self._text("reply_to", 1 << 9)
+
+    def _text(self, name: str, flag: int = 0) -> str | None:
+        """The string property ``name``, None when absent; with its ``flag`` bit, an absent one
+        is known without decoding the properties."""
+        if flag and not self._flags & flag:
             return None
-        value = self.properties.get("reply_to")
+        value = self.properties.get(name)
         return value if isinstance(value, str) else None
 
     @property

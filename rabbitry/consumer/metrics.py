@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
 
@@ -49,20 +49,7 @@ class QueueCounters:
 
     def add(self, other: QueueCounters) -> None:
         """Add ``other``'s counts to these."""
-        for name in (
-            "received",
-            "acked",
-            "failed",
-            "parked",
-            "rejected",
-            "requeued",
-            "duplicates",
-            "cancelled",
-            "timeouts",
-            "skipped",
-            "kill_switch_trips",
-            "immediate_retries",
-        ):
+        for name in _COUNTS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for tier, count in list(other.retried.items()):
             self.retried[tier] += count
@@ -70,12 +57,16 @@ class QueueCounters:
             a + b for a, b in zip(self.latency_buckets, other.latency_buckets, strict=True)
         ]
         self.latency_sum += other.latency_sum
-        self.latency_count += other.latency_count
 
     def observe(self, seconds: float) -> None:
         self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self.latency_sum += seconds
         self.latency_count += 1
+
+
+_COUNTS = tuple(f.name for f in fields(QueueCounters) if f.type == "int")
+"""The plain counts of ``QueueCounters`` (``latency_count`` included), summed one by one in
+``add``: a counter added to the class is summed without another list to keep."""
 
 
 class WorkerMetrics:

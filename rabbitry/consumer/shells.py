@@ -1,12 +1,17 @@
 """What ``Worker`` (blocking) and ``AsyncWorker`` (asyncio) do alike around their connection,
 written once: the line that says it consumes, deliveries that arrive while the worker stops,
-consumers the broker cancelled, a lost connection, the last line of a run. The shells differ
-only in how they wait and run handlers; these steps are the same rule in both."""
+consumers the broker cancelled, a lost connection, the last line of a run, the tries of a
+(re)connect. The shells differ only in how they wait and run handlers; these steps are the same
+rule in both."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
+from rabbitry.amqp.connector import Outage
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.consumer.engine import WorkerCore
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.session import ConsumerSession
@@ -41,6 +46,18 @@ def log_broker_cancels(session: ConsumerSession) -> None:
         queues = ", ".join(session.cancelled_by_broker)
         session.cancelled_by_broker.clear()
         logger.error("the broker cancelled the consumer of %s (queue deleted?)", queues)
+
+
+def worker_outage(
+    core: WorkerCore,
+    after_loss: bool,
+    tidy: Callable[[BaseException], None],
+    stopping: Callable[[], bool],
+) -> Outage:
+    """The tries of a worker's (re)connect, either shell's: over the core's node walk, with
+    the shell's ``tidy`` after a failed try, until it connects or ``stopping``."""
+    rule = Reconnect(core.settings, time.monotonic(), core.walk, after_loss=after_loss)
+    return Outage(rule, tidy=tidy, stopping=stopping)
 
 
 def note_lost(core: WorkerCore, where: str, error: BaseException | str) -> None:

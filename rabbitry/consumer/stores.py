@@ -34,8 +34,8 @@ class CancelStore(Protocol):
         ...
 
 
-class MemoryIdempotencyStore:
-    """The last ``capacity`` handled ids of this process (least recently seen evicted)."""
+class _RecentIds:
+    """At most ``capacity`` ids, in the order they were last added: the oldest go first."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         if capacity < 1:
@@ -43,13 +43,7 @@ class MemoryIdempotencyStore:
         self.capacity = capacity
         self._ids: OrderedDict[str, None] = OrderedDict()
 
-    def seen(self, message_id: str) -> bool:
-        if message_id in self._ids:
-            self._ids.move_to_end(message_id)
-            return True
-        return False
-
-    def remember(self, message_id: str) -> None:
+    def _add(self, message_id: str) -> None:
         self._ids[message_id] = None
         self._ids.move_to_end(message_id)
         if len(self._ids) > self.capacity:
@@ -59,22 +53,24 @@ class MemoryIdempotencyStore:
         return len(self._ids)
 
 
-class MemoryCancelStore:
+class MemoryIdempotencyStore(_RecentIds):
+    """The last ``capacity`` handled ids of this process (least recently seen evicted)."""
+
+    def seen(self, message_id: str) -> bool:
+        if message_id in self._ids:
+            self._ids.move_to_end(message_id)
+            return True
+        return False
+
+    def remember(self, message_id: str) -> None:
+        self._add(message_id)
+
+
+class MemoryCancelStore(_RecentIds):
     """Cancelled ids known to this process, at most ``capacity`` (oldest forgotten)."""
 
-    def __init__(self, capacity: int = 100_000) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
     def cancel(self, message_id: str) -> None:
-        self._ids[message_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
+        self._add(message_id)
 
     def take(self, message_id: str) -> bool:
         return self._ids.pop(message_id, 0) is None
-
-    def __len__(self) -> int:
-        return len(self._ids)

@@ -39,8 +39,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
+from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.message import CHANNEL
-from rabbitry.amqp.session import State
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
@@ -130,6 +131,7 @@ class StreamReader:
             )
         self.prefetch = prefetch
         self._wire: SocketWire | None = None
+        self._trying: SocketWire | None = None
         self._session: StreamSession | None = None
         self._unacked = 0
         self._last_tag = 0
@@ -142,39 +144,41 @@ class StreamReader:
             if self._session.refused is None:
                 return self._wire, self._session
             self.close()  # the channel is gone: a fresh connection for what comes next
-        shown = self.settings.display
-        try:
-            wire = SocketWire(self.settings)
-        except OSError as exc:
-            raise StreamUnreachable(
-                f"cannot reach the broker at {shown}: {mask_text(str(exc)) or type(exc).__name__};"
-                " check the URL (host, port) and that the broker runs"
-            ) from None
-        session = StreamSession(self.settings, prefetch=self.prefetch)
-        try:
-            wire.handshake(session)
-        except Disconnected as exc:
-            wire.close()
-            raise StreamUnreachable(f"no AMQP connection to {shown}: {exc}") from None
-        except BrokerError as exc:
-            wire.close()
-            raise StreamError(str(exc)) from None
-        self._wire, self._session = wire, session
+        rule = Reconnect(self.settings, time.monotonic())
+        opened = connect(Outage(rule, tidy=self._unreachable), self._open)
+        assert opened is not None  # a reader never stops an outage half way
+        self._wire, self._session = opened
         self._unacked = self._last_tag = self._acked_tag = 0
+        return opened
+
+    def _open(self, target: ConnectionSettings) -> tuple[SocketWire, StreamSession]:
+        self._trying = wire = SocketWire(target)
+        session = StreamSession(target, prefetch=self.prefetch)
+        wire.handshake(session)
+        self._trying = None
         return wire, session
+
+    def _unreachable(self, exc: BaseException) -> None:
+        """Every failed try is final: a reader reports a broker out of reach, never waits."""
+        shown = self.settings.display
+        if self._trying is not None:
+            self._trying.close()
+            self._trying = None
+        if isinstance(exc, BrokerError):
+            raise StreamError(str(exc)) from None
+        if isinstance(exc, Disconnected):
+            raise StreamUnreachable(f"no AMQP connection to {shown}: {exc}") from None
+        raise StreamUnreachable(
+            f"cannot reach the broker at {shown}: {mask_text(str(exc)) or type(exc).__name__};"
+            " check the URL (host, port) and that the broker runs"
+        ) from None
 
     def close(self) -> None:
         wire, session = self._wire, self._session
         self._wire = self._session = None
         if wire is None or session is None:
             return
-        with contextlib.suppress(OSError, Disconnected, BrokerError):
-            session.close()
-            deadline = time.monotonic() + 2.0
-            wire.send_all(session, b"")
-            while session.state is not State.CLOSED and time.monotonic() < deadline:
-                wire.exchange(session, 0.1)
-        wire.close()
+        wire.close_session(session, within=2.0)
 
     def __enter__(self) -> StreamReader:
         return self

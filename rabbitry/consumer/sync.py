@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
-from rabbitry.amqp.reconnect import Reconnect
+from rabbitry.amqp.connector import connect
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
@@ -40,6 +40,7 @@ from rabbitry.consumer.shells import (
     log_stopped,
     note_lost,
     return_unhandled,
+    worker_outage,
 )
 from rabbitry.consumer.worker_options import (
     AsyncWorkerKeywords,
@@ -216,48 +217,43 @@ class Worker:
 
     def _run(self, max_idle: float | None) -> None:
         core = self.core
-        retry: Reconnect | None = None
+        after_loss = False
         while not self._stopping:
+            outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
+            session = connect(outage, self._connect)
+            if session is None:
+                break
             try:
-                session = self._connect()
-                retry = None
                 self._serve(session, max_idle)
                 if max_idle is not None and not self._stopping:
                     self._stopping = True
             except (OSError, Disconnected) as exc:
-                was_ready = core.session is not None and core.session.was_ready
-                self._drop()
-                core.connection_lost()
-                for gate in self._gates.values():
-                    gate.take_waiting()  # the broker requeued them with the channel
-                if self._stopping:
-                    break
-                if retry is None:
-                    lost = core.walk.current.display
-                    retry = Reconnect(
-                        core.settings, time.monotonic(), core.walk, after_loss=was_ready
-                    )
-                    if was_ready:
-                        note_lost(core, lost, exc)
-                        if len(core.walk) > 1:
-                            continue  # another node at once; with one, the back-off as ever
-                time.sleep(retry.failed(exc, time.monotonic()))
+                lost = core.walk.current.display
+                self._failed_try(exc)
+                if not self._stopping:
+                    note_lost(core, lost, exc)
+                after_loss = True
         self._shutdown()
         gone = core.take_lost()
         if gone is not None:
             raise gone
 
-    def _connect(self) -> ConsumerSession:
-        self._wire = wire = SocketWire(self.core.walk.current)
+    def _failed_try(self, exc: BaseException) -> None:
+        """The connection is gone (or never came): forget it and what it held."""
+        self._drop()
+        self.core.connection_lost()
+        for gate in self._gates.values():
+            gate.take_waiting()  # the broker requeued them with the channel
+
+    def _connect(self, target: ConnectionSettings) -> ConsumerSession:
+        self._wire = wire = SocketWire(target)
         session = self.core.new_session()
         try:
             wire.handshake(session)
         except Disconnected:
             if session.start_refused is None:
                 raise
-            self._drop()  # the start-up check closed the connection: nothing to retry
-            self.core.connection_lost()
-            raise session.start_refused from None
+            raise session.start_refused from None  # the start-up check closed the connection
         log_started(self.core, session)
         return session
 

@@ -17,11 +17,10 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Unpack
 
-from rabbitry.amqp.aio import Wire, open_wire
+from rabbitry.amqp.aio import Wire, connect_async, open_wire
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, ConfirmTimeout
@@ -29,7 +28,6 @@ from rabbitry.publisher.base import (
     BatchOptions,
     PublisherBase,
     PublishOptions,
-    logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.requests import (
@@ -39,6 +37,7 @@ from rabbitry.publisher.requests import (
     start_request,
     timed_out,
 )
+from rabbitry.publisher.resend import note_lost, publisher_outage
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18
@@ -180,10 +179,7 @@ class AsyncPublisher(PublisherBase):
             raise timed_out(waiting, routing_key, timeout) from None
         finally:
             self.replies.forget(waiting.correlation_id)
-        if waiting.error is not None:
-            raise waiting.error
-        assert waiting.reply is not None
-        return waiting.reply
+        return waiting.outcome()
 
     async def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
@@ -356,48 +352,36 @@ class AsyncPublisher(PublisherBase):
             return  # the connect loop retries or stops, and says so: nothing was lost
         if self.closed:
             return
-        logger.warning(
-            "connection to %s lost: %s",
-            self.walk.current.display,
-            mask_text(str(exc or "closed")),
-        )
+        note_lost(self, exc or "closed")
         if self._reconnecting is None or self._reconnecting.done():
             assert self._loop is not None
             self._reconnecting = self._loop.create_task(self._connect_loop(first=False))
 
     async def _connect_loop(self, *, first: bool) -> None:
-        retry = Reconnect(self.settings, time.monotonic(), self.walk, after_loss=not first)
-        resend = self.tracker.take_unsettled() if self.confirms else []
-        if not first:
-            self.reconnects += 1
-            self.replies.channel_lost("the connection was lost")
+        outage, resend = publisher_outage(
+            self,
+            first=first,
+            tidy=self._failed_try,
+            gave_up=self._gave_up,
+            stopping=lambda: self.closed,
+        )
         try:
-            while not self.closed:
-                try:
-                    await self._connect_once(retry.target, resend)
-                    self._failure = None
-                    if not first:
-                        logger.info("connected to %s", retry.target.display)
-                    if resend:
-                        self._announce_republish(resend)
-                    self._wake()
-                    return
-                except (OSError, ConnectionError, TimeoutError) as exc:
-                    if self._failure is not None:
-                        raise self._failure from None
-                    await asyncio.sleep(retry.failed(exc, time.monotonic()))
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                self._failure = exc
-            reason = str(exc) if isinstance(exc, ConnectionLost) else "not sent"
-            for d in resend:
-                self.tracker.fail_detached(d, ConnectionLost(f"message {d.message_id}: {reason}"))
-            self._wake()
-            raise
+            if await connect_async(outage, lambda s: self._connect_once(s, resend)) is not None:
+                self._failure = None
+                self._wake()
         finally:
             self._reconnecting = None
 
-    async def _connect_once(self, s: ConnectionSettings, resend: list[Delivery]) -> None:
+    def _failed_try(self, exc: BaseException) -> None:
+        if self._failure is not None:  # the handshake's refusal: final
+            raise self._failure from None
+
+    def _gave_up(self, final: BaseException) -> None:
+        if isinstance(final, Exception):
+            self._failure = final
+        self._wake()
+
+    async def _connect_once(self, s: ConnectionSettings, resend: list[Delivery]) -> Session:
         session = Session(
             s,
             self.tracker,
@@ -434,6 +418,7 @@ class AsyncPublisher(PublisherBase):
                 raise
         if self._ticker is None:
             self._ticker = self._loop.call_later(_TICK, self._tick)
+        return session
 
     def _tick(self) -> None:
         self._ticker = None
@@ -445,7 +430,7 @@ class AsyncPublisher(PublisherBase):
         session, wire = self._session, self._wire
         if session is not None and wire is not None and wire.transport is not None:
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
+                note_lost(self, None)
                 wire.transport.abort()
             elif session.out:
                 self._flush()

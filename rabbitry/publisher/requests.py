@@ -100,6 +100,13 @@ class Waiting:
         self.delivery: Delivery | None = None
         """The request as published (set once it is handed to the connection)."""
 
+    def outcome(self) -> Reply:
+        """The reply, or (raised) the error that came instead: once the request is settled."""
+        if self.error is not None:
+            raise self.error
+        assert self.reply is not None
+        return self.reply
+
     def settle(self, reply: Reply | None, error: PublishError | None) -> None:
         self.reply, self.error = reply, error
         done = self.done

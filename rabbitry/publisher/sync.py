@@ -17,18 +17,17 @@ from typing import Any, Unpack
 
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
+from rabbitry.amqp.connector import connect
 from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.message import Body, Message
-from rabbitry.amqp.reconnect import Reconnect
-from rabbitry.amqp.session import Session, State
+from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError, ConfirmTimeout, PublishError
+from rabbitry.errors import ConfirmTimeout, PublishError
 from rabbitry.publisher.base import (
     Batch,
     BatchOptions,
     PublisherBase,
     PublishOptions,
-    logger,
 )
 from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.requests import (
@@ -38,6 +37,7 @@ from rabbitry.publisher.requests import (
     start_request,
     timed_out,
 )
+from rabbitry.publisher.resend import note_lost, publisher_outage
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -93,11 +93,7 @@ class Publisher(PublisherBase):
             )
             session, wire = self._session, self._wire
             if session is not None and wire is not None:
-                with contextlib.suppress(OSError, Disconnected, BrokerError):
-                    session.close()
-                    end = time.monotonic() + 1.0
-                    while session.state is not State.CLOSED and time.monotonic() < end:
-                        wire.exchange(session, 0.1)
+                wire.close_session(session)
             self._drop_socket()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -150,10 +146,7 @@ class Publisher(PublisherBase):
                 self._step(min(0.5, left))
         finally:
             self.replies.forget(waiting.correlation_id)
-        if waiting.error is not None:
-            raise waiting.error
-        assert waiting.reply is not None
-        return waiting.reply
+        return waiting.outcome()
 
     def publish_many(
         self, messages: Iterable[Message | Body], **options: Unpack[BatchOptions]
@@ -280,7 +273,7 @@ class Publisher(PublisherBase):
                 raise Disconnected("not connected")
             wire.exchange(session, timeout, want_read=want_read)
         except Disconnected as exc:
-            logger.warning("connection to %s lost: %s", self.walk.current.display, exc)
+            note_lost(self, exc)
             self._open(first=False)
         if self.adaptive is not None:
             self.adaptive.update(self.tracker.latency)
@@ -290,7 +283,7 @@ class Publisher(PublisherBase):
             if self.tracker.unsettled:
                 self.tracker.expire(now)
             if not session.tick(now):
-                logger.warning("no heartbeat from %s: reconnecting", self.walk.current.display)
+                note_lost(self, None)
                 self._drop_socket()
                 self._open(first=False)
 
@@ -302,33 +295,18 @@ class Publisher(PublisherBase):
     def _open(self, *, first: bool) -> None:
         """Connect (again), with back-off; unconfirmed messages are republished once ready."""
         self._drop_socket()
-        retry = Reconnect(self.settings, time.monotonic(), self.walk, after_loss=not first)
-        resend = self.tracker.take_unsettled() if self.confirms else []
-        if not first:
-            self.reconnects += 1
-            self.replies.channel_lost("the connection was lost")
-        while True:
-            try:
-                self._connect_once(retry.target, resend)
-                self._broken = None
-                if not first:
-                    logger.info("connected to %s", retry.target.display)
-                if resend:
-                    self._announce_republish(resend)
-                return
-            except (OSError, Disconnected, BrokerError) as exc:
-                self._drop_socket()
-                try:
-                    pause = retry.failed(exc, time.monotonic())
-                except BrokerError as final:
-                    for d in resend:
-                        self.tracker.fail_detached(
-                            d, ConnectionLost(f"message {d.message_id}: {final}")
-                        )
-                    if isinstance(final, ConnectionLost):
-                        self._broken = final
-                    raise
-                time.sleep(pause)
+        outage, resend = publisher_outage(
+            self,
+            first=first,
+            tidy=lambda exc: self._drop_socket(),
+            gave_up=self._gave_up,
+        )
+        connect(outage, lambda target: self._connect_once(target, resend))
+        self._broken = None
+
+    def _gave_up(self, final: BaseException) -> None:
+        if isinstance(final, ConnectionLost):
+            self._broken = final
 
     def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
         self._wire = wire = SocketWire(target)
