@@ -237,6 +237,15 @@ def spark(spark_sessions: Any) -> Any:
     return spark_sessions.local()
 
 
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """A three-node cluster, started once per pytest process (test_cluster, test_failover)."""
+    from tests.integration.cluster import three_nodes
+
+    with three_nodes() as nodes:
+        yield nodes
+
+
 class StreamBroker:
     """A vhost of a broker that offers the stream protocol: what the Spark stream tests'
     helpers need (the vhost's AMQP URL), plus the stream port."""
