@@ -32,6 +32,7 @@ REPORTS=$ROOT/.rabbitry/junit
 # The integration tests wait on brokers and subprocesses more than they compute: more workers
 # than cores. They share one broker (rabbitry.testing.shared), each test in its own vhost.
 WORKERS=${RABBITRY_TEST_WORKERS:-4}
+VERSION_WORKERS=${RABBITRY_VERSION_WORKERS:-2}
 failed=()
 
 step() {
@@ -145,10 +146,11 @@ side_by_side() {
 
 # The tests that depend on the RabbitMQ version (marked `versions`, see docs/testing.md) run
 # again on the oldest release rabbitry supports and on the newest, each against its own broker,
-# without workers. They run after the current release's parallel suite, not beside it (under
-# that load, three brokers, Spark and four workers on 2 cores, timing tests failed), and side by
-# side with the whole-broker tests (a broker of their own too) and the quickstart: each pytest
-# runs one test at a time, so together they load the machine less than the parallel run.
+# with 2 xdist workers each (RABBITRY_VERSION_WORKERS): run one test at a time, each set waited
+# on its broker more than on the cores and was the longest step after the parallel run. They
+# run after the current release's parallel suite, not beside it (under that load, three
+# brokers, Spark and four workers on 2 cores, timing tests failed), and side by side with the
+# whole-broker tests (a broker of their own too) and the quickstart.
 # RabbitMQ 4.3.6's definitions export leaves internal exchanges out, so a file it writes does not
 # round-trip (README, definitions files): test_import_definitions.py runs on 3.10 and 4.0 only
 # (the corpus of definitions files, test_definitions_corpus.py, runs on 4.3 too).
@@ -156,7 +158,8 @@ versions_on() {
     # $1: image; $2: JUnit report; the rest: more pytest arguments.
     local image=$1 junit=$2
     shift 2
-    RABBITRY_TEST_IMAGE=$image run_pytest "$junit" -q -n 0 -m versions tests/integration "$@"
+    RABBITRY_TEST_IMAGE=$image run_pytest "$junit" -q -n "$VERSION_WORKERS" -m versions \
+        tests/integration "$@"
 }
 compat_set() { versions_on "$RABBITRY_COMPAT_IMAGE" "$REPORTS/compat.xml"; }
 newest_set() {

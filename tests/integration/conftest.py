@@ -22,6 +22,13 @@ from rabbitry.cli import cli
 from rabbitry.testing import create_test_vhost, delete_vhost
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which pytest 9 ignores
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.integration.xdist_groups import add_group_suffixes
+
+    add_group_suffixes(config, items)
+
+
 def with_credentials(url: str, user: str, password: str) -> str:
     parts = urlsplit(url)
     netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
@@ -235,6 +242,15 @@ def spark_sessions() -> Iterator[Any]:
 def spark(spark_sessions: Any) -> Any:
     """The local Spark session (``local[2,2]``), started once per pytest process."""
     return spark_sessions.local()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """A three-node cluster, started once per pytest process (test_cluster, test_failover)."""
+    from tests.integration.cluster import three_nodes
+
+    with three_nodes() as nodes:
+        yield nodes
 
 
 class StreamBroker:

@@ -8,6 +8,7 @@ Each test takes the first node away itself and gets the whole cluster back after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import textwrap
 import threading
@@ -30,15 +31,18 @@ from rabbitry.publisher.aio import AsyncPublisher
 from rabbitry.publisher.sync import Publisher
 from rabbitry.testing.broker import Broker
 from rabbitry.testing.containers import BrokerContainer
-from tests.integration.test_cluster import api, cluster, wait
+from tests.integration.cluster import api, restore, wait
 
-pytestmark = pytest.mark.broker
-
-__all__ = ["cluster"]  # the module's three-node cluster, started once for this module
+# the session's three-node cluster (tests/integration/cluster.py), shared with test_cluster
+pytestmark = [pytest.mark.broker, pytest.mark.xdist_group("cluster")]
 
 QUEUE = "orders"
-RUN_BEFORE = 3.0  # seconds of traffic before the node stops
-RUN_AFTER = 12.0  # seconds of traffic after it stopped
+# Traffic is counted, not timed: each client confirms or receives this many messages before
+# the node goes, so that some are in flight when it does, and as many again after it went, so
+# that each is seen back at work. (Fixed 3 s and 12 s of traffic before: the clients were
+# back within 0.6 s, and the test waited out the rest.)
+EVENTS = 200
+BACK_WITHIN = 30.0  # seconds: a client not back by then has failed the test
 
 
 @dataclass
@@ -48,6 +52,11 @@ class Log:
     events: list[tuple[float, str]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def since(self, moment: float) -> int:
+        """How many events came after ``moment`` (monotonic)."""
+        with self.lock:
+            return sum(1 for t, _ in self.events if t > moment)
 
     def add(self, message_id: str | None) -> None:
         with self.lock:
@@ -99,25 +108,6 @@ def ready(declared: list[BrokerContainer]) -> Iterator[list[BrokerContainer]]:
     restore(declared, queue=QUEUE)
     yield declared
     restore(declared, queue=QUEUE)
-
-
-def restore(nodes: list[BrokerContainer], queue: str = "") -> None:
-    """Start the nodes that are not running, then wait until all three run, seen from the
-    first, and, with a ``queue``, until each of its members is online again: a quorum queue
-    needs two of three nodes, and a test is about to take one away."""
-    for node in nodes:
-        if not node.running:
-            node.start()
-    first = nodes[0].broker
-    wait(
-        lambda: sum(n.get("running", False) for n in api(first, "/nodes")) == 3,
-        what="three running nodes",
-    )
-    if queue:
-        wait(
-            lambda: len(api(first, f"/queues/%2F/{queue}").get("online", [])) == 3,
-            what=f"every member of the queue {queue} online",
-        )
 
 
 def node_of(broker: Broker, connection_name: str) -> str:
@@ -216,12 +206,20 @@ def fail_over(
         "failover-async-publisher",
     )
     assert {node_of(first, name) for name in names} == {f"rabbit@{ready[0].hostname}"}
-    time.sleep(RUN_BEFORE)
+    logs = (confirmed_sync, confirmed_async, received_sync, received_async)
+    started = time.monotonic()
+    wait(
+        lambda: all(log.since(started) >= EVENTS for log in logs),
+        timeout=60,
+        what=f"{EVENTS} messages confirmed and received by each client",
+    )
 
     stopped = time.monotonic()
     ready[0].kill() if how == "kill" else ready[0].stop()
     stop_took = time.monotonic() - stopped
-    time.sleep(RUN_AFTER)
+    # a client still silent past the bound fails below, with the figures printed
+    with contextlib.suppress(AssertionError):
+        wait(lambda: all(log.since(stopped) >= EVENTS for log in logs), timeout=BACK_WITHIN)
     stop_publishing.set()
     threads[1].join(60)
     loop_ready.wait(10)
@@ -254,7 +252,7 @@ def fail_over(
     assert publisher.stats.reconnects >= 1 and async_publisher.stats.reconnects >= 1
     assert worker.core.metrics.reconnects >= 1 and async_worker.core.metrics.reconnects >= 1
     for name, log in figures.items():
-        assert log.outage(stopped) < 30, f"{name} did not come back within 30 s"
+        assert log.outage(stopped) < BACK_WITHIN, f"{name} not back within {BACK_WITHIN} s"
 
 
 def test_stopping_the_clients_node_loses_no_confirmed_message(
