@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from rabbitry.diagnostics import Diagnostic
 
 
 class RabbitryError(Exception):
@@ -70,7 +73,18 @@ class NoAnswer(BrokerError):
     """A request got no answer in time; the broker may still be working on it."""
 
 
-class CapabilityError(BrokerError):
+class Refusal(RabbitryError):
+    """What refusing errors share: ``diagnostics``, one per refusal (a tuple of
+    ``Diagnostic``); one made of the message when the raiser gave none."""
+
+    def __init__(self, message: str, diagnostics: Iterable[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics) or (
+            Diagnostic(summary=message),
+        )
+
+
+class CapabilityError(Refusal, BrokerError):
     """The broker lacks a plugin, feature flag or version the spec needs."""
 
 
@@ -78,7 +92,7 @@ class TLSHandshakeError(BrokerError):
     """The TLS handshake failed on a certificate (the broker's or ours): retrying cannot help."""
 
 
-class PlanError(RabbitryError):
+class PlanError(Refusal):
     """The plan cannot be applied as asked (a replace or prune the flags do not allow)."""
 
 

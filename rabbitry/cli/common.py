@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from rabbitry.errors import RabbitryError, SpecError, SpecProblem
+from rabbitry.diagnostics import Diagnostic
+from rabbitry.errors import RabbitryError, Refusal, SpecError, SpecProblem
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -216,9 +217,14 @@ def fail(exc: BaseException) -> int:
     """Print ``exc`` as rabbitry prints every error and return the exit status.
 
     Text: ``error: <what> (<where>): <what to do>`` lines on stderr. With ``--json``: one JSON
-    object ``{"error": {"type", "message", ...}}`` on stderr. Never a traceback, unless ``-v``
-    asks for one on an error rabbitry did not expect.
+    object ``{"error": {"type", "message", ...}}`` on stderr, with ``diagnostics`` (one per
+    refusal) for a refused plan or apply. Never a traceback, unless ``-v`` asks for one on an
+    error rabbitry did not expect.
     """
+    if isinstance(exc, Refusal) and Invocation.json:
+        found = [diagnostic_json(d) for d in exc.diagnostics]
+        err(_error_json(str(exc), type(exc).__name__, diagnostics=found))
+        return EXIT_ERROR
     if isinstance(exc, SpecError):
         if Invocation.json:
             problems = [problem_json(p) for p in exc.problems]
@@ -247,6 +253,12 @@ def fail(exc: BaseException) -> int:
             err("".join(traceback.format_exception(exc)))
     err(_error_json(text, kind) if Invocation.json else f"error: {text}")
     return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_ERROR
+
+
+def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
+    """A refusal for ``--json`` output: severity, summary, detail, address, source."""
+    out = diagnostic.to_json()
+    return {**out, "summary": mask_text(out["summary"]), "detail": mask_text(out["detail"])}
 
 
 def problem_json(problem: SpecProblem) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from rabbitry.diagnostics import Diagnostic, listed
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
 from rabbitry.management.client import ManagementClient
@@ -77,7 +78,7 @@ def plan_topology(
     harm = self_harm(the_plan, client.username)
     shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
     if applying and shovels:
-        raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
+        raise PlanError(listed("nothing was applied:", shovels), shovels)
     harm += shovels
     version_warnings = (
         *report.kept(declared),
@@ -93,11 +94,12 @@ def plan_topology(
     ]
     gaps = missing(migration_requirements(migrated), report.broker)
     if gaps:
-        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
+        lacking = [Diagnostic("the broker cannot migrate these queues", gap) for gap in gaps]
+        raise CapabilityError(listed("nothing was changed:", lacking), lacking)
     return the_plan
 
 
-def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
+def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[Diagnostic]:
     """``shovel_access.unreachable_shovels`` for the user applying, whose permissions are read
     only when the plan declares a shovel."""
     user = client.username
@@ -110,7 +112,7 @@ def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
     return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
 
 
-def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[str]:
+def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[Diagnostic]:
     """``broker_exchanges.missing_exchanges``, asking the broker for each ``amq.*`` exchange
     a binding of the plan uses in a vhost that exists (one read each, only for those)."""
 
@@ -123,10 +125,9 @@ def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[
 
 def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
     if problems:
-        raise CapabilityError(
-            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what};"
-            f" nothing was {done}:\n  " + "\n  ".join(problems)
-        )
+        cannot = f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what}"
+        lacking = [Diagnostic(cannot, problem) for problem in problems]
+        raise CapabilityError(listed(f"{cannot}; nothing was {done}:", lacking), lacking)
 
 
 def _state_for(

@@ -110,7 +110,7 @@ def allowed(
         alone = replace(plan, changes=(change,), relayouts=touched_by(plan.relayouts, (change,)))
         problems = refusals(alone, options, connected)
         if problems:
-            refused.extend(problems)
+            refused.extend(str(p) for p in problems)
         else:
             kept.append(change)
     left_out = {c.key for c in plan.changes} - {c.key for c in kept}
