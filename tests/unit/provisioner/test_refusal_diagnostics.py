@@ -1,0 +1,141 @@
+"""Each refusal of a plan is a Diagnostic addressed to the object it is about, and the
+PlanError that carries them reads as it always did (no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rabbitry import Address, CapabilityError, Diagnostic, PlanError, Refusal
+from rabbitry.provisioner.apply_options import ApplyOptions
+from rabbitry.provisioner.broker_exchanges import missing_exchanges
+from rabbitry.provisioner.ownership import OwnershipRecord
+from rabbitry.provisioner.plans import Action, Change, Plan
+from rabbitry.provisioner.refusals import refusals, refuse
+from rabbitry.provisioner.relayout import DelayRelayout
+from rabbitry.provisioner.shovel_access import unreachable_shovels
+from rabbitry.topology.primitives import Binding, Parameter
+
+QUEUE = ("queue", "v", "q")
+ALLOWED = ApplyOptions(prune=True, allow_replace=True)
+
+
+def plan_of(*changes: Change, relayouts: tuple[DelayRelayout, ...] = ()) -> Plan:
+    return Plan(stack="s", changes=changes, record=OwnershipRecord("s"), relayouts=relayouts)
+
+
+# (change, options, connected user, summary, address)
+CASES = {
+    "protected": (
+        Change(Action.DELETE, QUEUE, protected=True, reasons=("protected: the spec says so",)),
+        ALLOWED,
+        None,
+        "protected (protect: true)",
+        Address("queue", "v", "q"),
+    ),
+    "owned by another stack": (
+        Change(Action.UPDATE, ("exchange", "v", "e"), owners=("billing",)),
+        ALLOWED,
+        None,
+        "owned by another stack",
+        Address("exchange", "v", "e"),
+    ),
+    "a replace without --allow-replace": (
+        Change(Action.REPLACE, QUEUE, reasons=("type differs",)),
+        ApplyOptions(),
+        None,
+        "a replace not allowed",
+        Address("queue", "v", "q"),
+    ),
+    "a migration that cancels consumers": (
+        Change(Action.REPLACE, QUEUE, consumers=2),
+        ALLOWED,
+        None,
+        "a migration would cancel consumers",
+        Address("queue", "v", "q"),
+    ),
+    "a prune of a queue holding messages": (
+        Change(Action.DELETE, QUEUE, messages=3),
+        ALLOWED,
+        None,
+        "a prune of a queue that holds messages",
+        Address("queue", "v", "q"),
+    ),
+    "a prune that cannot count": (
+        Change(Action.DELETE, QUEUE, count_note="AMQP refused"),
+        ALLOWED,
+        None,
+        "messages not counted",
+        Address("queue", "v", "q"),
+    ),
+    "deleting the connected user": (
+        Change(Action.DELETE, ("user", "", "ops")),
+        ALLOWED,
+        "ops",
+        "the apply would lock out the user it is connected as",
+        Address("user", None, "ops"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_refusal_is_a_diagnostic_addressed_to_its_object(case: str) -> None:
+    change, options, connected, summary, address = CASES[case]
+    (refused,) = refusals(plan_of(change), options, connected)
+    assert isinstance(refused, Diagnostic)
+    assert (refused.severity, refused.summary, refused.address) == ("error", summary, address)
+    assert str(refused) == refused.detail and refused.detail
+
+
+def test_a_relayout_is_addressed_to_its_delay_once_per_reason() -> None:
+    relayout = DelayRelayout(
+        vhost="v",
+        delay="later",
+        layout="binary-1000ms-3",
+        previous=("binary-1000ms-2",),
+        held=(("later.01", 2),),
+        needs_prune=True,
+    )
+    found = refusals(plan_of(relayouts=(relayout,)), ApplyOptions())
+    assert [d.summary for d in found] == [
+        "a delay relayout without --prune",
+        "a delay relayout while messages wait",
+    ]
+    assert {d.address for d in found} == {Address("delay", "v", "later")}
+
+
+def test_a_shovel_and_a_missing_broker_exchange_are_addressed() -> None:
+    shovel = Change(
+        Action.CREATE,
+        ("parameter", "a", "shovel", "sh"),
+        desired=Parameter(component="shovel", name="sh", value={"dest-uri": "amqp:///b"}),
+    )
+    (unreachable,) = unreachable_shovels(plan_of(shovel), "ops", ["a"])
+    assert unreachable.address == Address("parameter", "a", "shovel/sh")
+    binding = Change(
+        Action.CREATE,
+        ("binding", "v", "amq.rabbitmq.log", "queue", "q", "", "{}"),
+        desired=Binding(source="amq.rabbitmq.log", destination="q"),
+    )
+    (lacking,) = missing_exchanges(plan_of(binding), lambda _vhost, _name: False)
+    assert lacking.address == Address("exchange", "v", "amq.rabbitmq.log")
+
+
+def test_the_plan_error_carries_them_and_reads_as_before() -> None:
+    changes = [CASES[c][0] for c in ("protected", "owned by another stack")]
+    the_plan = plan_of(*changes)
+    with pytest.raises(PlanError) as raised:
+        refuse(the_plan, ALLOWED)
+    diagnostics = raised.value.diagnostics
+    assert isinstance(diagnostics, tuple) and len(diagnostics) == 2
+    assert str(raised.value) == "nothing was applied:\n  " + "\n  ".join(
+        str(d) for d in refusals(the_plan, ALLOWED)
+    )
+    assert isinstance(raised.value, Refusal)
+
+
+def test_an_error_raised_with_a_message_alone_has_one_diagnostic_of_it() -> None:
+    error = CapabilityError("the broker lacks rabbitmq_shovel")
+    assert error.diagnostics == (Diagnostic(summary="the broker lacks rabbitmq_shovel"),)
+    assert Address.of_key(("binding", "v", "x", "queue", "q", "rk", "{}")) == Address(
+        "binding", "v", "x -> queue q [rk]"
+    )
