@@ -1,0 +1,48 @@
+"""A refused apply on a real broker: ``--json`` puts each refusal on stderr as a diagnostic
+addressed to its queue, and nothing is changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.conftest import Broker, one_vhost_spec
+
+pytestmark = pytest.mark.broker
+
+BEFORE = one_vhost_spec("""
+        queues:
+          - {name: ledger, protect: true}
+          - {name: plain}
+          - {name: kept}
+""")
+AFTER = one_vhost_spec("""
+        queues:
+          - {name: kept}
+""")
+
+
+def test_apply_json_lists_a_diagnostic_per_refusal_with_its_queue(broker: Broker) -> None:
+    broker.apply(BEFORE)
+    broker.publish("plain", 2)
+    spec = str(broker.spec(AFTER, "after.yaml"))
+
+    refused = broker.run("apply", spec, "--auto-approve", "--prune", "--json")
+    assert refused.exit_code == 1, refused.output
+    error = json.loads(refused.stderr)["error"]
+    assert error["type"] == "PlanError"
+    lines = error["message"].splitlines()
+    assert lines[0] == "nothing was applied:"
+    found = {
+        (d["address"]["kind"], d["address"]["vhost"], d["address"]["name"]): d
+        for d in error["diagnostics"]
+    }
+    assert set(found) == {("queue", broker.vhost, "ledger"), ("queue", broker.vhost, "plain")}
+    assert found["queue", broker.vhost, "ledger"]["summary"] == "protected (protect: true)"
+    plain = found["queue", broker.vhost, "plain"]
+    assert plain["summary"] == "a prune of a queue that holds messages"
+    assert "holds 2 message(s)" in plain["detail"]
+    assert sorted("  " + d["detail"] for d in error["diagnostics"]) == sorted(lines[1:])
+    assert {"ledger", "plain", "kept"} <= broker.queue_names()
+    assert broker.count("plain") == 2
