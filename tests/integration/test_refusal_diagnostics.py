@@ -8,23 +8,16 @@ import json
 import pytest
 
 from tests.integration.conftest import Broker, one_vhost_spec
+from tests.integration.test_protection import GUARDED
 
 pytestmark = pytest.mark.broker
 
-BEFORE = one_vhost_spec("""
-        queues:
-          - {name: ledger, protect: true}
-          - {name: plain}
-          - {name: kept}
-""")
-AFTER = one_vhost_spec("""
-        queues:
-          - {name: kept}
-""")
+# what GUARDED declares but archive (retained, so never pruned) leaves the spec
+AFTER = one_vhost_spec("        queues: [{name: archive, on_remove: retain}]\n")
 
 
 def test_apply_json_lists_a_diagnostic_per_refusal_with_its_queue(broker: Broker) -> None:
-    broker.apply(BEFORE)
+    broker.apply(GUARDED)
     broker.publish("plain", 2)
     spec = str(broker.spec(AFTER, "after.yaml"))
 
@@ -44,5 +37,5 @@ def test_apply_json_lists_a_diagnostic_per_refusal_with_its_queue(broker: Broker
     assert plain["summary"] == "a prune of a queue that holds messages"
     assert "holds 2 message(s)" in plain["detail"]
     assert sorted("  " + d["detail"] for d in error["diagnostics"]) == sorted(lines[1:])
-    assert {"ledger", "plain", "kept"} <= broker.queue_names()
+    assert {"ledger", "plain", "archive"} <= broker.queue_names()
     assert broker.count("plain") == 2
