@@ -59,7 +59,8 @@ class SourceRange:
 class Diagnostic:
     """One refusal or warning: ``summary`` names its kind in a few words, ``detail`` says what
     is wrong and what to do (the line ``str(error)`` shows), ``address`` and ``source`` where
-    it is when known."""
+    it is when known. A spec problem's (``SpecProblem.diagnostic()``) has its message as the
+    summary and its place as the source."""
 
     summary: str
     detail: str = ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rabbitry.diagnostics import Diagnostic
+from rabbitry.diagnostics import Diagnostic, Severity, SourceRange
 
 
 class RabbitryError(Exception):
@@ -51,6 +51,12 @@ class SpecProblem:
     def __str__(self) -> str:
         location = self.location()
         return f"{location}: {self.message}" if location else self.message
+
+    def diagnostic(self) -> Diagnostic:
+        """This problem as a ``Diagnostic``, its place in the spec as the source range."""
+        where = SourceRange(self.file, self.line, self.column, self.path)
+        severity: Severity = "warning" if self.severity == "warning" else "error"
+        return Diagnostic(summary=self.message, severity=severity, source=where)
 
 
 class SpecError(RabbitryError):

@@ -228,7 +228,8 @@ def fail(exc: BaseException) -> int:
     if isinstance(exc, SpecError):
         if Invocation.json:
             problems = [problem_json(p) for p in exc.problems]
-            err(_error_json(str(exc), "SpecError", problems=problems))
+            found = [diagnostic_json(p.diagnostic()) for p in exc.problems]
+            err(_error_json(str(exc), "SpecError", problems=problems, diagnostics=found))
         else:
             for problem in exc.problems:
                 err(f"{problem.severity}: {problem}")

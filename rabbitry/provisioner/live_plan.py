@@ -65,7 +65,7 @@ def plan_topology(
     the plan's warnings also say what the broker at that version would refuse or change.
     ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
     report = check_capabilities(client, topology)
-    _refuse(report, report.problems, "spec", "changed")
+    _refuse(report, report.lacking(), "spec", "changed")
     state = _state_for(client, topology, topology.name, counter=counter)
     # what was read ahead and not taken (a vhost that does not exist yet) is of before any
     # change: a read after the apply must reach the broker
@@ -74,7 +74,7 @@ def plan_topology(
     if applying:
         refuse_unknown_owners(the_plan, state)
     declared = declared_by(the_plan)
-    _refuse(report, report.refusals(declared), "spec", "changed")
+    _refuse(report, report.diagnosed(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
     shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
     if applying and shovels:
@@ -123,11 +123,13 @@ def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[
     return missing_exchanges(the_plan, exists)
 
 
-def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
+def _refuse(report: CapabilityReport, problems: list[Diagnostic], what: str, done: str) -> None:
     if problems:
-        cannot = f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what}"
-        lacking = [Diagnostic(cannot, problem) for problem in problems]
-        raise CapabilityError(listed(f"{cannot}; nothing was {done}:", lacking), lacking)
+        head = (
+            f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what};"
+            f" nothing was {done}:"
+        )
+        raise CapabilityError(listed(head, problems), problems)
 
 
 def _state_for(
@@ -178,14 +180,16 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
     broker = refuse_elsewhere(client, saved)
     report = check_capabilities(client, desired)
-    _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
+    _refuse(report, report.lacking() + report.diagnosed(declared_by(saved.plan)), "plan", "applied")
     state = _state_for(client, desired, saved.plan.stack, with_stats=False)
     problems = saved.stale(state, broker)
     if problems:
+        changed = [Diagnostic("the broker changed since the plan was made", p) for p in problems]
         raise PlanError(
             "the broker no longer matches what the plan was made against; nothing was"
             " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
-            " -o FILE), review it, and apply that"
+            " -o FILE), review it, and apply that",
+            changed,
         )
     refuse_unknown_owners(saved.plan, state)
 

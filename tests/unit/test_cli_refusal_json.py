@@ -59,3 +59,17 @@ def test_without_json_the_refusal_reads_as_before(monkeypatch: pytest.MonkeyPatc
     result = CliRunner().invoke(cli, ["apply", SPEC, "--auto-approve", *BROKER])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: nothing was applied:\n  queue shop/keep is protected")
+
+
+def test_a_spec_error_keeps_its_problems_and_lists_them_as_diagnostics(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("version: 1\nname: s\nvhosts:\n  - name: v\n    queues: [{name: q, typo: 1}]\n")
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--json", *BROKER])
+    assert result.exit_code == 1
+    error = json.loads(result.stderr)["error"]
+    assert error["type"] == "SpecError"
+    (problem,) = error["problems"]
+    (diagnostic,) = error["diagnostics"]
+    assert diagnostic["summary"] == problem["message"] and diagnostic["address"] is None
+    where = {k: problem[k] for k in ("file", "line", "column", "path")}
+    assert diagnostic["source"] == where and where["line"] == 5

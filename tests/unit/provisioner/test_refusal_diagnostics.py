@@ -8,12 +8,13 @@ import pytest
 from rabbitry import Address, CapabilityError, Diagnostic, PlanError, Refusal
 from rabbitry.provisioner.apply_options import ApplyOptions
 from rabbitry.provisioner.broker_exchanges import missing_exchanges
+from rabbitry.provisioner.capabilities import BrokerCapabilities, CapabilityReport, requirements
 from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.refusals import refusals, refuse
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.shovel_access import unreachable_shovels
-from rabbitry.topology.primitives import Binding, Parameter
+from rabbitry.topology.primitives import Binding, Parameter, Queue, Topology, Vhost
 
 QUEUE = ("queue", "v", "q")
 EXCHANGE = ("exchange", "v", "e")
@@ -110,3 +111,14 @@ def test_an_error_raised_with_a_message_alone_has_one_diagnostic_of_it() -> None
     assert Address.of_key(("binding", "v", "x", "queue", "q", "rk", "{}")) == Address(
         "binding", "v", "x -> queue q [rk]"
     )
+
+
+def test_a_version_refusal_is_addressed_to_the_queue_it_refuses() -> None:
+    queue = Queue(name="lazy", arguments={"x-queue-version": 1})
+    needs = requirements(Topology(name="s", vhosts=(Vhost(name="v", queues=(queue,)),)))
+    report = CapabilityReport(BrokerCapabilities(version=(4, 3, 0)), needs, ["no plugin x"])
+    (refused,) = report.diagnosed(lambda _key: True)
+    assert refused.address == Address("queue", "v", "lazy")
+    assert [str(refused)] == report.refusals(lambda _key: True)
+    (lacking,) = report.lacking()
+    assert str(lacking) == "no plugin x" and lacking.address is None
