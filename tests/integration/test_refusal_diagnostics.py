@@ -39,3 +39,20 @@ def test_apply_json_lists_a_diagnostic_per_refusal_with_its_queue(broker: Broker
     assert sorted("  " + d["detail"] for d in error["diagnostics"]) == sorted(lines[1:])
     assert {"ledger", "plain", "archive"} <= broker.queue_names()
     assert broker.count("plain") == 2
+
+
+def test_plan_json_addresses_what_the_broker_s_version_refuses(broker: Broker) -> None:
+    if broker.version < (4, 0):
+        pytest.skip("ha-mode is refused from RabbitMQ 4.0 on")
+    mirrored = one_vhost_spec(
+        '        policies: [{name: mirrored, pattern: "^q$", definition: {ha-mode: all}}]\n'
+    )
+    refused = broker.run("plan", str(broker.spec(mirrored, "mirrored.yaml")), "--json")
+    assert refused.exit_code == 1, refused.output
+    # the spec's warning (ha-mode is deprecated) comes first, as a text line
+    error = json.loads(refused.stderr.splitlines()[-1])["error"]
+    assert error["type"] == "CapabilityError"
+    (diagnostic,) = error["diagnostics"]
+    assert diagnostic["address"] == {"kind": "policy", "vhost": broker.vhost, "name": "mirrored"}
+    assert "refuse policy key ha-mode" in diagnostic["detail"]
+    assert error["message"].endswith("\n  " + diagnostic["detail"])
