@@ -230,7 +230,7 @@ def relayout_refusals(
             )
             problems.append(Diagnostic("a delay relayout without --prune", detail, address=address))
         if relayout.at_stake and not allow_delay_relayout:
-            summary = "a delay relayout while messages wait"
+            summary = "a delay relayout while messages may wait"
             problems.append(Diagnostic(summary, relayout.describe(), address=address))
     return problems
 

@@ -70,7 +70,7 @@ def test_a_relayout_is_addressed_to_its_delay_once_per_reason() -> None:
     found = refusals(plan_of(relayouts=(relayout,)), ApplyOptions())
     assert [d.summary for d in found] == [
         "a delay relayout without --prune",
-        "a delay relayout while messages wait",
+        "a delay relayout while messages may wait",
     ]
     assert {d.address for d in found} == {Address("delay", "v", "later")}
 
