@@ -52,11 +52,14 @@ class SpecProblem:
         location = self.location()
         return f"{location}: {self.message}" if location else self.message
 
+    def source(self) -> SourceRange:
+        """Its place in the spec."""
+        return SourceRange(self.file, self.line, self.column, self.path)
+
     def diagnostic(self) -> Diagnostic:
         """This problem as a ``Diagnostic``, its place in the spec as the source range."""
-        where = SourceRange(self.file, self.line, self.column, self.path)
         severity: Severity = "warning" if self.severity == "warning" else "error"
-        return Diagnostic(summary=self.message, severity=severity, source=where)
+        return Diagnostic(summary=self.message, severity=severity, source=self.source())
 
 
 class SpecError(RabbitryError):

@@ -263,15 +263,10 @@ def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
 
 
 def problem_json(problem: SpecProblem) -> dict[str, Any]:
-    """A spec problem for ``--json`` output (validate, and errors of every command)."""
-    return {
-        "severity": problem.severity,
-        "message": mask_text(problem.message),
-        "file": problem.file,
-        "line": problem.line,
-        "column": problem.column,
-        "path": problem.path,
-    }
+    """A spec problem for ``--json`` output (validate, and errors of every command): its
+    severity, message, and place (file, line, column, path)."""
+    where = problem.source().to_json()
+    return {"severity": problem.severity, "message": mask_text(problem.message), **where}
 
 
 class RabbitryGroup(RabbitrySubgroup):
