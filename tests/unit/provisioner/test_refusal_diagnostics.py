@@ -11,6 +11,7 @@ from rabbitry.provisioner.broker_exchanges import missing_exchanges
 from rabbitry.provisioner.capabilities import BrokerCapabilities, CapabilityReport, requirements
 from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.plans import Action, Change, Plan
+from rabbitry.provisioner.reconcile import PassReport, allowed
 from rabbitry.provisioner.refusals import refusals, refuse
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.shovel_access import unreachable_shovels
@@ -122,3 +123,15 @@ def test_a_version_refusal_is_addressed_to_the_queue_it_refuses() -> None:
     assert [str(refused)] == report.refusals(lambda _key: True)
     (lacking,) = report.lacking()
     assert str(lacking) == "no plugin x" and lacking.address is None
+
+
+def test_a_reconcile_pass_reports_what_it_did_not_make_as_diagnostics() -> None:
+    changes = (Change(Action.REPLACE, QUEUE), Change(Action.DELETE, ("queue", "v", "gone")))
+    _, not_made = allowed(plan_of(*changes), ApplyOptions())
+    assert [(d.summary, d.address) for d in not_made] == [
+        ("a replace not allowed", Address("queue", "v", "q")),
+        ("a deletion without --prune", Address("queue", "v", "gone")),
+    ]
+    shown = PassReport(True, 0.0, 0.0, refused=tuple(not_made)).to_json()
+    assert shown["refused"] == [str(d) for d in not_made]
+    assert [d["address"]["name"] for d in shown["diagnostics"]] == ["q", "gone"]
