@@ -65,6 +65,10 @@ name below is ``rabbitry.<Name>`` but where it says otherwise)::
     |                      message names the pip line: `pip install 'rabbitry[metrics]'`, ...)
     +-- rabbitry.spark.SparkSinkError (SinkOptionError), SparkSourceError (SourceOptionError)
     +-- rabbitry.testing.NotModelled  the scripted broker was asked for what it does not model
+
+``PlanError`` and ``CapabilityError`` (its subclasses too) are ``Refusal``s: their
+``diagnostics`` hold one ``Diagnostic`` per refusal (severity, summary, detail, the
+``Address`` of the object, the spec's ``SourceRange`` when known).
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rabbitry import lazy
+from rabbitry.diagnostics import Address, Diagnostic, SourceRange
 from rabbitry.errors import (
     ApplyError,
     BrokerError,
@@ -85,6 +90,7 @@ from rabbitry.errors import (
     PlanError,
     PublishError,
     RabbitryError,
+    Refusal,
     SpecError,
     SpecProblem,
     TLSHandshakeError,
@@ -220,6 +226,7 @@ _LAZY = {
 
 __all__ = [
     "AccessRefused",
+    "Address",
     "AnswerTooLarge",
     "App",
     "AppError",
@@ -240,6 +247,7 @@ __all__ = [
     "DelayError",
     "DelayLayoutMismatch",
     "Delivery",
+    "Diagnostic",
     "DlqError",
     "ExchangeNotFound",
     "HandlerTimeout",
@@ -267,12 +275,14 @@ __all__ = [
     "PublisherClosed",
     "RabbitryError",
     "RecordUnreadable",
+    "Refusal",
     "ReplyLost",
     "Reporter",
     "RequestTimeout",
     "RetryConfigError",
     "ScheduleError",
     "SignatureError",
+    "SourceRange",
     "Spec",
     "SpecError",
     "SpecProblem",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from rabbitry.diagnostics import Diagnostic, Severity, SourceRange
 
 
 class RabbitryError(Exception):
@@ -49,6 +52,15 @@ class SpecProblem:
         location = self.location()
         return f"{location}: {self.message}" if location else self.message
 
+    def source(self) -> SourceRange:
+        """Its place in the spec."""
+        return SourceRange(self.file, self.line, self.column, self.path)
+
+    def diagnostic(self) -> Diagnostic:
+        """This problem as a ``Diagnostic``, its place in the spec as the source range."""
+        severity: Severity = "warning" if self.severity == "warning" else "error"
+        return Diagnostic(summary=self.message, severity=severity, source=self.source())
+
 
 class SpecError(RabbitryError):
     """The spec cannot be loaded: bad template, YAML, shape or meaning."""
@@ -70,7 +82,18 @@ class NoAnswer(BrokerError):
     """A request got no answer in time; the broker may still be working on it."""
 
 
-class CapabilityError(BrokerError):
+class Refusal(RabbitryError):
+    """What refusing errors share: ``diagnostics``, one per refusal (a tuple of
+    ``Diagnostic``); one made of the message when the raiser gave none."""
+
+    def __init__(self, message: str, diagnostics: Iterable[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics) or (
+            Diagnostic(summary=message),
+        )
+
+
+class CapabilityError(Refusal, BrokerError):
     """The broker lacks a plugin, feature flag or version the spec needs."""
 
 
@@ -78,7 +101,7 @@ class TLSHandshakeError(BrokerError):
     """The TLS handshake failed on a certificate (the broker's or ours): retrying cannot help."""
 
 
-class PlanError(RabbitryError):
+class PlanError(Refusal):
     """The plan cannot be applied as asked (a replace or prune the flags do not allow)."""
 
 

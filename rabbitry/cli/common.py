@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from rabbitry.errors import RabbitryError, SpecError, SpecProblem
+from rabbitry.diagnostics import Diagnostic
+from rabbitry.errors import RabbitryError, Refusal, SpecError, SpecProblem
 from rabbitry.uri import mask_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -216,13 +217,19 @@ def fail(exc: BaseException) -> int:
     """Print ``exc`` as rabbitry prints every error and return the exit status.
 
     Text: ``error: <what> (<where>): <what to do>`` lines on stderr. With ``--json``: one JSON
-    object ``{"error": {"type", "message", ...}}`` on stderr. Never a traceback, unless ``-v``
-    asks for one on an error rabbitry did not expect.
+    object ``{"error": {"type", "message", ...}}`` on stderr, with ``diagnostics`` (one per
+    refusal) for a refused plan or apply. Never a traceback, unless ``-v`` asks for one on an
+    error rabbitry did not expect.
     """
+    if isinstance(exc, Refusal) and Invocation.json:
+        found = [diagnostic_json(d) for d in exc.diagnostics]
+        err(_error_json(str(exc), type(exc).__name__, diagnostics=found))
+        return EXIT_ERROR
     if isinstance(exc, SpecError):
         if Invocation.json:
             problems = [problem_json(p) for p in exc.problems]
-            err(_error_json(str(exc), "SpecError", problems=problems))
+            found = [diagnostic_json(p.diagnostic()) for p in exc.problems]
+            err(_error_json(str(exc), "SpecError", problems=problems, diagnostics=found))
         else:
             for problem in exc.problems:
                 err(f"{problem.severity}: {problem}")
@@ -249,16 +256,17 @@ def fail(exc: BaseException) -> int:
     return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_ERROR
 
 
+def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
+    """A refusal for ``--json`` output: severity, summary, detail, address, source."""
+    out = diagnostic.to_json()
+    return {**out, "summary": mask_text(out["summary"]), "detail": mask_text(out["detail"])}
+
+
 def problem_json(problem: SpecProblem) -> dict[str, Any]:
-    """A spec problem for ``--json`` output (validate, and errors of every command)."""
-    return {
-        "severity": problem.severity,
-        "message": mask_text(problem.message),
-        "file": problem.file,
-        "line": problem.line,
-        "column": problem.column,
-        "path": problem.path,
-    }
+    """A spec problem for ``--json`` output (validate, and errors of every command): its
+    severity, message, and place (file, line, column, path)."""
+    where = problem.source().to_json()
+    return {"severity": problem.severity, "message": mask_text(problem.message), **where}
 
 
 class RabbitryGroup(RabbitrySubgroup):

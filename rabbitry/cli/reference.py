@@ -24,8 +24,12 @@ management API call to stderr, secrets masked; `-vv` for more) and `--no-color` 
 
 Exit status: 0 success, 1 any error, 2 changes present (`plan --detailed-exitcode`), 3 not
 healthy (`status`, `shards check`). Every error is one `error: ...` line on stderr, or with
-`--json` one object `{"error": {"type": ..., "message": ...}}` (a spec error adds `problems`,
-each with `severity`, `message`, `file`, `line`, `column` and `path`).
+`--json` one object `{"error": {"type": ..., "message": ...}}`. A refused plan or apply (a
+`PlanError` or `CapabilityError`) adds `diagnostics`, one per refusal, each with `severity`,
+`summary`, `detail` (its line of the message), `address` (`kind`, `vhost`, `name` of the
+object, or null) and `source` (`file`, `line`, `column`, `path` in the spec, or null). A spec
+error adds `problems`, each with `severity`, `message`, `file`, `line`, `column` and `path`,
+and the same problems as `diagnostics` (the message as `summary`, the place as `source`).
 
 Broker options resolve in this order: the flag, its environment variable, the spec's `broker:`
 section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other is derived from

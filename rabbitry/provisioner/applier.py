@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, TypedDict, Unpack
 
-from rabbitry.errors import ApplyError, BrokerError, NoAnswer, PlanError
+from rabbitry.errors import ApplyError, BrokerError, NoAnswer
 from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner import writes
 from rabbitry.provisioner.apply_options import ApplyOptions, ApplyResult, MessageCounter
@@ -52,7 +52,7 @@ from rabbitry.provisioner.migration import (
 )
 from rabbitry.provisioner.ownership import PENDING, OwnershipRecord, record_name
 from rabbitry.provisioner.plans import Action, Change, Plan, managed_after
-from rabbitry.provisioner.refusals import refusals, self_harm, taken_over
+from rabbitry.provisioner.refusals import refusals, refuse, self_harm, taken_over
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
     Binding,
@@ -119,9 +119,7 @@ class Applier:
 
     def run(self, options: ApplyOptions) -> ApplyResult:
         plan = self.plan
-        problems = refusals(plan, options, self.client.username)
-        if problems:
-            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
+        refuse(plan, options, self.client.username)
         record = plan.record
         deletions = plan.by_action(Action.DELETE)
         if not options.prune:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rabbitry.diagnostics import Address, Diagnostic
 from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.topology.plugin_objects import BROKER_EXCHANGES, RESERVED_PREFIX
 from rabbitry.topology.primitives import Binding, DestinationType
@@ -38,22 +39,24 @@ def reserved_ends(plan: Plan) -> set[tuple[str, str]]:
     return ends
 
 
-def missing_exchanges(plan: Plan, exists: Callable[[str, str], bool]) -> list[str]:
+def missing_exchanges(plan: Plan, exists: Callable[[str, str], bool]) -> list[Diagnostic]:
     """The bindings of the plan whose ``amq.*`` end the broker does not have: ``exists(vhost,
     name)`` answers for vhosts that exist now; in a vhost the plan creates only the broker's
     own exchanges exist."""
     created = {c.key[1] for c in plan.changes if c.kind == "vhost" and c.action is Action.CREATE}
-    problems = []
+    problems: list[Diagnostic] = []
     for vhost, name in sorted(reserved_ends(plan)):
         there = name in BROKER_EXCHANGES if vhost in created else exists(vhost, name)
         if not there:
-            problems.append(
+            detail = (
                 f"exchange {vhost}/{name}: a binding of the plan uses it, and the broker has no"
                 " such exchange (amq.* exchanges are the broker's own: a new vhost has only"
                 f" {', '.join(sorted(BROKER_EXCHANGES))}; amq.rabbitmq.log is not made in every"
                 " vhost, amq.rabbitmq.event needs its plugin); leave the binding out, or bind"
                 " another exchange"
             )
+            address = Address("exchange", vhost, name)
+            problems.append(Diagnostic("an exchange the broker lacks", detail, address=address))
     return problems
 
 

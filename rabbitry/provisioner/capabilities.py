@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from rabbitry.diagnostics import Address, Diagnostic
 from rabbitry.management.client import ManagementClient
 from rabbitry.topology.primitives import (
     ExchangeType,
@@ -325,12 +326,25 @@ class CapabilityReport:
 
     def refusals(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
         """What the broker's version refuses of the objects a plan declares."""
+        return [str(d) for d in self.diagnosed(declared)]
+
+    def diagnosed(self, declared: Callable[[ResourceKey], bool]) -> list[Diagnostic]:
+        """``refusals`` as diagnostics, each addressed to the object it refuses."""
         return [
-            message
+            Diagnostic(
+                "the broker's version refuses it",
+                message,
+                address=Address.of_key(need.key) if need.key else None,
+            )
             for need, messages in self._refused
             if need.key is None or declared(need.key)
             for message in messages
         ]
+
+    def lacking(self) -> list[Diagnostic]:
+        """``problems`` as diagnostics (what they are about is named in their text only)."""
+        summary = "the broker lacks a plugin, feature flag or exchange type"
+        return [Diagnostic(summary, problem) for problem in self.problems]
 
     def kept(self, declared: Callable[[ResourceKey], bool]) -> list[str]:
         """Objects the broker holds as they are, which its version would refuse to declare:

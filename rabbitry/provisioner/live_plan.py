@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
+from rabbitry.diagnostics import Diagnostic, listed
 from rabbitry.errors import CapabilityError, PlanError
 from rabbitry.gcpause import pauses_collector
 from rabbitry.management.client import ManagementClient
@@ -64,7 +65,7 @@ def plan_topology(
     the plan's warnings also say what the broker at that version would refuse or change.
     ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
     report = check_capabilities(client, topology)
-    _refuse(report, report.problems, "spec", "changed")
+    _refuse(report, report.lacking(), "spec", "changed")
     state = _state_for(client, topology, topology.name, counter=counter)
     # what was read ahead and not taken (a vhost that does not exist yet) is of before any
     # change: a read after the apply must reach the broker
@@ -73,11 +74,11 @@ def plan_topology(
     if applying:
         refuse_unknown_owners(the_plan, state)
     declared = declared_by(the_plan)
-    _refuse(report, report.refusals(declared), "spec", "changed")
+    _refuse(report, report.diagnosed(declared), "spec", "changed")
     harm = self_harm(the_plan, client.username)
     shovels = _unreachable_shovels(client, the_plan) + _missing_broker_exchanges(client, the_plan)
     if applying and shovels:
-        raise PlanError("nothing was applied:\n  " + "\n  ".join(shovels))
+        raise PlanError(listed("nothing was applied:", shovels), shovels)
     harm += shovels
     version_warnings = (
         *report.kept(declared),
@@ -93,11 +94,12 @@ def plan_topology(
     ]
     gaps = missing(migration_requirements(migrated), report.broker)
     if gaps:
-        raise CapabilityError("nothing was changed:\n  " + "\n  ".join(gaps))
+        lacking = [Diagnostic("the broker cannot migrate these queues", gap) for gap in gaps]
+        raise CapabilityError(listed("nothing was changed:", lacking), lacking)
     return the_plan
 
 
-def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
+def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[Diagnostic]:
     """``shovel_access.unreachable_shovels`` for the user applying, whose permissions are read
     only when the plan declares a shovel."""
     user = client.username
@@ -110,7 +112,7 @@ def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[str]:
     return unreachable_shovels(the_plan, user, (p["vhost"] for p in permissions))
 
 
-def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[str]:
+def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[Diagnostic]:
     """``broker_exchanges.missing_exchanges``, asking the broker for each ``amq.*`` exchange
     a binding of the plan uses in a vhost that exists (one read each, only for those)."""
 
@@ -121,12 +123,13 @@ def _missing_broker_exchanges(client: ManagementClient, the_plan: Plan) -> list[
     return missing_exchanges(the_plan, exists)
 
 
-def _refuse(report: CapabilityReport, problems: list[str], what: str, done: str) -> None:
+def _refuse(report: CapabilityReport, problems: list[Diagnostic], what: str, done: str) -> None:
     if problems:
-        raise CapabilityError(
+        head = (
             f"the broker (RabbitMQ {report.broker.version_text}) cannot hold this {what};"
-            f" nothing was {done}:\n  " + "\n  ".join(problems)
+            f" nothing was {done}:"
         )
+        raise CapabilityError(listed(head, problems), problems)
 
 
 def _state_for(
@@ -177,14 +180,16 @@ def check_saved(client: ManagementClient, saved: SavedPlan) -> None:
         raise PlanError("the saved plan holds no topology: make it again with this rabbitry")
     broker = refuse_elsewhere(client, saved)
     report = check_capabilities(client, desired)
-    _refuse(report, report.problems + report.refusals(declared_by(saved.plan)), "plan", "applied")
+    _refuse(report, report.lacking() + report.diagnosed(declared_by(saved.plan)), "plan", "applied")
     state = _state_for(client, desired, saved.plan.stack, with_stats=False)
     problems = saved.stale(state, broker)
     if problems:
+        changed = [Diagnostic("the broker changed since the plan was made", p) for p in problems]
         raise PlanError(
             "the broker no longer matches what the plan was made against; nothing was"
             " applied:\n  " + "\n  ".join(problems) + "\nmake a new plan (rabbitry plan SPEC"
-            " -o FILE), review it, and apply that"
+            " -o FILE), review it, and apply that",
+            changed,
         )
     refuse_unknown_owners(saved.plan, state)
 

@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Unpack
 
+from rabbitry.diagnostics import Diagnostic
 from rabbitry.errors import MissingExtra, RabbitryError
 
 try:
@@ -42,7 +43,7 @@ from rabbitry.provisioner.live_plan import locked_plan, plan_topology
 from rabbitry.provisioner.lock import StackLock
 from rabbitry.provisioner.plans import Action, Plan
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-from rabbitry.provisioner.refusals import refusals
+from rabbitry.provisioner.refusals import refusals, refused
 from rabbitry.provisioner.relayout import touched_by
 from rabbitry.provisioner.stack import SpecSource
 from rabbitry.provisioner.target import Target, target_of
@@ -97,20 +98,21 @@ def backoff_delay(interval: float, failures: int, max_backoff: float) -> float:
 
 def allowed(
     plan: Plan, options: ApplyOptions, connected: str | None = None
-) -> tuple[Plan, list[str]]:
+) -> tuple[Plan, list[Diagnostic]]:
     """The plan cut down to the changes ``options`` allow, and why each other one is not made
     (what ``refusals`` says of it alone; deletions without prune: left for it). Pure. The
     changes left out are ``excluded``: their objects, and what the record says of them, stay."""
     kept = []
-    refused: list[str] = []
+    not_made: list[Diagnostic] = []
     for change in plan.changes:
         if change.action is Action.DELETE and not options.prune:
-            refused.append(f"{change.title}: no longer in the spec; deleted only with --prune")
+            why = f"{change.title}: no longer in the spec; deleted only with --prune"
+            not_made.append(refused(change, "a deletion without --prune", why))
             continue
         alone = replace(plan, changes=(change,), relayouts=touched_by(plan.relayouts, (change,)))
         problems = refusals(alone, options, connected)
         if problems:
-            refused.extend(problems)
+            not_made.extend(problems)
         else:
             kept.append(change)
     left_out = {c.key for c in plan.changes} - {c.key for c in kept}
@@ -120,7 +122,7 @@ def allowed(
         excluded=plan.excluded | left_out,
         relayouts=touched_by(plan.relayouts, kept),
     )
-    return cut, list(dict.fromkeys(refused))
+    return cut, list(dict.fromkeys(not_made))
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class PassReport:
     drift: Mapping[str, int] = field(default_factory=dict)
     """Kind -> changes the pass's plan found (what differs from the spec)."""
     applied: tuple[str, ...] = ()
-    refused: tuple[str, ...] = ()
+    refused: tuple[Diagnostic, ...] = ()
     """Why each change it would not make was not made (flags, protection, ownership)."""
     error: str = ""
     """Why the pass failed (secrets masked); empty when ``ok``."""
@@ -146,7 +148,8 @@ class PassReport:
             "seconds": round(self.seconds, 3),
             "drift": dict(sorted(self.drift.items())),
             "applied": list(self.applied),
-            "refused": list(self.refused),
+            "refused": [str(d) for d in self.refused],
+            "diagnostics": [d.to_json() for d in self.refused],
             "error": self.error,
         }
 
@@ -237,7 +240,7 @@ class Reconciler:
             self.on_pass(report)
         return report
 
-    def _pass(self) -> tuple[dict[str, int], list[str], list[str]]:
+    def _pass(self) -> tuple[dict[str, int], list[str], list[Diagnostic]]:
         target = target_of(self.spec, **self._target_options)
         topology = target.topology
         options = self.options.apply_options
@@ -282,8 +285,8 @@ def _log(report: PassReport) -> None:
     if not report.ok:
         logger.error("pass failed: %s", report.error, extra=extra)
         return
-    for line in report.refused:
-        logger.warning("not done: %s", line, extra={"refused": line})
+    for refusal in report.refused:
+        logger.warning("not done: %s", refusal, extra={"refused": str(refusal)})
     if report.applied:
         logger.info("applied %d change(s)", len(report.applied), extra=extra)
     else:

@@ -11,20 +11,22 @@ so that a refused apply changes nothing.
 
 from __future__ import annotations
 
+from rabbitry.diagnostics import Address, Diagnostic, listed
+from rabbitry.errors import PlanError
 from rabbitry.provisioner.apply_options import ApplyOptions
 from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import relayout_refusals
 from rabbitry.topology.primitives import ResourceKey, User
 
 
-def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[str]:
+def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[Diagnostic]:
     """What the plan would do to the user rabbitry is connected as: delete it, take its
     administrator tag, change its password or remove its permissions in a vhost (deletions
     only with ``prune``). Apply refuses each (a run that locks itself out stops half-way, and
     so does every run after it); the plan says so before."""
     if not connected:
         return []
-    problems = []
+    problems: list[tuple[Change, str]] = []
     for change in plan.changes:
         if change.action is Action.DELETE and not prune:
             continue
@@ -32,19 +34,33 @@ def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[str
         if kind == "user" and rest == [connected]:
             was, will = change.observed, change.desired
             if change.action is Action.DELETE:
-                problems.append(f"it deletes user {connected!r}")
+                problems.append((change, f"it deletes user {connected!r}"))
             elif isinstance(was, User) and isinstance(will, User):
                 if "administrator" in was.tags and "administrator" not in will.tags:
-                    problems.append(f"it takes the administrator tag from user {connected!r}")
+                    problems.append(
+                        (change, f"it takes the administrator tag from user {connected!r}")
+                    )
                 if {"password differs", "password_hash differs"} & set(change.reasons):
-                    problems.append(f"it changes the password of user {connected!r}")
+                    problems.append((change, f"it changes the password of user {connected!r}"))
         elif kind == "permission" and rest == [connected] and change.action is Action.DELETE:
-            problems.append(f"it removes the permissions of user {connected!r} in {change.vhost}")
+            problems.append(
+                (change, f"it removes the permissions of user {connected!r} in {change.vhost}")
+            )
     return [
-        f"{problem}, the user this apply is connected as: apply that change as another"
-        " administrator (--management-url with other credentials), or leave it out of the spec"
-        for problem in problems
+        refused(
+            change,
+            "the apply would lock out the user it is connected as",
+            f"{problem}, the user this apply is connected as: apply that change as another"
+            " administrator (--management-url with other credentials), or leave it out of the"
+            " spec",
+        )
+        for change, problem in problems
     ]
+
+
+def refused(change: Change, summary: str, detail: str) -> Diagnostic:
+    """The refusal of ``change``, addressed to the object it is about."""
+    return Diagnostic(summary=summary, detail=detail, address=Address.of_key(change.key))
 
 
 OWNED_VERBS = {
@@ -62,7 +78,7 @@ def _runs(change: Change, options: ApplyOptions) -> bool:
     return change.action is not Action.DELETE or options.prune
 
 
-def ownership_refusals(plan: Plan, options: ApplyOptions) -> list[str]:
+def ownership_refusals(plan: Plan, options: ApplyOptions) -> list[Diagnostic]:
     """Changes this apply would make to objects other stacks own, without ``take_over``."""
     problems = []
     for change in plan.changes:
@@ -72,9 +88,13 @@ def ownership_refusals(plan: Plan, options: ApplyOptions) -> list[str]:
         names = " and ".join(repr(s) for s in others)
         flags = " ".join(f"--take-over {s}" for s in others)
         problems.append(
-            f"{change.title} is owned by stack {names} (its ownership record lists it), and"
-            f" this apply would {OWNED_VERBS[change.action]}: leave it out of stack"
-            f" {plan.stack!r}'s spec, or move it to stack {plan.stack!r} with apply {flags}"
+            refused(
+                change,
+                "owned by another stack",
+                f"{change.title} is owned by stack {names} (its ownership record lists it), and"
+                f" this apply would {OWNED_VERBS[change.action]}: leave it out of stack"
+                f" {plan.stack!r}'s spec, or move it to stack {plan.stack!r} with apply {flags}",
+            )
         )
     return problems
 
@@ -90,19 +110,23 @@ def taken_over(plan: Plan, options: ApplyOptions) -> dict[str, set[ResourceKey]]
     return taken
 
 
-def protection_refusals(plan: Plan, options: ApplyOptions) -> list[str]:
+def protection_refusals(plan: Plan, options: ApplyOptions) -> list[Diagnostic]:
     """The deletes and replaces of ``protect: true`` objects this apply would carry out: no
     flag allows them (``provisioner.protection``)."""
     return [
-        f"{change.title} is protected (protect: true) and this apply would"
-        f" {'delete' if change.action is Action.DELETE else 'replace'} it: "
-        + "; ".join(r for r in change.reasons if r.startswith("protected"))
+        refused(
+            change,
+            "protected (protect: true)",
+            f"{change.title} is protected (protect: true) and this apply would"
+            f" {'delete' if change.action is Action.DELETE else 'replace'} it: "
+            + "; ".join(r for r in change.reasons if r.startswith("protected")),
+        )
         for change in plan.changes
         if change.protected and _runs(change, options)
     ]
 
 
-def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) -> list[str]:
+def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) -> list[Diagnostic]:
     """Every reason the plan cannot run with these options, as user ``connected`` (the
     management API's); empty means go."""
     problems = protection_refusals(plan, options)
@@ -118,35 +142,64 @@ def refusals(plan: Plan, options: ApplyOptions, connected: str | None = None) ->
             why = "; ".join(change.reasons)
             if not options.allow_replace:
                 problems.append(
-                    f"{change.title} cannot change in place ({why}): it must be deleted and"
-                    " declared again; run apply with --allow-replace to do that"
+                    refused(
+                        change,
+                        "a replace not allowed",
+                        f"{change.title} cannot change in place ({why}): it must be deleted and"
+                        " declared again; run apply with --allow-replace to do that",
+                    )
                 )
                 continue
             # Queue replaces are migrations: messages are moved, not lost. Consumers would be
             # cancelled when the original is deleted, so they need a quiet window or --force.
             if change.kind == "queue" and change.consumers and not options.force:
                 problems.append(
-                    f"{change.title} has {change.consumers} consumer(s) that its migration would"
-                    " cancel; stop them first (a quiet window) or add --force"
+                    refused(
+                        change,
+                        "a migration would cancel consumers",
+                        f"{change.title} has {change.consumers} consumer(s) that its migration"
+                        " would cancel; stop them first (a quiet window) or add --force",
+                    )
                 )
             if change.kind == "queue" and change.count_note:
                 # found now, not after the migration's first step
                 problems.append(
-                    f"migrating {change.title} needs exact message counts over AMQP, which the"
-                    f" plan could not get ({change.count_note}): fix --url or RABBITRY_URL"
+                    refused(
+                        change,
+                        "messages not counted",
+                        f"migrating {change.title} needs exact message counts over AMQP, which"
+                        f" the plan could not get ({change.count_note}): fix --url or"
+                        " RABBITRY_URL",
+                    )
                 )
         prune_queue = change.action is Action.DELETE and options.prune and change.kind == "queue"
         if prune_queue and change.count_note and not options.force:
             problems.append(
-                f"pruning {change.title} needs its exact message count over AMQP, which the plan"
-                f" could not get ({change.count_note}): fix --url or RABBITRY_URL, or add --force"
+                refused(
+                    change,
+                    "messages not counted",
+                    f"pruning {change.title} needs its exact message count over AMQP, which the"
+                    f" plan could not get ({change.count_note}): fix --url or RABBITRY_URL, or"
+                    " add --force",
+                )
             )
         if prune_queue and change.messages and not options.force:
             problems.append(
-                f"{change.title} holds {change.messages} message(s): prune refuses to delete"
-                " a queue that is not empty; drain it first, or add --force"
+                refused(
+                    change,
+                    "a prune of a queue that holds messages",
+                    f"{change.title} holds {change.messages} message(s): prune refuses to delete"
+                    " a queue that is not empty; drain it first, or add --force",
+                )
             )
     return problems
+
+
+def refuse(plan: Plan, options: ApplyOptions, connected: str | None = None) -> None:
+    """Raise ``PlanError`` with every refusal (its ``diagnostics``) when there is one."""
+    problems = refusals(plan, options, connected)
+    if problems:
+        raise PlanError(listed("nothing was applied:", problems), problems)
 
 
 __all__ = [
@@ -154,6 +207,8 @@ __all__ = [
     "ownership_refusals",
     "protection_refusals",
     "refusals",
+    "refuse",
+    "refused",
     "self_harm",
     "taken_over",
 ]

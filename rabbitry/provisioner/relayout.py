@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rabbitry.diagnostics import Address, Diagnostic
 from rabbitry.policies.delay import is_level_object, parse_layout_exchange
 from rabbitry.provisioner.state import QueueStats
 from rabbitry.topology.primitives import ResourceKey, Topology
@@ -214,19 +215,23 @@ def _counts(
 
 def relayout_refusals(
     relayouts: Iterable[DelayRelayout], *, prune: bool, allow_delay_relayout: bool
-) -> list[str]:
-    """Why apply must not lay these delays out anew with these options (empty: go)."""
-    problems: list[str] = []
+) -> list[Diagnostic]:
+    """Why apply must not lay these delays out anew with these options (empty: go), each
+    addressed to its delay (kind ``delay``)."""
+    problems: list[Diagnostic] = []
     for relayout in relayouts:
         where = f"delay {relayout.vhost}/{relayout.delay}"
+        address = Address("delay", relayout.vhost, relayout.delay)
         if relayout.needs_prune and not prune:
-            problems.append(
+            detail = (
                 f"{where} is laid out anew ({relayout.layout}): without --prune the old"
                 " layout's level bindings and mark stay beside the new ones (messages routed by"
                 " both layouts, clients of the old spec let through); apply with --prune"
             )
+            problems.append(Diagnostic("a delay relayout without --prune", detail, address=address))
         if relayout.at_stake and not allow_delay_relayout:
-            problems.append(relayout.describe())
+            summary = "a delay relayout while messages may wait"
+            problems.append(Diagnostic(summary, relayout.describe(), address=address))
     return problems
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
+from rabbitry.diagnostics import Diagnostic
 from rabbitry.provisioner.plans import Action, Plan
+from rabbitry.provisioner.refusals import refused
 from rabbitry.topology.primitives import JSON, Parameter
 
 DECLARING = frozenset({Action.CREATE, Action.UPDATE, Action.REPLACE})
@@ -47,7 +49,7 @@ def direct_vhosts(value: JSON) -> list[tuple[str, str]]:
     return out
 
 
-def unreachable_shovels(plan: Plan, user: str, reachable: Iterable[str]) -> list[str]:
+def unreachable_shovels(plan: Plan, user: str, reachable: Iterable[str]) -> list[Diagnostic]:
     """The shovels the plan declares whose direct URIs name a vhost ``user`` (the one applying)
     may not connect to once the plan's earlier changes are made: the broker would refuse them."""
     can = set(reachable)
@@ -58,7 +60,7 @@ def unreachable_shovels(plan: Plan, user: str, reachable: Iterable[str]) -> list
             can.add(change.key[1])  # the broker grants a vhost's creator full permissions
         elif change.kind == "permission" and change.key[2:] == (user,):
             can.add(change.key[1])
-    problems = []
+    problems: list[Diagnostic] = []
     for change in plan.changes:
         desired = change.desired
         if change.action not in DECLARING or not isinstance(desired, Parameter):
@@ -67,12 +69,13 @@ def unreachable_shovels(plan: Plan, user: str, reachable: Iterable[str]) -> list
             continue
         for key, vhost in direct_vhosts(desired.value):
             if vhost not in can:
-                problems.append(
+                detail = (
                     f"{change.title}: its {key} connects inside the node to vhost {vhost!r},"
                     f" which user {user!r} (the one applying) may not connect to; the broker"
                     f" refuses such a shovel. Give {user!r} a permission in {vhost!r}, or"
                     " name a host in the URI"
                 )
+                problems.append(refused(change, "a shovel the broker would refuse", detail))
     return problems
 
 

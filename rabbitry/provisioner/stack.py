@@ -220,7 +220,7 @@ def _apply_to(
     from rabbitry.provisioner.live_plan import check_saved, locked_plan, plan_topology
     from rabbitry.provisioner.planfile import SavedTarget
     from rabbitry.provisioner.queue_counter import AmqpQueueCounter
-    from rabbitry.provisioner.refusals import refusals
+    from rabbitry.provisioner.refusals import refuse
     from rabbitry.uri import mask_uri
 
     saved = target.saved if isinstance(target, SavedTarget) else None
@@ -249,9 +249,7 @@ def _apply_to(
         report.planned(the_plan, mask_uri(target.endpoints.management_url))
         if not the_plan.has_changes:
             return ApplyResult(plan=the_plan)
-        problems = refusals(the_plan, options, client.username)
-        if problems:
-            raise PlanError("nothing was applied:\n  " + "\n  ".join(problems))
+        refuse(the_plan, options, client.username)
         if saved is None and not report.confirm(the_plan):
             return ApplyResult(plan=the_plan)
         with report.counting():
