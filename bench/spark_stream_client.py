@@ -57,9 +57,10 @@ def own_client(url: str, port: int, n: int) -> float:
     started = time.perf_counter()
     with StreamClient(ConnectionSettings.from_url(url), port=port) as client:
         rows = []
-        for offset, _stamp, record in client.read(STREAM, 0, n):
-            m = amqp10.decode(record)
-            rows.append((m.body, m.routing_key, m.headers, m.properties, STREAM, offset))
+        for chunk in client.read_chunks(STREAM, 0, n):
+            for offset, record in enumerate(chunk.records, chunk.first_offset):
+                m = amqp10.decode(record)
+                rows.append((m.body, m.routing_key, m.headers, m.properties, STREAM, offset))
     assert len(rows) == n
     return time.perf_counter() - started
 

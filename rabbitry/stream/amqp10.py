@@ -138,18 +138,22 @@ PROPERTY_SLOTS = (
 )
 
 
+def properties_list(buf: memoryview, pos: int) -> tuple[int, int]:
+    """The properties section's list at ``pos``: how many fields, where the first starts."""
+    code = buf[pos]
+    if code == 0x45:
+        return 0, pos + 1
+    if code == 0xC0:
+        return buf[pos + 2], pos + 3
+    if code == 0xD0:
+        return int(_U32.unpack_from(buf, pos + 5)[0]), pos + 9
+    raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+
+
 def _properties(buf: memoryview, pos: int, props: dict[str, Any]) -> int:
     """Read the properties section (decoded each time: message ids and creation times make
     each one differ), the usual types inline."""
-    code = buf[pos]
-    if code == 0x45:
-        return pos + 1
-    if code == 0xC0:
-        count, pos = buf[pos + 2], pos + 3
-    elif code == 0xD0:
-        count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-    else:
-        raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+    count, pos = properties_list(buf, pos)
     slots = PROPERTY_SLOTS
     for i in range(count):
         c = buf[pos]

@@ -2,7 +2,7 @@
 
 ``StreamClient`` connects with an AMQP URL's settings (credentials, vhost, TLS: the same
 ``ConnectionSettings`` as every AMQP client of rabbitry) on the stream port, and offers what
-the Spark source and sink need: ``read`` (a range of offsets of one stream, in order) and
+the Spark source and sink need: ``read_chunks`` (a range of offsets of one stream, in order) and
 ``publish`` (named producer, publishing ids: the broker drops a message whose id is not above
 the last one it stored for that name).
 """
@@ -162,25 +162,6 @@ class StreamClient:
         self.close()
 
     # --- reading ----------------------------------------------------------------------------
-
-    def read(
-        self,
-        stream: str,
-        start: int,
-        end: int,
-        *,
-        idle_timeout: float = 60.0,
-        missing: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[int, int, memoryview]]:
-        """``(offset, chunk timestamp in ms, record)`` for offsets ``start`` to ``end - 1``, in
-        order: ``read_chunks`` a record at a time."""
-        for chunk in self.read_chunks(
-            stream, start, end, idle_timeout=idle_timeout, missing=missing
-        ):
-            offset = chunk.first_offset
-            for record in chunk.records:
-                yield offset, chunk.timestamp_ms, record
-                offset += 1
 
     def read_chunks(
         self,
