@@ -47,8 +47,9 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxrecordspertrigger": "streaming: at most this many messages per micro-batch, all streams",
     "maxrecordsperpartition": "cut a stream's range into Spark partitions of at most this many"
     f" messages (default {DEFAULT_PARTITION_SIZE:,})",
-    "minpartitions": "cut the ranges further so that a read has at least this many Spark"
-    " partitions (default 1: one per stream unless maxRecordsPerPartition cuts it)",
+    "minpartitions": "at least this many Spark partitions: each stream's range cut into"
+    " near-equal pieces by its share of the messages (default 1: one per stream unless"
+    " maxRecordsPerPartition cuts it)",
     "prefetch": f"unacknowledged messages in flight per task (default {DEFAULT_PREFETCH})",
     "read_timeout": "seconds a task waits for the next message of its range before it fails"
     " (default 60)",
