@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,23 +164,30 @@ def ranges(
     min_partitions: int = 1,
 ) -> list[OffsetRange]:
     """Spark partitions for ``[start, end)`` per stream: one per stream, cut into pieces of at
-    most ``max_per_partition`` messages, and smaller when that gives fewer than
-    ``min_partitions`` pieces in all; empty ranges are left out. Ordered by stream, then
-    offset, so the same offsets always give the same partitions."""
+    most ``max_per_partition`` messages; empty ranges are left out. With ``min_partitions``
+    above the count that gives, each stream's range is cut instead into as many near-equal
+    pieces as its share of all the messages asks (``ceil(size * min_partitions / total)``,
+    at most one per message), as Spark's Kafka source does: a read then has at least
+    ``min_partitions`` pieces (fewer only when it has fewer messages), so one stream is read
+    by several tasks. Ordered by stream, then offset, so the same offsets always give the
+    same partitions."""
     sizes = {s: end[s] - start.get(s, end[s]) for s in end}
     total = sum(n for n in sizes.values() if n > 0)
-    limit = max_per_partition
-    if min_partitions > 1 and total:
-        even = -(-total // min_partitions)  # ceiling
-        limit = even if limit is None else min(limit, even)
     out: list[OffsetRange] = []
     for stream in sorted(end):
-        first = start.get(stream, end[stream])
-        last = end[stream]
-        if last <= first:
+        first, size = start.get(stream, end[stream]), sizes[stream]
+        if size <= 0:
             continue
-        step = limit or (last - first)
-        out.extend(OffsetRange(stream, at, min(at + step, last)) for at in range(first, last, step))
+        step = max_per_partition or size
+        shares = min(size, -(-size * min_partitions // total))  # ceiling
+        if shares <= -(-size // step):
+            out.extend(
+                OffsetRange(stream, at, min(at + step, first + size))
+                for at in range(first, first + size, step)
+            )
+            continue
+        cuts = [first + i * size // shares for i in range(shares + 1)]
+        out.extend(OffsetRange(stream, a, b) for a, b in itertools.pairwise(cuts))
     return out
 
 

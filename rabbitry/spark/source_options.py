@@ -47,8 +47,9 @@ SOURCE_OPTIONS: dict[str, str] = {
     "maxrecordspertrigger": "streaming: at most this many messages per micro-batch, all streams",
     "maxrecordsperpartition": "cut a stream's range into Spark partitions of at most this many"
     f" messages (default {DEFAULT_PARTITION_SIZE:,})",
-    "minpartitions": "cut the ranges further so that a read has at least this many Spark"
-    " partitions (default 1: one per stream unless maxRecordsPerPartition cuts it)",
+    "minpartitions": "at least this many Spark partitions: each stream's range cut into"
+    " near-equal pieces by its share of the messages (default 1: one per stream unless"
+    " maxRecordsPerPartition cuts it)",
     "prefetch": f"unacknowledged messages in flight per task (default {DEFAULT_PREFETCH})",
     "read_timeout": "seconds a task waits for the next message of its range before it fails"
     " (default 60)",
@@ -129,33 +130,14 @@ class SourceOptions:
             )
         if len(set(streams)) != len(streams):
             raise SourceOptionError(f"stream names a stream twice: {', '.join(streams)}")
-        keys: tuple[str, ...] = ()
-        count: int | None = None
-        if "partitions" in given:
-            if super_stream is None:
-                raise SourceOptionError("partitions belongs to super_stream=; give both")
-            text = given["partitions"].strip()
-            if text.isdigit():
-                count = _int(given, "partitions", None, 1, MAX_PARTITIONS, SourceOptionError)
-            else:
-                keys = tuple(k.strip() for k in text.split(",") if k.strip())
-                if not keys:
-                    raise SourceOptionError("partitions is empty: give keys or a number")
+        keys, count = _super_stream_partitions(given, super_stream)
         management = given.get("management_url", "").strip()
         if management and urlsplit(management).scheme not in ("http", "https"):
             raise SourceOptionError(
                 f"management_url {mask_uri(management)!r} must start with http:// or https://"
                 " (the management API, such as http://rabbit:15672)"
             )
-        if streaming is True and "endingoffsets" in given:
-            raise SourceOptionError(
-                "endingOffsets is for batch reads (spark.read); a streaming query reads on"
-            )
-        if streaming is False and "maxrecordspertrigger" in given:
-            raise SourceOptionError(
-                "maxRecordsPerTrigger is for streaming reads; a batch read takes"
-                " startingOffsets to endingOffsets"
-            )
+        _check_mode(given, streaming)
         max_trigger = _int(given, "maxrecordspertrigger", None, 1, 2**62, SourceOptionError)
         parsed = cls(
             url=url,
@@ -192,3 +174,33 @@ class SourceOptions:
             parsed.starting(streams)
             parsed.ending(streams)
         return parsed
+
+
+def _super_stream_partitions(
+    given: Mapping[str, str], super_stream: str | None
+) -> tuple[tuple[str, ...], int | None]:
+    """``partitions``: the super stream's partition keys, or their number."""
+    if "partitions" not in given:
+        return (), None
+    if super_stream is None:
+        raise SourceOptionError("partitions belongs to super_stream=; give both")
+    text = given["partitions"].strip()
+    if text.isdigit():
+        return (), _int(given, "partitions", None, 1, MAX_PARTITIONS, SourceOptionError)
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not keys:
+        raise SourceOptionError("partitions is empty: give keys or a number")
+    return keys, None
+
+
+def _check_mode(given: Mapping[str, str], streaming: bool | None) -> None:
+    """The options only a batch read, or only a streaming one, takes (None: not known yet)."""
+    if streaming is True and "endingoffsets" in given:
+        raise SourceOptionError(
+            "endingOffsets is for batch reads (spark.read); a streaming query reads on"
+        )
+    if streaming is False and "maxrecordspertrigger" in given:
+        raise SourceOptionError(
+            "maxRecordsPerTrigger is for streaming reads; a batch read takes"
+            " startingOffsets to endingOffsets"
+        )

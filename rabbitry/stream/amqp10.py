@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from rabbitry.stream.amqp10_types import EPOCH, typed, value_at
 from rabbitry.stream.errors import StreamProtocolError
 
 __all__ = ["Decoded", "decode", "encode"]
@@ -26,15 +26,9 @@ HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS = 0x70, 0x71, 0x72
 PROPERTIES, APPLICATION_PROPERTIES, DATA = 0x73, 0x74, 0x75
 AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x76, 0x77, 0x78
 
-_U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
-_F32 = struct.Struct(">f")
 _F64 = struct.Struct(">d")
-_U8U8 = struct.Struct(">BB")
 _U32U32 = struct.Struct(">II")
 
 
@@ -59,187 +53,6 @@ class Decoded:
 
 _NO_HEADERS: dict[str, Any] = {}
 """Shared by every message without headers: read it, never change it."""
-
-
-def _value(buf: memoryview, pos: int) -> tuple[Any, int]:
-    """The value whose constructor is at ``pos``, and the position after it."""
-    return _typed(buf, buf[pos], pos + 1)
-
-
-def _typed(buf: memoryview, code: int, pos: int) -> tuple[Any, int]:
-    """The value of type ``code`` whose encoding starts at ``pos``, and the position after it."""
-    read = _READERS[code]
-    if read is None:
-        raise StreamProtocolError(f"AMQP 1.0 message: unknown type code 0x{code:02x} at {pos - 1}")
-    value, after = read(buf, pos)
-    return value, int(after)
-
-
-Read = Any  # Callable[[memoryview, int], tuple[Any, int]]
-_READERS: list[Read | None] = [None] * 256
-
-
-def _const(value: Any) -> Read:
-    return lambda buf, pos: (value, pos)
-
-
-def _fixed(st: struct.Struct) -> Read:
-    unpack, size = st.unpack_from, st.size
-    return lambda buf, pos: (unpack(buf, pos)[0], pos + size)
-
-
-def _described(buf: memoryview, pos: int) -> tuple[Any, int]:
-    _, pos = _value(buf, pos)  # the descriptor is dropped
-    return _value(buf, pos)
-
-
-def _byte(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return buf[pos], pos + 1
-
-
-def _signed_byte(buf: memoryview, pos: int) -> tuple[Any, int]:
-    b = buf[pos]
-    return (b - 256 if b > 127 else b), pos + 1
-
-
-def _bool(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return buf[pos] != 0, pos + 1
-
-
-def _timestamp(buf: memoryview, pos: int) -> tuple[Any, int]:
-    ms = _I64.unpack_from(buf, pos)[0]  # milliseconds since the epoch
-    return _EPOCH + dt.timedelta(milliseconds=ms), pos + 8
-
-
-def _uuid(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
-
-
-def _char(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return chr(_U32.unpack_from(buf, pos)[0]), pos + 4
-
-
-def _bin8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    end = pos + 1 + buf[pos]
-    return bytes(buf[pos + 1 : end]), end
-
-
-def _str8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    end = pos + 1 + buf[pos]
-    return str(buf[pos + 1 : end], "utf-8", "replace"), end
-
-
-def _bin32(buf: memoryview, pos: int) -> tuple[Any, int]:
-    end = pos + 4 + _U32.unpack_from(buf, pos)[0]
-    return bytes(buf[pos + 4 : end]), end
-
-
-def _str32(buf: memoryview, pos: int) -> tuple[Any, int]:
-    end = pos + 4 + _U32.unpack_from(buf, pos)[0]
-    return str(buf[pos + 4 : end], "utf-8", "replace"), end
-
-
-def _items(buf: memoryview, pos: int, count: int) -> tuple[list[Any], int]:
-    readers = _READERS
-    items = []
-    for _ in range(count):
-        read = readers[buf[pos]]
-        if read is None:
-            raise StreamProtocolError(f"AMQP 1.0 message: unknown type code 0x{buf[pos]:02x}")
-        item, pos = read(buf, pos + 1)
-        items.append(item)
-    return items, pos
-
-
-def _list8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return _items(buf, pos + 2, buf[pos + 1])
-
-
-def _list32(buf: memoryview, pos: int) -> tuple[Any, int]:
-    return _items(buf, pos + 8, _U32.unpack_from(buf, pos + 4)[0])
-
-
-def _pairs(items: list[Any]) -> dict[Any, Any]:
-    return {_key(k): v for k, v in zip(items[::2], items[1::2], strict=True)}
-
-
-def _map8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    items, pos = _list8(buf, pos)
-    return _pairs(items), pos
-
-
-def _map32(buf: memoryview, pos: int) -> tuple[Any, int]:
-    items, pos = _list32(buf, pos)
-    return _pairs(items), pos
-
-
-def _array(head: struct.Struct) -> Read:
-    def read(buf: memoryview, pos: int) -> tuple[Any, int]:
-        _, count = head.unpack_from(buf, pos)
-        pos += head.size
-        element = buf[pos]  # one constructor for every element
-        pos += 1
-        out = []
-        for _ in range(count):
-            item, pos = _typed(buf, element, pos)
-            out.append(item)
-        return out, pos
-
-    return read
-
-
-def _opaque(size: int) -> Read:
-    return lambda buf, pos: (bytes(buf[pos : pos + size]), pos + size)
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-for _code, _reader in {
-    0x00: _described,
-    0x40: _const(None),
-    0x41: _const(True),
-    0x42: _const(False),
-    0x43: _const(0),
-    0x44: _const(0),
-    0x45: _const([]),
-    0x56: _bool,
-    0x50: _byte,
-    0x52: _byte,
-    0x53: _byte,
-    0x51: _signed_byte,
-    0x54: _signed_byte,
-    0x55: _signed_byte,
-    0x60: _fixed(_U16),
-    0x61: _fixed(struct.Struct(">h")),
-    0x70: _fixed(_U32),
-    0x71: _fixed(_I32),
-    0x80: _fixed(_U64),
-    0x81: _fixed(_I64),
-    0x72: _fixed(_F32),
-    0x82: _fixed(_F64),
-    0x83: _timestamp,
-    0x98: _uuid,
-    0x73: _char,
-    0xA0: _bin8,
-    0xA1: _str8,
-    0xA3: _str8,
-    0xB0: _bin32,
-    0xB1: _str32,
-    0xB3: _str32,
-    0xC0: _list8,
-    0xD0: _list32,
-    0xC1: _map8,
-    0xD1: _map32,
-    0xE0: _array(_U8U8),
-    0xF0: _array(_U32U32),
-    0x74: _opaque(4),
-    0x84: _opaque(8),
-    0x94: _opaque(16),
-}.items():
-    _READERS[_code] = _reader
-
-
-def _key(value: Any) -> Any:
-    return value if isinstance(value, str | int) else str(value)
 
 
 def _text(value: Any) -> str | None:
@@ -293,12 +106,12 @@ def section_effect(buf: memoryview, section: int, pos: int) -> tuple[Effect, int
     elif code in (0xD0, 0xD1):
         end = pos + 5 + _U32.unpack_from(buf, pos + 1)[0]
     else:
-        value, after = _value(buf, pos)
+        value, after = value_at(buf, pos)
         return _effect(section, value), after
     key = bytes((section,)) + bytes(buf[pos:end])
     found = _EFFECTS.get(key)
     if found is None:
-        value, after = _value(buf, pos)
+        value, after = value_at(buf, pos)
         if after != end:
             raise StreamProtocolError(f"AMQP 1.0 section 0x{section:02x}: its size is wrong")
         if len(_EFFECTS) >= _EFFECTS_SIZE:
@@ -325,18 +138,22 @@ PROPERTY_SLOTS = (
 )
 
 
+def properties_list(buf: memoryview, pos: int) -> tuple[int, int]:
+    """The properties section's list at ``pos``: how many fields, where the first starts."""
+    code = buf[pos]
+    if code == 0x45:
+        return 0, pos + 1
+    if code == 0xC0:
+        return buf[pos + 2], pos + 3
+    if code == 0xD0:
+        return int(_U32.unpack_from(buf, pos + 5)[0]), pos + 9
+    raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+
+
 def _properties(buf: memoryview, pos: int, props: dict[str, Any]) -> int:
     """Read the properties section (decoded each time: message ids and creation times make
     each one differ), the usual types inline."""
-    code = buf[pos]
-    if code == 0x45:
-        return pos + 1
-    if code == 0xC0:
-        count, pos = buf[pos + 2], pos + 3
-    elif code == 0xD0:
-        count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-    else:
-        raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+    count, pos = properties_list(buf, pos)
     slots = PROPERTY_SLOTS
     for i in range(count):
         c = buf[pos]
@@ -349,10 +166,10 @@ def _properties(buf: memoryview, pos: int, props: dict[str, Any]) -> int:
             pos += 2 + size
         elif c == 0x83:
             ms = _I64.unpack_from(buf, pos + 1)[0]
-            value = _EPOCH + dt.timedelta(milliseconds=ms)
+            value = EPOCH + dt.timedelta(milliseconds=ms)
             pos += 9
         else:
-            value, pos = _typed(buf, c, pos + 1)
+            value, pos = typed(buf, c, pos + 1)
         name = slots[i] if i < len(slots) else None
         if name is not None:
             props[name] = value if name == "timestamp" else _text(value)
@@ -374,7 +191,7 @@ def decode(record: bytes | memoryview) -> Decoded:
                 section = buf[pos + 2]
                 pos += 3
             else:
-                descriptor, pos = _value(buf, pos + 1)
+                descriptor, pos = value_at(buf, pos + 1)
                 section = descriptor if isinstance(descriptor, int) else -1
             if section == DATA:
                 code = buf[pos]
@@ -389,7 +206,7 @@ def decode(record: bytes | memoryview) -> Decoded:
             elif section == PROPERTIES:
                 pos = _properties(buf, pos, props)
             elif section == AMQP_VALUE:
-                value, pos = _value(buf, pos)
+                value, pos = value_at(buf, pos)
                 body.append(value if isinstance(value, bytes) else str(value).encode())
             else:
                 (given, routing_key, headers), pos = section_effect(buf, section, pos)

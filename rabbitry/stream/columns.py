@@ -22,6 +22,7 @@ from rabbitry.stream.amqp10 import (
     PROPERTIES,
     PROPERTY_SLOTS,
     decode,
+    properties_list,
     section_effect,
 )
 from rabbitry.stream.errors import StreamProtocolError
@@ -225,15 +226,7 @@ class MessageColumns:
         self.count = row + 1
 
     def _properties(self, buf: memoryview, pos: int, row: int) -> int:
-        code = buf[pos]
-        if code == 0x45:
-            return pos + 1
-        if code == 0xC0:
-            count, pos = buf[pos + 2], pos + 3
-        elif code == 0xD0:
-            count, pos = _U32.unpack_from(buf, pos + 5)[0], pos + 9
-        else:
-            raise StreamProtocolError(f"AMQP 1.0 properties: a list was expected, not 0x{code:02x}")
+        count, pos = properties_list(buf, pos)
         slots = self.slots
         known = len(PROPERTY_SLOTS)
         for i in range(count):

@@ -132,6 +132,45 @@ def test_ranges_cover_each_offset_exactly_once(start: int, size: int, piece: int
     assert all(0 < r.size <= piece for r in got)
 
 
+def test_min_partitions_cuts_one_stream_into_near_equal_pieces() -> None:
+    assert ranges({"s": 10}, {"s": 15}, 100, min_partitions=4) == [
+        OffsetRange("s", 10, 11),
+        OffsetRange("s", 11, 12),
+        OffsetRange("s", 12, 13),
+        OffsetRange("s", 13, 15),
+    ]
+    # each stream by its share: 900 of 1000 messages ask 3 of 3 pieces (ceiling), 100 ask 1
+    assert ranges({"a": 0, "b": 0}, {"a": 900, "b": 100}, None, min_partitions=3) == [
+        OffsetRange("a", 0, 300),
+        OffsetRange("a", 300, 600),
+        OffsetRange("a", 600, 900),
+        OffsetRange("b", 0, 100),
+    ]
+
+
+def test_min_partitions_below_what_the_partition_size_gives_changes_nothing() -> None:
+    assert ranges({"a": 0}, {"a": 250}, 100, min_partitions=2) == ranges({"a": 0}, {"a": 250}, 100)
+
+
+@given(
+    sizes=st.lists(st.integers(0, 5_000), min_size=1, max_size=4),
+    piece=st.one_of(st.none(), st.integers(1, 3_000)),
+    least=st.integers(1, 64),
+)
+def test_min_partitions_reads_each_offset_once_in_at_least_that_many_pieces(
+    sizes: list[int], piece: int | None, least: int
+) -> None:
+    start = {f"s{i}": 7 * i for i in range(len(sizes))}
+    end = {s: start[s] + n for s, n in zip(start, sizes, strict=True)}
+    got = ranges(start, end, piece, min_partitions=least)
+    for s in start:
+        covered = [o for r in got if r.stream == s for o in range(r.start, r.end)]
+        assert covered == list(range(start[s], end[s]))
+    assert all(r.size > 0 and (piece is None or r.size <= piece) for r in got)
+    assert len(got) >= min(least, sum(sizes))
+    assert ranges(start, end, piece, min_partitions=least) == got
+
+
 def test_checkpoint_offsets_round_trip_and_new_streams_start_at_the_beginning() -> None:
     saved = offsets_json({"b": 4, "a": 2})
     assert list(saved) == ["a", "b"]
