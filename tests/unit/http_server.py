@@ -29,10 +29,16 @@ class QuietServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+SHUTDOWN_POLL = 0.02
+"""Seconds between two looks of ``serve_forever`` at its stop flag: ``shutdown()`` waits for
+the next look, and socketserver's default of 0.5 s made every test with a server wait up to
+half a second at its end."""
+
+
 @contextmanager
 def serving(server: S) -> Iterator[S]:
     """``server`` answering from a thread of its own until the block ends, then closed."""
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     try:
         yield server
     finally:

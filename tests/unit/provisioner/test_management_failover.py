@@ -16,7 +16,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import QuietServer, serving
 
 
 class _Node(BaseHTTPRequestHandler):
@@ -35,12 +35,10 @@ class _Node(BaseHTTPRequestHandler):
 
 
 def _node() -> Iterator[tuple[str, list[str]]]:
-    server = QuietServer(("127.0.0.1", 0), _Node)
     seen: list[str] = []
-    server.seen = seen  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://guest:s3cret@127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
+    with serving(QuietServer(("127.0.0.1", 0), _Node)) as server:
+        server.seen = seen  # type: ignore[attr-defined]
+        yield f"http://guest:s3cret@127.0.0.1:{server.server_address[1]}", seen
 
 
 @pytest.fixture

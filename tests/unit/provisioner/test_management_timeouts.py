@@ -5,7 +5,6 @@ gives only in a race, played by a small HTTP server."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -15,7 +14,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import QuietServer, serving
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
@@ -53,10 +52,8 @@ class _Slow(BaseHTTPRequestHandler):
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(management, "FIRST_ANSWER_TIMEOUT", SLOW / 3)
-    server = QuietServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(QuietServer(("127.0.0.1", 0), _Slow)) as server:
+        yield f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
 
 
 def test_a_first_read_that_gets_no_answer_soon_is_a_silent_port(api: str) -> None:

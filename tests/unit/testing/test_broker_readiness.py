@@ -15,7 +15,7 @@ import pytest
 
 from rabbitry.errors import BrokerError
 from rabbitry.testing.broker import Broker, wait_for_amqp, wait_for_management
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import QuietServer, serving
 
 
 def _amqp_port(answer: bytes) -> Iterator[int]:
@@ -67,13 +67,8 @@ def _management(status: int) -> Iterator[Broker]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = QuietServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(QuietServer(("127.0.0.1", 0), Answer)) as server:
         yield Broker(host="127.0.0.1", management_port=server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_amqp_is_ready_once_the_port_answers_the_protocol_header(greeting_port: int) -> None:
