@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 S = TypeVar("S", bound=ThreadingHTTPServer)
@@ -33,6 +34,25 @@ SHUTDOWN_POLL = 0.02
 """Seconds between two looks of ``serve_forever`` at its stop flag: ``shutdown()`` waits for
 the next look, and socketserver's default of 0.5 s made every test with a server wait up to
 half a second at its end."""
+
+
+class JsonAnswers(BaseHTTPRequestHandler):
+    """A handler that answers as the management API does (JSON with its length) and logs
+    nothing: subclasses say what each request gets with ``answer``."""
+
+    def answer(self, code: int, body: bytes = b"{}", headers: dict[str, str] | None = None) -> None:
+        """``code`` with ``body``; ``headers`` are sent too, and a Content-Length of their
+        own replaces the body's."""
+        sent = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        self.send_response(code)
+        for name, value in {**sent, **(headers or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        with contextlib.suppress(OSError):  # a client that stopped reading
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import threading
 import tracemalloc
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from rabbitry.management.answer_limit import (
     max_answer_bytes,
 )
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
@@ -54,7 +53,7 @@ def gzip_bomb(size: int) -> bytes:
     return header + first + again * (size // MiB - 1) + deflate.flush() + trailer
 
 
-class _Hostile(BaseHTTPRequestHandler):
+class _Hostile(JsonAnswers):
     """``/api/endless``: chunked zeros without end; ``/api/announced``: a Content-Length of
     10 GiB; ``/api/bomb``: gzip that inflates to ``BOMB``; ``/api/garbled``: a body
     that says gzip and is not; ``/api/small``: ``{}``. With
@@ -68,18 +67,18 @@ class _Hostile(BaseHTTPRequestHandler):
         if kind == "endless":
             self._endless()
         elif kind == "announced":
-            self._send(200, b"", {"Content-Length": str(10 * 1024 * MiB)})
+            self.answer(200, b"", {"Content-Length": str(10 * 1024 * MiB)})
             self._zeros(None)
         elif kind == "bomb":
-            self._send(200, self.server.bomb, {"Content-Encoding": "gzip"})
+            self.answer(200, self.server.bomb, {"Content-Encoding": "gzip"})
         elif kind == "garbled":
-            self._send(200, b"not gzip at all", {"Content-Encoding": "gzip"})
+            self.answer(200, b"not gzip at all", {"Content-Encoding": "gzip"})
         else:
-            self._send(200, b"{}")
+            self.answer(200, b"{}")
 
     def do_PUT(self) -> None:
         self.server.writes.append(f"{self.command} {self.path}")
-        self._send(204, b"")
+        self.answer(204, b"")
 
     do_POST = do_DELETE = do_PUT
 
@@ -112,9 +111,6 @@ class _Hostile(BaseHTTPRequestHandler):
         except OSError:  # the client stopped reading and closed
             pass
         self.close_connection = True
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
 
 
 class _Server(QuietServer):

@@ -8,7 +8,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -16,22 +15,16 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
-from tests.unit.http_server import QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 
-class _Node(BaseHTTPRequestHandler):
+class _Node(JsonAnswers):
     def do_GET(self) -> None:
         self.server.seen.append(self.path)  # type: ignore[attr-defined]
-        failing = self.path.endswith("/broken")
-        body = b'{"error":"boom","reason":"boom"}' if failing else b'{"node":"up"}'
-        self.send_response(500 if failing else 200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        if self.path.endswith("/broken"):
+            self.answer(500, b'{"error":"boom","reason":"boom"}')
+        else:
+            self.answer(200, b'{"node":"up"}')
 
 
 def _node() -> Iterator[tuple[str, list[str]]]:

@@ -7,28 +7,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
 
-class _Slow(BaseHTTPRequestHandler):
+class _Slow(JsonAnswers):
     shovel_reads: dict[str, int] = {}
 
     def _answer(self, delay: float, code: int = 200, body: bytes = b"{}") -> None:
-        time.sleep(delay)
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        time.sleep(delay)  # the slow broker played, not a synchronisation
+        self.answer(code, body)
 
     def do_GET(self) -> None:
         if "/parameters/shovel/" in self.path:
@@ -44,9 +39,6 @@ class _Slow(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._answer(SLOW, 204, b"")
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
 
 
 @pytest.fixture

@@ -5,38 +5,27 @@ a 500 that stays, or one with a body, is still an error."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 
-class _Flaky(BaseHTTPRequestHandler):
+class _Flaky(JsonAnswers):
     server: _Server
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
         self.server.asked += 1
         if self.server.asked <= self.server.empty_500s:
-            self._send(500, b"")
+            self.answer(500, b"")
         elif self.path.endswith("/broken"):
-            self._send(500, b'{"error":"internal"}')
+            self.answer(500, b'{"error":"internal"}')
         else:
-            self._send(200, b'[{"name": "/"}]')
-
-    def _send(self, code: int, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+            self.answer(200, b'[{"name": "/"}]')
 
 
 class _Server(QuietServer):
