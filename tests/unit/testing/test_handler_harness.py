@@ -28,18 +28,11 @@ from rabbitry.policies.retry import (
     ATTEMPT_HEADER,
     LAST_ERROR_HEADER,
     PARKED_REASON_HEADER,
-    Backoff,
-    RetryPolicy,
 )
 from rabbitry.testing import HandlerHarness, Outcome
-from rabbitry.topology.patterns.retries import QueueRetry
+from tests.unit.retry_ladders import work_retry
 
-RETRY = QueueRetry(
-    queue="work",
-    policy=RetryPolicy(attempts=3, backoff=Backoff(tiers_ms=(1000, 5000))),
-    parking_queue="work.parking",
-    tier_queues={1000: "work.retry.1s", 5000: "work.retry.5s"},
-)
+RETRY = work_retry(1000, 5000)
 SPEC = """
 version: 1
 name: harness

@@ -27,20 +27,11 @@ from rabbitry.policies.retry import (
     ATTEMPT_HEADER,
     LAST_ERROR_HEADER,
     PARKED_REASON_HEADER,
-    Backoff,
-    RetryPolicy,
 )
 from rabbitry.testing import ScriptedBroker
-from rabbitry.topology.patterns.retries import QueueRetry
+from tests.unit.retry_ladders import work_retry
 
-RETRY = QueueRetry(
-    queue="work",
-    policy=RetryPolicy(
-        attempts=3, backoff=Backoff(tiers_ms=(1000, 2000)), never_retry=("ValueError",)
-    ),
-    parking_queue="work.parking",
-    tier_queues={1000: "work.retry.1s", 2000: "work.retry.2s"},
-)
+RETRY = work_retry(1000, 2000, never_retry=("ValueError",))
 KINDS = [AsyncWorker, Worker]
 WAIT = 20.0
 
