@@ -115,49 +115,54 @@ def runner(kind: str, app: App, broker: Broker) -> Callable[[Callable[[], None]]
     return lambda then: run_blocking_until_it_stops(blocking, then)
 
 
+LOST = [
+    pytest.param(
+        "work.parking",
+        lambda: NonRetryable("never works"),
+        "queue 'work.parking' (parking lot of 'work')",
+        [],
+        id="parking-lot",
+    ),
+    pytest.param(
+        "work.retry.1s",
+        lambda: RuntimeError("fails"),
+        "retry tier of 'work'",
+        ["work.parking"],  # not parked in its place: nothing is decided
+        id="retry-tier",
+    ),
+]
+"""The queue deleted, what the handler raises (so that the message goes there), how the
+error names the queue, and the queues that stay empty."""
+
+
+@pytest.mark.parametrize(("gone", "error", "named", "still_empty"), LOST)
 @pytest.mark.parametrize("kind", ["asyncio", "blocking"])
-def test_a_parking_lot_deleted_under_a_running_worker_stops_it_with_the_message_kept(
-    broker: Broker, kind: str
+def test_a_queue_of_the_ladder_deleted_under_a_running_worker_stops_it_with_the_message_kept(
+    broker: Broker,
+    kind: str,
+    gone: str,
+    error: Callable[[], Exception],
+    named: str,
+    still_empty: list[str],
 ) -> None:
     path = broker.spec(LADDER)
     broker.apply(LADDER)
     app = app_of(broker, path)
-    calls = failing(app, lambda: NonRetryable("never works"))
+    calls = failing(app, error)
 
     def delete_then_publish() -> None:
-        delete(broker, queue="work.parking")
+        delete(broker, queue=gone)
         publish(broker, "work", [b"order"])
 
-    error = runner(kind, app, broker)(delete_then_publish)
+    stopped = runner(kind, app, broker)(delete_then_publish)
     assert calls == [1], f"called {len(calls)} times: the worker looped on the message"
-    assert isinstance(error, TopologyLost), error
-    assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.parking")]
-    text = str(error)
-    assert "queue 'work.parking' (parking lot of 'work')" in text, text
+    assert isinstance(stopped, TopologyLost), stopped
+    assert [(n.kind, n.name) for n in stopped.missing] == [("queue", gone)]
+    text = str(stopped)
+    assert named in text, text
     assert f"run `rabbitry apply {path}`" in text and "back in its queue" in text, text
     assert depth(broker, "work") == 1
-
-
-@pytest.mark.parametrize("kind", ["asyncio", "blocking"])
-def test_a_retry_tier_deleted_under_a_running_worker_stops_it_with_the_message_kept(
-    broker: Broker, kind: str
-) -> None:
-    path = broker.spec(LADDER)
-    broker.apply(LADDER)
-    app = app_of(broker, path)
-    calls = failing(app, lambda: RuntimeError("fails"))
-
-    def delete_then_publish() -> None:
-        delete(broker, queue="work.retry.1s")
-        publish(broker, "work", [b"order"])
-
-    error = runner(kind, app, broker)(delete_then_publish)
-    assert calls == [1], f"called {len(calls)} times"
-    assert isinstance(error, TopologyLost), error
-    assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.retry.1s")]
-    assert "retry tier of 'work'" in str(error)
-    assert depth(broker, "work") == 1
-    assert depth(broker, "work.parking") == 0  # not parked in its place: nothing is decided
+    assert [depth(broker, queue) for queue in still_empty] == [0] * len(still_empty)
 
 
 def test_delay_levels_refused_under_a_running_worker_stop_it_with_the_message_kept(
