@@ -194,7 +194,8 @@ def test_a_changed_spec_is_loaded_again_and_its_errors_reported_as_ever(tmp_path
     spec = tmp_path / "jobs.yaml"
     text = PLAIN_SPEC.replace("name: jobs\n", "name: changing\n", 1)
     spec.write_text(text)
-    loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    App.views = True  # as `worker run` does: the view of this text is stored
+    App(spec, vhost="jobs")
     spec.write_text(text.replace("attempts: 2, backoff: [1s]", "attempts: 3, backoff: [2s]"))
     changed = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
     assert heavy(changed["modules"], MODEL) == MODEL, "a new text is validated"
