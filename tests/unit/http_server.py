@@ -30,6 +30,11 @@ class QuietServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+def url_of(server: ThreadingHTTPServer, password: str = "guest") -> str:
+    """The management URL of the stand-in ``server``, user ``guest`` with ``password``."""
+    return f"http://guest:{password}@127.0.0.1:{server.server_address[1]}"
+
+
 SHUTDOWN_POLL = 0.02
 """Seconds between two looks of ``serve_forever`` at its stop flag: ``shutdown()`` waits for
 the next look, and socketserver's default of 0.5 s made every test with a server wait up to

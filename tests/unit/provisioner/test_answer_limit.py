@@ -26,7 +26,7 @@ from rabbitry.management.answer_limit import (
     max_answer_bytes,
 )
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import JsonAnswers, QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 MiB = 1024 * 1024
 LIMIT = 1 * MiB
@@ -139,14 +139,10 @@ def server(bomb: bytes) -> Iterator[_Server]:
         yield server
 
 
-def url_of(server: _Server) -> str:
-    return f"http://guest:{SECRET}@127.0.0.1:{server.server_address[1]}"
-
-
 def test_an_answer_without_end_stops_at_the_limit_naming_request_limit_and_setting(
     server: _Server,
 ) -> None:
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client:
         client.get("/small")
         with pytest.raises(AnswerTooLarge) as raised:
             client.get("/endless")
@@ -160,7 +156,7 @@ def test_an_answer_without_end_stops_at_the_limit_naming_request_limit_and_setti
 
 def test_an_answer_that_announces_more_than_the_limit_is_not_read(server: _Server) -> None:
     with (
-        ManagementClient(url_of(server), max_answer=LIMIT) as client,
+        ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client,
         pytest.raises(AnswerTooLarge, match="it announces 10,737,418,240 bytes"),
     ):
         client.get("/announced")
@@ -171,7 +167,7 @@ def test_a_gzip_bomb_stops_at_the_limit_counted_decoded(server: _Server) -> None
     tracemalloc.start()
     try:
         with (
-            ManagementClient(url_of(server), max_answer=LIMIT) as client,
+            ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client,
             pytest.raises(AnswerTooLarge, match="GET /api/bomb answered more than 1 MiB"),
         ):
             client.get("/bomb")
@@ -186,7 +182,7 @@ def test_an_answer_that_cannot_be_decoded_says_so_not_that_the_api_is_unreachabl
     server: _Server,
 ) -> None:
     with (
-        ManagementClient(url_of(server)) as client,
+        ManagementClient(url_of(server, SECRET)) as client,
         pytest.raises(BrokerError) as raised,
     ):
         client.get("/garbled")
@@ -201,19 +197,19 @@ def test_answers_within_the_limit_are_read_whole_and_decoded(server: _Server) ->
     # a compressed answer exactly as large as the limit set (the 256 MiB bomb at the default
     # limit took a second of CPU to decode and showed no more)
     server.bomb = gzip_bomb(WITHIN)
-    with ManagementClient(url_of(server), max_answer=WITHIN) as client:
+    with ManagementClient(url_of(server, SECRET), max_answer=WITHIN) as client:
         response = client.request("GET", "/bomb")
     assert len(response.content) == WITHIN
     assert "content-encoding" not in response.headers
 
 
 def test_reads_made_ahead_stop_at_the_limit_too(server: _Server) -> None:
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client:
         client.read_ahead([], paths=["/endless"])
         with pytest.raises(AnswerTooLarge, match="GET /api/endless"):
             client.get("/endless")
     server.everything = "bomb"  # a vhost's listings, read ahead in their own threads
-    with ManagementClient(url_of(server), max_answer=LIMIT) as client:
+    with ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client:
         client.read_ahead(["shop"])
         with pytest.raises(AnswerTooLarge, match=r"GET /api/\S+ answered more than 1 MiB"):
             client.vhost_objects("shop")
@@ -221,7 +217,7 @@ def test_reads_made_ahead_stop_at_the_limit_too(server: _Server) -> None:
 
 def test_a_clone_keeps_the_limit(server: _Server) -> None:
     with (
-        ManagementClient(url_of(server), max_answer=LIMIT) as client,
+        ManagementClient(url_of(server, SECRET), max_answer=LIMIT) as client,
         client.clone() as clone,
         pytest.raises(AnswerTooLarge),
     ):
@@ -240,7 +236,7 @@ def test_plan_against_a_hostile_api_exits_1_with_the_limit_and_changes_nothing(
     result = CliRunner().invoke(
         cli,
         ["plan", SPEC],
-        env={"RABBITRY_MANAGEMENT_URL": url_of(server), MAX_BYTES_ENV: str(LIMIT)},
+        env={"RABBITRY_MANAGEMENT_URL": url_of(server, SECRET), MAX_BYTES_ENV: str(LIMIT)},
         catch_exceptions=False,
     )
     assert result.exit_code == 1, result.output

@@ -15,7 +15,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
-from tests.unit.http_server import JsonAnswers, QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 
 class _Node(JsonAnswers):
@@ -31,7 +31,7 @@ def _node() -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
     with serving(QuietServer(("127.0.0.1", 0), _Node)) as server:
         server.seen = seen  # type: ignore[attr-defined]
-        yield f"http://guest:s3cret@127.0.0.1:{server.server_address[1]}", seen
+        yield url_of(server, "s3cret"), seen
 
 
 @pytest.fixture

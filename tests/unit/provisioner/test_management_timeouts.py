@@ -13,7 +13,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import JsonAnswers, QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
@@ -45,7 +45,7 @@ class _Slow(JsonAnswers):
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(management, "FIRST_ANSWER_TIMEOUT", SLOW / 3)
     with serving(QuietServer(("127.0.0.1", 0), _Slow)) as server:
-        yield f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
+        yield url_of(server)
 
 
 def test_a_first_read_that_gets_no_answer_soon_is_a_silent_port(api: str) -> None:

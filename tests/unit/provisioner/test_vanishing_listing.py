@@ -11,7 +11,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import JsonAnswers, QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 
 class _Flaky(JsonAnswers):
@@ -42,10 +42,6 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Server]:
     monkeypatch.setattr(management, "VANISHED_PAUSE", 0.0)
     with serving(_Server()) as server:
         yield server
-
-
-def url_of(server: _Server) -> str:
-    return f"http://guest:guest@127.0.0.1:{server.server_address[1]}"
 
 
 def test_a_listing_answered_500_empty_while_an_object_vanished_is_asked_again(
