@@ -26,6 +26,7 @@ from rabbitry.consumer import (
 from tests.integration.conftest import Broker, worker_process
 from tests.integration.test_worker import depth, publish
 from tests.integration.test_worker_preflight import LADDER, VIA_DELAY, app_of, delete
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -59,13 +60,6 @@ def failing(app: App, error: Callable[[], Exception]) -> list[int]:
     return calls
 
 
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
     """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
     itself (stopped from here after ``BOUND_S``: None)."""
@@ -80,7 +74,7 @@ def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> Bas
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        assert wait_until(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
+        assert wait_for(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
         then()
         thread.join(BOUND_S)
     finally:
@@ -205,7 +199,7 @@ def test_worker_run_exits_1_naming_the_lost_parking_lot_and_the_command(
     )
     try:
         assert process.stdout is not None
-        assert wait_until(lambda: process.poll() is not None or _consuming(broker), BOUND_S)
+        assert wait_for(lambda: process.poll() is not None or _consuming(broker), BOUND_S)
         delete(broker, queue="work.parking")
         publish(broker, "work", [b"order"])
         output, _ = process.communicate(timeout=BOUND_S)
