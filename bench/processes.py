@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from cpu_jobs import work
-from results import write_section
+from results import write_bench_section
 
 from rabbitry.amqp.channel import Channel
 from rabbitry.management.client import ManagementClient, q
@@ -183,22 +183,7 @@ def main() -> int:
             f".venv/bin/python bench/processes.py --jobs {args.jobs} --loops {args.loops}"
             f" --rounds {args.rounds} --prefetch {args.prefetch} --processes {args.processes}"
         )
-        write_section(
-            HEADING,
-            "\n".join(
-                [
-                    HEADING,
-                    "",
-                    "```bash",
-                    command,
-                    "```",
-                    "",
-                    (__doc__ or "").split("\n\n", 2)[2].strip(),
-                    "",
-                    text,
-                ]
-            ),
-        )
+        write_bench_section(HEADING, command, __doc__, text)
     return 0
 
 

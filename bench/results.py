@@ -82,6 +82,15 @@ def write_section(heading: str, text: str) -> None:
     DOCS.write_text(current)
 
 
+def write_bench_section(heading: str, command: str, doc: str | None, *parts: str) -> None:
+    """``write_section`` of a bench's usual section: ``heading``, the ``command`` that made it,
+    what the bench measures (the third paragraph of its docstring ``doc``) and ``parts``."""
+    what = (doc or "").split("\n\n", 2)[2].strip()
+    write_section(
+        heading, "\n".join([heading, "", "```bash", command, "```", "", what, "", *parts])
+    )
+
+
 def arguments(doc: str | None, default_url: str) -> argparse.ArgumentParser:
     """The options every broker bench takes: --url, --rounds (median of), --write-docs."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])

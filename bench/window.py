@@ -26,7 +26,7 @@ from results import (
     fresh_queue,
     load_average,
     percentile,
-    write_section,
+    write_bench_section,
 )
 
 from rabbitry.amqp.message import Message
@@ -94,25 +94,11 @@ def main() -> int:
     )
     print(header)
     if args.write_docs:
-        write_section(
-            HEADING,
-            "\n".join(
-                [
-                    HEADING,
-                    "",
-                    "```bash",
-                    f".venv/bin/python bench/window.py --messages {args.messages}"
-                    f" --windows {args.windows} --rounds {args.rounds} --write-docs",
-                    "```",
-                    "",
-                    (__doc__ or "").split("\n\n", 2)[2].strip(),
-                    "",
-                    header,
-                    "",
-                    *rows,
-                ]
-            ),
+        command = (
+            f".venv/bin/python bench/window.py --messages {args.messages}"
+            f" --windows {args.windows} --rounds {args.rounds} --write-docs"
         )
+        write_bench_section(HEADING, command, __doc__, header, "", *rows)
     return 0
 
 

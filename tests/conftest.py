@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.profiles import load_profile
+from tests.xdist_groups import add_group_suffixes
 
 HYPOTHESIS_PROFILE = load_profile()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which pytest 9 ignores
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    add_group_suffixes(config, items)
 
 
 def pytest_report_header() -> str:

@@ -22,13 +22,6 @@ from rabbitry.cli import cli
 from rabbitry.testing import create_test_vhost, delete_vhost
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which pytest 9 ignores
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests.integration.xdist_groups import add_group_suffixes
-
-    add_group_suffixes(config, items)
-
-
 def with_credentials(url: str, user: str, password: str) -> str:
     parts = urlsplit(url)
     netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"

@@ -25,6 +25,7 @@ from rabbitry.policies.retry import (
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
 from rabbitry.topology.patterns.retries import queue_retry
+from tests.integration.applied import applied_vhost_fixtures
 from tests.integration.conftest import Broker, one_vhost_spec
 
 # Policies' apply-to, quorum delivery limits and x-death differ across releases. One xdist
@@ -59,16 +60,7 @@ SPEC = one_vhost_spec("""
 """)
 
 
-@pytest.fixture(scope="module")
-def applied_once(module_vhost: Any, tmp_path_factory: pytest.TempPathFactory) -> Broker:
-    return Broker(module_vhost, tmp_path_factory.mktemp("applied")).apply(SPEC)
-
-
-@pytest.fixture
-def applied(applied_once: Broker, tmp_path: Path) -> Broker:
-    """The module's applied vhost, every queue empty and unconsumed: no test here changes an
-    object, so one ``apply`` serves them all."""
-    return applied_once.for_next_test(tmp_path)
+applied_once, applied = applied_vhost_fixtures(SPEC)
 
 
 def _spec(broker: Broker) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -18,6 +17,7 @@ from rabbitry.publisher import Publisher
 from rabbitry.topology import load_spec
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_worker import depth
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -30,13 +30,6 @@ SPEC = one_vhost_spec("""
         bindings:
           - {source: commandes-été, destination: café, routing_key: crème}
 """)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
 
 
 @pytest.mark.parametrize("shell", ["blocking", "asyncio"])
@@ -68,7 +61,7 @@ def test_a_queue_and_exchange_named_outside_ascii_are_consumed_with_their_retrie
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         try:
-            assert wait_until(done), calls
+            assert wait_for(done), calls
         finally:
             worker.stop()
             thread.join(timeout=30)

@@ -30,7 +30,9 @@ from rabbitry.policies.retry import (
 from rabbitry.publisher import Publisher
 from rabbitry.topology import load_spec
 from rabbitry.topology.patterns.delays import delay_scheme
+from tests.integration.applied import applied_vhost_fixtures
 from tests.integration.conftest import Broker, one_vhost_spec, worker_process
+from tests.waiting import wait_for
 
 # One xdist worker runs the module: one apply for all its tests (``applied``).
 pytestmark = [pytest.mark.broker, pytest.mark.xdist_group("test_worker")]
@@ -53,16 +55,7 @@ SPEC = one_vhost_spec("""
 """)
 
 
-@pytest.fixture(scope="module")
-def applied_once(module_vhost: Any, tmp_path_factory: pytest.TempPathFactory) -> Broker:
-    return Broker(module_vhost, tmp_path_factory.mktemp("applied")).apply(SPEC)
-
-
-@pytest.fixture
-def applied(applied_once: Broker, tmp_path: Path) -> Broker:
-    """The module's applied vhost, every queue empty and unconsumed: no test here changes an
-    object, so one ``apply`` serves them all."""
-    return applied_once.for_next_test(tmp_path)
+applied_once, applied = applied_vhost_fixtures(SPEC)
 
 
 def make_app(broker: Broker, **options: Any) -> App:
@@ -207,15 +200,6 @@ def start_worker(broker: Broker, record: Path, *extra: str, pause: float = 0.0) 
 
 def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
-
-
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def test_a_sigkilled_worker_loses_nothing(applied: Broker) -> None:

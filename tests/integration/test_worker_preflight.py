@@ -20,6 +20,7 @@ from rabbitry.consumer import App, AsyncWorker, IncomingMessage, TopologyMissing
 from rabbitry.topology import load_spec
 from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 from tests.integration.test_worker import depth, publish, run_worker
+from tests.worker_runs import start_async
 
 pytestmark = pytest.mark.broker
 
@@ -98,20 +99,6 @@ def delete(broker: Broker, *, queue: str | None = None, exchange: str | None = N
     if exchange is not None:
         channel.exchange_delete(exchange)
     connection.close()
-
-
-def start_async(worker: AsyncWorker) -> BaseException | None:
-    """Run the worker until it returns (it refuses at once) or 10 s passed; its error."""
-
-    async def main() -> BaseException | None:
-        try:
-            async with asyncio.timeout(10):
-                await worker.run()
-        except Exception as exc:
-            return exc
-        return None
-
-    return asyncio.run(main())
 
 
 def start_blocking(worker: Worker) -> BaseException | None:

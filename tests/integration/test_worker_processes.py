@@ -9,14 +9,13 @@ import collections
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker, one_vhost_spec, worker_process
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.serial]
 
@@ -46,15 +45,6 @@ POOL_APP = """
         with (records / f"{os.getpid()}.txt").open("a") as f:
             f.write(message.message_id + "\\n")
 """
-
-
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def handled(records: Path) -> dict[int, list[str]]:

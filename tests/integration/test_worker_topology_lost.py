@@ -26,6 +26,7 @@ from rabbitry.consumer import (
 from tests.integration.conftest import Broker, worker_process
 from tests.integration.test_worker import depth, publish
 from tests.integration.test_worker_preflight import LADDER, VIA_DELAY, app_of, delete
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -59,13 +60,6 @@ def failing(app: App, error: Callable[[], Exception]) -> list[int]:
     return calls
 
 
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
     """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
     itself (stopped from here after ``BOUND_S``: None)."""
@@ -80,7 +74,7 @@ def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> Bas
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        assert wait_until(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
+        assert wait_for(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
         then()
         thread.join(BOUND_S)
     finally:
@@ -115,49 +109,54 @@ def runner(kind: str, app: App, broker: Broker) -> Callable[[Callable[[], None]]
     return lambda then: run_blocking_until_it_stops(blocking, then)
 
 
+LOST = [
+    pytest.param(
+        "work.parking",
+        lambda: NonRetryable("never works"),
+        "queue 'work.parking' (parking lot of 'work')",
+        [],
+        id="parking-lot",
+    ),
+    pytest.param(
+        "work.retry.1s",
+        lambda: RuntimeError("fails"),
+        "retry tier of 'work'",
+        ["work.parking"],  # not parked in its place: nothing is decided
+        id="retry-tier",
+    ),
+]
+"""The queue deleted, what the handler raises (so that the message goes there), how the
+error names the queue, and the queues that stay empty."""
+
+
+@pytest.mark.parametrize(("gone", "error", "named", "still_empty"), LOST)
 @pytest.mark.parametrize("kind", ["asyncio", "blocking"])
-def test_a_parking_lot_deleted_under_a_running_worker_stops_it_with_the_message_kept(
-    broker: Broker, kind: str
+def test_a_queue_of_the_ladder_deleted_under_a_running_worker_stops_it_with_the_message_kept(
+    broker: Broker,
+    kind: str,
+    gone: str,
+    error: Callable[[], Exception],
+    named: str,
+    still_empty: list[str],
 ) -> None:
     path = broker.spec(LADDER)
     broker.apply(LADDER)
     app = app_of(broker, path)
-    calls = failing(app, lambda: NonRetryable("never works"))
+    calls = failing(app, error)
 
     def delete_then_publish() -> None:
-        delete(broker, queue="work.parking")
+        delete(broker, queue=gone)
         publish(broker, "work", [b"order"])
 
-    error = runner(kind, app, broker)(delete_then_publish)
+    stopped = runner(kind, app, broker)(delete_then_publish)
     assert calls == [1], f"called {len(calls)} times: the worker looped on the message"
-    assert isinstance(error, TopologyLost), error
-    assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.parking")]
-    text = str(error)
-    assert "queue 'work.parking' (parking lot of 'work')" in text, text
+    assert isinstance(stopped, TopologyLost), stopped
+    assert [(n.kind, n.name) for n in stopped.missing] == [("queue", gone)]
+    text = str(stopped)
+    assert named in text, text
     assert f"run `rabbitry apply {path}`" in text and "back in its queue" in text, text
     assert depth(broker, "work") == 1
-
-
-@pytest.mark.parametrize("kind", ["asyncio", "blocking"])
-def test_a_retry_tier_deleted_under_a_running_worker_stops_it_with_the_message_kept(
-    broker: Broker, kind: str
-) -> None:
-    path = broker.spec(LADDER)
-    broker.apply(LADDER)
-    app = app_of(broker, path)
-    calls = failing(app, lambda: RuntimeError("fails"))
-
-    def delete_then_publish() -> None:
-        delete(broker, queue="work.retry.1s")
-        publish(broker, "work", [b"order"])
-
-    error = runner(kind, app, broker)(delete_then_publish)
-    assert calls == [1], f"called {len(calls)} times"
-    assert isinstance(error, TopologyLost), error
-    assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.retry.1s")]
-    assert "retry tier of 'work'" in str(error)
-    assert depth(broker, "work") == 1
-    assert depth(broker, "work.parking") == 0  # not parked in its place: nothing is decided
+    assert [depth(broker, queue) for queue in still_empty] == [0] * len(still_empty)
 
 
 def test_delay_levels_refused_under_a_running_worker_stop_it_with_the_message_kept(
@@ -200,7 +199,7 @@ def test_worker_run_exits_1_naming_the_lost_parking_lot_and_the_command(
     )
     try:
         assert process.stdout is not None
-        assert wait_until(lambda: process.poll() is not None or _consuming(broker), BOUND_S)
+        assert wait_for(lambda: process.poll() is not None or _consuming(broker), BOUND_S)
         delete(broker, queue="work.parking")
         publish(broker, "work", [b"order"])
         output, _ = process.communicate(timeout=BOUND_S)

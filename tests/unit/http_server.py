@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,30 +24,36 @@ class QuietServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def url(self, password: str = "guest") -> str:
-        """The URL of this server, with user guest and ``password``."""
-        return f"http://guest:{password}@127.0.0.1:{self.server_address[1]}"
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
 
 
+def url_of(server: ThreadingHTTPServer, password: str = "guest") -> str:
+    """The management URL of the stand-in ``server``, user ``guest`` with ``password``."""
+    return f"http://guest:{password}@127.0.0.1:{server.server_address[1]}"
+
+
+SHUTDOWN_POLL = 0.02
+"""Seconds between two looks of ``serve_forever`` at its stop flag: ``shutdown()`` waits for
+the next look, and socketserver's default of 0.5 s made every test with a server wait up to
+half a second at its end."""
+
+
 class JsonAnswers(BaseHTTPRequestHandler):
-    """A handler that answers JSON (``answer``) and logs nothing."""
+    """A handler that answers as the management API does (JSON with its length) and logs
+    nothing: subclasses say what each request gets with ``answer``."""
 
     def answer(self, code: int, body: bytes = b"{}", headers: dict[str, str] | None = None) -> None:
-        """``body`` as JSON with ``code``; ``headers`` add to (or replace) Content-Length."""
+        """``code`` with ``body``; ``headers`` are sent too, and a Content-Length of their
+        own replaces the body's."""
+        sent = {"Content-Type": "application/json", "Content-Length": str(len(body))}
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        given = headers or {}
-        if "Content-Length" not in given and "Transfer-Encoding" not in given:
-            self.send_header("Content-Length", str(len(body)))
-        for name, value in given.items():
+        for name, value in {**sent, **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
-        if body:
+        with contextlib.suppress(OSError):  # a client that stopped reading
             self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
@@ -56,7 +63,7 @@ class JsonAnswers(BaseHTTPRequestHandler):
 @contextmanager
 def serving(server: S) -> Iterator[S]:
     """``server`` answering from a thread of its own until the block ends, then closed."""
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     try:
         yield server
     finally:

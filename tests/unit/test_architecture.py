@@ -12,9 +12,14 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 import rabbitry
 
 ROOT = Path(rabbitry.__file__).parent
+
+# one xdist worker reads the package for all four tests, not each worker for its share
+pytestmark = pytest.mark.xdist_group("architecture")
 
 ABOVE_THE_WIRE = (
     "rabbitry.topology",
@@ -80,8 +85,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """The rabbitry modules ``path`` imports, at load time or inside its functions."""
+def imports(tree: ast.Module, path: Path) -> set[str]:
+    """The rabbitry modules the file at ``path`` imports, at load time or inside its functions."""
     found: set[str] = set()
 
     class Visitor(ast.NodeVisitor):
@@ -101,16 +106,34 @@ def imports(path: Path) -> set[str]:
                 found.add(node.module)
                 found.update(f"{node.module}.{a.name}" for a in node.names)
 
-    Visitor().visit(ast.parse(path.read_text()))
+    Visitor().visit(tree)
     return {name for name in found if name.startswith("rabbitry")}
 
 
-@functools.cache  # every test reads the same source: parsed once
+def imports_anywhere(tree: ast.Module) -> set[str]:
+    """Every module a file imports: at load time, inside functions, under TYPE_CHECKING."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@functools.cache  # every test reads the same source: each file parsed once, trees not kept
+def read_imports(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """``imports`` and ``imports_anywhere`` of the file at ``path``."""
+    tree = ast.parse(path.read_text())
+    return frozenset(imports(tree, path)), frozenset(imports_anywhere(tree))
+
+
+@functools.cache
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in ROOT.rglob("*.py")}
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
-        edges[name] = {m for m in imports(path) if m in modules and m != name}
+        edges[name] = {m for m in read_imports(path)[0] if m in modules and m != name}
     return edges
 
 
@@ -163,24 +186,13 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
-def imports_anywhere(path: Path) -> set[str]:
-    """Every module a file imports: at load time, inside functions, under TYPE_CHECKING."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
 def test_no_module_imports_pika_not_even_inside_a_function() -> None:
     # rabbitry's own client (rabbitry.amqp) serves every AMQP user; pika is a test and
     # benchmark peer only, not a dependency of the package
     wrong = [
         f"{module_name(path)} imports {name}"
         for path in sorted(ROOT.rglob("*.py"))
-        for name in sorted(imports_anywhere(path))
+        for name in sorted(read_imports(path)[1])
         if name == "pika" or name.startswith("pika.")
     ]
     assert wrong == []

@@ -91,15 +91,6 @@ def every_command() -> list[list[str]]:
     return walk(cli, [])
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
-    for name in ("RABBITRY_URL", "RABBITRY_MANAGEMENT_URL", "RABBITMQ_URL", "RABBITRY_CA_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)  # no dev broker record to find
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return CliRunner()
-
-
 def run(runner: CliRunner, argv: list[str]) -> tuple[int, str, str]:
     if "{sharded}" in argv:
         spec = Path("sharded.yaml")  # in the test's own directory (the runner fixture's cwd)

@@ -5,9 +5,12 @@ source's and the test brokers' are their packages' names), and the tree names it
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import textwrap
 from pathlib import Path
+
+import pytest
 
 import rabbitry
 from rabbitry.errors import RabbitryError
@@ -17,7 +20,11 @@ API = (ROOT.parent / "docs" / "api.md").read_text()
 OWN_PACKAGE = ("rabbitry.spark", "rabbitry.testing")
 """Whose errors are their package's names, not rabbitry's (they need pyarrow or containers)."""
 
+# one xdist worker reads and imports the package for both tests
+pytestmark = pytest.mark.xdist_group("error-tree")
 
+
+@functools.cache  # both tests read the same source
 def error_classes() -> dict[str, type[BaseException]]:
     """Each exception class a module of rabbitry defines, by name (found in the source, so a
     module need not be imported to be searched; each found one is imported to check it)."""

@@ -24,6 +24,9 @@ from rabbitry.topology.primitives import Topology
 SMALL, LARGE = 1_000, 10_000
 LIMIT = 13  # tenfold the work: at most 13 times the calls (quadratic would be about 100)
 
+# one xdist worker makes the two specs and their topologies for all the tests
+pytestmark = pytest.mark.xdist_group("linear-cost")
+
 
 def calls(work: Callable[[], object]) -> int:
     count = 0
@@ -75,6 +78,12 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     return out
 
 
+@pytest.fixture(scope="module")
+def topologies(specs: dict[int, Path]) -> dict[int, Topology]:
+    """Each spec loaded and expanded (plans do not change a topology)."""
+    return {size: expand(load_spec(path)) for size, path in specs.items()}
+
+
 def applied(topology: Topology) -> BrokerState:
     """The broker after this stack applied ``topology``: everything there, all recorded."""
     resources = topology.resources()
@@ -97,8 +106,7 @@ def test_expanding_costs_in_proportion(specs: dict[int, Path]) -> None:
     assert large / small <= LIMIT, (small, large)
 
 
-def test_planning_costs_in_proportion(specs: dict[int, Path]) -> None:
-    topologies = {size: expand(load_spec(path)) for size, path in specs.items()}
+def test_planning_costs_in_proportion(topologies: dict[int, Topology]) -> None:
     states = {size: applied(t) for size, t in topologies.items()}
     assert not plan(topologies[SMALL], states[SMALL]).has_changes  # nothing to do: a re-plan
     small = calls(lambda: plan(topologies[SMALL], states[SMALL]))
@@ -119,11 +127,9 @@ def owned_by_another_stack(topology: Topology) -> BrokerState:
 
 
 def test_planning_against_other_stacks_records_costs_in_proportion(
-    specs: dict[int, Path],
+    topologies: dict[int, Topology],
 ) -> None:
-    topologies = {size: expand(load_spec(path)) for size, path in specs.items()}
-    states = {size: owned_by_another_stack(t) for size, t in topologies.items()}
-    marked = plan(topologies[SMALL], states[SMALL])
+    marked = plan(topologies[SMALL], owned_by_another_stack(topologies[SMALL]))
     assert marked.has_changes and all(
         c.owners == ("a", "b") for c in marked.changes if c.kind != "vhost"
     )
@@ -133,7 +139,7 @@ def test_planning_against_other_stacks_records_costs_in_proportion(
 
 
 def test_the_version_checks_judge_each_shape_of_object_once(
-    specs: dict[int, Path], monkeypatch: pytest.MonkeyPatch
+    topologies: dict[int, Topology], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A plan judges every object against the broker's version; objects of one shape (most of
     a large spec) share their uses, and those are judged once. What is unique to an object (a
@@ -150,7 +156,7 @@ def test_the_version_checks_judge_each_shape_of_object_once(
     monkeypatch.setattr(capabilities, "judge", counting)
     for size in (SMALL, LARGE):
         judged.clear()
-        needs = capabilities.requirements(expand(load_spec(specs[size])))
+        needs = capabilities.requirements(topologies[size])
         refused, _ = capabilities._judged(needs, (3, 10, 0))
         objects = sum(1 for need in needs if need.kind == "version")
         assert len(judged) * 10 < objects, (size, len(judged), objects)

@@ -18,6 +18,7 @@ from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError
+from tests.unit.amqp.wire import frames_in
 
 
 def ready_session() -> ChannelSession:
@@ -29,15 +30,6 @@ def ready_session() -> ChannelSession:
     session.receive(pamqp_frame.marshal(commands.Channel.OpenOk(), CHANNEL))
     session.take_output()
     return session
-
-
-def written(data: bytes) -> list[Any]:
-    out = []
-    while data:
-        size = int.from_bytes(data[3:7], "big") + 8
-        out.append(pamqp_frame.unmarshal(data[:size])[2])
-        data = data[size:]
-    return out
 
 
 def delivery(tag: int, body: bytes, **properties: Any) -> bytes:
@@ -54,7 +46,7 @@ def test_a_plain_channel_opens_without_confirm_mode() -> None:
     session = ChannelSession(ConnectionSettings())
     session.take_output()
     session.receive(pamqp_frame.marshal(commands.Connection.OpenOk(), 0))
-    assert [type(f) for f in written(session.take_output())] == [commands.Channel.Open]
+    assert [type(f) for f in frames_in(session.take_output())] == [commands.Channel.Open]
     session.receive(pamqp_frame.marshal(commands.Channel.OpenOk(), CHANNEL))
     assert session.ready and session.take_output() == b""
 
@@ -99,7 +91,7 @@ def test_methods_with_names_encode_as_pamqp_does_for_ascii_names() -> None:
 def test_a_name_outside_ascii_is_sent_as_utf8() -> None:
     # pamqp refuses such names; RabbitMQ and the spec accept them
     payload = b"\0\0" + channel_module._names("café") + b"\0" + channel_module._table(None)
-    method = written(channel_module._method(50, 10, payload))
+    method = frames_in(channel_module._method(50, 10, payload))
     assert isinstance(method[0], commands.Queue.Declare) and method[0].queue == "café"
 
 
@@ -139,7 +131,7 @@ def test_a_refused_method_is_kept_and_the_channel_opens_again() -> None:
     assert "no queue 'gone'" in refused.reply_text
     # the closed channel's deliveries went back to the queue: their tags mean nothing now
     assert not session.deliveries and session.state is State.OPENING_CHANNEL
-    assert [type(f) for f in written(session.take_output())] == [
+    assert [type(f) for f in frames_in(session.take_output())] == [
         commands.Channel.CloseOk,
         commands.Channel.Open,
     ]

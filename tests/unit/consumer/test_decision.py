@@ -24,15 +24,9 @@ from rabbitry.policies.retry import (
     RetryPolicy,
 )
 from rabbitry.topology.patterns.retries import BrokerRetry, QueueRetry
+from tests.unit.retry_ladders import work_retry
 
-TIERS = QueueRetry(
-    queue="work",
-    policy=RetryPolicy(
-        attempts=3, backoff=Backoff(tiers_ms=(1000, 5000)), never_retry=("ValueError",)
-    ),
-    parking_queue="work.parking",
-    tier_queues={1000: "work.retry.1s", 5000: "work.retry.5s"},
-)
+TIERS = work_retry(1000, 5000, never_retry=("ValueError",))
 VIA_DELAY = QueueRetry(
     queue="mail",
     policy=RetryPolicy(attempts=4, backoff=Backoff(tiers_ms=(2000, 4000, 8000))),

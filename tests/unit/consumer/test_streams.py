@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from pamqp import commands
-from pamqp import frame as pamqp_frame
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.message import CHANNEL
@@ -24,6 +23,7 @@ from rabbitry.consumer.streams import (
     StreamSession,
     Waits,
 )
+from tests.unit.amqp.wire import frames_in
 
 
 def ready_session() -> StreamSession:
@@ -34,13 +34,7 @@ def ready_session() -> StreamSession:
 
 
 def sent(session: StreamSession) -> list[object]:
-    data = session.take_output()
-    found = []
-    while data:
-        size = int.from_bytes(data[3:7], "big") + 8
-        found.append(pamqp_frame.unmarshal(data[:size])[2])
-        data = data[size:]
-    return found
+    return frames_in(session.take_output())
 
 
 def test_a_consumer_starts_at_the_offset_it_is_given() -> None:

@@ -9,14 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rabbitry.consumer.restarts import EXIT_REFUSED, Restarts
 from rabbitry.consumer.supervisor import Supervisor
+from tests.waiting import wait_for
 
 FAST = Restarts(first_delay=0.01, max_delay=0.05, max_start_failures=3)
 
@@ -69,15 +68,6 @@ logging.basicConfig(level="INFO", stream=sys.stdout)
 child, processes, drain = sys.argv[1:-2], int(sys.argv[-2]), float(sys.argv[-1])
 sys.exit(Supervisor(child, processes=processes, drain_timeout=drain).run())
 """
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 class Pool:

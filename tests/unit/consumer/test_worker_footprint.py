@@ -173,8 +173,8 @@ def test_a_worker_on_an_unchanged_spec_reads_its_view_and_loads_no_model(tmp_pat
         assert again["vhost"] == "jobs" and again["queues"] == ["jobs"]
         assert again["retry"] == first["retry"]
         assert heavy(again["modules"], [*NOT_FOR_A_WORKER, *NOT_FOR_A_WARM_WORKER]) == []
-    blocking = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
-    assert heavy(blocking["modules"], NOT_FOR_A_BLOCKING_WORKER) == []
+        if worker == "rabbitry.consumer.sync":
+            assert heavy(again["modules"], NOT_FOR_A_BLOCKING_WORKER) == []
 
 
 def test_validate_caches_the_view_the_first_worker_reads(tmp_path: Path) -> None:
@@ -194,7 +194,8 @@ def test_a_changed_spec_is_loaded_again_and_its_errors_reported_as_ever(tmp_path
     spec = tmp_path / "jobs.yaml"
     text = PLAIN_SPEC.replace("name: jobs\n", "name: changing\n", 1)
     spec.write_text(text)
-    loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
+    App.views = True  # as `worker run` does: the view of this text is stored
+    App(spec, vhost="jobs")
     spec.write_text(text.replace("attempts: 2, backoff: [1s]", "attempts: 3, backoff: [2s]"))
     changed = loaded_by_worker(tmp_path, spec, "jobs", "jobs", "rabbitry.consumer.sync")
     assert heavy(changed["modules"], MODEL) == MODEL, "a new text is validated"

@@ -62,15 +62,6 @@ def test_a_derived_management_url_says_so(caplog: pytest.LogCaptureFixture) -> N
     assert "(--url)" in caplog.text and SECRET not in caplog.text
 
 
-@pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
-    for name in ("RABBITRY_URL", "RABBITRY_MANAGEMENT_URL", "RABBITMQ_URL", "RABBITRY_CA_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)  # no dev broker record to find
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return CliRunner()
-
-
 @pytest.mark.parametrize(
     "argv",
     [

@@ -15,7 +15,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management.client import ManagementClient
 from rabbitry.management.endpoints import resolve_endpoints
-from tests.unit.http_server import JsonAnswers, QuietServer
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 
 class _Node(JsonAnswers):
@@ -28,12 +28,10 @@ class _Node(JsonAnswers):
 
 
 def _node() -> Iterator[tuple[str, list[str]]]:
-    server = QuietServer(("127.0.0.1", 0), _Node)
     seen: list[str] = []
-    server.seen = seen  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.url("s3cret"), seen
-    server.shutdown()
+    with serving(QuietServer(("127.0.0.1", 0), _Node)) as server:
+        server.seen = seen  # type: ignore[attr-defined]
+        yield url_of(server, "s3cret"), seen
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ gives only in a race, played by a small HTTP server."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -14,7 +13,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import JsonAnswers, QuietServer
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 SLOW = 0.6  # seconds the fake API takes to answer a delete
 
@@ -23,7 +22,7 @@ class _Slow(JsonAnswers):
     shovel_reads: dict[str, int] = {}
 
     def _answer(self, delay: float, code: int = 200, body: bytes = b"{}") -> None:
-        time.sleep(delay)
+        time.sleep(delay)  # the slow broker played, not a synchronisation
         self.answer(code, body)
 
     def do_GET(self) -> None:
@@ -45,10 +44,8 @@ class _Slow(JsonAnswers):
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(management, "FIRST_ANSWER_TIMEOUT", SLOW / 3)
-    server = QuietServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.url()
-    server.shutdown()
+    with serving(QuietServer(("127.0.0.1", 0), _Slow)) as server:
+        yield url_of(server)
 
 
 def test_a_first_read_that_gets_no_answer_soon_is_a_silent_port(api: str) -> None:

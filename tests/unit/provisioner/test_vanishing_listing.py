@@ -11,7 +11,7 @@ import pytest
 from rabbitry.errors import BrokerError
 from rabbitry.management import client as management
 from rabbitry.management.client import ManagementClient
-from tests.unit.http_server import JsonAnswers, QuietServer, serving
+from tests.unit.http_server import JsonAnswers, QuietServer, serving, url_of
 
 
 class _Flaky(JsonAnswers):
@@ -48,19 +48,19 @@ def test_a_listing_answered_500_empty_while_an_object_vanished_is_asked_again(
     server: _Server,
 ) -> None:
     server.empty_500s = 2
-    with ManagementClient(server.url()) as client:
+    with ManagementClient(url_of(server)) as client:
         assert client.get("/vhosts") == [{"name": "/"}]
     assert server.asked == 3
 
 
 def test_a_500_that_stays_is_an_error_after_a_few_asks(server: _Server) -> None:
     server.empty_500s = 100
-    with ManagementClient(server.url()) as client, pytest.raises(BrokerError, match="500"):
+    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
         client.get("/vhosts")
     assert server.asked == 1 + management.VANISHED_RETRIES
 
 
 def test_a_500_with_a_body_is_not_asked_again(server: _Server) -> None:
-    with ManagementClient(server.url()) as client, pytest.raises(BrokerError, match="500"):
+    with ManagementClient(url_of(server)) as client, pytest.raises(BrokerError, match="500"):
         client.get("/broken")
     assert server.asked == 1

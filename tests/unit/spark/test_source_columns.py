@@ -18,16 +18,8 @@ from rabbitry.stream import amqp10
 from rabbitry.stream.columns import MessageColumns
 from rabbitry.stream.errors import StreamProtocolError
 from rabbitry.stream.frames import Chunk
+from tests.unit.stream.stored import STORED  # as the broker stores a Publisher's message
 
-# As the broker stores a message published over AMQP 0-9-1 by rabbitry's Publisher (see
-# tests/unit/stream/test_amqp10.py), body cut to 3 bytes.
-STORED = (
-    b"\x00Sp\xc0\x06\x05A@@AC"
-    b"\x00Sr\xc13\x04\xa3\nx-exchange\xa1\x00\xa3\rx-routing-key\xa1\x13bench.stream-client"
-    b"\x00Ss\xc07\r\xa1 008f174aeb2e7b9ea0ad00216f000001@@@@@@@@"
-    b"\x83\x00\x00\x01\xa2\x1b\xa8\xf7\xa0@@@"
-    b"\x00Su\xb0\x00\x00\x00\x03xyz"
-)
 STAMP = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 # a message id given as a ulong (0x80), a section descriptor given as a ulong (0x80 ... 0x75)
 ULONG_ID = (

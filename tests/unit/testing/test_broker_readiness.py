@@ -9,13 +9,12 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from rabbitry.errors import BrokerError
 from rabbitry.testing.broker import Broker, wait_for_amqp, wait_for_management
-from tests.unit.http_server import QuietServer
+from tests.unit.http_server import JsonAnswers, QuietServer, serving
 
 
 def _amqp_port(answer: bytes) -> Iterator[int]:
@@ -57,23 +56,12 @@ def hang_up_port() -> Iterator[int]:
 def _management(status: int) -> Iterator[Broker]:
     """A management API stand-in that answers every GET with ``status``."""
 
-    class Answer(BaseHTTPRequestHandler):
+    class Answer(JsonAnswers):
         def do_GET(self) -> None:
-            self.send_response(status)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+            self.answer(status)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = QuietServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(QuietServer(("127.0.0.1", 0), Answer)) as server:
         yield Broker(host="127.0.0.1", management_port=server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_amqp_is_ready_once_the_port_answers_the_protocol_header(greeting_port: int) -> None:

@@ -24,11 +24,15 @@ from rabbitry.consumer import (
     Verdict,
     decide,
 )
-from rabbitry.policies.retry import ATTEMPT_HEADER, LAST_ERROR_HEADER, PARKED_REASON_HEADER
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    LAST_ERROR_HEADER,
+    PARKED_REASON_HEADER,
+)
 from rabbitry.testing import HandlerHarness, Outcome
-from tests.unit.testing.retries import queue_retry
+from tests.unit.retry_ladders import work_retry
 
-RETRY = queue_retry("work", 1000, 5000)
+RETRY = work_retry(1000, 5000)
 SPEC = """
 version: 1
 name: harness
@@ -230,64 +234,46 @@ def app_with(log: list[str], *middleware: Middleware, fails: bool = False) -> Ap
     return app
 
 
-HOOK_ORDER = {
-    "middleware runs in onion order, first registered outermost": (
-        [("a", ""), ("b", "")],
-        False,
-        "ack",
-        None,
-        ["a.before", "b.before", "handler", "b.after", "a.after", "b.decided:ack", "a.decided:ack"],
-    ),
-    "on_error hooks see the failure innermost first": (
-        [("a", ""), ("b", "")],
-        True,
-        "retry",
-        RuntimeError,
-        [
-            "a.before",
-            "b.before",
-            "handler",
-            "b.on_error:RuntimeError",
-            "a.on_error:RuntimeError",
-            "b.decided:retry",
-            "a.decided:retry",
-        ],
-    ),
-    "a before hook that raises fails the message without running the handler": (
-        [("a", ""), ("b", "before"), ("c", "")],
-        False,
-        "retry",
-        PermissionError,
-        [
-            "a.before",
-            "b.before",
-            "a.on_error:PermissionError",
-            "c.decided:retry",
-            "b.decided:retry",
-            "a.decided:retry",
-        ],
-    ),
-}
-"""A sentence -> the middlewares (name, which hook raises), whether the handler raises, the
-action, the error the outcome ends with, and the hooks' calls in order."""
-
-
-@pytest.mark.parametrize(
-    ("recorders", "fails", "action", "error", "calls"), HOOK_ORDER.values(), ids=HOOK_ORDER
-)
-def test_hooks_run_in_order(
-    recorders: list[tuple[str, str]],
-    fails: bool,
-    action: str,
-    error: type[BaseException] | None,
-    calls: list[str],
-) -> None:
+def test_middleware_runs_in_onion_order_first_registered_outermost() -> None:
     log: list[str] = []
-    middlewares = [Recorder(name, log, fail=fail) for name, fail in recorders]
-    outcome = HandlerHarness(app_with(log, *middlewares, fails=fails)).deliver("work", b"")
-    assert outcome.action.value == action
-    assert type(outcome.error) is (error or type(None))
-    assert log == calls
+    app = app_with(log, Recorder("a", log), Recorder("b", log))
+    assert HandlerHarness(app).deliver("work", b"").acked
+    assert log == [
+        "a.before",
+        "b.before",
+        "handler",
+        "b.after",
+        "a.after",
+        "b.decided:ack",
+        "a.decided:ack",
+    ]
+
+
+def test_on_error_hooks_see_the_failure_innermost_first() -> None:
+    log: list[str] = []
+    app = app_with(log, Recorder("a", log), Recorder("b", log), fails=True)
+    assert HandlerHarness(app).deliver("work", b"").retried
+    assert log[3:] == [
+        "b.on_error:RuntimeError",
+        "a.on_error:RuntimeError",
+        "b.decided:retry",
+        "a.decided:retry",
+    ]
+
+
+def test_a_before_hook_that_raises_fails_the_message_without_running_the_handler() -> None:
+    log: list[str] = []
+    app = app_with(log, Recorder("a", log), Recorder("b", log, fail="before"), Recorder("c", log))
+    outcome = HandlerHarness(app).deliver("work", b"")
+    assert outcome.retried and isinstance(outcome.error, PermissionError)
+    assert log == [
+        "a.before",
+        "b.before",
+        "a.on_error:PermissionError",
+        "c.decided:retry",
+        "b.decided:retry",
+        "a.decided:retry",
+    ]
 
 
 def test_an_after_hook_that_raises_turns_success_into_a_retry() -> None:

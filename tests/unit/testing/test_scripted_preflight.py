@@ -14,6 +14,7 @@ import pytest
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, TopologyMissing, Worker
 from rabbitry.consumer.preflight import Needed
 from rabbitry.testing import ScriptedBroker
+from tests.worker_runs import start_async
 
 SPEC = """
 version: 1
@@ -70,18 +71,6 @@ def provide_all_but(broker: ScriptedBroker, app: App, *missing: str) -> None:
             broker.declare_exchange(need.name, "direct")
 
 
-def refusal_of_async(worker: AsyncWorker) -> BaseException | None:
-    async def main() -> BaseException | None:
-        try:
-            async with asyncio.timeout(10):
-                await worker.run()
-        except Exception as exc:
-            return exc
-        return None
-
-    return asyncio.run(main())
-
-
 def test_a_missing_parking_lot_refuses_naming_it_and_the_command(
     broker: ScriptedBroker, spec: Path
 ) -> None:
@@ -89,7 +78,7 @@ def test_a_missing_parking_lot_refuses_naming_it_and_the_command(
     provide_all_but(broker, app, "work.parking")
     for body in (b"a", b"b", b"c"):
         broker.put("work", body)
-    error = refusal_of_async(AsyncWorker(app, broker.url_for("shop")))
+    error = start_async(AsyncWorker(app, broker.url_for("shop")))
     assert isinstance(error, TopologyMissing), error
     assert [(n.kind, n.name) for n in error.missing] == [("queue", "work.parking")]
     assert "queue 'work.parking' (parking lot of 'work')" in str(error)
@@ -118,7 +107,7 @@ def test_missing_delay_levels_are_each_named(broker: ScriptedBroker, spec: Path)
     broker.declare_exchange("delay.00", "direct")  # only the queue delay.00 is gone
     broker.declare_queue("delay.02")  # only the exchange delay.02 is gone
     broker.put("mail", b"a")
-    error = refusal_of_async(AsyncWorker(app, broker.url_for("shop")))
+    error = start_async(AsyncWorker(app, broker.url_for("shop")))
     assert isinstance(error, TopologyMissing), error
     assert sorted((n.kind, n.name) for n in error.missing) == [
         ("exchange", "delay.02"),

@@ -23,25 +23,22 @@ from rabbitry.consumer import (
     Verdict,
     Worker,
 )
-from rabbitry.policies.retry import ATTEMPT_HEADER, LAST_ERROR_HEADER, PARKED_REASON_HEADER
+from rabbitry.policies.retry import (
+    ATTEMPT_HEADER,
+    LAST_ERROR_HEADER,
+    PARKED_REASON_HEADER,
+)
 from rabbitry.testing import ScriptedBroker
-from tests.unit.testing.retries import queue_retry
+from tests.unit.retry_ladders import work_retry
 
-RETRY = queue_retry("work", 1000, 2000, never_retry=("ValueError",))
+RETRY = work_retry(1000, 2000, never_retry=("ValueError",))
 KINDS = [AsyncWorker, Worker]
-WorkerKind = type[AsyncWorker] | type[Worker]
 WAIT = 20.0
 
 
 class Order(BaseModel):
     id: int
     amount: float
-
-
-@pytest.fixture(params=KINDS, ids=lambda kind: kind.__name__)
-def kind(request: pytest.FixtureRequest) -> WorkerKind:
-    """Each test runs with either worker."""
-    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -98,8 +95,9 @@ def until(broker: ScriptedBroker, condition: Callable[[ScriptedBroker], bool]) -
     assert broker.wait_for(condition, WAIT), f"not reached in {WAIT} s: {broker.frames[-5:]}"
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_typed_handler_gets_models_and_an_invalid_body_is_parked_at_once(
-    broker: ScriptedBroker, kind: WorkerKind
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
     app = App()
     calls: list[tuple[Order, int]] = []
@@ -146,8 +144,9 @@ class Recorder(Middleware):
         self.log.append(f"{self.name}.decided:{verdict.action.value}")
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_middleware_wraps_each_attempt_in_onion_order(
-    broker: ScriptedBroker, kind: WorkerKind
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
     log: list[str] = []
     app = App(middleware=[Recorder("outer", log), Recorder("inner", log)])
@@ -186,7 +185,10 @@ def test_middleware_wraps_each_attempt_in_onion_order(
     assert worker.metrics["work"].retried == {"1s": 1}
 
 
-def test_duplicates_by_message_id_are_skipped(broker: ScriptedBroker, kind: WorkerKind) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_duplicates_by_message_id_are_skipped(
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+) -> None:
     app = App()
     seen: list[str | None] = []
 
@@ -202,8 +204,9 @@ def test_duplicates_by_message_id_are_skipped(broker: ScriptedBroker, kind: Work
     assert worker.metrics["work"].duplicates == 2
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_handler_past_its_time_to_run_fails_and_is_retried(
-    broker: ScriptedBroker, kind: WorkerKind
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
     app = App()
     calls: list[int] = []
@@ -222,7 +225,10 @@ def test_a_handler_past_its_time_to_run_fails_and_is_retried(
     assert copy.headers[LAST_ERROR_HEADER].startswith("HandlerTimeout")
 
 
-def test_an_error_never_retried_parks_at_once(broker: ScriptedBroker, kind: WorkerKind) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_error_never_retried_parks_at_once(
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
+) -> None:
     app = App()
     calls: list[int] = []
 
@@ -242,8 +248,9 @@ def test_an_error_never_retried_parks_at_once(broker: ScriptedBroker, kind: Work
     assert not broker.queue("work.retry.1s").messages
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_worker_reconnects_and_consumes_again_after_the_broker_closes_its_connection(
-    broker: ScriptedBroker, kind: WorkerKind
+    broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
     app = App()
     got: list[str | None] = []
