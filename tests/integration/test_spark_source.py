@@ -261,7 +261,10 @@ def run_until_all_read(
     def record(batch: DataFrame, batch_id: int) -> None:
         ids = failing_once(F.col("properties.message_id"), F.col("offset")).alias("id")
         found = sorted(r.id for r in batch.select(ids).collect())
-        (out / f"{batch_id}-{uuid.uuid4().hex}.json").write_text(json.dumps(found))
+        # written whole, then renamed: the test reads the folder while batches run
+        name = f"{batch_id}-{uuid.uuid4().hex}.json"
+        (out / f".{name}").write_text(json.dumps(found))
+        (out / f".{name}").replace(out / name)
 
     stream = (
         spark.readStream.format("rabbitmq")
@@ -294,12 +297,12 @@ def run_until_all_read(
             time.sleep(0.1)
     finally:
         query.stop()
-    return len(list(out.iterdir()))
+    return len(list(out.glob("[0-9]*.json")))
 
 
 def batches(out: Path) -> dict[int, list[list[str]]]:
     found: dict[int, list[list[str]]] = defaultdict(list)
-    for path in out.iterdir():
+    for path in out.glob("[0-9]*.json"):
         found[int(path.name.split("-")[0])].append(json.loads(path.read_text()))
     return found
 
