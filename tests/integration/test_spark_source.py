@@ -3,15 +3,14 @@ a task failing mid-read, a streaming query restarted from its checkpoint, bad op
 
 One local session (``local[2,2]``: two cores, a failed task is tried twice) serves every Spark
 module of the pytest process (``spark_sessions`` in conftest.py); one xdist worker runs the two
-source modules.
+source modules. What of these reads depends on the RabbitMQ release (the broker's part) runs on
+every release without a JVM: ``test_spark_source_versions``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -22,6 +21,7 @@ import pika
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
 
 from rabbitry.consumer.streams import StreamReader
 from tests.integration.conftest import Broker, one_vhost_spec
@@ -73,7 +73,6 @@ def source(spark: SparkSession, broker: Broker, **options: str) -> DataFrame:
     )
 
 
-@pytest.mark.versions
 def test_a_batch_read_honours_its_offsets(spark: SparkSession, broker: Broker) -> None:
     declare_stream(broker, "events")
     publish(broker, 1000, queue="events")
@@ -129,54 +128,42 @@ def test_a_task_failing_mid_read_is_retried_and_changes_nothing(
     assert sorted(offsets) == list(range(3000))
 
 
-@pytest.mark.versions
-def test_a_super_stream_reads_every_partition(spark: SparkSession, broker: Broker) -> None:
-    broker.apply(
-        one_vhost_spec("""
-        super_streams:
-          - {name: orders, partitions: 3}
-""")
-    )
-    publish(broker, 300, exchange="orders", keys=3)
-    df = source(spark, broker, super_stream="orders", management_url=broker.management_url)
-    rows = df.collect()
-    assert len(rows) == 300
-    by_stream = Counter(r.stream for r in rows)
-    assert by_stream == {"orders-0": 100, "orders-1": 100, "orders-2": 100}
-    assert sorted(int(r.properties.message_id[1:]) for r in rows) == list(range(300))
-    assert all(int(r.properties.message_id[1:]) % 3 == int(r.stream[-1]) for r in rows)
-    keyed = source(
-        spark, broker, super_stream="orders", partitions="0,2", management_url=broker.management_url
-    )
-    assert {r.stream for r in keyed.collect()} == {"orders-0", "orders-2"}
-
-
 REGIONS = ["amer", "emea", "apac"]
 """Binding keys in partition order (not the keys' alphabetical order)."""
 
 
-@pytest.mark.versions
-def test_a_super_stream_with_named_keys_reads_every_partition_in_binding_order(
-    spark: SparkSession, broker: Broker
-) -> None:
-    """One declared by the spec, one as the stream protocol's create makes it, where the
-    partitions are not named ``<name>-<key>``."""
+SALES = {"amer": "sales-west", "emea": "sales-europe", "apac": "sales-east"}
+"""The partitions of the super stream ``sales``, by binding key."""
+
+
+def named_super_streams(broker: Broker) -> None:
+    """Two super streams keyed by ``REGIONS``: ``regions`` declared by the spec (partitions
+    ``regions-<key>``), ``sales`` as the stream protocol's create makes it (partitions
+    ``SALES``, not named ``<name>-<key>``); 30 and 20 messages a partition."""
     broker.apply(
         one_vhost_spec(f"""
         super_streams:
           - {{name: regions, routing_keys: [{", ".join(REGIONS)}]}}
 """)
     )
-    sales = {"amer": "sales-west", "emea": "sales-europe", "apac": "sales-east"}
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
     channel = connection.channel()
     channel.exchange_declare("sales", "direct", durable=True, arguments={"x-super-stream": True})
     for order, key in enumerate(REGIONS):
-        channel.queue_declare(sales[key], durable=True, arguments={"x-queue-type": "stream"})
-        channel.queue_bind(sales[key], "sales", key, {"x-stream-partition-order": order})
+        channel.queue_declare(SALES[key], durable=True, arguments={"x-queue-type": "stream"})
+        channel.queue_bind(SALES[key], "sales", key, {"x-stream-partition-order": order})
     connection.close()
     publish(broker, 90, exchange="regions", keys=REGIONS)
     publish(broker, 60, exchange="sales", keys=REGIONS)
+
+
+def test_a_super_stream_with_named_keys_reads_every_partition_in_binding_order(
+    spark: SparkSession, broker: Broker
+) -> None:
+    """One declared by the spec, one as the stream protocol's create makes it, where the
+    partitions are not named ``<name>-<key>``."""
+    named_super_streams(broker)
+    sales = SALES
     management = broker.management_url
 
     regions = source(spark, broker, super_stream="regions", management_url=management).collect()
@@ -274,7 +261,10 @@ def run_until_all_read(
     def record(batch: DataFrame, batch_id: int) -> None:
         ids = failing_once(F.col("properties.message_id"), F.col("offset")).alias("id")
         found = sorted(r.id for r in batch.select(ids).collect())
-        (out / f"{batch_id}-{uuid.uuid4().hex}.json").write_text(json.dumps(found))
+        # written whole, then renamed: the test reads the folder while batches run
+        name = f"{batch_id}-{uuid.uuid4().hex}.json"
+        (out / f".{name}").write_text(json.dumps(found))
+        (out / f".{name}").replace(out / name)
 
     stream = (
         spark.readStream.format("rabbitmq")
@@ -307,12 +297,12 @@ def run_until_all_read(
             time.sleep(0.1)
     finally:
         query.stop()
-    return len(list(out.iterdir()))
+    return len(list(out.glob("[0-9]*.json")))
 
 
 def batches(out: Path) -> dict[int, list[list[str]]]:
     found: dict[int, list[list[str]]] = defaultdict(list)
-    for path in out.iterdir():
+    for path in out.glob("[0-9]*.json"):
         found[int(path.name.split("-")[0])].append(json.loads(path.read_text()))
     return found
 
@@ -366,50 +356,8 @@ def test_a_restarted_streaming_query_reads_no_message_twice_and_misses_none(
     restart_without_the_last_commit_reads_each_message_once(spark, broker, checkpoint, out)
 
 
-RESTART = """
-import json, sys, time
-from pathlib import Path
-
-from pyspark.sql import SparkSession
-
-import rabbitry.spark
-
-url, stream, checkpoint, out, expect = sys.argv[1:6]
-spark = (
-    SparkSession.builder.master("local[2]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.pyspark.python", sys.executable)
-    .config("spark.driver.host", "127.0.0.1")
-    .config("spark.driver.bindAddress", "127.0.0.1")
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
-rabbitry.spark.register(spark)
-seen = []
-
-def record(batch, batch_id):
-    seen.extend(r.message_id for r in batch.select("properties.message_id").collect())
-
-query = (
-    spark.readStream.format("rabbitmq").option("url", url).option("stream", stream)
-    .option("failOnDataLoss", "false").load()
-    .writeStream.foreachBatch(record).option("checkpointLocation", checkpoint)
-    .trigger(processingTime="200 milliseconds").start()
-)
-deadline = time.monotonic() + 180
-while len(seen) < int(expect) and time.monotonic() < deadline and query.exception() is None:
-    time.sleep(0.3)
-query.stop()
-Path(out).write_text(json.dumps(seen))
-spark.stop()
-"""
-"""A restart with ``failOnDataLoss=false`` in a Spark application of its own: the warning is
-logged by the source's driver-side Python process, whose output is the application's."""
-
-
-def read_then_lose_to_retention(spark: SparkSession, broker: Broker, checkpoint: Path) -> int:
-    """A streaming query reads the stream ``kept`` to offset 40 and commits it; then retention
-    removes offset 40 and more. The first offset the stream still holds."""
+def retention_stream(broker: Broker) -> None:
+    """The stream ``kept``, which keeps about 40 KB in segments of 10 KB, with 40 messages."""
     connection = pika.BlockingConnection(pika.URLParameters(broker.vhost_amqp_url))
     connection.channel().queue_declare(
         "kept",
@@ -422,27 +370,11 @@ def read_then_lose_to_retention(spark: SparkSession, broker: Broker, checkpoint:
     )
     connection.close()
     publish(broker, 40, queue="kept")
-    query = (
-        spark.readStream.format("rabbitmq")
-        .option("url", broker.vhost_amqp_url)
-        .option("stream", "kept")
-        .option("startingOffsets", "earliest")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not (checkpoint / "commits" / "0").exists():
-            assert time.monotonic() < deadline and query.exception() is None, query.exception()
-            time.sleep(0.3)
-    finally:
-        query.stop()
-    committed = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
-    assert committed == {"kept": 40}
 
+
+def lose_to_retention(broker: Broker) -> int:
+    """1,000 more messages to ``kept``, until retention has removed offset 40; the first offset
+    the stream still holds."""
     publish(broker, 1000, queue="kept", first=40, pad=300)  # about 340 KB: 30-odd segments
     with StreamReader(broker.vhost_amqp_url) as reader:
         deadline = time.monotonic() + 60
@@ -453,22 +385,52 @@ def read_then_lose_to_retention(spark: SparkSession, broker: Broker, checkpoint:
     return first
 
 
-@pytest.mark.versions
-def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
-    spark: SparkSession, broker: Broker, tmp_path: Path
-) -> None:
-    checkpoint = tmp_path / "checkpoint"
-    first = read_then_lose_to_retention(spark, broker, checkpoint)
-
-    restarted = (
+def kept_query(
+    spark: SparkSession, broker: Broker, checkpoint: Path, **options: str
+) -> DataStreamWriter:
+    """A streaming read of ``kept`` with ``options`` from ``checkpoint``, before its sink."""
+    return (
         spark.readStream.format("rabbitmq")
         .option("url", broker.vhost_amqp_url)
         .option("stream", "kept")
+        .options(**options)
         .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .start()
+        .writeStream.option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
     )
+
+
+def read_then_lose_to_retention(spark: SparkSession, broker: Broker, checkpoint: Path) -> int:
+    """A streaming query reads the stream ``kept`` to offset 40 and commits it; then retention
+    removes offset 40 and more. The first offset the stream still holds."""
+    retention_stream(broker)
+    query = kept_query(spark, broker, checkpoint, startingOffsets="earliest").format("noop").start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoint / "commits" / "0").exists():
+            assert time.monotonic() < deadline and query.exception() is None, query.exception()
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    committed = json.loads((checkpoint / "offsets" / "0").read_text().splitlines()[-1])
+    assert committed == {"kept": 40}
+    return lose_to_retention(broker)
+
+
+def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    """A query restarted past retention fails; restarted again with ``failOnDataLoss=false``
+    it reads each message still held once. (The warning saying how many offsets it skipped is
+    logged by the source's driver-side process: ``test_spark_source_versions`` reads it there,
+    on every release, as it calls the source's stream reader as Spark does.)"""
+    checkpoint = tmp_path / "checkpoint"
+    first = read_then_lose_to_retention(spark, broker, checkpoint)
+    with StreamReader(broker.vhost_amqp_url) as reader:
+        (held,) = reader.read("kept", first, first + 1)
+    since = int((held.message_id or "")[1:])  # offsets skip one where a segment begins
+
+    restarted = kept_query(spark, broker, checkpoint).format("noop").start()
     with pytest.raises(Exception) as failed:
         restarted.awaitTermination(120)
     message = str(failed.value)
@@ -477,43 +439,29 @@ def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
     )
     assert "set failOnDataLoss=false" in message
 
+    ids: list[str] = []
+
+    def record(batch: DataFrame, batch_id: int) -> None:
+        ids.extend(r.message_id for r in batch.select("properties.message_id").collect())
+
+    skipping = (
+        kept_query(spark, broker, checkpoint, failOnDataLoss="false").foreachBatch(record).start()
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(ids) < 1040 - since:
+            assert skipping.exception() is None, skipping.exception()
+            assert time.monotonic() < deadline, f"only {len(ids)} of {1040 - since} ids read"
+            time.sleep(0.3)
+    finally:
+        skipping.stop()
+    assert sorted(ids, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(since, 1040)]
+
     with pytest.raises(Exception, match=f"no longer holds offset 10: .* holds is {first}"):
         source(spark, broker, stream="kept", startingOffsets='{"kept": 10}').count()
     rest = source(
         spark, broker, stream="kept", startingOffsets='{"kept": 10}', failOnDataLoss="false"
     )
-    held = sorted(rest.collect(), key=lambda r: r.offset)
-    assert held[0].offset == first  # offsets skip one where a segment begins: ids are counted
-    since = int(held[0].properties.message_id[1:])
-    assert [r.properties.message_id for r in held] == [f"m{i}" for i in range(since, 1040)]
-
-
-def test_a_streaming_query_restarted_past_retention_with_failondataloss_false_says_what_it_skipped(
-    spark: SparkSession, broker: Broker, tmp_path: Path
-) -> None:
-    """In a Spark application of its own (``RESTART``), whose output is where the source's
-    driver-side process logs. Not on every release: what retention keeps is the version's part,
-    and the test above reads it on each."""
-    checkpoint = tmp_path / "checkpoint"
-    first = read_then_lose_to_retention(spark, broker, checkpoint)
-    with StreamReader(broker.vhost_amqp_url) as reader:
-        (held,) = reader.read("kept", first, first + 1)
-    since = int((held.message_id or "")[1:])  # offsets skip one where a segment begins
-
-    out, log = tmp_path / "read.json", tmp_path / "restart.log"
-    script = tmp_path / "restart.py"
-    script.write_text(RESTART)
-    args = [broker.vhost_amqp_url, "kept", str(checkpoint), str(out), str(1040 - since)]
-    with log.open("wb") as stderr:
-        done = subprocess.run(
-            [sys.executable, str(script), *args],
-            stdout=stderr,
-            stderr=subprocess.STDOUT,
-            timeout=400,
-            check=False,
-        )
-    output = log.read_text(errors="replace")
-    assert done.returncode == 0, output[-3000:]
-    ids = json.loads(out.read_text())
-    assert sorted(ids, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(since, 1040)]
-    assert f"failOnDataLoss is false: skipped {first - 40} offsets" in output
+    held_rows = sorted(rest.collect(), key=lambda r: r.offset)
+    assert held_rows[0].offset == first
+    assert [r.properties.message_id for r in held_rows] == [f"m{i}" for i in range(since, 1040)]
