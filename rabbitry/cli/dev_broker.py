@@ -184,7 +184,7 @@ def _create(
 ) -> DevBrokerState:
     import docker.errors
 
-    from rabbitry.testing.containers import STREAM_PORT, stream_environment
+    from rabbitry.testing.container_recipe import STREAM_PORT, stream_environment
     from rabbitry.testing.engine import LOCAL_TEST_IMAGE
     from rabbitry.testing.host import (
         AMQP_PORT,
@@ -322,7 +322,7 @@ def _wait(engine: Any, container: Any, name: str, image: str, timeout: float) ->
         raise BrokerError(
             f"{exc}; container {name!r} is {container.status}{_last_output(container)}"
         ) from exc
-    from rabbitry.testing.containers import STREAM_PORT
+    from rabbitry.testing.container_recipe import STREAM_PORT
 
     try:
         stream_port = published_port(container.attrs, STREAM_PORT)

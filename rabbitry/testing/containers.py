@@ -18,18 +18,23 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import os
 import uuid
 import warnings
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from rabbitry.errors import BrokerError
 from rabbitry.testing.broker import (
     Broker,
     BrokerUnavailable,
     wait_until_ready,
+)
+from rabbitry.testing.container_recipe import (
+    STREAM_PORT,
+    ContainerRecipe,
+    PortRequest,
+    ports_in_use,
 )
 from rabbitry.testing.engine import (
     LOCAL_TEST_IMAGE,
@@ -43,17 +48,12 @@ from rabbitry.testing.host import (
     OWNER_LABEL,
     ROLE_LABEL,
     bind_mounts,
-    broker_environment,
     broker_host,
     check_extra_ports,
     docker_client,
-    free_port,
     is_port_conflict,
     owner_label,
-    port_bindings,
-    published_host_ports,
     published_port,
-    reap_orphans,
     require_engine,
 )
 from rabbitry.uri import mask_text
@@ -62,36 +62,7 @@ if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer
 
 DEFAULT_STARTUP_TIMEOUT = 120.0
-STREAM_PORT = 5552
-# The plugins of rabbitry's image (its entrypoint's enabled_plugins) plus the stream protocol;
-# given as RABBITMQ_ENABLED_PLUGINS so the official image enables the same ones.
-DEFAULT_PLUGINS = (
-    "rabbitmq_management",
-    "rabbitmq_federation",
-    "rabbitmq_federation_management",
-    "rabbitmq_shovel",
-    "rabbitmq_shovel_management",
-    "rabbitmq_consistent_hash_exchange",
-    "rabbitmq_sharding",
-    "rabbitmq_prometheus",
-    "rabbitmq_stream",
-)
 STOP_TIMEOUT = 30
-
-
-def stream_environment(advertised_host: str, advertised_port: int) -> dict[str, str]:
-    """Container variables enabling the stream protocol, advertised at the published address.
-
-    Both images start ``rabbitmq-server``, which reads these two variables itself. A caller's
-    own ``RABBITMQ_ENABLED_PLUGINS`` (a broker without the stream plugin, say) wins over these.
-    """
-    return {
-        "RABBITMQ_ENABLED_PLUGINS": ",".join(DEFAULT_PLUGINS),
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
-            f'-rabbitmq_stream advertised_host "{advertised_host}" '
-            f"-rabbitmq_stream advertised_port {advertised_port}"
-        ),
-    }
 
 
 class ContainerExited(BrokerError):
@@ -133,13 +104,6 @@ def _rabbitmq_container_class() -> type[DockerContainer]:
                     "testcontainers is not installed: pip install 'rabbitry[containers]'"
                 ) from exc
     return cast("type[DockerContainer]", RabbitMqContainer)
-
-
-class _NetworkName:
-    """What testcontainers needs of a network: its name (the network exists already)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 class BrokerContainer:
@@ -331,7 +295,7 @@ def start_broker(
     aliases = list(network_aliases)
     if network and hostname and hostname not in aliases:
         aliases.append(hostname)
-    recipe = _ContainerRecipe(
+    recipe = ContainerRecipe(
         container_class=_rabbitmq_container_class(),
         image=image or default_image(engine, env_map),
         name=name,
@@ -346,8 +310,8 @@ def start_broker(
         network=network,
         network_aliases=tuple(aliases),
     )
-    ports = _PortRequest(amqp=amqp_port, management=management_port, extra=more_ports)
-    container = _create_and_start(recipe, engine, ports, taken=_ports_in_use(engine))
+    ports = PortRequest(amqp=amqp_port, management=management_port, extra=more_ports)
+    container = _create_and_start(recipe, engine, ports, taken=ports_in_use(engine))
     handle = BrokerContainer(
         container,
         engine,
@@ -359,102 +323,13 @@ def start_broker(
     return handle
 
 
-@dataclasses.dataclass(frozen=True)
-class _PortRequest:
-    """The host ports asked for (None: a free one) and the more container ports to publish."""
-
-    amqp: int | None
-    management: int | None
-    extra: tuple[int, ...]
-
-    def choose(self, engine: ContainerEngine, taken: Collection[int]) -> _ChosenPorts:
-        """Host ports for one attempt; fixed here (not by the engine) on a local engine, so a
-        stop/start keeps them on Docker too."""
-        local = engine.local
-        extra = {port: free_port(taken) if local else None for port in self.extra}
-        # Chosen even on a remote engine: the broker must advertise it (a conflict retries).
-        stream = extra[STREAM_PORT] = free_port(taken)
-        return _ChosenPorts(
-            amqp=self.amqp or (free_port(taken) if local else None),
-            management=self.management or (free_port(taken) if local else None),
-            extra=extra,
-            stream=stream,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class _ChosenPorts:
-    amqp: int | None
-    management: int | None
-    extra: Mapping[int, int | None]
-    stream: int
-
-
-@dataclasses.dataclass(frozen=True)
-class _ContainerRecipe:
-    """All that every attempt at creating the broker's container sets alike."""
-
-    container_class: type[DockerContainer]
-    image: str
-    name: str | None
-    hostname: str | None
-    owner: str
-    username: str
-    password: str
-    erlang_cookie: str | None
-    nodename: str | None
-    env: Mapping[str, str]
-    volumes: Mapping[str, str]
-    network: str | None
-    network_aliases: tuple[str, ...]
-
-    def build(self, engine: ContainerEngine, ports: _ChosenPorts) -> DockerContainer:
-        """The container, configured but not created yet."""
-        container = self.container_class(self.image, username=self.username, password=self.password)
-        container.ports.clear()
-        container.ports.update(port_bindings(engine, ports.amqp, ports.management, ports.extra))
-        for host_path, container_path in self.volumes.items():
-            container.with_volume_mapping(host_path, container_path, mode="ro")
-        streams = stream_environment(broker_host(engine), ports.stream)
-        for key, value in broker_environment(
-            username=self.username,
-            password=self.password,
-            erlang_cookie=self.erlang_cookie,
-            nodename=self.nodename,
-            env={**streams, **self.env},
-        ).items():
-            container.with_env(key, value)
-        extra: dict[str, Any] = {"labels": {OWNER_LABEL: self.owner, ROLE_LABEL: "test-broker"}}
-        if self.hostname:
-            extra["hostname"] = self.hostname
-        container.with_kwargs(**extra)
-        container.with_name(self.name or f"rabbitry-broker-{uuid.uuid4().hex[:8]}")
-        if self.network:
-            container.with_network(cast(Any, _NetworkName(self.network)))
-            if self.network_aliases:
-                container.with_network_aliases(*self.network_aliases)
-        return container
-
-
-def _ports_in_use(engine: ContainerEngine) -> Collection[int]:
-    """Host ports the engine's containers publish, after removing orphaned test brokers
-    (none when the engine cannot say: a conflict then retries)."""
-    taken: Collection[int] = ()
-    with contextlib.suppress(BrokerError):
-        client = docker_client(engine)
-        reap_orphans(client)
-        taken = published_host_ports(client)
-        client.close()
-    return taken
-
-
 _START_ATTEMPTS = 5
 
 
 def _create_and_start(
-    recipe: _ContainerRecipe,
+    recipe: ContainerRecipe,
     engine: ContainerEngine,
-    ports: _PortRequest,
+    ports: PortRequest,
     *,
     taken: Collection[int],
 ) -> DockerContainer:

@@ -20,7 +20,8 @@ from rabbitry.testing import (
     broker_from_urls,
     choose_provider,
 )
-from rabbitry.testing.containers import start_broker, stream_environment
+from rabbitry.testing.container_recipe import stream_environment
+from rabbitry.testing.containers import start_broker
 from rabbitry.testing.engine import (
     ContainerEngine,
     EngineProbe,
