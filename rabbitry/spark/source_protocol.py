@@ -91,7 +91,7 @@ def choose_stream_port(
                 " read with protocol=amqp"
             ) from None
         logger.warning(
-            "rabbitmq source, %s: %s; reading over AMQP 0-9-1 from the AMQP URL's broker (%s)",
+            "rabbitmq source, %s: %s; reading over AMQP 0-9-1 from the AMQP URL's broker: %s",
             what,
             exc,
             other_broker_advice(exc),
@@ -133,6 +133,6 @@ def stream_problem(
 def other_broker_advice(exc: OtherBroker) -> str:
     """What to do when the stream port found is another broker's."""
     return (
-        f"give stream_port= where cluster {exc.amqp_cluster!r} publishes its rabbitmq_stream"
-        " listener (a container's mapped port)"
+        f"give stream_port= the port where cluster {exc.amqp_cluster!r} takes stream-protocol"
+        " connections (for a container broker, the host port mapped to its 5552)"
     )

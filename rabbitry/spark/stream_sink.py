@@ -88,7 +88,7 @@ def stream_target(options: SinkOptions, *, has_delays: bool, port: int) -> Strea
                 " write with protocol=amqp"
             ) from None
         logger.warning(
-            "rabbitmq sink: %s; writing %r over AMQP 0-9-1 to the AMQP URL's broker (%s)",
+            "rabbitmq sink: %s; writing %r over AMQP 0-9-1 to the AMQP URL's broker: %s",
             exc,
             name,
             other_broker_advice(exc),

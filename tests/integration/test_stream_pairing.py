@@ -122,8 +122,7 @@ def test_the_source_reads_the_amqp_urls_broker_and_says_why_not_the_stream_port(
     assert len(said) == 1, said
     ours, theirs = cluster_name(two_brokers.ours_url), cluster_name(two_brokers.theirs_url)
     assert f"answers for cluster {theirs!r}, not for {ours!r}" in said[0]
-    assert "reading over AMQP 0-9-1 from the AMQP URL's broker" in said[0]
-    assert "give stream_port=" in said[0]
+    assert "reading over AMQP 0-9-1 from the AMQP URL's broker: give stream_port=" in said[0]
 
 
 def test_protocol_stream_refuses_another_brokers_stream_port(two_brokers: TwoBrokers) -> None:
@@ -137,7 +136,10 @@ def test_protocol_stream_refuses_another_brokers_stream_port(two_brokers: TwoBro
         f"protocol=stream, but the stream port at {host}:{two_brokers.theirs_stream_port}" in said
     )
     assert "it is another broker's" in said
-    assert f"give stream_port= where cluster {ours!r} publishes" in said
+    assert (
+        f"give stream_port= the port where cluster {ours!r} takes stream-protocol connections"
+        in said
+    )
     assert "read with protocol=amqp" in said
 
 
@@ -151,6 +153,8 @@ def test_the_sink_writes_to_the_amqp_urls_broker_or_refuses_with_protocol_stream
     assert plan.stream is None  # the confirmed AMQP path, to the AMQP URL's broker
     said = [r.getMessage() for r in caplog.records if "rabbitmq sink" in r.getMessage()]
     assert len(said) == 1, said
+    ours, theirs = cluster_name(two_brokers.ours_url), cluster_name(two_brokers.theirs_url)
+    assert f"answers for cluster {theirs!r}, not for {ours!r}" in said[0]
     assert "it is another broker's; writing 'orders' over AMQP 0-9-1" in said[0]
 
     with pytest.raises(SparkSinkError, match=r"protocol=stream, but the stream port at .* another"):
