@@ -44,8 +44,12 @@ class TwoBrokers:
     theirs_url: str
     """The same vhost on the other broker, whose stream port is the default one."""
     theirs_stream_port: int
-    environ: dict[str, str]
-    """``RABBITRY_STREAM_URL`` naming the other broker's stream port on the same host."""
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """``RABBITRY_STREAM_URL`` naming the other broker's stream port on the same host."""
+        host = urlsplit(self.ours_url).hostname
+        return {STREAM_URL_ENV: f"rabbitmq-stream://{host}:{self.theirs_stream_port}/"}
 
 
 def stream_port_of(broker: Broker) -> int | None:
@@ -100,7 +104,6 @@ def two_brokers(
             ours.amqp_url(vhost.name),
             theirs.amqp_url(vhost.name),
             theirs_port,
-            {STREAM_URL_ENV: f"rabbitmq-stream://{theirs.host}:{theirs_port}/"},
         )
         assert cluster_name(pair.ours_url) != cluster_name(pair.theirs_url)
         fill(pair.ours_url, OURS)
