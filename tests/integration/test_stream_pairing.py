@@ -166,6 +166,7 @@ def test_the_sink_writes_to_the_amqp_urls_broker_or_refuses_with_protocol_stream
         )
 
 
+@pytest.mark.xdist_group("spark-source")  # the worker that holds the Spark session already
 def test_spark_reads_and_writes_the_amqp_urls_broker_given_another_brokers_stream_port(
     spark: SparkSession, two_brokers: TwoBrokers
 ) -> None:
