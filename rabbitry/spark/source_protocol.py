@@ -5,8 +5,11 @@ else AMQP 0-9-1. Decided once, on the driver, when the read is planned.
 ``RABBITRY_STREAM_URL`` when it names the URL's host, as ``rabbitry dev-broker env`` prints
 it, else 5552) with the read's own credentials and TLS, and falls back to AMQP 0-9-1 with one
 log line saying why; ``protocol=stream`` fails when the stream protocol does not answer;
-``protocol=amqp`` never tries it. Offsets, checkpoints and bounds are the same either way:
-the driver plans over AMQP 0-9-1, only the tasks' bulk reads change.
+``protocol=amqp`` never tries it. The port must answer for the cluster the AMQP URL reaches
+(``rabbitry.stream.pairing``): another broker on the same host, with the same credentials,
+would otherwise be read from (or, by the sink, written to) in its place. Offsets, checkpoints
+and bounds are the same either way: the driver plans over AMQP 0-9-1, only the tasks' bulk
+reads change.
 """
 
 from __future__ import annotations
@@ -15,14 +18,25 @@ import enum
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
+from rabbitry.amqp.channel import Channel
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import BrokerError
 from rabbitry.spark.options import SourceOptionError, SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.stream.blocking import DEFAULT_PORT, DEFAULT_TLS_PORT, probe
+from rabbitry.stream.errors import OtherBroker
+from rabbitry.uri import mask_text
 
-__all__ = ["Protocol", "choose_stream_port", "stream_port_from"]
+__all__ = [
+    "Protocol",
+    "choose_stream_port",
+    "other_broker_advice",
+    "stream_port_from",
+    "stream_problem",
+]
 
 STREAM_URL_ENV = "RABBITRY_STREAM_URL"
+PROBE_TIMEOUT = 5.0
 
 
 class Protocol(enum.Enum):
@@ -68,7 +82,21 @@ def choose_stream_port(
     if protocol is Protocol.AMQP:
         logger.info("rabbitmq source, %s: reading over AMQP 0-9-1 (protocol=amqp)", what)
         return None
-    why = probe(settings, port, streams)
+    try:
+        why = stream_problem(settings, port, streams)
+    except OtherBroker as exc:
+        if protocol is Protocol.STREAM:
+            raise SparkSourceError(
+                f"rabbitmq source: protocol=stream, but {exc}: {other_broker_advice(exc)}, or"
+                " read with protocol=amqp"
+            ) from None
+        logger.warning(
+            "rabbitmq source, %s: %s; reading over AMQP 0-9-1 from the AMQP URL's broker: %s",
+            what,
+            exc,
+            other_broker_advice(exc),
+        )
+        return None
     if why is None:
         logger.info("rabbitmq source, %s: reading over the stream protocol at %s", what, where)
         return port
@@ -85,3 +113,26 @@ def choose_stream_port(
         why,
     )
     return None
+
+
+def stream_problem(
+    settings: ConnectionSettings, port: int, streams: Sequence[str] = ()
+) -> str | None:
+    """Why the tasks cannot use the stream protocol at ``port`` (None: they can); raises
+    ``OtherBroker`` when it answers for another cluster than ``settings`` reaches over AMQP
+    0-9-1."""
+    try:
+        with Channel(settings, timeout=PROBE_TIMEOUT) as channel:
+            name = channel.server_properties.get("cluster_name")
+    except BrokerError as exc:
+        return f"the AMQP URL's broker could not be asked its cluster name: {mask_text(str(exc))}"
+    cluster = name.decode(errors="replace") if isinstance(name, bytes) else name
+    return probe(settings, port, streams, PROBE_TIMEOUT, cluster=cluster)
+
+
+def other_broker_advice(exc: OtherBroker) -> str:
+    """What to do when the stream port found is another broker's."""
+    return (
+        f"give stream_port= the port where cluster {exc.amqp_cluster!r} takes stream-protocol"
+        " connections (for a container broker, the host port mapped to its 5552)"
+    )

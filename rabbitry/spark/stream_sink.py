@@ -9,9 +9,9 @@ This holds when a partition's rows come in the same order each time (as the dete
 message ids need too). Queues, delays, priority and expiration keep the confirmed AMQP path.
 
 The driver decides (``stream_target``): ``exchange`` '' with a fixed ``routing_key`` naming a
-stream, or ``exchange`` naming a super stream; ``protocol=auto`` probes the stream port and
-falls back with one log line, ``protocol=stream`` fails without it, ``protocol=amqp`` never
-tries.
+stream, or ``exchange`` naming a super stream; ``protocol=auto`` probes the stream port (it
+must answer for the cluster the AMQP URL reaches, not another broker on that host) and falls
+back with one log line, ``protocol=stream`` fails without it, ``protocol=amqp`` never tries.
 """
 
 from __future__ import annotations
@@ -30,8 +30,14 @@ from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
 from rabbitry.spark.report import PartitionReport, logger
 from rabbitry.spark.rows import RowEncoder
 from rabbitry.spark.sink_records import RecordEncoder, positions, spans, stored
-from rabbitry.stream.blocking import Producer, PublishCount, StreamClient, probe
-from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+from rabbitry.spark.source_protocol import other_broker_advice, stream_problem
+from rabbitry.stream.blocking import Producer, PublishCount, StreamClient
+from rabbitry.stream.errors import (
+    OtherBroker,
+    StreamProtocolError,
+    StreamRefused,
+    StreamUnavailable,
+)
 from rabbitry.uri import mask_text, split_uris
 
 __all__ = ["StreamTarget", "publish_batches_streamed", "publish_rows_streamed", "stream_target"]
@@ -73,7 +79,21 @@ def stream_target(options: SinkOptions, *, has_delays: bool, port: int) -> Strea
             raise SinkOptionError(f"protocol=stream cannot write {name!r}: {reason}")
         return None
     settings = ConnectionSettings.from_url(options.url)
-    why = probe(settings, port)
+    try:
+        why = stream_problem(settings, port)
+    except OtherBroker as exc:
+        if options.protocol == "stream":
+            raise SparkSinkError(
+                f"rabbitmq sink: protocol=stream, but {exc}: {other_broker_advice(exc)}, or"
+                " write with protocol=amqp"
+            ) from None
+        logger.warning(
+            "rabbitmq sink: %s; writing %r over AMQP 0-9-1 to the AMQP URL's broker: %s",
+            exc,
+            name,
+            other_broker_advice(exc),
+        )
+        return None
     target: StreamTarget | None = None
     if why is None:
         target, why = _find(settings, port, options)

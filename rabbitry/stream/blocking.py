@@ -23,6 +23,7 @@ from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.stream import frames
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.stream.frames import Chunk
+from rabbitry.stream.pairing import other_broker
 from rabbitry.stream.session import (
     Closed,
     Confirmed,
@@ -437,14 +438,24 @@ class Producer:
 
 
 def probe(
-    settings: ConnectionSettings, port: int, streams: Sequence[str] = (), timeout: float = 5.0
+    settings: ConnectionSettings,
+    port: int,
+    streams: Sequence[str] = (),
+    timeout: float = 5.0,
+    *,
+    cluster: str | None = None,
 ) -> str | None:
     """None when the stream protocol answers on ``port`` with these credentials and knows
-    ``streams`` (so it is the broker the AMQP URL names, not another on the same host), else
-    why not."""
+    ``streams``, else why not. ``OtherBroker`` when it answers for another cluster than
+    ``cluster`` (the AMQP URL's ``cluster_name``): another broker on the same host."""
     quick = dataclasses.replace(settings, connect_timeout=timeout)
+    where = f"{settings.host}:{port}"
     try:
         with StreamClient(quick, port=port) as client:
+            found_cluster = client.session.peer_properties.get("cluster_name")
+            other = other_broker(cluster, found_cluster, where)
+            if other is not None:
+                raise other
             if streams:
                 found = client.metadata(streams)
                 unknown = [s for s in streams if found.get(s, {}).get("code") != 1]

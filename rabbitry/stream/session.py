@@ -98,6 +98,9 @@ class Session:
     out: bytearray = field(default_factory=bytearray)
     server_properties: dict[str, str] = field(default_factory=dict)
     """What ``open`` answered: ``advertised_host`` and ``advertised_port`` among them."""
+    peer_properties: dict[str, str] = field(default_factory=dict)
+    """What the broker said of itself in the handshake's first answer (``cluster_name``,
+    ``version``): which broker this is, beside another on the same host."""
     tuned_frame_max: int = 0
     _buffer: bytearray = field(default_factory=bytearray)
     _correlation: int = 0
@@ -264,6 +267,7 @@ class Session:
                 f"the broker refused {what}: {frames.code_name(response.code)}", response.code
             )
         if step is Key.PEER_PROPERTIES:
+            self.peer_properties = response.body.string_map() if response.body.rest() else {}
             self._handshake[self._request(Key.SASL_HANDSHAKE)] = Key.SASL_HANDSHAKE
         elif step is Key.SASL_HANDSHAKE:
             mechanisms = response.body.strings()
