@@ -35,6 +35,7 @@ name below is ``rabbitry.<Name>`` but where it says otherwise)::
     |   +-- RecordUnreadable    a stack's ownership record on the broker cannot be read
     |   +-- StreamError         a stream cannot be read (AMQP): StreamNotFound, StreamUnreachable
     |   +-- StreamProtocolError, StreamRefused, StreamUnavailable  the stream protocol's
+    |   +-- OtherBroker         the stream port answers for another cluster than the URL's
     |   +-- rabbitry.testing.BrokerUnavailable, ContainerExited   no test broker could be had
     +-- LockHeld           another run holds the stack's lock past `lock_timeout`
     +-- PlanError          the plan needs a replace or prune the options do not allow
@@ -145,7 +146,12 @@ if TYPE_CHECKING:
     from rabbitry.publisher.layout import DelayLayoutMismatch
     from rabbitry.publisher.requests import ReplyLost, RequestTimeout
     from rabbitry.publisher.routing import NoRoute, UnknownExchange
-    from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+    from rabbitry.stream.errors import (
+        OtherBroker,
+        StreamProtocolError,
+        StreamRefused,
+        StreamUnavailable,
+    )
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
     from rabbitry.topology.asyncapi import AsyncApiError
 
@@ -210,6 +216,7 @@ _LAZY = {
     "StreamNotFound": "rabbitry.consumer.streams",
     "StreamProtocolError": "rabbitry.stream.errors",
     "StreamRefused": "rabbitry.stream.errors",
+    "OtherBroker": "rabbitry.stream.errors",
     "StreamUnavailable": "rabbitry.stream.errors",
     "StreamUnreachable": "rabbitry.consumer.streams",
     "TargetError": "rabbitry.consumer.targets",
@@ -267,6 +274,7 @@ __all__ = [
     "NotAParkingLot",
     "ObjectNotFound",
     "Occurrence",
+    "OtherBroker",
     "PeriodicError",
     "Plan",
     "PlanError",
