@@ -12,20 +12,15 @@ from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_delay_relayout import arrivals, assert_on_time, exists
 
-pytestmark = pytest.mark.broker
-
+LEVELS = 4
 SPEC = one_vhost_spec("""
-        queues:
-          - {name: due, type: quorum}
-        delays:
-          - name: later
-            unit: 500ms
-            max: 4s
-            lanes: LANES
-            targets: [{queue: due}]
+        queues: [{name: due, type: quorum}]
+        delays: [{name: later, unit: 500ms, max: 4s, lanes: LANES, targets: [{queue: due}]}]
 """)
 """8 ticks of 0.5 s: levels 0.5 s, 1 s, 2 s and 4 s."""
-LEVELS = 4
+ONE, THREE = "binary-500ms-4", "binary-500ms-4-3lanes"
+
+pytestmark = pytest.mark.broker
 
 
 def spec_with(lanes: int) -> str:
@@ -80,19 +75,16 @@ def test_changing_the_lanes_is_a_relayout_refused_while_a_message_waits(broker: 
     three = broker.spec(spec_with(3), "three.yaml")
 
     refused = broker.run("apply", str(three), "--auto-approve", "--prune")
-    assert refused.exit_code == 1, refused.output
-    assert "(binary-500ms-4 -> binary-500ms-4-3lanes) while 1 message(s) wait" in refused.output
-    assert exists(broker, "later.layout.binary-500ms-4")  # nothing changed
-    assert not exists(broker, "later.layout.binary-500ms-4-3lanes")
-
+    marks = [exists(broker, f"later.layout.{layout}") for layout in (ONE, THREE)]
+    assert (refused.exit_code, marks) == (1, [True, False]), refused.output  # nothing changed
+    assert f"({ONE} -> {THREE}) while 1 message(s) wait" in refused.output
     [(arrived, body)] = arrivals(broker, 1, timeout=3.5 + 15)
-    assert body == b"held"
     assert_on_time(sent, 3.5, arrived)
+    assert body == b"held"
 
     # drained: the relayout goes through, the old mark and the one-lane queues go with it
     applied = broker.run("apply", str(three), "--auto-approve", "--prune")
-    assert applied.exit_code == 0, applied.output
-    assert exists(broker, "later.layout.binary-500ms-4-3lanes")
-    assert not exists(broker, "later.layout.binary-500ms-4")
+    marks = [exists(broker, f"later.layout.{layout}") for layout in (ONE, THREE)]
+    assert (applied.exit_code, marks) == (0, [False, True]), applied.output
     assert broker.get("/queues/{vhost}/later.02") is None
     assert broker.get("/queues/{vhost}/later.02.2") is not None
