@@ -2,7 +2,7 @@
 delayed messages changes their lateness, without a worker or a peer in the way.
 
 Usage:  python bench/delay_burst.py [--jobs 3000] [--max-delay 15] [--rounds 3]
-        [--limits 512,32,16] [--queue-type quorum]
+        [--limits 512,32,16] [--lanes 1,2,4] [--queue-type quorum]
 Broker: $RABBITRY_URL / $RABBITRY_MANAGEMENT_URL (e.g. eval "$(rabbitry dev-broker env)").
 
 Each round applies the spec of bench/peers.py (a queue ``jobs`` and a binary delay of 1 s
@@ -10,7 +10,9 @@ levels reaching ``--max-delay``) into a fresh vhost, consumes ``jobs`` with a pl
 (rabbitry's ``amqp.channel``, multiple acks), and publishes the jobs of bench/peer_jobs/ledger.py
 (delays 1..D s, the same schedule as the peers') with one ``Publisher.stream`` at its defaults,
 the adaptive window's limit for delayed messages set to each of ``--limits`` in turn (512: no
-limit, the rule before it). Rounds alternate the limits. Reported per round: the time the
+limit, the rule before it), and its levels laid out with each of ``--lanes`` (queues side by
+side per level, the spec's ``lanes``). Rounds alternate the settings (every limit with every lane
+count, in turn). Reported per round: the time the
 publishing took, the lateness p50/p99/max (arrival - hand-off - delay), each job's time from
 hand-off until the stream yields it settled (its confirm, and those of the jobs before it;
 p50/p99), the lateness p50 by the number of levels a job passed, and
@@ -52,7 +54,7 @@ vhosts:
   - name: {vhost}
     queues: [{{name: jobs, type: {qt}}}]
     delays:
-      - {{name: delay, unit: 1s, max: {max_delay}s, queue_type: {qt}, targets: [{{queue: jobs}}]}}
+      - {{name: delay, unit: 1s, max: {max_delay}s, lanes: {lanes}, queue_type: {qt}, targets: [{{queue: jobs}}]}}
 """
 
 
@@ -61,12 +63,14 @@ def one_round(
     url_for: Callable[[str], str],
     args: argparse.Namespace,
     limit: int,
+    lanes: int,
     tmp: Path,
 ) -> str:
-    vhost = f"bench-delay-burst-{limit}"
+    vhost = f"bench-delay-burst-{limit}-{lanes}"
     client.delete(f"/vhosts/{q(vhost)}")
     spec = tmp / f"{vhost}.yaml"
-    spec.write_text(SPEC.format(vhost=vhost, qt=args.queue_type, max_delay=args.max_delay))
+    text = SPEC.format(vhost=vhost, qt=args.queue_type, max_delay=args.max_delay, lanes=lanes)
+    spec.write_text(text)
     done = subprocess.run(
         [RABBITRY, "apply", str(spec), "--auto-approve"], capture_output=True, text=True
     )
@@ -132,7 +136,7 @@ def one_round(
         by_levels.setdefault(bin(delays[job]).count("1"), []).append(ms)
     values = list(late.values())
     return (
-        f"| {limit} | {os.getloadavg()[0]:.1f} | {took:.2f} | {statistics.median(values):.1f} |"
+        f"| {limit} | {lanes} | {os.getloadavg()[0]:.1f} | {took:.2f} | {statistics.median(values):.1f} |"
         f" {percentile(values, 99):.1f} | {max(values):.1f} | {statistics.median(wait):.1f} |"
         f" {percentile(wait, 99):.1f} | "
         + " / ".join(f"{statistics.median(v):.0f}" for _, v in sorted(by_levels.items()))
@@ -146,19 +150,22 @@ def main() -> int:
     parser.add_argument("--max-delay", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limits", default="512,32,16")
+    parser.add_argument("--lanes", default="1", help="lane counts, comma-separated")
     parser.add_argument("--queue-type", choices=["quorum", "classic"], default="quorum")
     args = parser.parse_args()
     endpoints = resolve_endpoints()
     client = ManagementClient(endpoints.management_url, timeout=120)
     print(
-        "| limit | load | publish s | lateness p50 ms | p99 ms | max ms | confirm p50 ms | p99 ms"
+        "| limit | lanes | load | publish s | lateness p50 ms | p99 ms | max ms | confirm p50 ms | p99 ms"
         " | p50 ms by levels passed (1 / 2 / ...) | widest window | lost | early |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="delay-burst-") as tmp:
         for _ in range(args.rounds):
             for limit in (int(x) for x in args.limits.split(",")):
-                print(one_round(client, endpoints.amqp_url_for, args, limit, Path(tmp)), flush=True)
+                for lanes in (int(x) for x in args.lanes.split(",")):
+                    row = one_round(client, endpoints.amqp_url_for, args, limit, lanes, Path(tmp))
+                    print(row, flush=True)
     return 0
 
 

@@ -2,7 +2,8 @@
 delay and crash.
 
 Usage:  python bench/peers.py [--drain 50000] [--retry 20000] [--delay 5000] [--max-delay 20]
-        [--queue-types classic,quorum] [--only celery,rabbitry-async,...] [--hops] [--write-docs]
+        [--queue-types classic,quorum] [--only celery,rabbitry-async,...] [--lanes 4] [--hops]
+        [--write-docs]
 Broker: $RABBITRY_URL / $RABBITRY_MANAGEMENT_URL (e.g. eval "$(rabbitry dev-broker env)").
 Peers: installed from bench/peers-requirements.txt into bench/.peers-venv (made on first use,
 never the project's environment); rabbitry runs from the interpreter running this script.
@@ -64,7 +65,9 @@ DRAIN_ONLY = "the first Celery row runs retries and countdowns"
 """Why a second Celery pool runs only the drain (its rows are left out of the other tables)."""
 DELAY_ONLY = "the publisher's window matters only to the delay scenario"
 """Why the default-window rabbitry row runs only the delay (left out of the other tables)."""
-LEFT_OUT = (DRAIN_ONLY, DELAY_ONLY)
+LANES_ONLY = "delay lanes matter only to the delay scenario"
+"""Why the rabbitry row with delay lanes runs only the delay (left out of the other tables)."""
+LEFT_OUT = (DRAIN_ONLY, DELAY_ONLY, LANES_ONLY)
 QUIET = 30.0
 """Seconds without a new ledger line after which the jobs not yet done count as lost."""
 
@@ -78,7 +81,7 @@ vhosts:
         type: {queue_type}
         retry: {{attempts: 2, backoff: [1s]}}
     delays:
-      - {{name: delay, unit: 1s, max: {max_delay}s, queue_type: {queue_type}, targets: [{{queue: jobs}}]}}
+      - {{name: delay, unit: 1s, max: {max_delay}s, lanes: {lanes}, queue_type: {queue_type}, targets: [{{queue: jobs}}]}}
 """
 
 
@@ -100,6 +103,8 @@ class Contender:
     """Environment of its job processes (worker and publisher)."""
     reference: bool = False
     """Shown for comparison only, not held to the targets."""
+    lanes: int = 1
+    """rabbitry: queues side by side per delay level (the spec's ``lanes``)."""
 
 
 def celery(pool: str, threads: int, first: bool) -> Contender:
@@ -127,7 +132,7 @@ def celery(pool: str, threads: int, first: bool) -> Contender:
     )
 
 
-def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
+def contenders(celery_pools: list[str], threads: int, lanes: int = 4) -> list[Contender]:
     py = str(PEERS_VENV / "bin" / "python")
     return [
         *(celery(pool, threads, i == 0) for i, pool in enumerate(celery_pools)),
@@ -208,6 +213,19 @@ def contenders(celery_pools: list[str], threads: int) -> list[Contender]:
             env={"PEERS_WINDOW": "512"},
             reference=True,
             cannot=dict.fromkeys(("drain", "retry", "crash"), DELAY_ONLY),
+        ),
+        Contender(
+            "rabbitry-lanes",
+            f"rabbitry worker run, delay levels of {lanes} lanes",
+            "rabbitry_jobs",
+            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
+            f"the asyncio worker again, its delay declared with `lanes: {lanes}` ({lanes} queues"
+            " per level, the publisher taking them in turn): for comparison, not held to the"
+            " targets",
+            peer=False,
+            reference=True,
+            lanes=lanes,
+            cannot=dict.fromkeys(("drain", "retry", "crash"), LANES_ONLY),
         ),
     ]
 
@@ -401,7 +419,12 @@ class Bench:
         else:
             spec = self.tmp / f"{vhost}.yaml"
             spec.write_text(
-                SPEC.format(vhost=vhost, queue_type=qt, max_delay=max(self.args.max_delay, 2))
+                SPEC.format(
+                    vhost=vhost,
+                    queue_type=qt,
+                    max_delay=max(self.args.max_delay, 2),
+                    lanes=contender.lanes,
+                )
             )
             done = subprocess.run(
                 [RABBITRY, "apply", str(spec), "--auto-approve"], capture_output=True, text=True
@@ -690,6 +713,9 @@ def main() -> int:
     )
     parser.add_argument("--threads", type=int, default=8, help="Celery and dramatiq threads")
     parser.add_argument(
+        "--lanes", type=int, default=4, help="delay lanes of the rabbitry-lanes contender"
+    )
+    parser.add_argument(
         "--hops",
         action="store_true",
         help="delay: watch each exchange of the delay path and split each job's lateness by hop"
@@ -700,7 +726,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     args.queue_types = args.queue_types.split(",")
-    everyone = contenders(args.celery_pools.split(","), args.threads)
+    everyone = contenders(args.celery_pools.split(","), args.threads, args.lanes)
     if args.only:
         keys = args.only.split(",")
         everyone = [c for c in everyone if c.key in keys]

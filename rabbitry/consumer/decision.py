@@ -158,7 +158,8 @@ def after_failure(
     # through the queue's delay (its levels round the pause), else through the tier queue
     delay_ms, exchange, routing_key = decision.delay_ms, "", ""
     if retry.delay is not None:
-        route = retry.delay.route(decision.delay_ms / 1000, queue)
+        # the clock picks the lane: retries spread over a delay's lanes without a counter
+        route = retry.delay.route(decision.delay_ms / 1000, queue, now_ms)
         delay_ms, exchange, routing_key = route.delay_ms, route.exchange, route.routing_key
     else:
         routing_key = retry.tier_queue(decision.delay_ms)

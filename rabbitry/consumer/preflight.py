@@ -187,7 +187,8 @@ def level_needs(scheme: DelayScheme, what: str) -> Iterator[Need]:
     if isinstance(scheme, BinaryDelays):
         for level in range(scheme.levels):
             yield Need(Needed.EXCHANGE, scheme.level_exchange(level), why)
-            yield Need(Needed.QUEUE, scheme.level_queue(level), why)
+            for queue in scheme.level_queues(level):
+                yield Need(Needed.QUEUE, queue, why)
     else:
         yield Need(Needed.EXCHANGE, scheme.entry_exchange, why)
         for index in range(len(scheme.levels_ms)):

@@ -11,6 +11,13 @@ the same TTL, so expiry order is arrival order):
   A message is published to the layout's mark exchange, which passes it on to the exchange of
   its highest set bit (or, for no delay, to the delivery exchange); any delay up to
   ``unit * (2**N - 1)`` is reachable with at most N hops.
+
+  With ``lanes`` L > 1 each level is L queues ``<prefix>.<kk>.<lane>`` side by side: the key
+  starts with one more word, the lane (0..L-1), and each lane's queue is bound with its lane
+  word, so a burst that falls due at once leaves a level through L dead-letter processes
+  instead of one (a quorum queue dead-letters at-least-once through one process, which keeps
+  only 32 messages unconfirmed). Dead-lettering keeps the routing key, so a message stays in its
+  lane from level to level. The publisher takes lanes in turn; any lane reaches every delay.
 - ``FixedDelays``: a list of delays, one TTL queue each; a delay is rounded up to the next level
   (or rejected past the last). The routing key is ``<level index>.<address>``.
 
@@ -79,6 +86,10 @@ class Route:
     """The delay the message will actually get (the requested one rounded up to the unit)."""
 
 
+MAX_LANES = 16
+"""The most queues side by side per level (each is a quorum queue on every member)."""
+
+
 @dataclass(frozen=True)
 class BinaryDelays:
     """Binary-decomposed delay levels ``<prefix>.<k>``, delivering via ``<prefix>.deliver``."""
@@ -89,8 +100,13 @@ class BinaryDelays:
     max_ms: int | None = None
     """The longest delay the spec declares (``max``); the levels, whole powers of two, reach
     up to almost twice as far, but a delay past the declared max is refused."""
+    lanes: int = 1
+    """Queues side by side per level (``<prefix>.<kk>.<lane>``); 1: one queue ``<prefix>.<kk>``
+    and keys without a lane word, the layout before lanes existed."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.lanes <= MAX_LANES:
+            raise DelayError(f"delay lanes must be between 1 and {MAX_LANES}, got {self.lanes}")
         if self.unit_ms <= 0:
             raise DelayError(f"delay unit must be positive, got {self.unit_ms} ms")
         if not 1 <= self.levels <= 64:
@@ -111,8 +127,14 @@ class BinaryDelays:
     def level_exchange(self, level: int) -> str:
         return f"{self.prefix}.{level:02d}"
 
-    def level_queue(self, level: int) -> str:
-        return f"{self.prefix}.{level:02d}"
+    def level_queue(self, level: int, lane: int = 0) -> str:
+        if self.lanes == 1:
+            return f"{self.prefix}.{level:02d}"
+        return f"{self.prefix}.{level:02d}.{lane}"
+
+    def level_queues(self, level: int) -> tuple[str, ...]:
+        """Every lane's queue of level ``level``."""
+        return tuple(self.level_queue(level, lane) for lane in range(self.lanes))
 
     def level_ttl_ms(self, level: int) -> int:
         return self.unit_ms << level
@@ -123,8 +145,10 @@ class BinaryDelays:
 
     @property
     def layout(self) -> str:
-        """What the routing keys depend on (the unit and the number of levels), as a name."""
-        return f"binary-{self.unit_ms}ms-{self.levels}"
+        """What the routing keys depend on (the unit, the number of levels and of lanes), as a
+        name; one lane adds nothing, so a layout made before lanes keeps its name."""
+        lanes = f"-{self.lanes}lanes" if self.lanes > 1 else ""
+        return f"binary-{self.unit_ms}ms-{self.levels}{lanes}"
 
     @property
     def layout_exchange(self) -> str:
@@ -149,49 +173,70 @@ class BinaryDelays:
             )
         return ticks
 
-    def routing_key(self, ticks: int, address: str) -> str:
+    def routing_key(self, ticks: int, address: str, lane: int = 0) -> str:
+        """The key of ``ticks`` towards ``address``; ``lane`` is taken modulo ``lanes``."""
         _check_address(address)
         bits = format(ticks, f"0{self.levels}b")
-        return "".join(f"{b}." for b in bits) + address
+        head = f"{lane % self.lanes}." if self.lanes > 1 else ""
+        return head + "".join(f"{b}." for b in bits) + address
 
-    def route(self, delay: float | timedelta, address: str) -> Route:
-        """Entry exchange (the layout's mark) and routing key for ``delay`` towards ``address``."""
+    def route(self, delay: float | timedelta, address: str, lane: int = 0) -> Route:
+        """Entry exchange (the layout's mark) and routing key for ``delay`` towards ``address``
+        through lane ``lane % lanes`` (callers spread messages by passing a counter)."""
         ticks = self.ticks(delay)
-        return Route(self.layout_exchange, self.routing_key(ticks, address), ticks * self.unit_ms)
+        key = self.routing_key(ticks, address, lane)
+        return Route(self.layout_exchange, key, ticks * self.unit_ms)
 
     def decode(self, routing_key: str) -> tuple[int, str]:
         """(ticks, address) from a routing key made by ``routing_key``."""
-        words = routing_key.split(".", self.levels)
-        if len(words) != self.levels + 1 or any(w not in ("0", "1") for w in words[:-1]):
-            raise DelayError(f"{routing_key!r} is not a {self.levels}-level delay routing key")
-        return int("".join(words[:-1]), 2), words[-1]
+        return self.decode_lane(routing_key)[:2]
+
+    def decode_lane(self, routing_key: str) -> tuple[int, str, int]:
+        """(ticks, address, lane) from a routing key made by ``routing_key``."""
+        lane_words = 1 if self.lanes > 1 else 0
+        words = routing_key.split(".", self.levels + lane_words)
+        bits = words[lane_words:-1]
+        lane = words[0] if lane_words else "0"
+        if (
+            len(words) != self.levels + lane_words + 1
+            or any(w not in ("0", "1") for w in bits)
+            or not lane.isdigit()
+            or int(lane) >= self.lanes
+        ):
+            raise DelayError(f"{routing_key!r} is not a key of delay layout {self.layout}")
+        return int("".join(bits), 2), words[-1], int(lane)
 
     # -- the bindings that make the routing work -------------------------------------------
+
+    @property
+    def _any_lane(self) -> str:
+        return "*." if self.lanes > 1 else ""
 
     def _prefix_words(self, level: int) -> str:
         return "*." * (self.levels - 1 - level)
 
-    def queue_pattern(self, level: int) -> str:
-        """Binding key of level ``level``'s queue: bit ``level`` is set."""
-        return f"{self._prefix_words(level)}1.#"
+    def queue_pattern(self, level: int, lane: int = 0) -> str:
+        """Binding key of level ``level``'s queue of lane ``lane``: bit ``level`` is set."""
+        head = f"{lane}." if self.lanes > 1 else ""
+        return f"{head}{self._prefix_words(level)}1.#"
 
     def skip_pattern(self, level: int) -> str:
         """Binding key from level ``level``'s exchange onwards: bit ``level`` is clear."""
-        return f"{self._prefix_words(level)}0.#"
+        return f"{self._any_lane}{self._prefix_words(level)}0.#"
 
     def delivery_pattern(self, address: str) -> str:
         """Binding key of a target on the delivery exchange."""
         _check_address(address)
-        return "*." * self.levels + address
+        return self._any_lane + "*." * self.levels + address
 
     def entry_pattern(self, level: int) -> str:
         """Binding key from the mark exchange to level ``level``'s: its bit is the highest set."""
-        return "0." * (self.levels - 1 - level) + "1.#"
+        return self._any_lane + "0." * (self.levels - 1 - level) + "1.#"
 
     @property
     def no_delay_pattern(self) -> str:
         """Binding key from the mark exchange to the delivery exchange: no bit set."""
-        return "0." * self.levels + "#"
+        return self._any_lane + "0." * self.levels + "#"
 
 
 @dataclass(frozen=True)
@@ -252,7 +297,9 @@ class FixedDelays:
             + ")"
         )
 
-    def route(self, delay: float | timedelta, address: str) -> Route:
+    def route(self, delay: float | timedelta, address: str, lane: int = 0) -> Route:
+        """Entry exchange and key for ``delay`` towards ``address`` (fixed levels have one
+        lane: ``lane`` is accepted for the one signature of both schemes, and unused)."""
         _check_address(address)
         index = self.level_for(delay)
         return Route(self.entry_exchange, f"{index}.{address}", self.levels_ms[index])
@@ -269,7 +316,7 @@ DelayScheme = BinaryDelays | FixedDelays
 
 LAYOUT_WORD = "layout"
 _LAYOUT_NAME = re.compile(
-    r"(?P<prefix>.+)\.layout\.(?P<layout>binary-\d+ms-\d+|fixed-\d+-[0-9a-f]{12})"
+    r"(?P<prefix>.+)\.layout\.(?P<layout>binary-\d+ms-\d+(?:-\d+lanes)?|fixed-\d+-[0-9a-f]{12})"
 )
 
 
@@ -284,16 +331,17 @@ def parse_layout_exchange(name: str) -> tuple[str, str] | None:
     return (found["prefix"], found["layout"]) if found else None
 
 
-_LEVEL_SUFFIX = re.compile(r"\d{2}")
+_LEVEL_SUFFIX = re.compile(r"\d{2}(?:\.\d+)?")
 
 
 def is_level_object(prefix: str, name: str) -> bool:
-    """Whether ``name`` is one of delay ``prefix``'s level exchanges or queues (``<prefix>.NN``)
-    or its fixed entry exchange (``<prefix>``): what a routing key's layout must match."""
+    """Whether ``name`` is one of delay ``prefix``'s level exchanges or queues (``<prefix>.NN``,
+    a lane's ``<prefix>.NN.L``) or its fixed entry exchange (``<prefix>``): what a routing
+    key's layout must match."""
     if name == prefix:
         return True
-    head, dot, tail = name.rpartition(".")
-    return bool(dot) and head == prefix and _LEVEL_SUFFIX.fullmatch(tail) is not None
+    head, dot, tail = name.partition(prefix + ".")
+    return not head and bool(dot) and _LEVEL_SUFFIX.fullmatch(tail) is not None
 
 
 CLASSIC_FIXED_LEVELS_MS: tuple[int, ...] = tuple(

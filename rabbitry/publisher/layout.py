@@ -33,7 +33,7 @@ def mismatch_message(scheme: DelayScheme, where: str) -> str:
     return (
         f"delay {scheme.prefix!r} of the spec is laid out as {scheme.layout}, but {where} has"
         f" no exchange {scheme.layout_exchange!r}: its levels were made by another spec (a"
-        " changed unit, max, count or levels), by an older rabbitry, or not at all, and a"
+        " changed unit, max, count, lanes or levels), by an older rabbitry, or not at all, and a"
         " delayed message routed for this spec's layout would wait there for ever. Apply this"
         " spec (rabbitry apply SPEC) or run with the spec the broker was applied with"
     )

@@ -123,6 +123,7 @@ class Router:
         self.layout_check: Callable[[DelayScheme], None] | None = None
         """Called with a delay's levels before its first message (raises to refuse it)."""
         self._checked_layouts: set[DelayScheme] = set()
+        self._lane_turn = 0
         self._vhost: Vhost | None = None
         self._exchanges: dict[str, Exchange] = {}
         self._bindings: dict[str, list[Binding]] = {}
@@ -201,7 +202,9 @@ class Router:
             if self.layout_check is not None and scheme not in self._checked_layouts:
                 self.layout_check(scheme)
                 self._checked_layouts.add(scheme)
-            route = scheme.route(delay, routing_key)
+            # lanes in turn: a burst spreads evenly over a level's queues (policies.delay)
+            self._lane_turn += 1
+            route = scheme.route(delay, routing_key, self._lane_turn)
             return Target(route.exchange, route.routing_key, headers, delayed=True)
         self.check_exchange(exchange)
         return Target(exchange, routing_key, headers)

@@ -67,7 +67,7 @@ def _folds(spec: VhostSpec) -> dict[str, tuple[str, str, str]]:
         box = f"delay:{delay.name}"
         if isinstance(scheme, BinaryDelays):
             label = f"{delay.name}: {scheme.levels} levels, {scheme.unit_ms} ms x 2^k"
-            names = [scheme.level_queue(k) for k in range(scheme.levels)]
+            names = [q for k in range(scheme.levels) for q in scheme.level_queues(k)]
         else:
             label = f"{delay.name}: {len(scheme.levels_ms)} fixed levels"
             names = [scheme.level_queue(i) for i in range(len(scheme.levels_ms))]

@@ -1,6 +1,7 @@
 """Delays (``vhosts[].delays``), plugin-free: a few spec lines, expanded into TTL levels.
 
-- binary: level k is a topic exchange and a queue ``<name>.<kk>`` whose TTL is ``unit * 2**k``;
+- binary: level k is a topic exchange and a queue ``<name>.<kk>`` whose TTL is ``unit * 2**k``
+  (with ``lanes`` L > 1, L queues ``<name>.<kk>.<lane>``, each bound with its lane word);
   the queue is bound with "bit k set", the exchange to the next level down with "bit k clear",
   and each level queue dead-letters into the next level's exchange (level 0 into
   ``<name>.deliver``). Every message in a queue has the same TTL, so nothing waits behind a
@@ -54,7 +55,9 @@ def delay_scheme(spec: DelaySpec) -> DelayScheme:
             count = levels_for(spec.max, spec.unit)
         else:
             count = DEFAULT_BINARY_LEVELS
-        return BinaryDelays(spec.name, unit_ms=spec.unit, levels=count, max_ms=spec.max)
+        return BinaryDelays(
+            spec.name, unit_ms=spec.unit, levels=count, max_ms=spec.max, lanes=spec.lanes
+        )
     levels = CLASSIC_FIXED_LEVELS_MS if spec.levels == "fixed" else tuple(spec.levels)
     return FixedDelays(spec.name, levels, round_up=spec.round == "up")
 
@@ -114,18 +117,18 @@ def _declare_delivery(
 
 
 def _declare_binary_levels(draft: VhostDraft, scheme: BinaryDelays, qtype: QueueType) -> None:
-    """Level k: an exchange and a queue of TTL ``unit * 2**k`` dead-lettering one level down
-    (level 0 into delivery); "bit k set" waits in the queue, "bit k clear" skips it."""
+    """Level k: an exchange and a queue of TTL ``unit * 2**k`` per lane, dead-lettering one
+    level down (level 0 into delivery); "bit k set" waits in its lane's queue, "bit k clear"
+    skips the level."""
     for level in range(scheme.levels):
         name = scheme.level_exchange(level)
         below = scheme.level_exchange(level - 1) if level else scheme.delivery_exchange
-        queue = scheme.level_queue(level)
         arguments = ttl_queue_arguments(qtype.value, scheme.level_ttl_ms(level), below)
         draft.exchanges.append(Exchange(name=name, type=ExchangeType.TOPIC))
-        draft.queues.append(Queue(name=queue, type=qtype, arguments=arguments))
-        draft.bindings.append(
-            Binding(source=name, destination=queue, routing_key=scheme.queue_pattern(level))
-        )
+        for lane, queue in enumerate(scheme.level_queues(level)):
+            draft.queues.append(Queue(name=queue, type=qtype, arguments=arguments))
+            pattern = scheme.queue_pattern(level, lane)
+            draft.bindings.append(Binding(source=name, destination=queue, routing_key=pattern))
         draft.bindings.append(_exchange_binding(name, below, scheme.skip_pattern(level)))
         entry = scheme.entry_pattern(level)
         draft.bindings.append(_exchange_binding(scheme.layout_exchange, name, entry))

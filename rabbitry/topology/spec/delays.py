@@ -55,12 +55,22 @@ class DelaySpec(SpecModel):
     """binary: the longest delay (sets the number of levels); default 28 levels."""
     count: int | None = Field(None, ge=1, le=64)
     """binary: number of levels instead of `max` (28 x 1s is about 8.5 years)."""
+    lanes: int = Field(1, ge=1, le=16)
+    """binary: queues side by side per level (`<name>.<kk>.<lane>`), each dead-lettering on its
+    own, so a burst that falls due at once leaves a quorum level sooner; 1 (default): one queue
+    `<name>.<kk>` per level. Changing it lays the levels out anew (refused while messages wait)."""
     round: Literal["up", "reject"] = "up"
     """fixed: round a delay up to the next level, or reject delays that are not a level."""
     queue_type: Literal["quorum", "classic"] = "quorum"
     """quorum (at-least-once dead-lettering: survives a node failure) or classic."""
     targets: list[DelayTargetSpec] = Field(default_factory=list)
     """Where delayed messages may go; queues retrying `via` this delay are added."""
+
+    @model_validator(mode="after")
+    def _lanes_binary(self) -> DelaySpec:
+        if self.lanes > 1 and self.levels != "binary":
+            raise ValueError("`lanes` is for binary levels only: drop it or use `levels: binary`")
+        return self
 
 
 __all__ = ["DelaySpec", "DelayTargetSpec"]

@@ -169,3 +169,13 @@ def test_replay_resets_the_ladder_and_counts_replays() -> None:
     assert out[QUEUE_HEADER] == "work" and out["tenant"] == "acme"
     assert out[REPLAYED_HEADER] == 1
     assert replay_headers(out)[REPLAYED_HEADER] == 2
+
+
+def test_retries_through_a_delay_with_lanes_take_the_lane_of_the_clock() -> None:
+    scheme = BinaryDelays("delay", unit_ms=1000, levels=8, lanes=3)
+    retry = QueueRetry("mail", VIA_DELAY.policy, "mail.parking", delay=scheme)
+    lanes = [
+        scheme.decode_lane(decide(retry, "mail", None, RuntimeError("x"), now_ms=ms).routing_key)
+        for ms in (30, 31, 32)
+    ]
+    assert lanes == [(2, "mail", 0), (2, "mail", 1), (2, "mail", 2)]

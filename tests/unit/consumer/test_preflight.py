@@ -475,3 +475,15 @@ def test_the_stop_names_what_went_away_the_queue_of_the_message_and_the_command(
         " of 'work' that needed it is back in its queue: run `rabbitry apply spec.yaml` to make"
         " it, then start the worker again"
     )
+
+
+def test_a_delay_with_lanes_needs_every_lane_queue_of_every_level() -> None:
+    lanes = QueueRetry("mail", POLICY, "mail.parking", delay=BinaryDelays("d", 100, 2, lanes=2))
+    needs = named(needs_of([route("mail", lanes)], RABBITMQ_4_0))
+    assert [n for k, n in needs if k == "queue" and n.startswith("d.")] == [
+        "d.00.0",
+        "d.00.1",
+        "d.01.0",
+        "d.01.1",
+    ]
+    assert ("exchange", "d.layout.binary-100ms-2-2lanes") in needs

@@ -21,8 +21,11 @@ from rabbitry.policies.delay import (
 )
 
 
-def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[int]:
-    """Follow bindings from ``entry``: returns the levels whose queue the message sits in."""
+def simulate(
+    scheme: BinaryDelays, entry: str, key: str, address: str, queues: list[str] | None = None
+) -> list[int]:
+    """Follow bindings from ``entry``: returns the levels whose queue the message sits in (and
+    appends each such queue's name to ``queues``)."""
     visited: list[int] = []
     assert entry == scheme.layout_exchange  # every delayed message enters through the mark
     entries = [scheme.level_exchange(k) for k in range(scheme.levels)] + [scheme.delivery_exchange]
@@ -30,11 +33,15 @@ def simulate(scheme: BinaryDelays, entry: str, key: str, address: str) -> list[i
     [exchange] = [e for e, p in zip(entries, patterns, strict=True) if topic_matches(p, key)]
     while exchange != scheme.delivery_exchange:
         level = int(exchange.rsplit(".", 1)[1])
-        in_queue = topic_matches(scheme.queue_pattern(level), key)
+        lanes = range(scheme.lanes)
+        held = [lane for lane in lanes if topic_matches(scheme.queue_pattern(level, lane), key)]
         skips = topic_matches(scheme.skip_pattern(level), key)
-        assert in_queue != skips, "exactly one way out of every level"
-        if in_queue:
+        assert len(held) <= 1, "at most one lane's queue holds a message"
+        assert bool(held) != skips, "exactly one way out of every level"
+        if held:
             visited.append(level)
+            if queues is not None:
+                queues.append(scheme.level_queue(level, held[0]))
         # the level queue dead-letters (and the skip binding leads) to the next exchange down
         exchange = scheme.level_exchange(level - 1) if level else scheme.delivery_exchange
     assert topic_matches(scheme.delivery_pattern(address), key)
@@ -166,3 +173,40 @@ def test_level_objects_are_the_numbered_levels_and_a_fixed_entry_exchange() -> N
         assert not is_level_object("d", other)
     assert not is_level_object("d", "e.00") and not is_level_object("d", "d.x.00")
     assert not is_level_object("d", "d.1") and not is_level_object("d", "dd.01")
+
+
+@given(
+    st.integers(min_value=0, max_value=(1 << 8) - 1),
+    st.integers(min_value=1, max_value=16),
+    st.integers(min_value=0, max_value=1000),
+    st.sampled_from(["work", "a.b.c"]),
+)
+def test_a_lane_keeps_its_messages_from_level_to_level(
+    ticks: int, lanes: int, turn: int, address: str
+) -> None:
+    scheme = BinaryDelays("delay", unit_ms=100, levels=8, lanes=lanes)
+    route = scheme.route(timedelta(milliseconds=ticks * 100), address, turn)
+    assert scheme.decode_lane(route.routing_key) == (ticks, address, turn % lanes)
+    queues: list[str] = []
+    visited = simulate(scheme, route.exchange, route.routing_key, address, queues)
+    assert visited == [k for k in range(8) if ticks >> k & 1][::-1]
+    assert queues == [scheme.level_queue(level, turn % lanes) for level in visited]
+
+
+def test_one_lane_is_the_layout_before_lanes_and_more_lanes_are_another_layout() -> None:
+    one, three = BinaryDelays("d", levels=4), BinaryDelays("d", levels=4, lanes=3)
+    assert one.route(5, "q", 7).routing_key == "0.1.0.1.q"  # no lane word
+    assert three.route(5, "q", 7).routing_key == "1.0.1.0.1.q"
+    assert one.level_queues(2) == ("d.02",)
+    assert three.level_queues(2) == ("d.02.0", "d.02.1", "d.02.2")
+    assert one.layout == "binary-1000ms-4" and three.layout == "binary-1000ms-4-3lanes"
+    assert parse_layout_exchange(three.layout_exchange) == ("d", "binary-1000ms-4-3lanes")
+    assert is_level_object("d", "d.02.1") and not is_level_object("d", "d.02.x")
+    # a key of one lane, dead-lettered into the levels of three, matches nothing: a relayout
+    key = one.route(1, "q").routing_key
+    assert not any(topic_matches(three.queue_pattern(0, lane), key) for lane in range(3))
+    assert not topic_matches(three.skip_pattern(0), key)
+    with pytest.raises(DelayError, match="lanes must be between 1 and 16"):
+        BinaryDelays("d", lanes=17)
+    with pytest.raises(DelayError, match="not a key of delay layout"):
+        three.decode("3.0.1.0.1.q")

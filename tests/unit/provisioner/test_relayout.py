@@ -21,12 +21,14 @@ vhosts:
       - name: later
         unit: 1s
         max: {max}
+        lanes: {lanes}
         targets: [{{queue: work}}]
 """
 
 
-def topology(max_delay: str = "30d") -> Topology:
-    return expand(load_spec_text(SPEC.format(max=max_delay), "spec.yaml", environ={}))
+def topology(max_delay: str = "30d", lanes: int = 1) -> Topology:
+    text = SPEC.format(max=max_delay, lanes=lanes)
+    return expand(load_spec_text(text, "spec.yaml", environ={}))
 
 
 def applied(
@@ -75,6 +77,16 @@ def test_a_longer_max_lays_the_levels_out_anew_and_counts_what_waits_in_them() -
     assert "(binary-1000ms-22 -> binary-1000ms-23) while 3 message(s) wait" in warning
     assert "later.03: 2, later.10: 1" in warning and "--allow-delay-relayout" in warning
     assert p.to_json()["delay_relayouts"][0]["messages"] == 3
+
+
+def test_fewer_lanes_lay_the_levels_out_anew_and_count_what_waits_in_every_lane() -> None:
+    p = plan(topology(lanes=1), applied(topology(lanes=3), {"later.03.2": 2, "later.10.0": 1}))
+    [relayout] = p.relayouts
+    assert (relayout.layout, relayout.previous) == (
+        "binary-1000ms-22",
+        ("binary-1000ms-22-3lanes",),
+    )
+    assert relayout.held == (("later.03.2", 2), ("later.10.0", 1))
 
 
 def test_apply_refuses_a_relayout_while_messages_wait_unless_allowed() -> None:

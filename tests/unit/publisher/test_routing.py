@@ -79,6 +79,12 @@ def test_delays_route_through_the_levels() -> None:
         Router().resolve("", "orders", delay=5)
 
 
+def test_delayed_messages_take_the_lanes_in_turn() -> None:
+    router = Router(delays=BinaryDelays("delay", unit_ms=1000, levels=4, lanes=3))
+    keys = [router.resolve("", "orders", delay=5).routing_key for _ in range(4)]
+    assert keys == ["1.0.1.0.1.orders", "2.0.1.0.1.orders", "0.0.1.0.1.orders", "1.0.1.0.1.orders"]
+
+
 def test_reachability_follows_bindings_and_alternate_exchanges() -> None:
     router = Router(topology(), "app")
     assert router.reaches_queue("events", "order.eu.created")
