@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 @click.option(
     "--allow-delay-relayout",
     is_flag=True,
-    help="Lay a delay's levels out anew (another unit, max, count or levels) although messages"
-    " wait in them: those messages are given up (routed for the old layout, they are never"
+    help="Lay a delay's levels out anew (another unit, max, count, levels or lanes) although"
+    " messages wait in them: those messages are given up (routed for the old layout, they are never"
     " delivered). Without it, apply refuses such a change while the levels hold messages.",
 )
 @click.option(

@@ -76,7 +76,7 @@ class HeldDocument(_Document):
 
 
 class DelayRelayoutDocument(_Document):
-    """A delay whose levels the plan lays out anew (another unit, max, count or levels)."""
+    """A delay whose levels the plan lays out anew (another unit, max, count, levels or lanes)."""
 
     vhost: str
     delay: str
