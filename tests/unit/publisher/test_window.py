@@ -12,42 +12,37 @@ from rabbitry.publisher.window import AdaptiveWindow, WindowRule, next_window
 RULE = WindowRule(start=64, floor=16, ceiling=512, allowance=0.005, ratio=3.0)
 
 
-def test_a_full_round_under_the_target_grows_the_window_by_an_eighth() -> None:
-    assert next_window(64, 0.003, 0.001, True, RULE) == 72
-
-
-def test_growth_stops_at_the_ceiling() -> None:
-    assert next_window(500, 0.002, 0.001, True, RULE) == 512
-    assert next_window(512, 0.002, 0.001, True, RULE) == 512
-
-
-def test_a_round_that_did_not_fill_the_window_leaves_it_as_it_is() -> None:
-    assert next_window(64, 0.002, 0.001, False, RULE) == 64
-
-
-def test_latency_above_the_target_shrinks_the_window_in_proportion() -> None:
+# One round of the rule: (window, latency s, base s, window filled, the new window), and why.
+ROUNDS: list[tuple[int, float, float, bool, int, str]] = [
+    (64, 0.003, 0.001, True, 72, "a full round under the target grows the window by an eighth"),
+    (500, 0.002, 0.001, True, 512, "growth stops at the ceiling"),
+    (512, 0.002, 0.001, True, 512, "a window at the ceiling stays there"),
+    (64, 0.002, 0.001, False, 64, "a round that did not fill the window leaves it as it is"),
     # target 6 ms, measured 7 ms: six sevenths of the window
-    assert next_window(700, 0.007, 0.001, True, RULE) == 600
-
-
-def test_one_slow_round_shrinks_the_window_by_a_quarter_at_most() -> None:
-    assert next_window(400, 0.600, 0.001, True, RULE) == 300
-
-
-def test_the_window_never_shrinks_below_the_floor() -> None:
-    assert next_window(20, 0.600, 0.001, True, RULE) == 16
-
-
-def test_a_long_round_trip_raises_the_target_so_a_remote_broker_keeps_its_window() -> None:
+    (700, 0.007, 0.001, True, 600, "latency above the target shrinks it in proportion"),
+    (400, 0.600, 0.001, True, 300, "one slow round shrinks it by a quarter at most"),
+    (20, 0.600, 0.001, True, 16, "the window never shrinks below the floor"),
     # 40 ms of network round trip is base, not queueing: 150 ms is under 40 + 3 * 40
-    assert next_window(256, 0.150, 0.040, True, RULE) == 288
+    (256, 0.150, 0.040, True, 288, "a long round trip raises the target (remote broker)"),
+    # the queueing allowed is 5 ms or three times the base, whichever is more
+    (100, 0.0059, 0.001, True, 112, "1 + 5 ms is still under the target"),
+    (100, 0.0399, 0.010, True, 112, "10 + 30 ms is still under the target"),
+]
 
 
-def test_the_queueing_allowed_is_five_ms_or_three_times_the_base_whichever_is_more() -> None:
-    assert next_window(100, 0.0059, 0.001, True, RULE) == 112  # 1 + 5 ms
-    assert next_window(100, 0.0061, 0.001, True, RULE) < 100
-    assert next_window(100, 0.0399, 0.010, True, RULE) == 112  # 10 + 30 ms
-    assert next_window(100, 0.0401, 0.010, True, RULE) < 100
+@pytest.mark.parametrize(
+    ("window", "latency", "base", "full", "expected"),
+    [pytest.param(*case[:5], id=case[5]) for case in ROUNDS],
+)
+def test_one_round_moves_the_window(
+    window: int, latency: float, base: float, full: bool, expected: int
+) -> None:
+    assert next_window(window, latency, base, full, RULE) == expected
+
+
+@pytest.mark.parametrize(("latency", "base"), [(0.0061, 0.001), (0.0401, 0.010)])
+def test_a_round_just_over_the_target_shrinks_the_window(latency: float, base: float) -> None:
+    assert next_window(100, latency, base, True, RULE) < 100
 
 
 def test_the_rule_rejects_bounds_that_cannot_hold() -> None:
