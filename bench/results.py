@@ -120,6 +120,19 @@ def node_script(name: str) -> Path | None:
 
 
 @dataclass
+class Timed:
+    """A count of rows (or messages) moved in one timed run, and its rate."""
+
+    name: str
+    rows: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+@dataclass
 class Run:
     """One contender's timed run on one queue type."""
 

@@ -29,11 +29,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pika
+from results import Timed as Result
 from results import arguments, broker_version, fresh_queue, load_average, write_section
 
 from rabbitry.publisher import AsyncPublisher
@@ -43,17 +43,6 @@ HERE = Path(__file__).resolve().parent
 SIZE = 1024
 BODY = b"x" * SIZE
 HEADING = "## Spark sink (bench/spark_sink.py)"
-
-
-@dataclass
-class Result:
-    name: str
-    rows: int
-    seconds: float
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
 
 
 def depth(url: str, queue: str) -> int:

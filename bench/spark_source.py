@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
-from results import arguments, broker_version, load_average, write_section
+from results import Timed, arguments, broker_version, load_average, write_section
 from spark_sink import spark_session
 
 from rabbitry.publisher import Publisher
@@ -48,15 +48,10 @@ HEADING = "## Spark source (bench/spark_source.py)"
 
 
 @dataclass
-class Result:
-    name: str
-    target: str
-    rows: int
-    seconds: float
+class Result(Timed):
+    """A timed read, and what it read from (the stream's protocol, or parquet)."""
 
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
+    target: str = ""
 
 
 def fresh_streams(url: str, partitions: int) -> list[str]:
@@ -111,7 +106,7 @@ def plain_consumer(url: str, streams: list[str], n: int) -> Result:
     seconds = time.perf_counter() - started
     connection.close()
     target = "stream" if len(streams) == 1 else f"super stream ({len(streams)})"
-    return Result("plain Python stream consumer (pika) into memory", target, len(bodies), seconds)
+    return Result("plain Python stream consumer (pika) into memory", len(bodies), seconds, target)
 
 
 def rstream_consumer(url: str, port: int, n: int) -> Result | None:
@@ -152,7 +147,7 @@ def rstream_consumer(url: str, port: int, n: int) -> Result | None:
             )
             await asyncio.wait_for(done.wait(), 600)
             seconds = time.perf_counter() - started
-        return Result("rstream consumer (stream protocol) into memory", "stream", n, seconds)
+        return Result("rstream consumer (stream protocol) into memory", n, seconds, "stream")
 
     return asyncio.run(run())
 
@@ -187,7 +182,7 @@ def timed(name: str, target: str, n: int, action: Any) -> Result:
     seconds = time.perf_counter() - started
     if rows is not None:
         assert rows == n, (name, rows, n)
-    return Result(name, target, n, seconds)
+    return Result(name, n, seconds, target)
 
 
 def spark_runs(
