@@ -132,6 +132,30 @@ def celery(pool: str, threads: int, first: bool) -> Contender:
     )
 
 
+def delay_reference(
+    key: str,
+    name: str,
+    variant: str,
+    why_delay_only: str,
+    env: dict[str, str] | None = None,
+    lanes: int = 1,
+) -> Contender:
+    """The asyncio rabbitry worker again with one setting changed (``variant`` says which),
+    run on the delay scenario only and shown for comparison, not held to the targets."""
+    return Contender(
+        key,
+        name,
+        "rabbitry_jobs",
+        (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
+        f"the asyncio worker again, {variant}: for comparison, not held to the targets",
+        peer=False,
+        reference=True,
+        cannot=dict.fromkeys(("drain", "retry", "crash"), why_delay_only),
+        env=env or {},
+        lanes=lanes,
+    )
+
+
 def contenders(celery_pools: list[str], threads: int, lanes: int = 4) -> list[Contender]:
     py = str(PEERS_VENV / "bin" / "python")
     return [
@@ -189,43 +213,29 @@ def contenders(celery_pools: list[str], threads: int, lanes: int = 4) -> list[Co
             "as above, blocking worker",
             peer=False,
         ),
-        Contender(
+        delay_reference(
             "rabbitry-no-delayed-limit",
             "rabbitry worker run, jobs published without the delayed-message limit",
-            "rabbitry_jobs",
-            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
-            "the asyncio worker again, its delayed jobs published by the adaptive window"
-            " without its limit for delayed messages (`WindowRule(delayed=512)`: the rule"
-            " before that limit): for comparison, not held to the targets",
-            peer=False,
+            "its delayed jobs published by the adaptive window without its limit for delayed"
+            " messages (`WindowRule(delayed=512)`: the rule before that limit)",
+            DELAY_ONLY,
             env={"PEERS_DELAYED_LIMIT": "512"},
-            reference=True,
-            cannot=dict.fromkeys(("drain", "retry", "crash"), DELAY_ONLY),
         ),
-        Contender(
+        delay_reference(
             "rabbitry-window-512",
             "rabbitry worker run, jobs published with window 512",
-            "rabbitry_jobs",
-            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
-            "the asyncio worker again, its delayed jobs published with `window=512`, the fixed"
-            " default before the adaptive window: for comparison, not held to the targets",
-            peer=False,
+            "its delayed jobs published with `window=512`, the fixed default before the"
+            " adaptive window",
+            DELAY_ONLY,
             env={"PEERS_WINDOW": "512"},
-            reference=True,
-            cannot=dict.fromkeys(("drain", "retry", "crash"), DELAY_ONLY),
         ),
-        Contender(
+        delay_reference(
             "rabbitry-lanes",
             f"rabbitry worker run, delay levels of {lanes} lanes",
-            "rabbitry_jobs",
-            (RABBITRY, "worker", "run", "rabbitry_jobs:app", "--log-level", "error"),
-            f"the asyncio worker again, its delay declared with `lanes: {lanes}` ({lanes} queues"
-            " per level, the publisher taking them in turn): for comparison, not held to the"
-            " targets",
-            peer=False,
-            reference=True,
+            f"its delay declared with `lanes: {lanes}` ({lanes} queues per level, the publisher"
+            " taking them in turn)",
+            LANES_ONLY,
             lanes=lanes,
-            cannot=dict.fromkeys(("drain", "retry", "crash"), LANES_ONLY),
         ),
     ]
 
