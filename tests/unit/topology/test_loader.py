@@ -46,30 +46,48 @@ def test_unknown_key_without_close_match_lists_valid_keys() -> None:
     assert "expected one of: version, name, broker, users" in problem.message
 
 
-def test_all_model_errors_are_reported_in_file_order() -> None:
-    problems = load_problems(
-        """\
-        version: 1
-        vhosts:
-          - name: v
-            queues:
-              - name: a
-                type: quorom
-              - name: b
-                auto_delete: maybe
-            exchanges:
-              - name: e
-                type: topik
-        """
-    )
-    assert [(p.line, p.path) for p in problems] == [
-        (6, "vhosts[0].queues[0].type"),
-        (8, "vhosts[0].queues[1].auto_delete"),
-        (11, "vhosts[0].exchanges[0].type"),
-    ]
-    assert "did you mean 'quorum'" in problems[0].message
-    assert problems[1].message == "expected true or false, got 'maybe'"
-    assert "did you mean 'topic'" in problems[2].message
+# A vhost whose first queue is ``a`` (lines 1-5); each case below goes on from line 6.
+QUEUE_A = "version: 1\nvhosts:\n  - name: v\n    queues:\n      - name: a\n"
+
+
+@pytest.mark.parametrize(
+    ("rest", "expected"),
+    [
+        pytest.param(
+            "        type: quorom\n"
+            "      - name: b\n"
+            "        auto_delete: maybe\n"
+            "    exchanges:\n"
+            "      - name: e\n"
+            "        type: topik\n",
+            [
+                (6, "vhosts[0].queues[0].type", "did you mean 'quorum'"),
+                (8, "vhosts[0].queues[1].auto_delete", "expected true or false, got 'maybe'"),
+                (11, "vhosts[0].exchanges[0].type", "did you mean 'topic'"),
+            ],
+            id="all model errors, in file order",
+        ),
+        pytest.param(
+            "        durable: true\n        durable: false\n        name: b\n",
+            [
+                (
+                    7,
+                    "vhosts[0].queues[0].durable",
+                    "duplicate key 'durable' (first defined on line 6)",
+                ),
+                (8, "vhosts[0].queues[0].name", "duplicate key 'name'"),
+            ],
+            id="duplicate YAML keys are errors with both lines",
+        ),
+    ],
+)
+def test_every_problem_is_reported_at_its_line(
+    rest: str, expected: list[tuple[int, str, str]]
+) -> None:
+    problems = load_problems(QUEUE_A + rest)
+    assert [(p.line, p.path) for p in problems] == [(line, path) for line, path, _ in expected]
+    for problem, (_, _, message) in zip(problems, expected, strict=True):
+        assert message in problem.message
 
 
 def test_missing_key_points_at_the_mapping_that_lacks_it() -> None:
@@ -115,26 +133,6 @@ def test_invalid_stack_name() -> None:
     problem = one_problem("version: 1\nname: my stack\n")
     assert problem.path == "name"
     assert "does not match" in problem.message
-
-
-def test_duplicate_yaml_keys_are_errors_with_both_lines() -> None:
-    problems = load_problems(
-        """\
-        version: 1
-        vhosts:
-          - name: v
-            queues:
-              - name: a
-                durable: true
-                durable: false
-                name: b
-        """
-    )
-    assert [(p.line, p.path) for p in problems] == [
-        (7, "vhosts[0].queues[0].durable"),
-        (8, "vhosts[0].queues[0].name"),
-    ]
-    assert problems[0].message.startswith("duplicate key 'durable' (first defined on line 6)")
 
 
 def test_yaml_merge_keys_are_not_duplicates() -> None:
