@@ -11,27 +11,12 @@ from pydantic import SecretStr
 
 from rabbitry.errors import PlanError
 from rabbitry.files import write_private
-from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.planfile import BrokerIdentity, SavedPlan, is_plan_file
 from rabbitry.provisioner.planner import Action, plan
-from rabbitry.provisioner.state import BrokerState
-from rabbitry.topology.primitives import (
-    Binding,
-    Exchange,
-    ExchangeType,
-    Parameter,
-    Queue,
-    QueueType,
-    Topology,
-    User,
-    Vhost,
-)
+from rabbitry.topology.primitives import Parameter, Queue, QueueType, Topology, User, Vhost
 from rabbitry.topology.spec.passwords import password_matches
+from tests.unit.provisioner.hand_made import BIND, ORDERS, WORK, V, owned, state
 
-V = "shop"
-WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5})
-ORDERS = Exchange(name="orders", type=ExchangeType.TOPIC)
-BIND = Binding(source="orders", destination="work", routing_key="order.*")
 UPSTREAM = Parameter(
     component="federation-upstream", name="dc2", value={"uri": "amqp://fed:Upstr3am-pw@dc2"}
 )
@@ -49,14 +34,6 @@ def topo(*members: object, users: tuple[User, ...] = ()) -> Topology:
         "parameters": tuple(kinds.get("parameters", ())),
     }
     return Topology(name="shop", vhosts=(Vhost(name=V, **fields),), users=users)  # type: ignore[arg-type]
-
-
-def state(observed: Topology, managed: dict | None = None) -> BrokerState:
-    return BrokerState(topology=observed, record=OwnershipRecord("shop", managed or {}))
-
-
-def owned(t: Topology) -> dict:
-    return {k: digest(r) for k, r in t.resources().items()}
 
 
 DESIRED = topo(ORDERS, WORK, BIND, UPSTREAM, users=(APP,))

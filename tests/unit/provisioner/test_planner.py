@@ -7,7 +7,7 @@ import hashlib
 
 from rabbitry.provisioner.applier import ApplyOptions, definitions_for, refusals
 from rabbitry.provisioner.display import render_plan
-from rabbitry.provisioner.ownership import OwnershipRecord, digest
+from rabbitry.provisioner.ownership import OwnershipRecord
 from rabbitry.provisioner.planner import Action, managed_after, plan
 from rabbitry.provisioner.state import BrokerState, QueueStats, observed_vhost
 from rabbitry.topology.primitives import (
@@ -24,27 +24,12 @@ from rabbitry.topology.primitives import (
     Vhost,
 )
 from rabbitry.topology.spec.passwords import password_matches
-
-V = "shop"
+from tests.unit.provisioner.hand_made import BIND, ORDERS, WORK, V, owned, state
 
 
 def topo(**vhost_fields: object) -> Topology:
     users = vhost_fields.pop("users", ())
     return Topology(name="shop", vhosts=(Vhost(name=V, **vhost_fields),), users=users)  # type: ignore[arg-type]
-
-
-def state(observed: Topology, managed: dict | None = None, **kw: object) -> BrokerState:
-    record = OwnershipRecord("shop", managed or {})
-    return BrokerState(topology=observed, record=record, **kw)  # type: ignore[arg-type]
-
-
-def owned(t: Topology) -> dict:
-    return {k: digest(r) for k, r in t.resources().items()}
-
-
-WORK = Queue(name="work", type=QueueType.QUORUM, arguments={"x-delivery-limit": 5})
-ORDERS = Exchange(name="orders", type=ExchangeType.TOPIC)
-BIND = Binding(source="orders", destination="work", routing_key="order.*")
 
 
 def test_empty_broker_plans_creations_in_dependency_order() -> None:
