@@ -59,14 +59,31 @@ def test_no_password_survives_masking_text_that_quotes_a_url(url: str, shape: st
         assert MARK not in mask_text(text), text
 
 
-def test_a_url_without_the_colon_after_its_scheme_is_masked() -> None:
-    assert mask_uri("amqps//user:pw@h") == "amqps//user:***@h"
+# (a URL, what mask_uri shows of it): each a way a password sits in a URL.
+MASKED_URLS = [
+    pytest.param(
+        "amqp://app:s3cret@broker:5672/shop", "amqp://app:***@broker:5672/shop", id="password"
+    ),
+    pytest.param("http://broker:15672", "http://broker:15672", id="no password: unchanged"),
+    # what follows a colon after the host and is no port may be the end of a password
+    pytest.param("amqp://u:pw@host:notaport/x", "amqp://u:***@host:***", id="a port that is none"),
+    pytest.param("amqp://u:p%40ss@[::1]:5672/", "amqp://u:***@[::1]:5672/", id="escaped, IPv6"),
+    pytest.param("amqps//user:pw@h", "amqps//user:***@h", id="no colon after the scheme"),
+    # host and port before the credentials: both halves hidden
+    pytest.param("rabbit:5672@app:s3cret", "rabbit:***@app:***", id="swapped halves"),
+    pytest.param(
+        "amqp://rabbit:5672@app:s3/cret", "amqp://rabbit:***@app:***", id="swapped, scheme"
+    ),
+]
+
+
+@pytest.mark.parametrize(("url", "shown"), MASKED_URLS)
+def test_mask_uri_hides_the_password_and_keeps_the_rest(url: str, shown: str) -> None:
+    assert mask_uri(url) == shown
+
+
+def test_text_quoting_a_url_without_the_colon_after_its_scheme_is_masked() -> None:
     assert mask_text("bad URL 'http//admin:s3cret@h:15672'") == "bad URL 'http//admin:***@h:15672'"
-
-
-def test_host_and_port_before_the_credentials_hide_both_halves() -> None:
-    assert mask_uri("rabbit:5672@app:s3cret") == "rabbit:***@app:***"
-    assert mask_uri("amqp://rabbit:5672@app:s3/cret") == "amqp://rabbit:***@app:***"
 
 
 def test_each_entry_of_a_list_is_masked_even_after_a_broken_one() -> None:
