@@ -96,7 +96,7 @@ def remaining(url: str, queue: str, settle: float = 5.0) -> int:
 def timed(name: str, qt: str, n: int, run: Callable[[], None]) -> Result:
     cpu0, t0 = cpu_now(), time.perf_counter()
     run()
-    return Result(name, qt, n, time.perf_counter() - t0, cpu_now() - cpu0)
+    return Result(name, n, time.perf_counter() - t0, qt, cpu_now() - cpu0)
 
 
 # -- contenders ----------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def pika_ack_each(url: str, queue: str, qt: str, n: int) -> Result:
 
 def amqplib(url: str, queue: str, qt: str, n: int, script: Path) -> Result:
     data = run_node(script, url, queue, str(n), str(PREFETCH), str(ACK_EVERY))
-    return Result(AMQPLIB, qt, n, data["seconds"], data["cpu"])
+    return Result(AMQPLIB, n, data["seconds"], qt, data["cpu"])
 
 
 def retry_path(url: str, qt: str, n: int) -> Result:

@@ -131,7 +131,7 @@ def rabbitry_sync(url: str, qt: str, n: int, confirms: bool) -> Result:
                 wait_for_count(url, queue, qt, n + 1)
     assert all(d.ok for d in out)
     name = "rabbitry Publisher" + ("" if confirms else ", confirms off")
-    return Result(name, qt, n, clock.wall, clock.cpu, latencies(out, sent, settled)).finish()
+    return Result(name, n, clock.wall, qt, clock.cpu, latencies(out, sent, settled)).finish()
 
 
 def rabbitry_async(url: str, qt: str, n: int, confirms: bool, window: int = 512) -> Result:
@@ -152,7 +152,7 @@ def rabbitry_async(url: str, qt: str, n: int, confirms: bool, window: int = 512)
     out, clock = asyncio.run(main())
     assert all(d.ok for d in out)
     name = "rabbitry AsyncPublisher" + ("" if confirms else ", confirms off")
-    return Result(name, qt, n, clock.wall, clock.cpu, latencies(out, sent, settled)).finish()
+    return Result(name, n, clock.wall, qt, clock.cpu, latencies(out, sent, settled)).finish()
 
 
 def pika_naive(url: str, qt: str, n: int) -> Result:
@@ -170,7 +170,7 @@ def pika_naive(url: str, qt: str, n: int) -> Result:
             lat.append((clock_fn() - t) * 1000)
     connection.close()
     return Result(
-        "pika BlockingConnection, confirm each", qt, n, clock.wall, clock.cpu, lat
+        "pika BlockingConnection, confirm each", n, clock.wall, qt, clock.cpu, lat
     ).finish()
 
 
@@ -201,7 +201,7 @@ def aio_pika_windows(url: str, qt: str, n: int, window: int = 256) -> Result:
 
     clock = asyncio.run(main())
     name = f"aio-pika, gathered windows of {window}"
-    return Result(name, qt, n, clock.wall, clock.cpu, lat).finish()
+    return Result(name, n, clock.wall, qt, clock.cpu, lat).finish()
 
 
 AMQPLIB = "Node amqplib confirm channel, window 512"
@@ -213,9 +213,9 @@ def amqplib(url: str, qt: str, n: int, script: Path, confirms: bool = True) -> R
     data = run_node(script, url, queue, str(n), "512" if confirms else "0", str(SIZE))
     return Result(
         AMQPLIB if confirms else AMQPLIB_OFF,
-        qt,
         n,
         data["seconds"],
+        qt,
         data["cpu"],
         p50=data.get("p50"),
         p99=data.get("p99"),

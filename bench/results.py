@@ -133,22 +133,15 @@ class Timed:
 
 
 @dataclass
-class Run:
-    """One contender's timed run on one queue type."""
+class Run(Timed):
+    """One contender's timed run of ``rows`` messages on one queue type, and its CPU seconds."""
 
-    name: str
     queue_type: str
-    messages: int
-    seconds: float
     cpu: float
 
     @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    @property
     def cpu_per_100k(self) -> float:
-        return self.cpu * 100_000 / self.messages
+        return self.cpu * 100_000 / self.rows
 
 
 def fresh_queue(url: str, name: str, queue_type: str) -> str:
