@@ -34,13 +34,6 @@ def test_unknown_key_reports_path_line_column_and_suggestion() -> None:
     )
 
 
-def test_unknown_top_level_key_suggests() -> None:
-    problem = one_problem("version: 1\nvhost: []\n")
-    assert problem.path == "vhost"
-    assert problem.line == 2
-    assert "did you mean 'vhosts'" in problem.message
-
-
 def test_unknown_key_without_close_match_lists_valid_keys() -> None:
     problem = one_problem("version: 1\nzzz: 1\n")
     assert "expected one of: version, name, broker, users" in problem.message
@@ -90,49 +83,47 @@ def test_every_problem_is_reported_at_its_line(
         assert message in problem.message
 
 
-def test_missing_key_points_at_the_mapping_that_lacks_it() -> None:
-    problem = one_problem(
-        """\
-        version: 1
-        vhosts:
-          - name: v
-            bindings:
-              - source: x
-        """
-    )
-    assert problem.path == "vhosts[0].bindings[0]"
-    assert problem.message == "missing required key 'destination'"
-    assert problem.line == 5
+# (a spec, and its one problem: path, line, what the message says)
+ONE_PROBLEM = [
+    pytest.param(
+        "version: 1\nvhost: []\n", "vhost", 2, "did you mean 'vhosts'", id="unknown top key"
+    ),
+    pytest.param(
+        "version: 1\nvhosts:\n  - name: v\n    bindings:\n      - source: x\n",
+        "vhosts[0].bindings[0]",
+        5,
+        "missing required key 'destination'",
+        id="a missing key points at the mapping that lacks it",
+    ),
+    pytest.param("name: x\n", "", 1, "missing required key 'version'", id="no version"),
+    pytest.param("version: 2\n", "version", 1, "expected 1, got 2", id="wrong version"),
+    pytest.param(
+        "version: 1\nvhosts:\n",
+        "vhosts",
+        2,
+        "expected a list (write [] for none), got nothing (null)",
+        id="list expected, null found",
+    ),
+    pytest.param(
+        "version: 1\nvhosts:\n  - shop\n",
+        "vhosts[0]",
+        3,
+        "expected a mapping of keys to values, got 'shop'",
+        id="mapping expected",
+    ),
+    pytest.param(
+        "version: 1\nname: my stack\n", "name", 2, "does not match", id="invalid stack name"
+    ),
+]
 
 
-def test_missing_version() -> None:
-    problem = one_problem("name: x\n")
-    assert problem.message == "missing required key 'version'"
-
-
-def test_wrong_version() -> None:
-    problem = one_problem("version: 2\n")
-    assert problem.path == "version"
-    assert problem.message == "expected 1, got 2"
-
-
-def test_list_expected_but_null() -> None:
-    problem = one_problem("version: 1\nvhosts:\n")
-    assert problem.message == "expected a list (write [] for none), got nothing (null)"
-    assert problem.line == 2
-
-
-def test_mapping_expected() -> None:
-    problem = one_problem("version: 1\nvhosts:\n  - shop\n")
-    assert problem.path == "vhosts[0]"
-    assert problem.message == "expected a mapping of keys to values, got 'shop'"
-    assert problem.line == 3
-
-
-def test_invalid_stack_name() -> None:
-    problem = one_problem("version: 1\nname: my stack\n")
-    assert problem.path == "name"
-    assert "does not match" in problem.message
+@pytest.mark.parametrize(("text", "path", "line", "says"), ONE_PROBLEM)
+def test_a_spec_with_one_problem_names_its_path_and_line(
+    text: str, path: str, line: int, says: str
+) -> None:
+    problem = one_problem(text)
+    assert (problem.path, problem.line) == (path, line)
+    assert says in problem.message
 
 
 def test_yaml_merge_keys_are_not_duplicates() -> None:
