@@ -53,17 +53,17 @@ def named(needs: list[Need]) -> list[tuple[str, str]]:
     return [(str(n.kind), n.name) for n in needs]
 
 
+def queues(*names: str) -> list[tuple[str, str]]:
+    """What ``named`` gives for needs that are all queues."""
+    return [("queue", name) for name in names]
+
+
 # -- what a spec needs ----------------------------------------------------------------------------
 
 
 def test_a_ladder_needs_its_queue_its_tier_queues_and_its_parking_lot() -> None:
     needs = needs_of([route("work", LADDER)], RABBITMQ_4_0)
-    assert named(needs) == [
-        ("queue", "work"),
-        ("queue", "work.retry.1s"),
-        ("queue", "work.retry.2s"),
-        ("queue", "work.parking"),
-    ]
+    assert named(needs) == queues("work", "work.retry.1s", "work.retry.2s", "work.parking")
     assert [n.step for n in needs] == [
         "consumed queues",
         "retry mechanism",
@@ -128,17 +128,15 @@ def test_a_retry_via_the_broker_needs_4_3_by_the_version_table_and_a_dead_letter
     old = needs_of([route("jobs", VIA_BROKER)], RABBITMQ_4_0)
     assert named(old) == [
         ("broker", "quorum queue delayed retry (retry: {via: broker})"),
-        ("queue", "jobs"),
-        ("queue", "jobs.parking"),
+        *queues("jobs", "jobs.parking"),
     ]
     assert str(old[0]).startswith("queue 'jobs': feature quorum queue delayed retry")
     assert "needs RabbitMQ 4.3 or newer (the broker runs 4.0.5)" in str(old[0])
     assert "retry `via: queues`" in str(old[0]), "the table's advice"
     assert old[2].why == "dead-letter target of 'jobs', which retries via the broker"
-    assert named(needs_of([route("jobs", VIA_BROKER)], RABBITMQ_4_3)) == [
-        ("queue", "jobs"),
-        ("queue", "jobs.parking"),
-    ]
+    assert named(needs_of([route("jobs", VIA_BROKER)], RABBITMQ_4_3)) == queues(
+        "jobs", "jobs.parking"
+    )
     assert needs_of([route("jobs", VIA_BROKER)], BrokerFacts("RabbitMQ", (4, 2, 9)))[0].kind == (
         Needed.BROKER
     )
