@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rabbitry.errors import SpecProblem
 from rabbitry.topology import validate
 from rabbitry.topology.spec.model import QueueSpec, Spec, VhostSpec
@@ -183,10 +185,10 @@ def test_default_exchange_is_a_valid_dead_letter_exchange() -> None:
     assert problems == []
 
 
-def test_at_least_once_dead_lettering() -> None:
-    problems = check(
-        vhost_spec(
-            """\
+# (a vhost's body, the paths of its errors, the paths of its warnings)
+ERRORS_AND_WARNINGS = [
+    pytest.param(
+        """\
             exchanges: [{name: dlx}]
             queues:
               - name: no-overflow
@@ -214,14 +216,43 @@ def test_at_least_once_dead_lettering() -> None:
               - name: p
                 pattern: ^overflow-from-policy$
                 definition: {overflow: reject-publish}
-            """
-        )
-    )
-    assert paths(problems) == ["vhosts[0].queues[1].arguments.x-dead-letter-strategy"]
-    assert paths(problems, "warning") == [
-        "vhosts[0].queues[0].arguments.x-dead-letter-strategy",
-        "vhosts[0].queues[3].arguments.x-dead-letter-strategy",
-    ]
+        """,
+        ["vhosts[0].queues[1].arguments.x-dead-letter-strategy"],
+        [
+            "vhosts[0].queues[0].arguments.x-dead-letter-strategy",
+            "vhosts[0].queues[3].arguments.x-dead-letter-strategy",
+        ],
+        id="at-least-once dead lettering",
+    ),
+    pytest.param(
+        """\
+            parameters:
+              - {component: federation-upstream, name: up, value: {uri: "amqp://x"}}
+            policies:
+              - {name: a, pattern: x, definition: {federation-upstream: up}}
+              - {name: b, pattern: y, definition: {federation-upstream: down}}
+              - {name: c, pattern: z, definition: {federation-upstream-set: all}}
+              - name: d
+                pattern: w
+                definition: {federation-upstream-set: s, federation-upstream: up}
+        """,
+        ["vhosts[0].policies[3].definition"],
+        [
+            "vhosts[0].policies[1].definition.federation-upstream",
+            "vhosts[0].policies[3].definition.federation-upstream-set",
+        ],
+        id="federation references",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "errors", "warnings"), ERRORS_AND_WARNINGS)
+def test_each_check_reports_errors_and_warnings_at_their_paths(
+    body: str, errors: list[str], warnings: list[str]
+) -> None:
+    problems = check(vhost_spec(body))
+    assert paths(problems) == errors
+    assert paths(problems, "warning") == warnings
 
 
 def test_dangling_references() -> None:
@@ -430,29 +461,6 @@ def test_mirroring_is_flagged() -> None:
         "vhosts[0].policies[2].definition.ha-params",
     ]
     assert len(paths(problems, "warning")) == 3
-
-
-def test_federation_references() -> None:
-    problems = check(
-        vhost_spec(
-            """\
-            parameters:
-              - {component: federation-upstream, name: up, value: {uri: "amqp://x"}}
-            policies:
-              - {name: a, pattern: x, definition: {federation-upstream: up}}
-              - {name: b, pattern: y, definition: {federation-upstream: down}}
-              - {name: c, pattern: z, definition: {federation-upstream-set: all}}
-              - name: d
-                pattern: w
-                definition: {federation-upstream-set: s, federation-upstream: up}
-            """
-        )
-    )
-    assert paths(problems) == ["vhosts[0].policies[3].definition"]
-    assert paths(problems, "warning") == [
-        "vhosts[0].policies[1].definition.federation-upstream",
-        "vhosts[0].policies[3].definition.federation-upstream-set",
-    ]
 
 
 def test_headers_binding_checks() -> None:
