@@ -6,11 +6,11 @@ import ssl
 
 import pytest
 
-from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import ConnectionRefused
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.errors import BrokerError, TLSHandshakeError
+from tests.unit.amqp.giving_up import error_on_giving_up
 
 
 def settings(**backoff: float | None) -> ConnectionSettings:
@@ -28,10 +28,10 @@ def test_pauses_grow_with_each_failure_and_are_capped() -> None:
 
 
 def test_gives_up_once_give_up_after_has_passed_since_the_first_failure() -> None:
-    retry = Reconnect(settings(give_up_after=10.0), now=100.0)
-    retry.failed(OSError("reset"), now=105.0)
-    with pytest.raises(ConnectionLost, match=r"could not connect to amqp://app@broker:5672/shop"):
-        retry.failed(OSError("reset"), now=110.0)
+    error = error_on_giving_up(
+        settings(give_up_after=10.0), started=100.0, failed=105.0, gave_up=110.0
+    )
+    assert "could not connect to amqp://app@broker:5672/shop" in str(error)
 
 
 def test_a_refused_login_is_final_and_names_user_reason_and_hint() -> None:
