@@ -91,6 +91,19 @@ def drive(worker: Worker | AsyncWorker, script: Callable[[], None]) -> None:
     asyncio.run(main())
 
 
+def recording_ids(idempotent: bool = False) -> tuple[App, list[str | None]]:
+    """An app whose handler of ``work`` records each message's id, and the list it records
+    into."""
+    app = App()
+    seen: list[str | None] = []
+
+    @app.handler("work", idempotent=idempotent)
+    def handle(message: IncomingMessage) -> None:
+        seen.append(message.message_id)
+
+    return app, seen
+
+
 def until(broker: ScriptedBroker, condition: Callable[[ScriptedBroker], bool]) -> None:
     assert broker.wait_for(condition, WAIT), f"not reached in {WAIT} s: {broker.frames[-5:]}"
 
@@ -189,13 +202,7 @@ def test_middleware_wraps_each_attempt_in_onion_order(
 def test_duplicates_by_message_id_are_skipped(
     broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
-    app = App()
-    seen: list[str | None] = []
-
-    @app.handler("work", idempotent=True)
-    def handle(message: IncomingMessage) -> None:
-        seen.append(message.message_id)
-
+    app, seen = recording_ids(idempotent=True)
     for mid in ("a", "b", "a", "c", "b"):
         broker.put("work", b"x", message_id=mid)
     worker = kind(app, broker.url)
@@ -252,13 +259,7 @@ def test_an_error_never_retried_parks_at_once(
 def test_the_worker_reconnects_and_consumes_again_after_the_broker_closes_its_connection(
     broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
-    app = App()
-    got: list[str | None] = []
-
-    @app.handler("work")
-    def handle(message: IncomingMessage) -> None:
-        got.append(message.message_id)
-
+    app, got = recording_ids()
     broker.put("work", b"x", message_id="before")
     worker = kind(app, broker.url, backoff=ConnectBackoff(initial=0.05))
 
