@@ -234,60 +234,64 @@ def app_with(log: list[str], *middleware: Middleware, fails: bool = False) -> Ap
     return app
 
 
-def test_middleware_runs_in_onion_order_first_registered_outermost() -> None:
+def deliver_through(*layers: str, fails: bool = False) -> tuple[Outcome, list[str]]:
+    """Deliver one message to ``app_with``'s handler inside a Recorder per layer, the first
+    outermost (``"b:after"``: recorder ``b`` whose after hook raises): the outcome and the log."""
     log: list[str] = []
-    app = app_with(log, Recorder("a", log), Recorder("b", log))
-    assert HandlerHarness(app).deliver("work", b"").acked
-    assert log == [
-        "a.before",
-        "b.before",
-        "handler",
-        "b.after",
-        "a.after",
-        "b.decided:ack",
-        "a.decided:ack",
-    ]
+    split = (layer.partition(":") for layer in layers)
+    recorders = [Recorder(name, log, fail) for name, _, fail in split]
+    return HandlerHarness(app_with(log, *recorders, fails=fails)).deliver("work", b""), log
 
 
-def test_on_error_hooks_see_the_failure_innermost_first() -> None:
-    log: list[str] = []
-    app = app_with(log, Recorder("a", log), Recorder("b", log), fails=True)
-    assert HandlerHarness(app).deliver("work", b"").retried
-    assert log[3:] == [
-        "b.on_error:RuntimeError",
-        "a.on_error:RuntimeError",
-        "b.decided:retry",
-        "a.decided:retry",
-    ]
+# (the layers, whether the handler fails, the action, the error it ends with, the log in order)
+HOOK_ORDER = [
+    pytest.param(
+        ("a", "b"),
+        False,
+        "ack",
+        None,
+        "a.before b.before handler b.after a.after b.decided:ack a.decided:ack",
+        id="onion order, first registered outermost",
+    ),
+    pytest.param(
+        ("a", "b"),
+        True,
+        "retry",
+        RuntimeError,
+        "a.before b.before handler b.on_error:RuntimeError a.on_error:RuntimeError"
+        " b.decided:retry a.decided:retry",
+        id="on_error hooks see the failure innermost first",
+    ),
+    pytest.param(
+        ("a", "b:before", "c"),
+        False,
+        "retry",
+        PermissionError,
+        "a.before b.before a.on_error:PermissionError c.decided:retry b.decided:retry"
+        " a.decided:retry",
+        id="a before hook that raises fails the message without running the handler",
+    ),
+]
 
 
-def test_a_before_hook_that_raises_fails_the_message_without_running_the_handler() -> None:
-    log: list[str] = []
-    app = app_with(log, Recorder("a", log), Recorder("b", log, fail="before"), Recorder("c", log))
-    outcome = HandlerHarness(app).deliver("work", b"")
-    assert outcome.retried and isinstance(outcome.error, PermissionError)
-    assert log == [
-        "a.before",
-        "b.before",
-        "a.on_error:PermissionError",
-        "c.decided:retry",
-        "b.decided:retry",
-        "a.decided:retry",
-    ]
+@pytest.mark.parametrize(("layers", "fails", "action", "error", "log"), HOOK_ORDER)
+def test_middleware_hooks_run_in_their_order(
+    layers: tuple[str, ...], fails: bool, action: str, error: type | None, log: str
+) -> None:
+    outcome, seen = deliver_through(*layers, fails=fails)
+    assert outcome.action.value == action
+    assert (type(outcome.error) if outcome.error else None) is error
+    assert seen == log.split()
 
 
 def test_an_after_hook_that_raises_turns_success_into_a_retry() -> None:
-    log: list[str] = []
-    app = app_with(log, Recorder("a", log), Recorder("b", log, fail="after"))
-    outcome = HandlerHarness(app).deliver("work", b"")
+    outcome, log = deliver_through("a", "b:after")
     assert outcome.retried and outcome.headers[LAST_ERROR_HEADER] == "RuntimeError: commit failed"
     assert "a.on_error:RuntimeError" in log
 
 
 def test_an_on_error_hook_may_replace_the_error_to_park_at_once() -> None:
-    log: list[str] = []
-    app = app_with(log, Recorder("a", log), Recorder("b", log, fail="on_error"), fails=True)
-    outcome = HandlerHarness(app).deliver("work", b"")
+    outcome, log = deliver_through("a", "b:on_error", fails=True)
     assert outcome.parked and isinstance(outcome.error, NonRetryable)
     assert "a.on_error:NonRetryable" in log
 
