@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from pydantic import BaseModel
@@ -102,6 +102,22 @@ def recording_ids(idempotent: bool = False) -> tuple[App, list[str | None]]:
         seen.append(message.message_id)
 
     return app, seen
+
+
+def recording_attempts(
+    then: Callable[[], Awaitable[object]], timeout: float | None = None
+) -> tuple[App, list[int]]:
+    """An app whose handler of ``work`` (retried by RETRY) records each attempt and then
+    awaits ``then()``, and the list it records into."""
+    app = App()
+    attempts: list[int] = []
+
+    @app.handler("work", retry=RETRY, timeout=timeout)
+    async def handle(message: IncomingMessage) -> None:
+        attempts.append(message.attempt)
+        await then()
+
+    return app, attempts
 
 
 def until(broker: ScriptedBroker, condition: Callable[[ScriptedBroker], bool]) -> None:
@@ -215,14 +231,7 @@ def test_duplicates_by_message_id_are_skipped(
 def test_a_handler_past_its_time_to_run_fails_and_is_retried(
     broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
-    app = App()
-    calls: list[int] = []
-
-    @app.handler("work", retry=RETRY, timeout=0.2)
-    async def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        await asyncio.sleep(5)  # cancelled at its time-to-run
-
+    app, calls = recording_attempts(lambda: asyncio.sleep(5), timeout=0.2)  # cancelled at 0.2 s
     broker.put("work", b"slow", message_id="slow")
     worker = kind(app, broker.url)
     drive(worker, lambda: until(broker, lambda b: len(acked(b)) == 1))
@@ -236,14 +245,10 @@ def test_a_handler_past_its_time_to_run_fails_and_is_retried(
 def test_an_error_never_retried_parks_at_once(
     broker: ScriptedBroker, kind: type[AsyncWorker] | type[Worker]
 ) -> None:
-    app = App()
-    calls: list[int] = []
-
-    @app.handler("work", retry=RETRY)
-    async def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
+    async def malformed() -> None:
         raise ValueError("malformed order")
 
+    app, calls = recording_attempts(malformed)
     broker.put("work", b"bad", message_id="bad")
     worker = kind(app, broker.url)
     drive(worker, lambda: until(broker, lambda b: len(acked(b)) == 1))
