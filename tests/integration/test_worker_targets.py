@@ -25,6 +25,7 @@ from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 from tests.integration.test_sharding import wait_for_node_stats
 from tests.integration.test_worker import depth, drain, make_app, run_worker
 from tests.integration.test_worker_features import run_either
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -104,15 +105,15 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
 ) -> None:
     wait_for_node_stats(broker)
     broker.apply(MODULUS)
-    deadline = time.monotonic() + 30
-    plugin_queues: list[str] = []
-    while len(plugin_queues) < 2 and time.monotonic() < deadline:
-        plugin_queues = sorted(q for q in broker.queue_names() if is_plugin_shard_queue(q))
-        time.sleep(0.3)
-    assert len(plugin_queues) == 2, broker.queue_names()
+
+    def plugin_queues() -> list[str]:
+        return sorted(q for q in broker.queue_names() if is_plugin_shard_queue(q))
+
+    assert wait_for(lambda: len(plugin_queues()) == 2, step=0.3), broker.queue_names()
+    shards = plugin_queues()
     publish(broker.vhost_amqp_url, "images", [(f"image-{i}", f"i{i}") for i in range(100)])
-    assert sum(depth(broker, q) for q in plugin_queues) == 100
-    assert min(depth(broker, q) for q in plugin_queues) > 0, "both shards hold messages"
+    assert sum(depth(broker, q) for q in shards) == 100
+    assert min(depth(broker, q) for q in shards) > 0, "both shards hold messages"
     app = make_app(broker)
     got: list[str] = []
 
@@ -123,7 +124,7 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
     worker = AsyncWorker(app, broker.vhost_amqp_url)
     run_worker(worker, lambda: len(got) >= 100, timeout=30)
     assert sorted(got) == sorted(f"i{i}" for i in range(100))
-    assert [depth(broker, q) for q in plugin_queues] == [0, 0]
+    assert [depth(broker, q) for q in shards] == [0, 0]
 
 
 def test_a_stream_handler_that_reconnects_goes_on_where_it_left_off(broker: Broker) -> None:
