@@ -25,6 +25,7 @@ from tests.integration.conftest import Broker, one_vhost_spec, worker_process
 from tests.integration.test_sharding import wait_for_node_stats
 from tests.integration.test_worker import depth, drain, make_app, run_worker
 from tests.integration.test_worker_features import run_either
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -104,15 +105,15 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
 ) -> None:
     wait_for_node_stats(broker)
     broker.apply(MODULUS)
-    deadline = time.monotonic() + 30
-    plugin_queues: list[str] = []
-    while len(plugin_queues) < 2 and time.monotonic() < deadline:
-        plugin_queues = sorted(q for q in broker.queue_names() if is_plugin_shard_queue(q))
-        time.sleep(0.3)
-    assert len(plugin_queues) == 2, broker.queue_names()
+
+    def plugin_queues() -> list[str]:
+        return sorted(q for q in broker.queue_names() if is_plugin_shard_queue(q))
+
+    assert wait_for(lambda: len(plugin_queues()) == 2, step=0.3), broker.queue_names()
+    shards = plugin_queues()
     publish(broker.vhost_amqp_url, "images", [(f"image-{i}", f"i{i}") for i in range(100)])
-    assert sum(depth(broker, q) for q in plugin_queues) == 100
-    assert min(depth(broker, q) for q in plugin_queues) > 0, "both shards hold messages"
+    assert sum(depth(broker, q) for q in shards) == 100
+    assert min(depth(broker, q) for q in shards) > 0, "both shards hold messages"
     app = make_app(broker)
     got: list[str] = []
 
@@ -123,7 +124,7 @@ def test_a_handler_on_a_modulus_sharded_exchange_drains_every_plugin_shard(
     worker = AsyncWorker(app, broker.vhost_amqp_url)
     run_worker(worker, lambda: len(got) >= 100, timeout=30)
     assert sorted(got) == sorted(f"i{i}" for i in range(100))
-    assert [depth(broker, q) for q in plugin_queues] == [0, 0]
+    assert [depth(broker, q) for q in shards] == [0, 0]
 
 
 def test_a_stream_handler_that_reconnects_goes_on_where_it_left_off(broker: Broker) -> None:
@@ -143,8 +144,8 @@ def test_a_stream_handler_that_reconnects_goes_on_where_it_left_off(broker: Brok
     closed: list[int] = []
 
     def progress() -> bool:
-        if len(offsets) == 10 and not closed:
-            time.sleep(0.3)  # the acks of all ten go out
+        # all ten handled and acked: the worker has noted where it left off
+        if len(offsets) == 10 and worker.metrics["events"].acked == 10 and not closed:
             for connection in broker.get("/connections") or []:
                 if (connection.get("client_properties") or {}).get("connection_name") == name:
                     response = broker.http.delete(
@@ -237,10 +238,11 @@ STREAM = one_vhost_spec(
 
 
 def read_stream(
-    broker: Broker, offset: Any, expected: int, fail_on: str = "", after_start: int = 0
+    broker: Broker, offset: Any, last: str, fail_on: str = "", after_start: int = 0
 ) -> tuple[list[tuple[int, str]], AsyncWorker]:
-    """(offset, body) of what a handler at ``offset`` gets until ``expected`` came;
-    ``after_start`` more messages are published once the worker consumes."""
+    """(offset, body) of what a handler at ``offset`` gets until it has handled and acked
+    ``last``, the stream's last message: a stream is read in order, so nothing more can come;
+    ``after_start`` more messages are published once a probe shows the worker consumes."""
     app = make_app(broker)
     got: list[tuple[int, str]] = []
 
@@ -252,18 +254,26 @@ def read_stream(
 
     worker = AsyncWorker(app, broker.vhost_amqp_url)
 
+    def read(body: str) -> bool:
+        return bool(got) and got[-1][1] == body and worker.metrics["events"].acked == len(got)
+
     async def main() -> None:
         ready = asyncio.Event()
         task = asyncio.create_task(worker.run(ready=ready))
         await asyncio.wait_for(ready.wait(), 10)
+        deadline = time.monotonic() + 15
+        while after_start and not got and time.monotonic() < deadline:
+            # a stream queue counts no consumers: a probe that arrives shows it attached
+            await asyncio.to_thread(publish, broker.vhost_amqp_url, "", [("events", "probe")])
+            for _ in range(10):
+                if not got:
+                    await asyncio.sleep(0.05)
         if after_start:
-            await asyncio.sleep(0.5)  # the consumer is attached at "next"
             late = [("events", f"late{i}") for i in range(after_start)]
             await asyncio.to_thread(publish, broker.vhost_amqp_url, "", late)
         deadline = time.monotonic() + 15
-        while len(got) < expected and time.monotonic() < deadline:
+        while not read(last) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # nothing more should come
         worker.stop()
         await task
 
@@ -275,24 +285,29 @@ def test_a_stream_handler_reads_from_its_offset_and_skips_a_failure(broker: Brok
     broker.apply(STREAM)
     publish(broker.vhost_amqp_url, "", [("events", f"e{i}") for i in range(5)])
 
-    got, worker = read_stream(broker, "first", 5, fail_on="e2")
+    got, worker = read_stream(broker, "first", "e4", fail_on="e2")
     assert got == [(i, f"e{i}") for i in range(5)], "the failure did not stop the stream"
     counters = worker.metrics["events"]
     assert counters.failed == 1 and counters.skipped == 1 and counters.rejected == 0
     assert counters.acked == 5, "acks return credit: the stream keeps every message"
 
-    got, _ = read_stream(broker, 3, 2)
+    got, _ = read_stream(broker, 3, "e4")
     assert got == [(3, "e3"), (4, "e4")]
 
-    got, _ = read_stream(broker, "next", 2, after_start=2)
-    assert got == [(5, "late0"), (6, "late1")]
+    got, _ = read_stream(broker, "next", "late1", after_start=2)
+    *probes, late0, late1 = got
+    assert probes and {body for _, body in probes} == {"probe"}, "nothing from before the start"
+    last = probes[-1][0]
+    assert (late0, late1) == ((last + 1, "late0"), (last + 2, "late1"))
 
+    # wall-clock time, not synchronisation: a chunk's timestamp has second granularity, so the
+    # earlier chunks must be a second older than ``since`` and the next one a second newer
     time.sleep(1.2)
     since = dt.datetime.now(dt.UTC)
     time.sleep(1.2)  # the next chunk's timestamp is after ``since``
     publish(broker.vhost_amqp_url, "", [("events", "after")])
-    got, _ = read_stream(broker, since, 1)
-    assert got == [(7, "after")]
+    got, _ = read_stream(broker, since, "after")
+    assert got == [(last + 3, "after")]
 
 
 @pytest.mark.parametrize("kind", [AsyncWorker, Worker])
