@@ -51,7 +51,7 @@ class FrameError(BrokerError):
         """``exc`` (what the frame reader found wrong) said of the node that sent it."""
         return cls(
             f"{node} sent bytes that are no AMQP 0-9-1 frame ({exc}); the connection is closed:"
-            f" is {node} RabbitMQ's AMQP port (a TLS port wants amqps://)?"
+            f" is {node} a RabbitMQ AMQP port?"
         )
 
 

@@ -9,7 +9,9 @@ Stops at once:
   (``TLSHandshakeError``);
 - a refused login or a vhost the user may not open (``BrokerError`` naming the user, the
   broker's reason and what to check);
-- ``give_up_after`` seconds without a connection (``ConnectionLost``).
+- ``give_up_after`` seconds without a connection (``ConnectionLost``);
+- bytes that are no AMQP frame in answer to the handshake (``FrameError``, a ``BrokerError``):
+  another server on the port answers the same way again.
 Anything else (refused, reset or timed-out sockets, a broker restarting) is retried.
 
 With several nodes (a cluster's URLs), ``NodeWalk`` says which node a try goes to: a failed try

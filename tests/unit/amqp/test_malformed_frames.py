@@ -1,9 +1,9 @@
 """Bytes from the broker that are no AMQP frame are ``rabbitry.FrameError``, a ``BrokerError``
 that names the node (host:port): never a bare ValueError outside rabbitry's error tree.
 
-A server on the port that answers the protocol header with garbage (another server, a TLS port
-spoken to in plain AMQP) ends the client at once: a failed try that is a ``BrokerError`` ends the
-outage (``rabbitry.amqp.reconnect``), so that node is not asked again. A broken frame on a
+A server that answers the protocol header with garbage (another server on the port) ends the
+client at once: a failed try that is a ``BrokerError`` ends the outage
+(``rabbitry.amqp.reconnect``), so that node is not asked again. A broken frame on a
 connection that was up closes it and counts as a lost connection: the client connects again by
 the one rule (the next node first), logging the error; should that node answer with garbage
 too, that try ends it as above."""
