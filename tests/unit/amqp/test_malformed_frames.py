@@ -11,7 +11,9 @@ too, that try ends it as above."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import socketserver
 import threading
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
@@ -32,39 +34,38 @@ QUICK = Backoff(initial=0.01, maximum=0.01, jitter=0.0, give_up_after=5.0)
 WAIT = 10.0
 
 
-class GarbageServer:
+class GarbageServer(socketserver.ThreadingTCPServer):
     """A TCP server that reads the protocol header and answers ``BAD_END``; counts connections."""
 
+    daemon_threads = True
+
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__(("127.0.0.1", 0), AnswerGarbage)
+        self.port = self.server_address[1]
         self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.accepted += 1
-            with conn:
-                conn.settimeout(WAIT)
-                try:
-                    conn.recv(8)
-                    conn.sendall(BAD_END)
-                    conn.recv(1)  # until the client closes
-                except OSError:
-                    pass
-
     def close(self) -> None:
-        self.listener.close()
+        self.shutdown()
+        self.server_close()
         self._thread.join(WAIT)
+
+
+class AnswerGarbage(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        assert isinstance(self.server, GarbageServer)
+        self.server.accepted += 1
+        conn: socket.socket = self.request
+        conn.settimeout(WAIT)
+        with contextlib.suppress(OSError):
+            conn.recv(8)
+            conn.sendall(BAD_END)
+            conn.recv(1)  # until the client closes
 
 
 @pytest.fixture
