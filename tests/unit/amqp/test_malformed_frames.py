@@ -38,22 +38,7 @@ class GarbageServer(socketserver.ThreadingTCPServer):
     """A TCP server that reads the protocol header and answers ``BAD_END``; counts connections."""
 
     daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), AnswerGarbage)
-        self.port = self.server_address[1]
-        self.accepted = 0
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join(WAIT)
+    accepted = 0
 
 
 class AnswerGarbage(socketserver.BaseRequestHandler):
@@ -70,9 +55,10 @@ class AnswerGarbage(socketserver.BaseRequestHandler):
 
 @pytest.fixture
 def garbage() -> Iterator[GarbageServer]:
-    server = GarbageServer()
-    yield server
-    server.close()
+    with GarbageServer(("127.0.0.1", 0), AnswerGarbage) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield server
+        server.shutdown()
 
 
 def a_worker_app(got: list[bytes] | None = None) -> App:
@@ -120,10 +106,10 @@ def test_a_server_that_answers_the_protocol_header_with_garbage_ends_the_client_
     garbage: GarbageServer, client: Callable[[str], None]
 ) -> None:
     with pytest.raises(rabbitry.BrokerError) as caught:
-        client(garbage.url)
+        client(f"amqp://guest:guest@127.0.0.1:{garbage.server_address[1]}/")
     assert isinstance(caught.value, rabbitry.FrameError)
     message = str(caught.value)
-    assert f"127.0.0.1:{garbage.port}" in message
+    assert f"127.0.0.1:{garbage.server_address[1]} sent bytes" in message
     assert "does not end with 0xCE" in message
     assert garbage.accepted == 1  # the same node's garbage is not asked for again
 
