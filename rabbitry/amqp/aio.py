@@ -66,13 +66,9 @@ class Wire(asyncio.Protocol):
             session.receive(data, time.monotonic())
             return True
         except FrameError as exc:
-            # nothing after a broken frame can be read: the connection is over. In the
-            # handshake that ends the client as a refusal does; later it is a lost connection
-            error = FrameError.at(str(session.settings.addresses[0]), exc)
-            if session.ready:
-                self.owner.wire_lost(self, error)
-            else:
-                self.owner.wire_refused(self, error)
+            # nothing after a broken frame can be read: the connection is over (in the
+            # handshake the owner's try fails with it, and the reconnect rule decides)
+            self.owner.wire_lost(self, FrameError.at(str(session.settings.addresses[0]), exc))
             self.abort()
             return False
         except ConnectionRefused as exc:

@@ -180,3 +180,21 @@ def test_a_worker_consumes_again_after_a_broken_frame_on_a_live_connection(
     drive(worker, script)
     assert broker.connections_opened == 2
     assert_logged_the_broken_frame(caplog, broker)
+
+
+@pytest.mark.parametrize("client", CLIENTS.values(), ids=CLIENTS.keys())
+def test_with_two_nodes_answering_garbage_each_is_tried_and_the_first_again_ends_the_client(
+    client: Callable[[str], None],
+) -> None:
+    with (
+        GarbageServer(("127.0.0.1", 0), AnswerGarbage) as one,
+        GarbageServer(("127.0.0.1", 0), AnswerGarbage) as two,
+    ):
+        for server in (one, two):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        urls = ",".join(f"amqp://guest:guest@127.0.0.1:{s.server_address[1]}/" for s in (one, two))
+        with pytest.raises(rabbitry.FrameError):
+            client(urls)
+        one.shutdown()
+        two.shutdown()
+    assert sorted((one.accepted, two.accepted)) == [1, 2]
