@@ -30,6 +30,7 @@ name below is ``rabbitry.<Name>`` but where it says otherwise)::
     |   |       +-- TopologyLost  a running worker stopped: a queue or exchange it needs went away
     |   +-- TLSHandshakeError   a certificate failed to verify: retrying cannot help
     |   +-- ConnectionLost      (also a PublishError) no connection within give_up_after
+    |   +-- FrameError          bytes from the broker that are no AMQP frame: the client stops
     |   +-- ChannelRefused      the broker refused a method of the tools' channel (404 to a check)
     |   +-- LockLost            an apply run lost its stack's lock: it stopped before its next write
     |   +-- RecordUnreadable    a stack's ownership record on the broker cannot be read
@@ -107,6 +108,7 @@ if TYPE_CHECKING:
         ChannelRefused,
         ConnectionLost,
         ExchangeNotFound,
+        FrameError,
     )
     from rabbitry.amqp.message import Message
     from rabbitry.amqp.settings import Backoff, ConnectionSettings, NodeOrder
@@ -183,6 +185,7 @@ _LAZY = {
     "ChannelClosed": "rabbitry.amqp.errors",
     "ExchangeNotFound": "rabbitry.amqp.errors",
     "AccessRefused": "rabbitry.amqp.errors",
+    "FrameError": "rabbitry.amqp.errors",
     # workers
     "App": "rabbitry.consumer",
     "Worker": "rabbitry.consumer",
@@ -257,6 +260,7 @@ __all__ = [
     "Diagnostic",
     "DlqError",
     "ExchangeNotFound",
+    "FrameError",
     "HandlerTimeout",
     "IncomingMessage",
     "InvalidBody",

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from rabbitry.amqp.connector import RETRIED, Outage
+from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.inprocess import peer_for
 from rabbitry.amqp.peer_transport import open_peer_transport
 from rabbitry.amqp.reconnect import refusal_error
@@ -64,6 +65,12 @@ class Wire(asyncio.Protocol):
         try:
             session.receive(data, time.monotonic())
             return True
+        except FrameError as exc:
+            # nothing after a broken frame can be read: the connection is over (in the
+            # handshake the owner's try fails with it, and the reconnect rule decides)
+            self.owner.wire_lost(self, FrameError.at(str(session.settings.addresses[0]), exc))
+            self.abort()
+            return False
         except ConnectionRefused as exc:
             if exc.permanent:
                 self.owner.wire_refused(self, refusal_error(session.settings, exc))

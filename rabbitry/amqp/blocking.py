@@ -14,6 +14,7 @@ import select
 import socket
 import time
 
+from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.inprocess import PeerSocket, peer_for
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session, State
@@ -119,6 +120,8 @@ class SocketWire:
                 ):
                     break
             return got
+        except FrameError as exc:  # nothing after a broken frame can be read: the caller closes
+            raise FrameError.at(str(self.settings.addresses[0]), exc) from None
         except ConnectionRefused as exc:
             # say goodbye properly (close-ok) before the socket goes
             with contextlib.suppress(OSError):

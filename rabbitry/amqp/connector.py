@@ -21,7 +21,10 @@ The rule:
   when the connection follows a loss or a failed try.
 - An outage that ends in an error hands it to the client's ``gave_up`` (a publisher fails the
   messages it held to send again) and then raises it: ``ConnectionLost`` after the back-off's
-  ``give_up_after``, a ``BrokerError`` for a refused login, a ``TLSHandshakeError``.
+  ``give_up_after``, a ``BrokerError`` for a refused login, a ``TLSHandshakeError``, a
+  ``FrameError`` for a handshake answered with bytes that are no AMQP frame (with several
+  nodes, once the same node answered so twice; the others are tried). A broken frame on a
+  connection that was up is a loss like any other: the walk goes on to the next node.
 - ``stopping`` (the client closes) ends the outage without a connection: the drivers return None.
 """
 

@@ -1,8 +1,9 @@
 """Errors of the client layer: what the broker sends on a channel, and a connection gone for good.
 
-All but ``ChannelRefused`` are ``PublishError`` so one ``except`` around publishing catches
-every failure; ``ConnectionLost`` is a ``BrokerError`` too, which is what a worker that gives
-up raises. ``ChannelRefused`` is what ``amqp.channel`` raises for a method the broker refused.
+All but ``ChannelRefused`` and ``FrameError`` are ``PublishError`` so one ``except`` around
+publishing catches every failure; ``ConnectionLost`` is a ``BrokerError`` too, which is what a
+worker that gives up raises. ``ChannelRefused`` is what ``amqp.channel`` raises for a method the
+broker refused; ``FrameError`` is what every client raises for bytes that are no AMQP frame.
 """
 
 from __future__ import annotations
@@ -38,6 +39,20 @@ class ConnectionLost(PublishError, BrokerError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.deliveries = []
+
+
+class FrameError(BrokerError):
+    """Bytes from the broker that are no valid AMQP 0-9-1 frame: a broker bug, a man in the
+    middle, or another server on the port. The connection cannot continue and is closed; the
+    message names the node (host:port) and what was wrong."""
+
+    @classmethod
+    def at(cls, node: str, exc: BaseException) -> FrameError:
+        """``exc`` (what the frame reader found wrong) said of the node that sent it."""
+        return cls(
+            f"{node} sent bytes that are no AMQP 0-9-1 frame ({exc}); the connection is closed:"
+            f" is {node} a RabbitMQ AMQP port?"
+        )
 
 
 class ChannelRefused(BrokerError):

@@ -17,6 +17,9 @@ from typing import Any, TypedDict, Unpack
 from pamqp import commands, encode
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame
+from pamqp.exceptions import PAMQPException
+
+from rabbitry.amqp.errors import FrameError
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -51,10 +54,6 @@ order, the first property in the highest bit."""
 FLAG_HEADERS = PROPERTY_FLAGS["headers"]
 FLAG_MESSAGE_ID = PROPERTY_FLAGS["message id"]
 FLAG_TIMESTAMP = PROPERTY_FLAGS["timestamp"]
-
-
-class FrameError(ValueError):
-    """Bytes that are not a valid AMQP frame (the connection cannot continue)."""
 
 
 def shortstr(value: str, what: str) -> bytes:
@@ -308,12 +307,20 @@ class FrameReader:
             if kind == FRAME_HEARTBEAT:
                 events.append(("heartbeat", 0, None))
             else:
-                _, chan, obj = pamqp_frame.unmarshal(bytes(buffer[offset : stop + 1]))
+                _, chan, obj = unmarshal(bytes(buffer[offset : stop + 1]))
                 events.append(("frame", chan, obj))
             offset = stop + 1
         if offset:
             del buffer[:offset]
         return events
+
+
+def unmarshal(data: bytes) -> tuple[int, int, Any]:
+    """pamqp's reading of one whole frame; a frame it cannot read is a ``FrameError``."""
+    try:
+        return pamqp_frame.unmarshal(data)
+    except (PAMQPException, ValueError, struct.error) as exc:  # pamqp lets some of these out
+        raise FrameError(f"a frame of type {data[0]} cannot be read: {exc}") from None
 
 
 def message_id_of(header: Any) -> str | None:
@@ -343,4 +350,5 @@ __all__ = [
     "publish_method_frame",
     "queue_declare_frame",
     "shortstr",
+    "unmarshal",
 ]

@@ -9,7 +9,10 @@ Stops at once:
   (``TLSHandshakeError``);
 - a refused login or a vhost the user may not open (``BrokerError`` naming the user, the
   broker's reason and what to check);
-- ``give_up_after`` seconds without a connection (``ConnectionLost``).
+- ``give_up_after`` seconds without a connection (``ConnectionLost``);
+- bytes that are no AMQP frame in answer to the handshake (``FrameError``, a ``BrokerError``):
+  another server on the port answers the same way again. With several nodes the others are
+  tried first; the same node's garbage a second time in one outage ends it.
 Anything else (refused, reset or timed-out sockets, a broker restarting) is retried.
 
 With several nodes (a cluster's URLs), ``NodeWalk`` says which node a try goes to: a failed try
@@ -24,7 +27,7 @@ from __future__ import annotations
 import logging
 import random
 
-from rabbitry.amqp.errors import ConnectionLost
+from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.session import ConnectionRefused
 from rabbitry.amqp.settings import ConnectionSettings, NodeOrder
 from rabbitry.errors import BrokerError
@@ -98,6 +101,7 @@ class Reconnect:
         """Back-off pauses taken: full rounds over the nodes that all failed."""
         self.failures = 0
         self._tried = 0  # nodes tried since the last pause
+        self._garbled: set[str] = set()  # nodes that answered with bytes that are no AMQP frame
         if after_loss:
             self.walk.advance()
 
@@ -110,7 +114,10 @@ class Reconnect:
         """Seconds to wait before the next try; raises when trying again cannot help."""
         settings = self.walk.current
         self.failures += 1
-        if isinstance(exc, BrokerError):
+        node = str(settings.addresses[0])
+        if isinstance(exc, FrameError) and len(self.walk) > 1 and node not in self._garbled:
+            self._garbled.add(node)  # another node may be sound: try it; this one again ends it
+        elif isinstance(exc, BrokerError):
             raise exc
         refusal = settings.tls_failure(exc)
         if refusal is not None:

@@ -19,6 +19,7 @@ from collections.abc import Generator
 from typing import Any, Self, Unpack, cast
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
+from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.aio_handlers import HandlerRunner
@@ -384,7 +385,11 @@ class AsyncWorker(HandlerRunner):
         handshaking = ready is not None and not ready.done()
         if ready is not None and handshaking:
             # _connect retries (or stops, on a refusal) and says so: not a lost connection
-            ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
+            ready.set_exception(
+                exc  # a garbled answer is for the rule to judge, not a plain failed connection
+                if isinstance(exc, FrameError)
+                else ConnectionError(mask_text(str(exc)) if exc else "closed")
+            )
             ready.exception()
         self.core.connection_lost()
         self._waiting.clear()

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pamqp import commands
-from pamqp import frame as pamqp_frame
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
@@ -218,8 +217,10 @@ class ConsumerSession(Session):
                     continue
                 elif kind == frames.FRAME_HEARTBEAT:
                     continue
-                _, chan, obj = pamqp_frame.unmarshal(bytes(buf[offset - size - 8 : offset]))
+                _, chan, obj = frames.unmarshal(bytes(buf[offset - size - 8 : offset]))
                 self._other(chan, obj)
+        except struct.error as exc:  # a method frame too short for what its class and id say
+            raise frames.FrameError(f"a frame of type {kind} is too short: {exc}") from None
         finally:
             if offset:
                 del buf[:offset]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.connector import connect
+from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.app import App, Route
@@ -227,7 +228,7 @@ class Worker:
                 self._serve(session, max_idle)
                 if max_idle is not None and not self._stopping:
                     self._stopping = True
-            except (OSError, Disconnected) as exc:
+            except (OSError, Disconnected, FrameError) as exc:  # a broken frame ends it too
                 lost = core.walk.current.display
                 self._failed_try(exc)
                 if not self._stopping:

@@ -19,7 +19,7 @@ from typing import Any, Unpack
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
 from rabbitry.amqp.confirms import Delivery, Status
-from rabbitry.amqp.errors import ConnectionLost
+from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
@@ -347,7 +347,11 @@ class AsyncPublisher(PublisherBase):
             refusal = self.walk.current.tls_failure(exc) if exc is not None else None
             if refusal is not None:
                 self._failure = refusal
-            ready.set_exception(ConnectionError(mask_text(str(exc)) if exc else "closed"))
+            ready.set_exception(
+                exc  # a garbled answer is for the rule to judge, not a plain failed connection
+                if isinstance(exc, FrameError)
+                else ConnectionError(mask_text(str(exc)) if exc else "closed")
+            )
             ready.exception()
             return  # the connect loop retries or stops, and says so: nothing was lost
         if self.closed:

@@ -18,7 +18,7 @@ from typing import Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.connector import connect
-from rabbitry.amqp.errors import ConnectionLost
+from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
@@ -272,7 +272,7 @@ class Publisher(PublisherBase):
             if wire is None or session is None:
                 raise Disconnected("not connected")
             wire.exchange(session, timeout, want_read=want_read)
-        except Disconnected as exc:
+        except (Disconnected, FrameError) as exc:  # a broken frame ends the connection too
             note_lost(self, exc)
             self._open(first=False)
         if self.adaptive is not None:

@@ -204,7 +204,11 @@ class Session:
                 # copied out: the buffer is cut below, events keep views of their frame
                 body = memoryview(bytes(view[pos + 4 : pos + 4 + size]))
                 pos += 4 + size
-                self._frame(body, events)
+                try:
+                    self._frame(body, events)
+                except (IndexError, struct.error) as exc:  # a frame shorter than its fields
+                    key = _U16.unpack_from(body, 0)[0]
+                    raise StreamProtocolError(f"a frame of key {key} is cut short: {exc}") from None
         finally:
             view.release()
             del buf[:pos]

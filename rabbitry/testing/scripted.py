@@ -22,7 +22,8 @@ Faults on demand: ``answer_publishes`` (nack, hold the confirm until ``release_c
 or drop the connection at a publish),
 ``drop_after`` (the connection drops at the n-th frame from now), ``close_channel_on`` (the
 next such method closes its channel with 404, 406...), ``block``/``unblock``
-(``connection.blocked``), ``close_connections`` (the broker closes with 320).
+(``connection.blocked``), ``close_connections`` (the broker closes with 320), ``send_bytes``
+(any bytes, valid AMQP or not).
 
 It is not a broker emulator: its routing is the tiny model of ``scripted_routing`` (one
 vhost's worth, direct/fanout/topic and the default exchange; arguments kept, never acted on:
@@ -241,6 +242,13 @@ class ScriptedBroker(ScriptedMethods):
             self._blocked = None
             for connection in self._connections:
                 self._send(connection, 0, commands.Connection.Unblocked())
+
+    def send_bytes(self, data: bytes) -> None:
+        """The broker writes ``data`` as is on every connection: bytes that need be no AMQP
+        frame (a broken broker, a man in the middle)."""
+        with self.lock:
+            for connection in list(self._connections):
+                connection.send(data)
 
     def close_connections(
         self,

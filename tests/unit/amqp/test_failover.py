@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.reconnect import NodeWalk, Reconnect
 from rabbitry.amqp.settings import Backoff, ConnectionSettings, Node, NodeOrder
 from rabbitry.errors import BrokerError
@@ -143,3 +144,23 @@ def test_with_one_node_the_back_off_is_what_it_was() -> None:
     pauses = [retry.failed(OSError("refused"), now=float(i)) for i in range(3)]
     assert pauses == [pytest.approx(0.1), pytest.approx(0.2), pytest.approx(0.4)]
     assert retry.target is one
+
+
+def test_a_node_answering_garbage_hands_over_and_ends_the_outage_when_it_does_again() -> None:
+    retry = Reconnect(cluster(initial=0.5, give_up_after=None), now=0.0)
+    garbage = FrameError("r1:5672 sent bytes that are no AMQP 0-9-1 frame")
+    assert retry.failed(garbage, now=0.0) == 0.0  # r1: the next node at once
+    assert retry.target.host == "r2"
+    retry.failed(OSError("refused"), now=0.0)
+    assert retry.failed(OSError("refused"), now=0.0) == 0.5  # r3: a full round, a pause
+    assert retry.target.host == "r1"
+    with pytest.raises(FrameError) as caught:
+        retry.failed(garbage, now=1.0)
+    assert caught.value is garbage
+
+
+def test_with_one_node_garbage_ends_the_outage_at_once() -> None:
+    one = ConnectionSettings.from_url("amqp://app:s3cret@r1/shop")
+    garbage = FrameError("r1:5672 sent bytes that are no AMQP 0-9-1 frame")
+    with pytest.raises(FrameError):
+        Reconnect(one, now=0.0).failed(garbage, now=0.0)

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from rabbitry.stream.errors import StreamRefused
+from rabbitry.stream.errors import StreamProtocolError, StreamRefused
 from rabbitry.stream.frames import Key, Reader, frame
 from rabbitry.stream.session import Closed, Confirmed, PublishFailed, Response, Session
 
@@ -98,3 +98,10 @@ def test_confirms_errors_heartbeats_and_close_come_out_as_events() -> None:
     closing = frame(Key.CLOSE, struct.pack(">IH", 5, 1) + b"\x00\x03bye")
     assert feed(session, closing) == [Closed(1, "bye")]
     assert not session.ready
+
+
+@pytest.mark.parametrize("key", [Key.PUBLISH_CONFIRM, Key.DELIVER, Key.METADATA_UPDATE, Key.TUNE])
+def test_a_frame_shorter_than_its_fields_is_a_stream_protocol_error(key: Key) -> None:
+    session = Session(username="user", password="secret")
+    with pytest.raises(StreamProtocolError, match=f"a frame of key {int(key)} is cut short"):
+        session.receive(frame(key, b""))
