@@ -25,6 +25,7 @@ from rabbitry.amqp.settings import Backoff
 from rabbitry.consumer import App, AsyncWorker, IncomingMessage, Worker
 from rabbitry.publisher import AsyncPublisher, Publisher
 from rabbitry.testing import ScriptedBroker
+from tests.unit.http_server import SHUTDOWN_POLL
 from tests.unit.testing.test_scripted_worker_features import drive, until
 
 BAD_END = b"\x01\x00\x00\x00\x00\x00\x00\x00"
@@ -56,7 +57,7 @@ class AnswerGarbage(socketserver.BaseRequestHandler):
 @pytest.fixture
 def garbage() -> Iterator[GarbageServer]:
     with GarbageServer(("127.0.0.1", 0), AnswerGarbage) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
         yield server
         server.shutdown()
 
@@ -191,7 +192,9 @@ def test_with_two_nodes_answering_garbage_each_is_tried_and_the_first_again_ends
         GarbageServer(("127.0.0.1", 0), AnswerGarbage) as two,
     ):
         for server in (one, two):
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            threading.Thread(
+                target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True
+            ).start()
         urls = ",".join(f"amqp://guest:guest@127.0.0.1:{s.server_address[1]}/" for s in (one, two))
         with pytest.raises(rabbitry.FrameError):
             client(urls)
