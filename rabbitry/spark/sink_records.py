@@ -46,14 +46,6 @@ _SCALARS = {
 }
 
 
-def _string(value: str, small: int = 0xA1, large: int = 0xB1) -> bytes:
-    """One constant AMQP 1.0 string (str8/str32; sym8/sym32 with ``small``/``large``)."""
-    raw = value.encode()
-    if len(raw) < 256:
-        return bytes((small, len(raw))) + raw
-    return bytes((large,)) + struct.pack(">I", len(raw)) + raw
-
-
 def _join(*parts: pa.Array | bytes) -> pa.Array:
     """The parts (columns, or constants for every row) joined row by row."""
     args = [pa.scalar(p, BINARY) if isinstance(p, bytes) else p for p in parts]
@@ -115,10 +107,12 @@ class RecordEncoder:
         content_type = encoder.content_type
         # after the message id: user id, to, subject, reply to, correlation id (null) and the
         # content type; nothing when there is no content type (trailing nulls are left out)
-        self._after_id = b"\x40" * 5 + _string(content_type, 0xA3, 0xB3) if content_type else b""
+        self._after_id = b""
+        if content_type:
+            self._after_id = b"\x40" * 5 + amqp10.encode_string(content_type, 0xA3, 0xB3)
         self._fields = struct.pack(">I", 7 if content_type else 1)
         if opts.routing_key_column is None:
-            key = _ROUTING_SYMBOL + _string(opts.routing_key)
+            key = _ROUTING_SYMBOL + amqp10.encode_string(opts.routing_key)
             self._annotations = _ANNOTATIONS + struct.pack(">II", len(key) + 4, 2) + key
 
     def entries(
@@ -199,7 +193,7 @@ class RecordEncoder:
         for name in self.encoder.options.header_columns:
             values = batch.column(name)
             given = pc.is_valid(values)
-            pair = _join(_string(name), _header_values(values, self._kinds[name]))
+            pair = _join(amqp10.encode_string(name), _header_values(values, self._kinds[name]))
             pairs.append(pc.if_else(given, pair, _EMPTY))
             count = pc.add(count, pc.cast(given, pa.int64()))
         payload = _join(*pairs)

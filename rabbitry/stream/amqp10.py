@@ -20,7 +20,7 @@ from typing import Any
 from rabbitry.stream.amqp10_types import EPOCH, typed, value_at
 from rabbitry.stream.errors import StreamProtocolError
 
-__all__ = ["Decoded", "decode", "encode"]
+__all__ = ["Decoded", "decode", "encode", "encode_string"]
 
 HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS = 0x70, 0x71, 0x72
 PROPERTIES, APPLICATION_PROPERTIES, DATA = 0x73, 0x74, 0x75
@@ -225,7 +225,9 @@ def decode(record: bytes | memoryview) -> Decoded:
 # --- encoding -----------------------------------------------------------------------------------
 
 
-def _str(value: str, small: int = 0xA1, large: int = 0xB1) -> bytes:
+def encode_string(value: str, small: int = 0xA1, large: int = 0xB1) -> bytes:
+    """One AMQP 1.0 string: str8 under 256 bytes, else str32 (sym8/sym32 with ``small`` 0xA3
+    and ``large`` 0xB3)."""
     raw = value.encode()
     if len(raw) < 256:
         return bytes((small, len(raw))) + raw
@@ -250,12 +252,12 @@ def _encode_value(value: Any) -> bytes:
     if isinstance(value, float):
         return b"\x82" + _F64.pack(value)
     if isinstance(value, str):
-        return _str(value)
+        return encode_string(value)
     if isinstance(value, bytes | bytearray):
         return _binary(bytes(value))
     if isinstance(value, dt.datetime):
         return b"\x83" + _I64.pack(int(value.timestamp() * 1000))
-    return _str(str(value))
+    return encode_string(str(value))
 
 
 def _list(items: list[bytes]) -> bytes:
@@ -266,7 +268,7 @@ def _list(items: list[bytes]) -> bytes:
 def _map(pairs: Mapping[str, Any], key: Any = None) -> bytes:
     items = []
     for k, v in pairs.items():
-        items.append(_str(k, 0xA3, 0xB3) if key == "symbol" else _str(k))
+        items.append(encode_string(k, 0xA3, 0xB3) if key == "symbol" else encode_string(k))
         items.append(_encode_value(v))
     payload = b"".join(items)
     return b"\xd1" + _U32U32.pack(len(payload) + 4, len(items)) + payload
@@ -305,13 +307,13 @@ def encode(
     if routing_key is not None:
         parts.append(_annotations(routing_key))
     fields: list[bytes] = [
-        _str(message_id) if message_id is not None else _NULL,
+        encode_string(message_id) if message_id is not None else _NULL,
         _NULL,
         _NULL,
         _NULL,
         _NULL,
-        _str(correlation_id) if correlation_id is not None else _NULL,
-        _str(content_type, 0xA3, 0xB3) if content_type is not None else _NULL,
+        encode_string(correlation_id) if correlation_id is not None else _NULL,
+        encode_string(content_type, 0xA3, 0xB3) if content_type is not None else _NULL,
     ]
     if timestamp is not None:
         fields += [_NULL, _NULL, _encode_value(timestamp)]
