@@ -168,8 +168,9 @@ class Session:
     def delete_publisher(self, publisher_id: int) -> int:
         return self._request(Key.DELETE_PUBLISHER, _U8.pack(publisher_id))
 
-    def publish(self, publisher_id: int, messages: Sequence[tuple[int, bytes]]) -> None:
-        self.out += frames.publish(publisher_id, messages)
+    # Publish frames do not pass through ``out``: ``blocking.Producer`` sends
+    # ``frames.publish_head`` and the encoded entries to the socket as they are (no copy of the
+    # bodies); their confirms and errors come back here as events.
 
     def route(self, routing_key: str, super_stream: str) -> int:
         return self._request(Key.ROUTE, frames.string(routing_key) + frames.string(super_stream))
