@@ -82,80 +82,91 @@ from typing import TYPE_CHECKING, Any
 from rabbitry import lazy
 from rabbitry.diagnostics import Address, Diagnostic, SourceRange
 from rabbitry.errors import (
+    AccessRefused,
+    AnswerTooLarge,
+    AppError,
     ApplyError,
+    AsyncApiError,
     BrokerError,
+    BrokerUnavailable,
     CapabilityError,
+    ChannelClosed,
+    ChannelRefused,
     ConfirmTimeout,
+    ConnectionLost,
+    ContainerExited,
+    DelayError,
+    DelayLayoutMismatch,
+    DlqError,
+    ExchangeNotFound,
+    FrameError,
+    HandlerTimeout,
+    InvalidBody,
+    InvalidReply,
+    LockHeld,
+    LockLost,
     MissingExtra,
     Nacked,
     NoAnswer,
+    NonRetryable,
+    NoRoute,
+    NotAParkingLot,
+    NotModelled,
+    ObjectNotFound,
+    OtherBroker,
+    PeriodicError,
     PlanError,
+    PublisherClosed,
     PublishError,
     RabbitryError,
+    RecordUnreadable,
     Refusal,
+    ReplyLost,
+    RequestTimeout,
+    RetryConfigError,
+    ScheduleError,
+    SignatureError,
+    SinkOptionError,
+    SourceOptionError,
+    SparkSinkError,
+    SparkSourceError,
     SpecError,
     SpecProblem,
+    StreamError,
+    StreamNotFound,
+    StreamProtocolError,
+    StreamRefused,
+    StreamUnavailable,
+    StreamUnreachable,
+    TargetError,
     TLSHandshakeError,
+    TopologyLost,
+    TopologyMissing,
+    UnknownExchange,
     Unroutable,
+    UnsafeFileError,
 )
 
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import Codec
     from rabbitry.amqp.confirms import Delivery
-    from rabbitry.amqp.errors import (
-        AccessRefused,
-        ChannelClosed,
-        ChannelRefused,
-        ConnectionLost,
-        ExchangeNotFound,
-        FrameError,
-    )
     from rabbitry.amqp.message import Message
     from rabbitry.amqp.settings import Backoff, ConnectionSettings, NodeOrder
     from rabbitry.consumer import (
         App,
         AsyncWorker,
         IncomingMessage,
-        InvalidBody,
         Middleware,
-        NonRetryable,
         Occurrence,
         Worker,
         cancel_job,
     )
-    from rabbitry.consumer.app import AppError
-    from rabbitry.consumer.bodies import SignatureError
-    from rabbitry.consumer.decision import HandlerTimeout
-    from rabbitry.consumer.dlq import DlqError, NotAParkingLot
-    from rabbitry.consumer.periodic import PeriodicError
-    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
-    from rabbitry.consumer.replies import InvalidReply
-    from rabbitry.consumer.schedule import ScheduleError
-    from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamUnreachable
-    from rabbitry.consumer.targets import TargetError
-    from rabbitry.files import UnsafeFileError
-    from rabbitry.management.answer_limit import AnswerTooLarge
-    from rabbitry.management.client import ObjectNotFound
-    from rabbitry.policies.delay import DelayError
-    from rabbitry.policies.retry import RetryConfigError
     from rabbitry.provisioner.apply_options import ApplyResult
-    from rabbitry.provisioner.lock import LockHeld, LockLost
-    from rabbitry.provisioner.ownership import RecordUnreadable
     from rabbitry.provisioner.plans import Plan
     from rabbitry.provisioner.reporter import Reporter
     from rabbitry.provisioner.stack import apply, plan, stacks
-    from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
-    from rabbitry.publisher.layout import DelayLayoutMismatch
-    from rabbitry.publisher.requests import ReplyLost, RequestTimeout
-    from rabbitry.publisher.routing import NoRoute, UnknownExchange
-    from rabbitry.stream.errors import (
-        OtherBroker,
-        StreamProtocolError,
-        StreamRefused,
-        StreamUnavailable,
-    )
+    from rabbitry.publisher import AsyncPublisher, Publisher
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
-    from rabbitry.topology.asyncapi import AsyncApiError
 
 _LAZY = {
     # spec and topology
@@ -175,62 +186,19 @@ _LAZY = {
     # publishing
     "Publisher": "rabbitry.publisher",
     "AsyncPublisher": "rabbitry.publisher",
-    "PublisherClosed": "rabbitry.publisher",
     "Message": "rabbitry.amqp.message",
     "Delivery": "rabbitry.amqp.confirms",
     "Backoff": "rabbitry.amqp.settings",
     "ConnectionSettings": "rabbitry.amqp.settings",
     "NodeOrder": "rabbitry.amqp.settings",
-    "ConnectionLost": "rabbitry.amqp.errors",
-    "ChannelClosed": "rabbitry.amqp.errors",
-    "ExchangeNotFound": "rabbitry.amqp.errors",
-    "AccessRefused": "rabbitry.amqp.errors",
-    "FrameError": "rabbitry.amqp.errors",
     # workers
     "App": "rabbitry.consumer",
     "Worker": "rabbitry.consumer",
     "AsyncWorker": "rabbitry.consumer",
     "IncomingMessage": "rabbitry.consumer",
     "Middleware": "rabbitry.consumer",
-    "NonRetryable": "rabbitry.consumer",
-    "InvalidBody": "rabbitry.consumer",
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
-    # every other error of the tree (docs/api.md)
-    "AnswerTooLarge": "rabbitry.management.answer_limit",
-    "ObjectNotFound": "rabbitry.management.client",
-    "InvalidReply": "rabbitry.consumer.replies",
-    "RequestTimeout": "rabbitry.publisher.requests",
-    "ReplyLost": "rabbitry.publisher.requests",
-    "AppError": "rabbitry.consumer.app",
-    "AsyncApiError": "rabbitry.topology.asyncapi",
-    "ChannelRefused": "rabbitry.amqp.errors",
-    "DelayError": "rabbitry.policies.delay",
-    "DlqError": "rabbitry.consumer.dlq",
-    "HandlerTimeout": "rabbitry.consumer.decision",
-    "NoRoute": "rabbitry.publisher.routing",
-    "NotAParkingLot": "rabbitry.consumer.dlq",
-    "PeriodicError": "rabbitry.consumer.periodic",
-    "RecordUnreadable": "rabbitry.provisioner.ownership",
-    "RetryConfigError": "rabbitry.policies.retry",
-    "ScheduleError": "rabbitry.consumer.schedule",
-    "SignatureError": "rabbitry.consumer.bodies",
-    "StreamError": "rabbitry.consumer.streams",
-    "StreamNotFound": "rabbitry.consumer.streams",
-    "StreamProtocolError": "rabbitry.stream.errors",
-    "StreamRefused": "rabbitry.stream.errors",
-    "OtherBroker": "rabbitry.stream.errors",
-    "StreamUnavailable": "rabbitry.stream.errors",
-    "StreamUnreachable": "rabbitry.consumer.streams",
-    "TargetError": "rabbitry.consumer.targets",
-    "TopologyLost": "rabbitry.consumer.preflight",
-    "UnknownExchange": "rabbitry.publisher.routing",
-    "UnsafeFileError": "rabbitry.files",
-    # apply runs
-    "LockHeld": "rabbitry.provisioner.lock",
-    "LockLost": "rabbitry.provisioner.lock",
-    "TopologyMissing": "rabbitry.consumer.preflight",
-    "DelayLayoutMismatch": "rabbitry.publisher.layout",
     "cancel_job": "rabbitry.consumer",
 }
 
@@ -247,6 +215,7 @@ __all__ = [
     "AsyncWorker",
     "Backoff",
     "BrokerError",
+    "BrokerUnavailable",
     "CapabilityError",
     "ChannelClosed",
     "ChannelRefused",
@@ -254,6 +223,7 @@ __all__ = [
     "ConfirmTimeout",
     "ConnectionLost",
     "ConnectionSettings",
+    "ContainerExited",
     "DelayError",
     "DelayLayoutMismatch",
     "Delivery",
@@ -276,6 +246,7 @@ __all__ = [
     "NodeOrder",
     "NonRetryable",
     "NotAParkingLot",
+    "NotModelled",
     "ObjectNotFound",
     "Occurrence",
     "OtherBroker",
@@ -294,7 +265,11 @@ __all__ = [
     "RetryConfigError",
     "ScheduleError",
     "SignatureError",
+    "SinkOptionError",
+    "SourceOptionError",
     "SourceRange",
+    "SparkSinkError",
+    "SparkSourceError",
     "Spec",
     "SpecError",
     "SpecProblem",

@@ -14,12 +14,11 @@ import select
 import socket
 import time
 
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.inprocess import PeerSocket, peer_for
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 from rabbitry.uri import mask_text
 
 READ_SIZE = 262144

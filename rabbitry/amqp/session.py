@@ -23,10 +23,9 @@ from pamqp import commands, header
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status, describe
-from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ExchangeNotFound
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import PublishError
+from rabbitry.errors import AccessRefused, ChannelClosed, ExchangeNotFound, PublishError
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.publisher")

@@ -109,7 +109,7 @@ class AmqpQueueCounter(contextlib.AbstractContextManager["AmqpQueueCounter"]):
                 ) from None
 
     def _count(self, vhost: str, queue: str) -> tuple[int, int]:
-        from rabbitry.amqp.errors import ChannelRefused
+        from rabbitry.errors import ChannelRefused
 
         channel = self._channel(vhost, queue)
         try:

@@ -16,6 +16,7 @@ import itertools
 import struct
 from typing import Any
 
+from rabbitry.errors import StreamProtocolError
 from rabbitry.stream.amqp10 import (
     AMQP_VALUE,
     DATA,
@@ -25,7 +26,6 @@ from rabbitry.stream.amqp10 import (
     properties_list,
     section_effect,
 )
-from rabbitry.stream.errors import StreamProtocolError
 
 __all__ = ["PROPERTY_SLOTS", "MessageColumns", "SectionEffect"]
 

@@ -25,7 +25,8 @@ from pamqp import frame as pamqp_frame
 from pamqp import heartbeat as pamqp_heartbeat
 
 from rabbitry.amqp import frames
-from rabbitry.testing.scripted_routing import NotModelled, Routing, ScriptedMessage
+from rabbitry.errors import NotModelled
+from rabbitry.testing.scripted_routing import Routing, ScriptedMessage
 
 _HEAD = struct.Struct(">BHI")
 FRAME_MAX = 131072
