@@ -24,6 +24,8 @@ from rabbitry.uri import mask_text
 READ_SIZE = 262144
 
 
+# Internal: every client connects again on it or raises ConnectionLost or a BrokerError of
+# rabbitry.errors; it never reaches a user (tests/unit/test_error_tree.py knows it).
 class Disconnected(Exception):
     """The connection is gone (or never finished its handshake): connect again."""
 

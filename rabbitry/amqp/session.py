@@ -47,6 +47,8 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+# Internal: amqp.reconnect turns it into a BrokerError of rabbitry.errors (or connects again);
+# it never reaches a user (tests/unit/test_error_tree.py knows it).
 class ConnectionRefused(Exception):
     """The broker refused or closed the connection (``reply_code``/``reply_text`` from it)."""
 

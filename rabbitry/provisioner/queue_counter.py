@@ -126,6 +126,7 @@ class AmqpQueueCounter(contextlib.AbstractContextManager["AmqpQueueCounter"]):
             raise _Lost(exc) from None
 
 
+# Internal: caught in this module, which tries once more or raises a BrokerError.
 class _Lost(Exception):
     """The connection of a count broke (``cause``): the caller may try once more."""
 

@@ -100,6 +100,7 @@ def _section_code(buf: memoryview, pos: int) -> tuple[int, int]:
     raise _Unusual
 
 
+# Internal: caught in this module, which reads the message the slow way.
 class _Unusual(Exception):
     """A message this module's fast path does not read (a descriptor not given as a
     smallulong): ``add`` reads it with ``amqp10.decode`` instead."""

@@ -33,6 +33,7 @@ FRAME_MAX = 131072
 """The frame size the scripted broker offers in ``connection.tune``."""
 
 
+# Internal: caught in this module, which closes the connection as a broker would.
 class _ChannelError(Exception):
     """A client used a channel it did not open: the broker closes the connection (504)."""
 
