@@ -53,7 +53,8 @@ json_option = click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Machine-readable output on stdout (has format_version); errors as JSON on stderr.",
+    help="Machine-readable output on stdout (has format_version); errors and warnings as"
+    " JSON lines on stderr.",
 )
 
 

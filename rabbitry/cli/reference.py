@@ -30,6 +30,12 @@ healthy (`status`, `shards check`). Every error is one `error: ...` line on stde
 object, or null) and `source` (`file`, `line`, `column`, `path` in the spec, or null). A spec
 error adds `problems`, each with `severity`, `message`, `file`, `line`, `column` and `path`,
 and the same problems as `diagnostics` (the message as `summary`, the place as `source`).
+A warning (of the spec, or of the run: `apply --target`) is a `warning: ...` line on stderr,
+or with `--json` one object on a line of its own, `{"warning": {...}}`, holding one diagnostic
+with `severity` `"warning"` and the fields above. So every line a `--json` run writes on stderr
+is one JSON object: its warnings as they arise, then the error if one ends it; stdout holds only
+the command's result. `validate --json` lists its warnings with its errors, in its result's
+`problems` and `diagnostics`.
 
 Broker options resolve in this order: the flag, its environment variable, the spec's `broker:`
 section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other is derived from
