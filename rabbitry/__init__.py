@@ -84,9 +84,10 @@ base; ``(also a Name)`` names another)::
     |   +-- SourceOptionError   an option of the `rabbitmq` source is unknown, malformed or clashes
     +-- NotModelled        the scripted broker (`rabbitry.testing`) was asked for what it lacks
 
-``PlanError`` and ``CapabilityError`` (its subclasses too) are ``Refusal``s: their
-``diagnostics`` hold one ``Diagnostic`` per refusal (severity, summary, detail, the
-``Address`` of the object, the spec's ``SourceRange`` when known).
+Every error's ``diagnostics`` is a tuple of ``Diagnostic`` (severity, summary, detail, the
+``Address`` of the object, the spec's ``SourceRange`` when known): one made of the message,
+one per problem of a ``SpecError``, and for a ``Refusal`` (``PlanError``, ``CapabilityError``
+and its subclasses) one per refusal.
 """
 
 from __future__ import annotations

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 class RabbitryError(Exception):
     """Base of every error rabbitry raises on purpose: catch it to catch them all."""
 
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The error as data (what ``--json`` prints as its ``diagnostics``): one made of the
+        message here; a ``Refusal`` holds one per refusal, a ``SpecError`` one per problem."""
+        return (Diagnostic(summary=str(self)),)
+
 
 class MissingExtra(RabbitryError):
     """A feature needs a package of one of rabbitry's extras that is not installed: install the
@@ -59,9 +65,11 @@ class Refusal(RabbitryError):
 
     def __init__(self, message: str, diagnostics: Iterable[Diagnostic] = ()) -> None:
         super().__init__(message)
-        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics) or (
-            Diagnostic(summary=message),
-        )
+        self._diagnostics = tuple(diagnostics) or (Diagnostic(summary=message),)
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return self._diagnostics
 
 
 # -- the spec --------------------------------------------------------------------------------------
@@ -116,6 +124,10 @@ class SpecError(RabbitryError):
             problems = [problems]
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return tuple(problem.diagnostic() for problem in self.problems)
 
 
 class TargetError(SpecError):

@@ -77,7 +77,21 @@ def test_a_note_of_the_run_is_a_json_diagnostic_too(
                 "source": None,
             }
         },
-        {"error": {"type": "BrokerError", "message": "gone"}},
+        {
+            "error": {
+                "type": "BrokerError",
+                "message": "gone",
+                "diagnostics": [
+                    {
+                        "severity": "error",
+                        "summary": "gone",
+                        "detail": "",
+                        "address": None,
+                        "source": None,
+                    }
+                ],
+            }
+        },
     ]
 
 
