@@ -8,10 +8,11 @@ The classes are grouped by the area that raises them, each with a docstring that
 is raised and what to do. A module may still import its errors under their old names (the
 publisher's from ``rabbitry.publisher.errors``, ...); they are these classes.
 
-The tree is longer than rabbitry's other modules on purpose: read top to bottom, it is the whole
-list. It stays at the bottom of the layers (it imports ``diagnostics`` only), so an error that
-carries a richer layer's data (``TopologyMissing``'s needs) takes it as plain data, named for
-type checkers only.
+The tree is one module on purpose: read top to bottom, it is the whole list (a new error goes
+here, in its area's group). It stays at the bottom of the layers (it imports ``diagnostics``
+only), so an error that carries a richer layer's data (``TopologyMissing``'s needs) takes it
+as plain data, its type named for type checkers only; the module that raises it builds the
+message (``consumer.preflight``).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class MissingExtra(RabbitryError):
 
 class UnsafeFileError(RabbitryError):
     """A file or directory rabbitry keeps private (the worker's spec cache) belongs to another
-    user or others may write it (or it is a symbolic link): rabbitry does not use it. Remove it
-    or give it to the user running rabbitry, mode 0700 (directories) or 0600 (files)."""
+    user or others may write it (or it is a symbolic link): rabbitry does not use it. Remove it,
+    or make it the running user's, mode 0700 (a directory) or 0600 (a file)."""
 
 
 class Refusal(RabbitryError):
@@ -256,7 +257,8 @@ class Unroutable(PublishError):
 
 class ConfirmTimeout(PublishError):
     """No confirm arrived in time; the message may or may not have been stored: publish it
-    again only if a duplicate is harmless (consumers deduplicate by message id)."""
+    again only if a duplicate is harmless (an ``idempotent=True`` handler skips a message id
+    it handled before)."""
 
 
 class ChannelClosed(PublishError):
