@@ -307,7 +307,7 @@ class PublisherBase:
             if mandatory is None and target.delayed:
                 mandatory = True
         if check_route and not self.router.reaches_queue(ex, routing_key, headers):
-            from rabbitry.publisher.routing import NoRoute
+            from rabbitry.errors import NoRoute
 
             raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
         span = None
