@@ -34,7 +34,8 @@ as `source`) and `problems`, each with `severity`, `message`, `file`, `line`, `c
 A warning (of the spec, or of the run: `apply --target`) is a `warning: ...` line on stderr,
 or with `--json` one object on a line of its own, `{"warning": {...}}`, holding one diagnostic
 with `severity` `"warning"` and the fields above. So every line a `--json` run writes on stderr
-is one JSON object: its warnings as they arise, then the error if one ends it; stdout holds only
+is one JSON object: its warnings as they arise, `plan -o FILE`'s
+`{"saved_plan": {"file": ..., "apply": ...}}`, then the error if one ends it; stdout holds only
 the command's result. `validate --json` lists its warnings with its errors, in its result's
 `problems` and `diagnostics`.
 
