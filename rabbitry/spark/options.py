@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.amqp.settings import url_for_vhost
@@ -41,6 +42,7 @@ class SourceOptionError(SparkSourceError):
 
 
 OptionError = type[SinkOptionError] | type[SourceOptionError]
+_N = TypeVar("_N", int, float)
 
 
 # Option name -> one-line description (also what the unknown-option message lists).
@@ -317,6 +319,19 @@ def _bool(
     raise error(f"{name} must be true or false, not {value!r}")
 
 
+def _number(
+    given: Mapping[str, str], name: str, parse: Callable[[str], _N], kind: str, error: OptionError
+) -> _N | None:
+    """``name``'s value read by ``parse`` (None when not given); ``kind``: what it must be."""
+    value = given.get(name)
+    if value is None:
+        return None
+    try:
+        return parse(value.strip())
+    except ValueError:
+        raise error(f"{name} must be {kind}, not {value!r}") from None
+
+
 def _int(
     given: Mapping[str, str],
     name: str,
@@ -325,13 +340,9 @@ def _int(
     high: int,
     error: OptionError = SinkOptionError,
 ) -> int | None:
-    value = given.get(name)
-    if value is None:
+    number = _number(given, name, int, "a whole number", error)
+    if number is None:
         return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise error(f"{name} must be a whole number, not {value!r}") from None
     if not low <= number <= high:
         raise error(f"{name} must be between {low} and {high}, not {number}")
     return number
@@ -340,13 +351,9 @@ def _int(
 def _float(
     given: Mapping[str, str], name: str, default: float, error: OptionError = SinkOptionError
 ) -> float:
-    value = given.get(name)
-    if value is None:
+    number = _number(given, name, float, "a number of seconds", error)
+    if number is None:
         return default
-    try:
-        number = float(value.strip())
-    except ValueError:
-        raise error(f"{name} must be a number of seconds, not {value!r}") from None
     if not number > 0:
-        raise error(f"{name} must be positive, not {value!r}")
+        raise error(f"{name} must be positive, not {given[name]!r}")
     return number
