@@ -15,6 +15,7 @@ after another, so each broker starts once. Tests use queue and connection names 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import shutil
@@ -166,11 +167,8 @@ def start_tls_broker(
 @pytest.fixture(scope="session")
 def tls_brokers() -> Iterator[BrokerFactory]:
     """Starts the session's TLS brokers; removes them when the session ends."""
-    factory = BrokerFactory()
-    try:
+    with contextlib.closing(BrokerFactory()) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture(scope="session")
