@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, overload
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.amqp.settings import url_for_vhost
@@ -192,7 +192,7 @@ class SinkOptions:
             spec=given.get("spec") or None,
             spec_vars=_pairs(given, "spec_vars"),
             vhost=given.get("vhost") or None,
-            window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW) or DEFAULT_WINDOW,
+            window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW),
             mandatory=_bool(given, "mandatory", True),
             confirm_timeout=_float(given, "confirm_timeout", 30.0),
             check_exchange=_bool(given, "check_exchange", True),
@@ -332,6 +332,24 @@ def _number(
         raise error(f"{name} must be {kind}, not {value!r}") from None
 
 
+@overload
+def _int(
+    given: Mapping[str, str],
+    name: str,
+    default: int,
+    low: int,
+    high: int,
+    error: OptionError = SinkOptionError,
+) -> int: ...
+@overload
+def _int(
+    given: Mapping[str, str],
+    name: str,
+    default: None,
+    low: int,
+    high: int,
+    error: OptionError = SinkOptionError,
+) -> int | None: ...
 def _int(
     given: Mapping[str, str],
     name: str,
@@ -340,6 +358,7 @@ def _int(
     high: int,
     error: OptionError = SinkOptionError,
 ) -> int | None:
+    """``name`` as a whole number from ``low`` to ``high``; ``default`` when not given."""
     number = _number(given, name, int, "a whole number", error)
     if number is None:
         return default

@@ -150,17 +150,10 @@ class SourceOptions:
             partition_count=count,
             max_records_per_trigger=max_trigger,
             max_records_per_partition=_int(
-                given,
-                "maxrecordsperpartition",
-                DEFAULT_PARTITION_SIZE,
-                1,
-                2**62,
-                SourceOptionError,
-            )
-            or DEFAULT_PARTITION_SIZE,
-            min_partitions=_int(given, "minpartitions", 1, 1, 100_000, SourceOptionError) or 1,
-            prefetch=_int(given, "prefetch", DEFAULT_PREFETCH, 1, 65535, SourceOptionError)
-            or DEFAULT_PREFETCH,
+                given, "maxrecordsperpartition", DEFAULT_PARTITION_SIZE, 1, 2**62, SourceOptionError
+            ),
+            min_partitions=_int(given, "minpartitions", 1, 1, 100_000, SourceOptionError),
+            prefetch=_int(given, "prefetch", DEFAULT_PREFETCH, 1, 65535, SourceOptionError),
             read_timeout=_float(given, "read_timeout", 60.0, SourceOptionError),
             connection_name=given.get("connection_name") or "rabbitry-spark",
             management_url=(management or env.get(MANAGEMENT_URL_ENV) or management_from_amqp(url)),
