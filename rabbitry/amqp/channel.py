@@ -35,12 +35,11 @@ from rabbitry.amqp import frames
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import ConfirmTracker
 from rabbitry.amqp.connector import Outage, connect
-from rabbitry.amqp.errors import ChannelRefused, ConnectionLost
 from rabbitry.amqp.message import CHANNEL, Body, MessageBuilder
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session, State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ChannelRefused, ConnectionLost
 from rabbitry.uri import mask_text
 
 __all__ = ["Channel", "ChannelSession", "Delivered"]

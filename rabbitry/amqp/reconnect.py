@@ -31,10 +31,9 @@ from __future__ import annotations
 import logging
 import random
 
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.session import ConnectionRefused
 from rabbitry.amqp.settings import ConnectionSettings, NodeOrder
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ConnectionLost, FrameError
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.amqp")

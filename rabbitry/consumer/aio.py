@@ -19,7 +19,6 @@ from collections.abc import Generator
 from typing import Any, Self, Unpack, cast
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import shells
@@ -30,7 +29,7 @@ from rabbitry.consumer.engine import (
 )
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.worker_options import AsyncWorkerKeywords
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 from rabbitry.uri import mask_text
 
 _TICK = 0.1

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.connector import connect
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import shells
@@ -38,7 +37,7 @@ from rabbitry.consumer.worker_options import (
     AsyncWorkerKeywords,
     WorkerKeywords,
 )
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 
 if TYPE_CHECKING:
     import asyncio

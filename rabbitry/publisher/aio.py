@@ -19,11 +19,10 @@ from typing import Any, Unpack
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
 from rabbitry.amqp.confirms import Delivery, Status
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError, ConfirmTimeout
+from rabbitry.errors import BrokerError, ConfirmTimeout, ConnectionLost, FrameError
 from rabbitry.publisher import resend
 from rabbitry.publisher.base import (
     BatchOptions,

@@ -23,9 +23,8 @@ from rabbitry.amqp.settings import (
     named_vhost,
     settings_for_vhost,
 )
-from rabbitry.errors import PublishError
+from rabbitry.errors import PublisherClosed, PublishError
 from rabbitry.policies.delay import DelayScheme
-from rabbitry.publisher.errors import PublisherClosed
 from rabbitry.publisher.metrics import LivePublishers
 from rabbitry.publisher.requests import (
     REPLY_TO,
@@ -314,7 +313,7 @@ class PublisherBase:
             if mandatory is None and target.delayed:
                 mandatory = True
         if check_route and not self.router.reaches_queue(ex, routing_key, headers):
-            from rabbitry.publisher.routing import NoRoute
+            from rabbitry.errors import NoRoute
 
             raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
         span = None

@@ -25,22 +25,14 @@ from typing import Any, TypedDict
 
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.errors import PublishError
+from rabbitry.errors import ReplyLost as ReplyLost
+from rabbitry.errors import RequestTimeout as RequestTimeout
 
 logger = logging.getLogger("rabbitry.publisher")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 """The pseudo-queue of direct reply-to: requests name it as ``reply_to``."""
 DEFAULT_REQUEST_TIMEOUT = 30.0
-
-
-class RequestTimeout(PublishError):
-    """No reply came within the request's timeout; the request may still be handled later,
-    and its reply is then dropped."""
-
-
-class ReplyLost(PublishError):
-    """The connection was lost while a request waited: its reply can no longer arrive (the
-    request was stored and may be handled)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,10 @@ from typing import Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.connector import connect
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import ConfirmTimeout, PublishError
+from rabbitry.errors import ConfirmTimeout, ConnectionLost, FrameError, PublishError
 from rabbitry.publisher import resend
 from rabbitry.publisher.base import (
     Batch,

@@ -18,27 +18,15 @@ from urllib.parse import unquote, urlsplit
 from rabbitry.amqp.settings import url_for_vhost
 from rabbitry.amqp.url_options import mask_query, url_options
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.errors import SinkOptionError as SinkOptionError
+from rabbitry.errors import SourceOptionError as SourceOptionError
+from rabbitry.errors import SparkSinkError as SparkSinkError
+from rabbitry.errors import SparkSourceError as SparkSourceError
 from rabbitry.uri import mask_uri, mask_with, split_uris, with_password
 
 DEFAULT_URL_ENV = "RABBITRY_URL"
 DEFAULT_WINDOW = 512
 MAX_WINDOW = 65535
-
-
-class SparkSinkError(RabbitryError):
-    """The Spark sink cannot start (bad option, schema or broker) or a partition was not stored."""
-
-
-class SinkOptionError(SparkSinkError):
-    """An option of the ``rabbitmq`` data source is unknown, malformed or contradicts another."""
-
-
-class SparkSourceError(RabbitryError):
-    """The Spark source cannot start (bad option, missing stream, broker) or a read failed."""
-
-
-class SourceOptionError(SparkSourceError):
-    """An option of the ``rabbitmq`` source is unknown, malformed or contradicts another."""
 
 
 OptionError = type[SinkOptionError] | type[SourceOptionError]

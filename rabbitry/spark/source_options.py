@@ -11,16 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
+from rabbitry.errors import SourceOptionError
 from rabbitry.spark.offsets import OffsetKind, OffsetSpec, parse_offset_spec
-from rabbitry.spark.options import (
-    DEFAULT_URL_ENV,
-    SourceOptionError,
-    _bool,
-    _float,
-    _int,
-    _resolve_url,
-    known_options,
-)
+from rabbitry.spark.options import DEFAULT_URL_ENV, _bool, _float, _int, _resolve_url, known_options
 from rabbitry.spark.source_protocol import Protocol, stream_port_from
 from rabbitry.uri import mask_uri
 

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from rabbitry.errors import StreamProtocolError
 from rabbitry.stream.amqp10 import (
     AMQP_VALUE,
     DATA,
@@ -26,7 +27,6 @@ from rabbitry.stream.amqp10 import (
     properties_list,
     section_effect,
 )
-from rabbitry.stream.errors import StreamProtocolError
 
 __all__ = ["PROPERTY_SLOTS", "MessageColumns", "SectionEffect"]
 
@@ -101,6 +101,7 @@ def _section_code(buf: memoryview, pos: int) -> tuple[int, int]:
     raise _Unusual
 
 
+# Internal: caught in this module, which reads the message the slow way.
 class _Unusual(Exception):
     """A message this module's fast path does not read (a descriptor not given as a
     smallulong): ``add`` reads it with ``amqp10.decode`` instead."""

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rabbitry.stream.errors import StreamProtocolError
+from rabbitry.errors import StreamProtocolError
 
 __all__ = ["Chunk", "Key", "OffsetSpec", "ResponseCode", "chunk_records", "frame"]
 

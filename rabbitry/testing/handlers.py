@@ -45,7 +45,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Body, encode_body
 from rabbitry.consumer.aio import AsyncWorker
-from rabbitry.consumer.app import App, AppError
+from rabbitry.consumer.app import App
 from rabbitry.consumer.decision import Action, Verdict, broker_failures
 from rabbitry.consumer.kill_switch import SwitchState
 from rabbitry.consumer.message import IncomingMessage
@@ -53,6 +53,7 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.periodic import Occurrence
 from rabbitry.consumer.sync import handle_blocking
+from rabbitry.errors import AppError
 from rabbitry.publisher import Reply
 
 FOLLOW_LIMIT = 100

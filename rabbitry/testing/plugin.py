@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rabbitry.errors import BrokerError
-from rabbitry.testing.broker import Broker, BrokerUnavailable
+from rabbitry.errors import BrokerError, BrokerUnavailable
+from rabbitry.testing.broker import Broker
 from rabbitry.testing.containers import BrokerContainer, broker_network, start_broker
 from rabbitry.testing.providers import ProviderKind, choose_provider, provide_broker
 from rabbitry.testing.shared import SharedBrokerPlace
