@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar, overload
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.amqp.settings import url_for_vhost
@@ -173,8 +173,8 @@ class SinkOptions:
             id_prefix=given.get("id_prefix") or None,
             content_type=given.get("content_type") or None,
             persistent=_bool(given, "persistent", True),
-            priority=_int(given, "priority", None, 0, 255),
-            expiration=_int(given, "expiration", None, 0, 2**31 - 1),
+            priority=_optional_int(given, "priority", 0, 255),
+            expiration=_optional_int(given, "expiration", 0, 2**31 - 1),
             delay_column=delay_column,
             delays=given.get("delays") or None,
             spec=given.get("spec") or None,
@@ -188,7 +188,7 @@ class SinkOptions:
             node_order=_choice(given, "node_order", ("shuffle", "in-order"), "shuffle"),
             traces=_bool(given, "traces", False),
             protocol=_choice(given, "protocol", ("auto", "stream", "amqp"), "auto"),
-            stream_port=_int(given, "stream_port", None, 1, 65535),
+            stream_port=_optional_int(given, "stream_port", 1, 65535),
         )
         if parsed.id_prefix is not None and parsed.message_id_column is not None:
             raise SinkOptionError("give id_prefix or message_id_column, not both")
@@ -320,7 +320,16 @@ def _number(
         raise error(f"{name} must be {kind}, not {value!r}") from None
 
 
-@overload
+def _optional_int(
+    given: Mapping[str, str], name: str, low: int, high: int, error: OptionError = SinkOptionError
+) -> int | None:
+    """``name`` as a whole number from ``low`` to ``high``; None when not given."""
+    number = _number(given, name, int, "a whole number", error)
+    if number is not None and not low <= number <= high:
+        raise error(f"{name} must be between {low} and {high}, not {number}")
+    return number
+
+
 def _int(
     given: Mapping[str, str],
     name: str,
@@ -328,31 +337,10 @@ def _int(
     low: int,
     high: int,
     error: OptionError = SinkOptionError,
-) -> int: ...
-@overload
-def _int(
-    given: Mapping[str, str],
-    name: str,
-    default: None,
-    low: int,
-    high: int,
-    error: OptionError = SinkOptionError,
-) -> int | None: ...
-def _int(
-    given: Mapping[str, str],
-    name: str,
-    default: int | None,
-    low: int,
-    high: int,
-    error: OptionError = SinkOptionError,
-) -> int | None:
+) -> int:
     """``name`` as a whole number from ``low`` to ``high``; ``default`` when not given."""
-    number = _number(given, name, int, "a whole number", error)
-    if number is None:
-        return default
-    if not low <= number <= high:
-        raise error(f"{name} must be between {low} and {high}, not {number}")
-    return number
+    number = _optional_int(given, name, low, high, error)
+    return default if number is None else number
 
 
 def _float(
