@@ -167,7 +167,9 @@ class Channel:
         self, url: str | ConnectionSettings | list[str], *, timeout: float = DEFAULT_TIMEOUT
     ) -> None:
         settings = url if isinstance(url, ConnectionSettings) else ConnectionSettings.from_url(url)
-        self.settings = replace(settings, connect_timeout=timeout)
+        # one round over the nodes decides, whatever back-off the settings carry (a publisher's)
+        never = replace(settings.backoff, give_up_after=None)
+        self.settings = replace(settings, connect_timeout=timeout, backoff=never)
         self.timeout = timeout
         self._consumers = 0
         self._trying: SocketWire | None = None

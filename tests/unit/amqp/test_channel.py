@@ -184,8 +184,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-A_MINUTE = Backoff(initial=60.0, maximum=60.0, jitter=0.0, give_up_after=None)
-"""A pause after a round of nodes would stall a test for a minute."""
+CLIENT_BACKOFF = Backoff(initial=60.0, maximum=60.0, jitter=0.0, give_up_after=0.0)
+"""A publisher's back-off (a tool may be given its settings) that a tool does not follow: a
+pause after a round of nodes would stall a test for a minute, and giving up after 0 s would
+stop before the second node."""
 
 
 def test_a_tool_moves_on_to_the_next_node_as_every_client_does_and_says_so(
@@ -197,7 +199,7 @@ def test_a_tool_moves_on_to_the_next_node_as_every_client_does_and_says_so(
         broker.declare_queue("work")
         broker.put("work", b"one")
         urls = [f"amqp://guest:guest@127.0.0.1:{dead}/", broker.url]
-        settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=A_MINUTE)
+        settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=CLIENT_BACKOFF)
         with caplog.at_level(logging.INFO, "rabbitry.amqp"), Channel(settings) as channel:
             assert channel.queue_declare("work", passive=True).message_count == 1
         assert broker.connections_opened == 1
@@ -210,7 +212,7 @@ def test_a_tool_moves_on_to_the_next_node_as_every_client_does_and_says_so(
 def test_after_every_node_failed_once_a_tool_gives_up_at_once_naming_them_all() -> None:
     ports = free_port(), free_port()
     urls = [f"amqp://guest:s3cret@127.0.0.1:{port}/" for port in ports]
-    settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=A_MINUTE)
+    settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=CLIENT_BACKOFF)
     with pytest.raises(BrokerError) as caught:
         Channel(settings, timeout=2.0)
     text = str(caught.value)
