@@ -154,11 +154,8 @@ class BrokerFactory:
 @pytest.fixture
 def rabbitmq_broker_factory() -> Iterator[BrokerFactory]:
     """Start extra brokers with ``rabbitmq_broker_factory(**start_broker_options)``."""
-    factory = BrokerFactory()
-    try:
+    with contextlib.closing(BrokerFactory()) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture

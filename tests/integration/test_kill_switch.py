@@ -22,6 +22,7 @@ from rabbitry.consumer import AsyncWorker, IncomingMessage, KillSwitch, Worker
 from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_worker import depth, make_app
+from tests.unit.consumer.payments_down import with_payments_down
 
 pytestmark = pytest.mark.broker
 
@@ -197,16 +198,7 @@ def test_a_worker_stopped_while_the_switch_is_open_returns_what_it_held(
     broker: Broker, kind: type[Worker] | type[AsyncWorker]
 ) -> None:
     broker.apply(SPEC)
-    app = make_app(broker)
-
-    @app.handler("payments", kill_switch=SWITCH)
-    def pay(message: IncomingMessage) -> None:
-        raise ConnectionError("payments API: connection refused")
-
-    @app.handler("emails")
-    def send(message: IncomingMessage) -> None:
-        pass
-
+    app = with_payments_down(make_app(broker), SWITCH)
     worker = kind(app, broker.vhost_amqp_url, prefetch=PREFETCH)
     counters = worker.metrics["payments"]
     with Publisher(broker.vhost_amqp_url) as pub:

@@ -15,11 +15,11 @@ after another, so each broker starts once. Tests use queue and connection names 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +37,7 @@ from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publishe
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel
+from tests.integration.test_worker_topology_lost import started_in_a_thread
 
 TLS_GROUP = pytest.mark.xdist_group("tls")
 pytestmark = [pytest.mark.broker, TLS_GROUP]
@@ -166,11 +167,8 @@ def start_tls_broker(
 @pytest.fixture(scope="session")
 def tls_brokers() -> Iterator[BrokerFactory]:
     """Starts the session's TLS brokers; removes them when the session ends."""
-    factory = BrokerFactory()
-    try:
+    with contextlib.closing(BrokerFactory()) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture(scope="session")
@@ -361,17 +359,8 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
         amqps_url(container), ca_file=str(certs.other_ca), backoff=Backoff(give_up_after=None)
     )
     worker = Worker(app, settings)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            failure.append(exc)
-
     started = time.monotonic()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, failure = started_in_a_thread(worker)
     thread.join(10)
     if thread.is_alive():
         worker.stop()

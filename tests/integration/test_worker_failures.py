@@ -91,19 +91,26 @@ def run_until(
     return aworker
 
 
+def failing_handler(app: App, queue: str, *, failures: int | None) -> list[int]:
+    """A handler of ``queue`` that raises ``ConnectionError`` on its first ``failures`` calls
+    (None: on every call); the attempt of each call, as they come."""
+    calls: list[int] = []
+
+    @app.handler(queue)
+    def handle(message: IncomingMessage) -> None:
+        calls.append(message.attempt)
+        if failures is None or len(calls) <= failures:
+            raise ConnectionError(f"call {len(calls)}: the {queue} dependency is down")
+
+    return calls
+
+
 @pytest.mark.parametrize("kind", WORKERS)
 def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tier(
     applied: Broker, kind: str
 ) -> None:
     app = make_app(applied)
-    calls: list[int] = []
-
-    @app.handler("orders")
-    def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        if len(calls) < 3:
-            raise ConnectionError(f"call {len(calls)}: stock service unreachable")
-
+    calls = failing_handler(app, "orders", failures=2)
     publish(applied, "orders", "order-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["orders"].acked == 1)
     assert calls == [1, 1, 1]  # three calls of one delivery
@@ -118,13 +125,7 @@ def test_an_always_failing_handler_goes_through_immediate_calls_then_the_ladder_
     applied: Broker, kind: str
 ) -> None:
     app = make_app(applied)
-    calls: list[int] = []
-
-    @app.handler("quick")
-    def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        raise ConnectionError("down for good")
-
+    calls = failing_handler(app, "quick", failures=None)
     publish(applied, "quick", "job-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["quick"].parked == 1)
     assert calls == [1, 1, 1, 2, 2, 2]  # immediate calls do not count as ladder attempts

@@ -60,9 +60,8 @@ def failing(app: App, error: Callable[[], Exception]) -> list[int]:
     return calls
 
 
-def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
-    """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
-    itself (stopped from here after ``BOUND_S``: None)."""
+def started_in_a_thread(worker: Worker) -> tuple[threading.Thread, list[BaseException]]:
+    """``worker.run()`` in a thread of its own, started; what it raises lands in the list."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -71,8 +70,15 @@ def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> Bas
         except BaseException as exc:
             errors.append(exc)
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    return thread, errors
+
+
+def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
+    """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
+    itself (stopped from here after ``BOUND_S``: None)."""
+    thread, errors = started_in_a_thread(worker)
     try:
         assert wait_for(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
         then()
