@@ -46,7 +46,13 @@ from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.stream_session import OFFSET_HEADER, StreamSession, offset_of
-from rabbitry.errors import BrokerError, StreamError, StreamNotFound, StreamUnreachable
+from rabbitry.errors import (
+    BrokerError,
+    ConnectionLost,
+    StreamError,
+    StreamNotFound,
+    StreamUnreachable,
+)
 from rabbitry.uri import mask_text
 
 __all__ = [  # the session's names stay importable from here, where they were first
@@ -97,6 +103,11 @@ class Waits:
         return cls(first, quiet, max(SETTLE_LIMIT, first + quiet))
 
 
+ONE_ROUND = Backoff(give_up_after=None)
+"""A reader tries each node once (``Reconnect(rounds=1)``) and never waits for a broker: no
+give-up time, no pause."""
+
+
 class StreamReader:
     """One connection that reads streams by offset. Not thread-safe; close it when done."""
 
@@ -113,18 +124,19 @@ class StreamReader:
                 url,
                 connection_name=connection_name,
                 connect_timeout=connect_timeout,
-                backoff=Backoff(give_up_after=0.0),
+                backoff=ONE_ROUND,
             )
         else:
             self.settings = ConnectionSettings.from_url(
                 url,
                 connection_name=connection_name,
                 connect_timeout=connect_timeout,
-                backoff=Backoff(give_up_after=0.0),
+                backoff=ONE_ROUND,
             )
         self.prefetch = prefetch
         self._wire: SocketWire | None = None
         self._trying: SocketWire | None = None
+        self._failure: BaseException | None = None
         self._session: StreamSession | None = None
         self._unacked = 0
         self._last_tag = 0
@@ -137,8 +149,12 @@ class StreamReader:
             if self._session.refused is None:
                 return self._wire, self._session
             self.close()  # the channel is gone: a fresh connection for what comes next
-        rule = Reconnect(self.settings, time.monotonic())
-        opened = connect(Outage(rule, tidy=self._unreachable), self._open)
+        rule = Reconnect(self.settings, time.monotonic(), rounds=1)
+        try:
+            opened = connect(Outage(rule, tidy=self._failed_try), self._open)
+        except ConnectionLost:  # every node failed once: say why the last one did
+            assert self._failure is not None
+            raise self._unreachable(self._failure) from None
         assert opened is not None  # a reader never stops an outage half way
         self._wire, self._session = opened
         self._unacked = self._last_tag = self._acked_tag = 0
@@ -151,20 +167,25 @@ class StreamReader:
         self._trying = None
         return wire, session
 
-    def _unreachable(self, exc: BaseException) -> None:
-        """Every failed try is final: a reader reports a broker out of reach, never waits."""
-        shown = self.settings.display
+    def _failed_try(self, exc: BaseException) -> None:
+        """A failed try: the next node, once each (one round); a broker that refused the
+        reader (a login, a vhost) is final at once."""
         if self._trying is not None:
             self._trying.close()
             self._trying = None
         if isinstance(exc, BrokerError):
             raise StreamError(str(exc)) from None
+        self._failure = exc
+
+    def _unreachable(self, exc: BaseException) -> StreamUnreachable:
+        """What a reader reports when no node took its connection: it never waits."""
+        shown = self.settings.display
         if isinstance(exc, Disconnected):
-            raise StreamUnreachable(f"no AMQP connection to {shown}: {exc}") from None
-        raise StreamUnreachable(
+            return StreamUnreachable(f"no AMQP connection to {shown}: {exc}")
+        return StreamUnreachable(
             f"cannot reach the broker at {shown}: {mask_text(str(exc)) or type(exc).__name__};"
             " check the URL (host, port) and that the broker runs"
-        ) from None
+        )
 
     def close(self) -> None:
         wire, session = self._wire, self._session
