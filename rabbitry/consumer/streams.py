@@ -103,9 +103,7 @@ class Waits:
         return cls(first, quiet, max(SETTLE_LIMIT, first + quiet))
 
 
-ONE_ROUND = Backoff(give_up_after=None)
-"""A reader tries each node once (``Reconnect(rounds=1)``) and never waits for a broker: no
-give-up time, no pause."""
+ONE_ROUND = Backoff(give_up_after=None)  # each node once (rounds=1), never a pause
 
 
 class StreamReader:
