@@ -19,7 +19,6 @@ import logging
 import re
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publishe
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel
+from tests.worker_runs import start_blocking
 
 TLS_GROUP = pytest.mark.xdist_group("tls")
 pytestmark = [pytest.mark.broker, TLS_GROUP]
@@ -361,17 +361,8 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
         amqps_url(container), ca_file=str(certs.other_ca), backoff=Backoff(give_up_after=None)
     )
     worker = Worker(app, settings)
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            failure.append(exc)
-
     started = time.monotonic()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, failure = start_blocking(worker)
     thread.join(10)
     if thread.is_alive():
         worker.stop()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.integration.conftest import Broker, worker_process
 from tests.integration.test_worker import depth, publish
 from tests.integration.test_worker_preflight import LADDER, VIA_DELAY, app_of, delete
 from tests.waiting import wait_for
+from tests.worker_runs import start_blocking
 
 pytestmark = pytest.mark.broker
 
@@ -63,16 +63,7 @@ def failing(app: App, error: Callable[[], Exception]) -> list[int]:
 def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
     """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
     itself (stopped from here after ``BOUND_S``: None)."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = start_blocking(worker)
     try:
         assert wait_for(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
         then()
