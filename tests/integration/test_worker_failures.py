@@ -52,6 +52,20 @@ def make_app(broker: Broker) -> App:
     return App(spec)
 
 
+def app_calling(broker: Broker, queue: str, call: Callable[[int], None]) -> tuple[App, list[int]]:
+    """An app whose handler of ``queue`` calls ``call`` with the number of calls so far (it
+    raises to fail one), and the attempt of each call, as they come."""
+    app = make_app(broker)
+    attempts: list[int] = []
+
+    @app.handler(queue)
+    def handle(message: IncomingMessage) -> None:
+        attempts.append(message.attempt)
+        call(len(attempts))
+
+    return app, attempts
+
+
 def publish(broker: Broker, queue: str, *ids: str) -> None:
     with Publisher(broker.vhost_amqp_url) as publisher:
         for mid in ids:
@@ -95,15 +109,11 @@ def run_until(
 def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tier(
     applied: Broker, kind: str
 ) -> None:
-    app = make_app(applied)
-    calls: list[int] = []
+    def unreachable_twice(call: int) -> None:
+        if call < 3:
+            raise ConnectionError(f"call {call}: stock service unreachable")
 
-    @app.handler("orders")
-    def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
-        if len(calls) < 3:
-            raise ConnectionError(f"call {len(calls)}: stock service unreachable")
-
+    app, calls = app_calling(applied, "orders", unreachable_twice)
     publish(applied, "orders", "order-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["orders"].acked == 1)
     assert calls == [1, 1, 1]  # three calls of one delivery
@@ -117,14 +127,10 @@ def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tie
 def test_an_always_failing_handler_goes_through_immediate_calls_then_the_ladder_then_parking(
     applied: Broker, kind: str
 ) -> None:
-    app = make_app(applied)
-    calls: list[int] = []
-
-    @app.handler("quick")
-    def handle(message: IncomingMessage) -> None:
-        calls.append(message.attempt)
+    def down(call: int) -> None:
         raise ConnectionError("down for good")
 
+    app, calls = app_calling(applied, "quick", down)
     publish(applied, "quick", "job-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["quick"].parked == 1)
     assert calls == [1, 1, 1, 2, 2, 2]  # immediate calls do not count as ladder attempts
