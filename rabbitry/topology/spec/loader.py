@@ -20,7 +20,7 @@ from rabbitry.topology.spec.limits import SpecLimits, exceeded
 from rabbitry.topology.spec.line_map import LineMap
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.spec.problems import problems_from_validation_error
-from rabbitry.topology.spec.source_map import Mark, SourceMap, load_yaml
+from rabbitry.topology.spec.source_map import Mark, SourceMap, YamlText, load_yaml
 from rabbitry.topology.spec.template import render_template, render_with_lines
 
 __all__ = [
@@ -109,7 +109,9 @@ def parse_spec(rendered: str, filename: str = "<spec>", *, lines: LineMap | None
     """Parse already-rendered YAML; ``lines`` maps its positions back to the template."""
     lines = lines or LineMap.identity(filename, rendered)
     try:
-        document = load_yaml(rendered, filename, lines.translate, SpecLimits.from_environment())
+        document = load_yaml(
+            YamlText(rendered, filename, lines.translate, SpecLimits.from_environment())
+        )
     except yaml.MarkedYAMLError as exc:
         raise SpecError(_yaml_problem(exc, filename, lines)) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (ESC, form feed)
