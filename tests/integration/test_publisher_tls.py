@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,11 +167,8 @@ def start_tls_broker(
 @pytest.fixture(scope="session")
 def tls_brokers() -> Iterator[BrokerFactory]:
     """Starts the session's TLS brokers; removes them when the session ends."""
-    factory = BrokerFactory()
-    try:
+    with closing(BrokerFactory()) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture(scope="session")
