@@ -21,7 +21,7 @@ from rabbitry.topology.spec.line_map import LineMap
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.spec.problems import problems_from_validation_error
 from rabbitry.topology.spec.source_map import Mark, SourceMap, YamlText, load_yaml
-from rabbitry.topology.spec.template import render_template, render_with_lines
+from rabbitry.topology.spec.template import TemplateInputs, render_template, render_with_lines
 
 __all__ = [
     "load_spec",
@@ -97,9 +97,8 @@ def load_spec_text(
     on_rendered: Callable[[str], None] | None = None,
 ) -> Spec:
     """Load a spec from its text; ``filename`` is what problems name as the file."""
-    rendered = render_with_lines(
-        text, filename, variables, var_files, environ, search_path=search_path
-    )
+    inputs = TemplateInputs(variables, var_files, environ, search_path)
+    rendered = render_with_lines(text, filename, inputs)
     if on_rendered is not None:
         on_rendered(rendered.text)
     return parse_spec(rendered.text, filename, lines=rendered.lines)
