@@ -16,6 +16,7 @@ from rabbitry.consumer.acks import nack_frame
 from rabbitry.consumer.session import ConsumerSession
 from rabbitry.consumer.switchboard import HOLD_LIMIT_S
 from rabbitry.testing import HandlerHarness
+from tests.kill_switch_apps import with_payments_down
 
 SWITCH = KillSwitch(min_messages=2, cool_down_s=30, probes=1)
 
@@ -41,17 +42,7 @@ def tags_in(data: bytes, method: type[commands.Basic.Cancel | commands.Basic.Con
 def harness_with_a_tripped_switch(
     switch: KillSwitch = SWITCH,
 ) -> tuple[HandlerHarness, list[IncomingMessage]]:
-    app = App()
-
-    @app.handler("payments", kill_switch=switch)
-    def pay(message: IncomingMessage) -> None:
-        raise ConnectionError("down")
-
-    @app.handler("emails")
-    def send(message: IncomingMessage) -> None:
-        pass
-
-    harness = HandlerHarness(app)
+    harness = HandlerHarness(with_payments_down(App(), switch, "down"))
     harness.core.start_check.passed = True  # no broker to ask
     harness.core.session = make_ready(harness.core.new_session())
     harness.core.take_output()
