@@ -15,62 +15,79 @@ start-up) costs only what is used::
     app = rabbitry.App(spec)
     rabbitry.Worker(app).run()
 
-The full list, grouped, is in docs/api.md. Errors form one tree under ``RabbitryError`` (each
-name below is ``rabbitry.<Name>`` but where it says otherwise)::
+The full list, grouped, is in docs/api.md. Errors form one tree under ``RabbitryError``, every
+class defined in ``rabbitry.errors`` and each ``rabbitry.<Name>`` (a class hangs from its first
+base; ``(also a Name)`` names another)::
 
     RabbitryError
     +-- SpecError          the spec cannot be loaded (problems with file:line and spec path)
     |   +-- TargetError         a handler names a queue or group the vhost does not declare
+    +-- AsyncApiError      the app's handlers consume something the spec does not declare
+    +-- Refusal            a refusal as data: `diagnostics`, one `Diagnostic` each
+    |   +-- PlanError           the plan needs a replace or prune the options do not allow
+    +-- ApplyError         applying stopped half-way (`done` says what was changed)
+    +-- LockHeld           another run holds the stack's lock past `lock_timeout`
     +-- BrokerError        the broker or its API could not be reached or refused a request
     |   +-- NoAnswer            a request got no answer in time; the broker may still be at work
+    |   +-- TLSHandshakeError   a certificate failed to verify: retrying cannot help
+    |   +-- CapabilityError     (also a Refusal) a plugin, feature flag or version is missing
+    |   |   +-- TopologyMissing     a worker refused to start: what its handlers need is missing
+    |   |       +-- TopologyLost    a running worker stopped: an object it needs went away
     |   +-- ObjectNotFound      the management API answered 404: what a request names is not there
     |   +-- AnswerTooLarge      a management API answer over `RABBITRY_MANAGEMENT_MAX_BYTES`
-    |   +-- CapabilityError     a plugin, feature flag or version the spec needs is missing
-    |   |   +-- TopologyMissing  a worker refused to start: what its handlers need is missing
-    |   |       +-- TopologyLost  a running worker stopped: a queue or exchange it needs went away
-    |   +-- TLSHandshakeError   a certificate failed to verify: retrying cannot help
-    |   +-- ConnectionLost      (also a PublishError) no connection within give_up_after
     |   +-- FrameError          bytes from the broker that are no AMQP frame: the client stops
     |   +-- ChannelRefused      the broker refused a method of the tools' channel (404 to a check)
+    |   +-- ConnectionLost      (also a PublishError) no connection within give_up_after
     |   +-- LockLost            an apply run lost its stack's lock: it stopped before its next write
     |   +-- RecordUnreadable    a stack's ownership record on the broker cannot be read
-    |   +-- StreamError         a stream cannot be read (AMQP): StreamNotFound, StreamUnreachable
-    |   +-- StreamProtocolError, StreamRefused, StreamUnavailable  the stream protocol's
+    |   +-- StreamError         a stream cannot be read over AMQP
+    |   |   +-- StreamNotFound      no queue of that name in the vhost
+    |   |   +-- StreamUnreachable   no connection to the broker, or it was lost
+    |   +-- StreamProtocolError bytes that are no stream-protocol frame or stored message
+    |   +-- StreamRefused       the broker answered a stream-protocol request with an error code
+    |   +-- StreamUnavailable   no stream protocol where it was looked for (plugin, port)
     |   +-- OtherBroker         the stream port answers for another cluster than the URL's
-    |   +-- rabbitry.testing.BrokerUnavailable, ContainerExited   no test broker could be had
-    +-- LockHeld           another run holds the stack's lock past `lock_timeout`
-    +-- PlanError          the plan needs a replace or prune the options do not allow
-    +-- ApplyError         applying stopped half-way (`done` says what was changed)
+    |   +-- BrokerUnavailable   no test broker can be had here: broker tests are skipped
+    |   +-- ContainerExited     a test broker's container stopped before it answered
     +-- PublishError       a message was not confirmed
-    |   +-- Nacked, Unroutable, ConfirmTimeout, PublisherClosed
-    |   +-- RequestTimeout, ReplyLost  no reply in time; a reply that cannot arrive
-    |   +-- ChannelClosed: ExchangeNotFound, AccessRefused
+    |   +-- Nacked              the broker refused the message (basic.nack)
+    |   +-- Unroutable          a mandatory message reached no queue (basic.return)
+    |   +-- ConfirmTimeout      no confirm in time: the message may or may not be stored
+    |   +-- PublisherClosed     the publisher was closed before the message was confirmed
+    |   +-- ChannelClosed       the broker closed the channel because of the message
+    |   |   +-- ExchangeNotFound    the exchange does not exist (404)
+    |   |   +-- AccessRefused       the user may not publish to the exchange (403)
+    |   +-- RequestTimeout      no reply within the request's timeout
+    |   +-- ReplyLost           the connection was lost while a request waited: no reply can come
     |   +-- DelayLayoutMismatch the broker's delay levels have another layout than the spec's
     |   +-- UnknownExchange     the exchange is not in the publisher's topology (before publishing)
     |   +-- NoRoute             by the topology the routing key reaches no queue (`check_route`)
     +-- DelayError         a delay the declared delay levels cannot represent
     +-- RetryConfigError   a retry policy that cannot work as declared
+    +-- NonRetryable       raised by a handler: the worker parks the message at once
+    |   +-- InvalidBody         the body does not validate into the handler's declared type
+    |   +-- InvalidReply        a handler's return value its codec cannot send as a reply
     +-- AppError           a handler registration that cannot work (unknown queue, two handlers)
     +-- SignatureError     a handler whose parameters do not say what to pass (App raises AppError)
     +-- PeriodicError      a periodic job that cannot be registered (name, schedule or signature)
     +-- ScheduleError      a schedule that cannot be read (a duration or cron expression)
     +-- HandlerTimeout     a handler ran past its queue's time-to-run (retried like any failure)
-    +-- NonRetryable       raised by a handler: the worker parks the message at once
-    |   +-- InvalidBody         the body does not validate into the handler's declared type
-    |   +-- InvalidReply        a handler's return value its codec cannot send as a reply
     +-- DlqError           a parking-lot operation that cannot be carried out
     |   +-- NotAParkingLot      a replay or purge of a queue not known to be a parking lot
-    +-- AsyncApiError      the app's handlers consume something the spec does not declare
     +-- UnsafeFileError    a private file or directory of rabbitry's belongs to another user, or
     |                      others may write it
     +-- MissingExtra       a feature needs a package of an extra that is not installed (the
     |                      message names the pip line: `pip install 'rabbitry[metrics]'`, ...)
-    +-- rabbitry.spark.SparkSinkError (SinkOptionError), SparkSourceError (SourceOptionError)
-    +-- rabbitry.testing.NotModelled  the scripted broker was asked for what it does not model
+    +-- SparkSinkError     the Spark sink cannot start, or a partition was not stored
+    |   +-- SinkOptionError     an option of the `rabbitmq` sink is unknown, malformed or clashes
+    +-- SparkSourceError   the Spark source cannot start, or a read failed
+    |   +-- SourceOptionError   an option of the `rabbitmq` source is unknown, malformed or clashes
+    +-- NotModelled        the scripted broker (`rabbitry.testing`) was asked for what it lacks
 
-``PlanError`` and ``CapabilityError`` (its subclasses too) are ``Refusal``s: their
-``diagnostics`` hold one ``Diagnostic`` per refusal (severity, summary, detail, the
-``Address`` of the object, the spec's ``SourceRange`` when known).
+Every error's ``diagnostics`` is a tuple of ``Diagnostic`` (severity, summary, detail, the
+``Address`` of the object, the spec's ``SourceRange`` when known): one made of the message,
+one per problem of a ``SpecError``, and for a ``Refusal`` (``PlanError``, ``CapabilityError``
+and its subclasses) one per refusal.
 """
 
 from __future__ import annotations
@@ -82,80 +99,91 @@ from typing import TYPE_CHECKING, Any
 from rabbitry import lazy
 from rabbitry.diagnostics import Address, Diagnostic, SourceRange
 from rabbitry.errors import (
+    AccessRefused,
+    AnswerTooLarge,
+    AppError,
     ApplyError,
+    AsyncApiError,
     BrokerError,
+    BrokerUnavailable,
     CapabilityError,
+    ChannelClosed,
+    ChannelRefused,
     ConfirmTimeout,
+    ConnectionLost,
+    ContainerExited,
+    DelayError,
+    DelayLayoutMismatch,
+    DlqError,
+    ExchangeNotFound,
+    FrameError,
+    HandlerTimeout,
+    InvalidBody,
+    InvalidReply,
+    LockHeld,
+    LockLost,
     MissingExtra,
     Nacked,
     NoAnswer,
+    NonRetryable,
+    NoRoute,
+    NotAParkingLot,
+    NotModelled,
+    ObjectNotFound,
+    OtherBroker,
+    PeriodicError,
     PlanError,
+    PublisherClosed,
     PublishError,
     RabbitryError,
+    RecordUnreadable,
     Refusal,
+    ReplyLost,
+    RequestTimeout,
+    RetryConfigError,
+    ScheduleError,
+    SignatureError,
+    SinkOptionError,
+    SourceOptionError,
+    SparkSinkError,
+    SparkSourceError,
     SpecError,
     SpecProblem,
+    StreamError,
+    StreamNotFound,
+    StreamProtocolError,
+    StreamRefused,
+    StreamUnavailable,
+    StreamUnreachable,
+    TargetError,
     TLSHandshakeError,
+    TopologyLost,
+    TopologyMissing,
+    UnknownExchange,
     Unroutable,
+    UnsafeFileError,
 )
 
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import Codec
     from rabbitry.amqp.confirms import Delivery
-    from rabbitry.amqp.errors import (
-        AccessRefused,
-        ChannelClosed,
-        ChannelRefused,
-        ConnectionLost,
-        ExchangeNotFound,
-        FrameError,
-    )
     from rabbitry.amqp.message import Message
     from rabbitry.amqp.settings import Backoff, ConnectionSettings, NodeOrder
     from rabbitry.consumer import (
         App,
         AsyncWorker,
         IncomingMessage,
-        InvalidBody,
         Middleware,
-        NonRetryable,
         Occurrence,
         Worker,
         cancel_job,
     )
-    from rabbitry.consumer.app import AppError
-    from rabbitry.consumer.bodies import SignatureError
-    from rabbitry.consumer.decision import HandlerTimeout
-    from rabbitry.consumer.dlq import DlqError, NotAParkingLot
-    from rabbitry.consumer.periodic import PeriodicError
-    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
-    from rabbitry.consumer.replies import InvalidReply
-    from rabbitry.consumer.schedule import ScheduleError
-    from rabbitry.consumer.streams import StreamError, StreamNotFound, StreamUnreachable
-    from rabbitry.consumer.targets import TargetError
-    from rabbitry.files import UnsafeFileError
-    from rabbitry.management.answer_limit import AnswerTooLarge
-    from rabbitry.management.client import ObjectNotFound
-    from rabbitry.policies.delay import DelayError
-    from rabbitry.policies.retry import RetryConfigError
     from rabbitry.provisioner.apply_options import ApplyResult
-    from rabbitry.provisioner.lock import LockHeld, LockLost
-    from rabbitry.provisioner.ownership import RecordUnreadable
     from rabbitry.provisioner.plans import Plan
     from rabbitry.provisioner.reporter import Reporter
     from rabbitry.provisioner.stack import apply, plan, stacks
-    from rabbitry.publisher import AsyncPublisher, Publisher, PublisherClosed
-    from rabbitry.publisher.layout import DelayLayoutMismatch
-    from rabbitry.publisher.requests import ReplyLost, RequestTimeout
-    from rabbitry.publisher.routing import NoRoute, UnknownExchange
-    from rabbitry.stream.errors import (
-        OtherBroker,
-        StreamProtocolError,
-        StreamRefused,
-        StreamUnavailable,
-    )
+    from rabbitry.publisher import AsyncPublisher, Publisher
     from rabbitry.topology import Spec, Topology, check_spec, expand, load_spec, load_topology
-    from rabbitry.topology.asyncapi import AsyncApiError
 
 _LAZY = {
     # spec and topology
@@ -175,62 +203,19 @@ _LAZY = {
     # publishing
     "Publisher": "rabbitry.publisher",
     "AsyncPublisher": "rabbitry.publisher",
-    "PublisherClosed": "rabbitry.publisher",
     "Message": "rabbitry.amqp.message",
     "Delivery": "rabbitry.amqp.confirms",
     "Backoff": "rabbitry.amqp.settings",
     "ConnectionSettings": "rabbitry.amqp.settings",
     "NodeOrder": "rabbitry.amqp.settings",
-    "ConnectionLost": "rabbitry.amqp.errors",
-    "ChannelClosed": "rabbitry.amqp.errors",
-    "ExchangeNotFound": "rabbitry.amqp.errors",
-    "AccessRefused": "rabbitry.amqp.errors",
-    "FrameError": "rabbitry.amqp.errors",
     # workers
     "App": "rabbitry.consumer",
     "Worker": "rabbitry.consumer",
     "AsyncWorker": "rabbitry.consumer",
     "IncomingMessage": "rabbitry.consumer",
     "Middleware": "rabbitry.consumer",
-    "NonRetryable": "rabbitry.consumer",
-    "InvalidBody": "rabbitry.consumer",
     "Occurrence": "rabbitry.consumer",
     "Codec": "rabbitry.amqp.codecs",
-    # every other error of the tree (docs/api.md)
-    "AnswerTooLarge": "rabbitry.management.answer_limit",
-    "ObjectNotFound": "rabbitry.management.client",
-    "InvalidReply": "rabbitry.consumer.replies",
-    "RequestTimeout": "rabbitry.publisher.requests",
-    "ReplyLost": "rabbitry.publisher.requests",
-    "AppError": "rabbitry.consumer.app",
-    "AsyncApiError": "rabbitry.topology.asyncapi",
-    "ChannelRefused": "rabbitry.amqp.errors",
-    "DelayError": "rabbitry.policies.delay",
-    "DlqError": "rabbitry.consumer.dlq",
-    "HandlerTimeout": "rabbitry.consumer.decision",
-    "NoRoute": "rabbitry.publisher.routing",
-    "NotAParkingLot": "rabbitry.consumer.dlq",
-    "PeriodicError": "rabbitry.consumer.periodic",
-    "RecordUnreadable": "rabbitry.provisioner.ownership",
-    "RetryConfigError": "rabbitry.policies.retry",
-    "ScheduleError": "rabbitry.consumer.schedule",
-    "SignatureError": "rabbitry.consumer.bodies",
-    "StreamError": "rabbitry.consumer.streams",
-    "StreamNotFound": "rabbitry.consumer.streams",
-    "StreamProtocolError": "rabbitry.stream.errors",
-    "StreamRefused": "rabbitry.stream.errors",
-    "OtherBroker": "rabbitry.stream.errors",
-    "StreamUnavailable": "rabbitry.stream.errors",
-    "StreamUnreachable": "rabbitry.consumer.streams",
-    "TargetError": "rabbitry.consumer.targets",
-    "TopologyLost": "rabbitry.consumer.preflight",
-    "UnknownExchange": "rabbitry.publisher.routing",
-    "UnsafeFileError": "rabbitry.files",
-    # apply runs
-    "LockHeld": "rabbitry.provisioner.lock",
-    "LockLost": "rabbitry.provisioner.lock",
-    "TopologyMissing": "rabbitry.consumer.preflight",
-    "DelayLayoutMismatch": "rabbitry.publisher.layout",
     "cancel_job": "rabbitry.consumer",
 }
 
@@ -247,6 +232,7 @@ __all__ = [
     "AsyncWorker",
     "Backoff",
     "BrokerError",
+    "BrokerUnavailable",
     "CapabilityError",
     "ChannelClosed",
     "ChannelRefused",
@@ -254,6 +240,7 @@ __all__ = [
     "ConfirmTimeout",
     "ConnectionLost",
     "ConnectionSettings",
+    "ContainerExited",
     "DelayError",
     "DelayLayoutMismatch",
     "Delivery",
@@ -276,6 +263,7 @@ __all__ = [
     "NodeOrder",
     "NonRetryable",
     "NotAParkingLot",
+    "NotModelled",
     "ObjectNotFound",
     "Occurrence",
     "OtherBroker",
@@ -294,7 +282,11 @@ __all__ = [
     "RetryConfigError",
     "ScheduleError",
     "SignatureError",
+    "SinkOptionError",
+    "SourceOptionError",
     "SourceRange",
+    "SparkSinkError",
+    "SparkSourceError",
     "Spec",
     "SpecError",
     "SpecProblem",

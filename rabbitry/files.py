@@ -19,7 +19,7 @@ import os
 import stat
 from pathlib import Path
 
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import UnsafeFileError
 
 __all__ = [
     "UnsafeFileError",
@@ -29,11 +29,6 @@ __all__ = [
     "write_private",
     "write_private_in",
 ]
-
-
-class UnsafeFileError(RabbitryError):
-    """A file or directory rabbitry keeps private belongs to another user or others may write
-    it (or it is a symbolic link): rabbitry does not use it."""
 
 
 _TRIES = 16

@@ -12,13 +12,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from rabbitry.amqp.connector import RETRIED, Outage
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.inprocess import peer_for
 from rabbitry.amqp.peer_transport import open_peer_transport
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 
 T = TypeVar("T")
 

@@ -14,17 +14,18 @@ import select
 import socket
 import time
 
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.inprocess import PeerSocket, peer_for
 from rabbitry.amqp.reconnect import refusal_error
 from rabbitry.amqp.session import ConnectionRefused, Session, State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 from rabbitry.uri import mask_text
 
 READ_SIZE = 262144
 
 
+# Internal: every client connects again on it or raises ConnectionLost or a BrokerError of
+# rabbitry.errors; it never reaches a user (tests/unit/test_error_tree.py knows it).
 class Disconnected(Exception):
     """The connection is gone (or never finished its handshake): connect again."""
 

@@ -12,9 +12,11 @@ not the connection: the call raises ``ChannelRefused`` and the channel opens aga
 call. Methods that carry names are encoded here rather than through pamqp, which refuses names
 outside ASCII that RabbitMQ and the spec accept.
 
-Connecting tries each node once, in the walk's order (``NodeWalk``); a refused login or a
-certificate that does not verify stops at once. A tool reports a broker it cannot reach
-instead of waiting through a publisher's back-off.
+Connecting goes through the connector every client uses (``amqp.connector``) with a rule of
+one round (``Reconnect(rounds=1)``): each node once, in the walk's order; a refused login, a
+certificate that does not verify or a port that answers with no AMQP frame stops as it stops
+any client. A tool reports a broker it cannot reach instead of waiting through a publisher's
+back-off.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from pamqp import commands, header
 from rabbitry.amqp import frames
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import ConfirmTracker
-from rabbitry.amqp.errors import ChannelRefused, ConnectionLost
+from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.message import CHANNEL, Body, MessageBuilder
-from rabbitry.amqp.reconnect import NodeWalk
+from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import Session, State
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ChannelRefused, ConnectionLost
 from rabbitry.uri import mask_text
 
 __all__ = ["Channel", "ChannelSession", "Delivered"]
@@ -165,9 +167,14 @@ class Channel:
         self, url: str | ConnectionSettings | list[str], *, timeout: float = DEFAULT_TIMEOUT
     ) -> None:
         settings = url if isinstance(url, ConnectionSettings) else ConnectionSettings.from_url(url)
-        self.settings = replace(settings, connect_timeout=timeout)
+        # one round over the nodes decides, whatever back-off the settings carry (a publisher's)
+        never = replace(settings.backoff, give_up_after=None)
+        self.settings = replace(settings, connect_timeout=timeout, backoff=never)
         self.timeout = timeout
         self._consumers = 0
+        self._trying: SocketWire | None = None
+        self._started = time.monotonic()
+        self._failure: tuple[BaseException, float] | None = None
         self._wire: SocketWire | None
         self._session, self._wire = self._connect()
 
@@ -187,26 +194,28 @@ class Channel:
         return self._session.server_properties
 
     def _connect(self) -> tuple[ChannelSession, SocketWire]:
-        walk = NodeWalk(self.settings)
-        for _ in range(len(walk)):
-            target = walk.current
-            started = time.monotonic()
-            wire: SocketWire | None = None
-            try:
-                wire = SocketWire(target)
-                session = ChannelSession(target)
-                wire.handshake(session)
-                return session, wire
-            except (OSError, Disconnected, frames.FrameError) as exc:
-                # a refused login or certificate is a BrokerError and stops here at once
-                if wire is not None:
-                    wire.close()
-                refusal = target.tls_failure(exc)
-                if refusal is not None:
-                    raise refusal from None
-                failure, took = exc, time.monotonic() - started
-                walk.advance()
-        raise self._unreachable(failure, took)
+        rule = Reconnect(self.settings, time.monotonic(), rounds=1)
+        try:
+            opened = connect(Outage(rule, tidy=self._failed_try), self._open)
+        except ConnectionLost:  # every node failed once: say why the last one did
+            assert self._failure is not None
+            raise self._unreachable(*self._failure) from None
+        assert opened is not None  # a channel never stops an outage half way
+        return opened
+
+    def _open(self, target: ConnectionSettings) -> tuple[ChannelSession, SocketWire]:
+        self._started = time.monotonic()
+        self._trying = wire = SocketWire(target)
+        session = ChannelSession(target)
+        wire.handshake(session)
+        self._trying = None
+        return session, wire
+
+    def _failed_try(self, exc: BaseException) -> None:
+        if self._trying is not None:
+            self._trying.close()
+            self._trying = None
+        self._failure = (exc, time.monotonic() - self._started)
 
     def _unreachable(self, exc: BaseException, took: float) -> BrokerError:
         display = self.settings.display

@@ -1,7 +1,8 @@
 """The one connection manager: how every client connects, reconnects, picks up again and gives up.
 
-``Publisher``, ``AsyncPublisher``, ``Worker`` and ``AsyncWorker`` open each connection here, so
-they cannot drift apart (they did: the blocking worker paused before its first try after a lost
+``Publisher``, ``AsyncPublisher``, ``Worker`` and ``AsyncWorker`` open each connection here, as
+do the tools' ``Channel`` and the ``StreamReader`` (with rules that try once), so they cannot
+drift apart (they did: the blocking worker paused before its first try after a lost
 connection, where the others tried at once). httpcore's shape: ``Outage`` is the decision core
 (no I/O, no clock: the driver passes the time); ``connect`` here and ``rabbitry.amqp.aio``'s
 ``connect_async`` are the blocking and asyncio drivers, a few lines each: try, and after a

@@ -19,7 +19,7 @@ from pamqp import frame as pamqp_frame
 from pamqp.base import Frame
 from pamqp.exceptions import PAMQPException
 
-from rabbitry.amqp.errors import FrameError
+from rabbitry.errors import FrameError
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

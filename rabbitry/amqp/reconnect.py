@@ -20,6 +20,10 @@ moves on to the next node at once, and only when every node failed in a row does
 pause (``Backoff.delay(round)``). After a lost connection the walk starts at the node after the
 lost one: the node that just went away is tried last. With one node this is the plain rule:
 ``Backoff.delay(attempt)`` after each failure.
+
+A client that asks once (``amqp.channel.Channel``, the tools' channel) gives ``rounds=1``: every
+node is tried once, and when the last one fails too the rule raises ``ConnectionLost`` instead of
+pausing: a tool reports a broker it cannot reach rather than waiting through a back-off.
 """
 
 from __future__ import annotations
@@ -27,10 +31,9 @@ from __future__ import annotations
 import logging
 import random
 
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.session import ConnectionRefused
 from rabbitry.amqp.settings import ConnectionSettings, NodeOrder
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ConnectionLost, FrameError
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.amqp")
@@ -92,8 +95,12 @@ class Reconnect:
         walk: NodeWalk | None = None,
         *,
         after_loss: bool = False,
+        rounds: int | None = None,
     ) -> None:
         self.settings = settings
+        self.rounds = rounds
+        """Full rounds of failed tries over every node before giving up (None: until
+        ``give_up_after``)."""
         self.walk = walk if walk is not None else NodeWalk(settings)
         self.after_loss = after_loss
         self.started = now
@@ -142,6 +149,10 @@ class Reconnect:
             )
             return 0.0
         self._tried = 0
+        if self.rounds is not None and self.attempt + 1 >= self.rounds:
+            raise ConnectionLost(
+                f"could not connect to {self.settings.display}, every node tried: {reason}"
+            ) from None
         pause = settings.backoff.delay(self.attempt)
         self.attempt += 1
         if len(self.walk) > 1:

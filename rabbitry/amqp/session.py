@@ -23,10 +23,9 @@ from pamqp import commands, header
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status, describe
-from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ExchangeNotFound
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import PublishError
+from rabbitry.errors import AccessRefused, ChannelClosed, ExchangeNotFound, PublishError
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.publisher")
@@ -48,6 +47,8 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+# Internal: amqp.reconnect turns it into a BrokerError of rabbitry.errors (or connects again);
+# it never reaches a user (tests/unit/test_error_tree.py knows it).
 class ConnectionRefused(Exception):
     """The broker refused or closed the connection (``reply_code``/``reply_text`` from it)."""
 

@@ -53,7 +53,8 @@ json_option = click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Machine-readable output on stdout (has format_version); errors as JSON on stderr.",
+    help="Machine-readable output on stdout (has format_version); errors and warnings as"
+    " JSON lines on stderr.",
 )
 
 
@@ -217,9 +218,9 @@ def fail(exc: BaseException) -> int:
     """Print ``exc`` as rabbitry prints every error and return the exit status.
 
     Text: ``error: <what> (<where>): <what to do>`` lines on stderr. With ``--json``: one JSON
-    object ``{"error": {"type", "message", ...}}`` on stderr, with ``diagnostics`` (one per
-    refusal) for a refused plan or apply. Never a traceback, unless ``-v`` asks for one on an
-    error rabbitry did not expect.
+    object ``{"error": {"type", "message", "diagnostics"}}`` on stderr: one diagnostic per
+    refusal of a refused plan or apply, per problem of a spec (``problems`` too), else one.
+    Never a traceback, unless ``-v`` asks for one on an error rabbitry did not expect.
     """
     if isinstance(exc, Refusal) and Invocation.json:
         found = [diagnostic_json(d) for d in exc.diagnostics]
@@ -228,7 +229,7 @@ def fail(exc: BaseException) -> int:
     if isinstance(exc, SpecError):
         if Invocation.json:
             problems = [problem_json(p) for p in exc.problems]
-            found = [diagnostic_json(p.diagnostic()) for p in exc.problems]
+            found = [diagnostic_json(d) for d in exc.diagnostics]
             err(_error_json(str(exc), "SpecError", problems=problems, diagnostics=found))
         else:
             for problem in exc.problems:
@@ -252,7 +253,11 @@ def fail(exc: BaseException) -> int:
         kind = "InternalError"
         if Invocation.verbose:
             err("".join(traceback.format_exception(exc)))
-    err(_error_json(text, kind) if Invocation.json else f"error: {text}")
+    if Invocation.json:  # every error is a list of diagnostics, one at least
+        said = exc.diagnostics if isinstance(exc, RabbitryError) else (Diagnostic(summary=text),)
+        err(_error_json(text, kind, diagnostics=[diagnostic_json(d) for d in said]))
+    else:
+        err(f"error: {text}")
     return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_ERROR
 
 

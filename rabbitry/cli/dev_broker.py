@@ -146,7 +146,7 @@ def _container_env(container: Any) -> dict[str, str]:
 
 def _up(name: str, image: str | None, amqp_port: int, management_port: int) -> DevBrokerState:
     # Imported here: the CLI starts without them, and they need the `containers` extra.
-    from rabbitry.testing.broker import BrokerUnavailable
+    from rabbitry.errors import BrokerUnavailable
     from rabbitry.testing.engine import default_image, use_engine
     from rabbitry.testing.host import (
         docker_client,
@@ -352,7 +352,7 @@ def _last_output(container: Any, lines: int = 20) -> str:
 
 
 def _down(name: str) -> bool:
-    from rabbitry.testing.broker import BrokerUnavailable
+    from rabbitry.errors import BrokerUnavailable
     from rabbitry.testing.host import docker_client, require_engine
 
     try:

@@ -17,7 +17,6 @@ from rich.table import Table
 from rabbitry.cli.common import endpoint_options, group, json_option, live_progress, parse_vars
 from rabbitry.consumer.dlq import (
     PARKING_SUFFIXES,
-    DlqError,
     Parked,
     ParkingLot,
     Selection,
@@ -25,7 +24,7 @@ from rabbitry.consumer.dlq import (
     parse_matches,
     refuse_unless_parking_lot,
 )
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import DlqError, RabbitryError
 from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.queue_counter import AmqpQueueCounter
 

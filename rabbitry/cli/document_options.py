@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from rabbitry.cli.common import err, parse_vars, spec_options
+from rabbitry.cli.reporting import show_warning
 from rabbitry.errors import SpecProblem
 from rabbitry.topology import check_spec, load_spec
 from rabbitry.topology.spec.model import Spec
@@ -20,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def print_warning(problem: SpecProblem) -> None:
-    err(f"warning: {problem}")
+    show_warning(problem)
 
 
 def checked_spec(spec: Path, variables: tuple[str, ...], var_files: Sequence[Path]) -> Spec:

@@ -5,6 +5,7 @@ large vhost while they do.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,7 +77,9 @@ def plan_command(
         report=CommandReporter(as_json=as_json, plan_json=as_json),
         **source,
     )
-    if out is not None:
+    if out is not None and as_json:
+        err(json.dumps({"saved_plan": {"file": str(out), "apply": f"rabbitry apply {out}"}}))
+    elif out is not None:
         err(f"Saved the plan to {out}: `rabbitry apply {out}` applies exactly it.")
     if detailed_exitcode and the_plan.has_changes:
         return EXIT_CHANGES

@@ -22,9 +22,8 @@ from rabbitry.cli.common import (
     err,
     json_option,
 )
-from rabbitry.errors import SpecError, SpecProblem
+from rabbitry.errors import ObjectNotFound, SpecError, SpecProblem
 from rabbitry.files import write_private
-from rabbitry.management.client import ObjectNotFound
 from rabbitry.management.endpoints import Endpoints
 from rabbitry.provisioner.definitions import (
     read_definitions,

@@ -24,12 +24,20 @@ management API call to stderr, secrets masked; `-vv` for more) and `--no-color` 
 
 Exit status: 0 success, 1 any error, 2 changes present (`plan --detailed-exitcode`), 3 not
 healthy (`status`, `shards check`). Every error is one `error: ...` line on stderr, or with
-`--json` one object `{"error": {"type": ..., "message": ...}}`. A refused plan or apply (a
-`PlanError` or `CapabilityError`) adds `diagnostics`, one per refusal, each with `severity`,
-`summary`, `detail` (its line of the message), `address` (`kind`, `vhost`, `name` of the
-object, or null) and `source` (`file`, `line`, `column`, `path` in the spec, or null). A spec
-error adds `problems`, each with `severity`, `message`, `file`, `line`, `column` and `path`,
-and the same problems as `diagnostics` (the message as `summary`, the place as `source`).
+`--json` one object `{"error": {"type": ..., "message": ..., "diagnostics": [...]}}`. Each
+diagnostic has `severity`, `summary`, `detail`, `address` (`kind`, `vhost`, `name` of the
+object, or null) and `source` (`file`, `line`, `column`, `path` in the spec, or null). A
+refused plan or apply (a `PlanError` or `CapabilityError`) has one per refusal (`detail`: its
+line of the message). A spec error has one per problem (the message as `summary`, the place
+as `source`) and `problems`, each with `severity`, `message`, `file`, `line`, `column` and
+`path`. Any other error has one, its message as `summary`.
+A warning (of the spec, or of the run: `apply --target`) is a `warning: ...` line on stderr,
+or with `--json` one object on a line of its own, `{"warning": {...}}`, holding one diagnostic
+with `severity` `"warning"` and the fields above. So every line a `--json` run writes on stderr
+is one JSON object: its warnings as they arise, `plan -o FILE`'s
+`{"saved_plan": {"file": ..., "apply": ...}}`, then the error if one ends it; stdout holds only
+the command's result. `validate --json` lists its warnings with its errors, in its result's
+`problems` and `diagnostics`.
 
 Broker options resolve in this order: the flag, its environment variable, the spec's `broker:`
 section, then `amqp://guest:guest@localhost:5672/`. One URL is enough: the other is derived from

@@ -1,5 +1,6 @@
 """How ``plan`` and ``apply`` show what the library tells as it goes: the plan drawn (or as
-JSON), warnings on stderr, a spinner and bars on a terminal, the question before applying."""
+JSON), warnings on stderr (``show_warning``, which every command uses: text, or with ``--json``
+one JSON object a line), a spinner and bars on a terminal, the question before applying."""
 
 from __future__ import annotations
 
@@ -11,12 +12,25 @@ from typing import TYPE_CHECKING
 
 import click
 
-from rabbitry.cli.common import Activity, color_enabled, err
+from rabbitry.cli.common import Activity, Invocation, color_enabled, diagnostic_json, err
+from rabbitry.diagnostics import Diagnostic
+from rabbitry.errors import SpecProblem
 from rabbitry.provisioner.reporter import Reporter
 
 if TYPE_CHECKING:
-    from rabbitry.errors import SpecProblem
     from rabbitry.provisioner.plans import Plan
+
+
+def show_warning(warning: SpecProblem | Diagnostic, *, as_json: bool | None = None) -> None:
+    """A warning on stderr: a ``warning: ...`` line, or with ``--json`` (``as_json``, the
+    command line's by default) one JSON object on a line of its own, ``{"warning": {...}}``,
+    the diagnostic as an error's ``diagnostics`` hold it (severity ``warning``, summary, detail,
+    address, source), so a reader of stderr parses every line and never splits text."""
+    if not (Invocation.json if as_json is None else as_json):
+        err(f"warning: {warning}")
+        return
+    diagnostic = warning.diagnostic() if isinstance(warning, SpecProblem) else warning
+    err(json.dumps({"warning": diagnostic_json(diagnostic)}))
 
 
 class CommandReporter(Reporter):
@@ -39,10 +53,10 @@ class CommandReporter(Reporter):
         self._activity: Activity | None = None
 
     def warning(self, problem: SpecProblem) -> None:
-        err(f"warning: {problem}")
+        show_warning(problem, as_json=self.as_json)
 
     def note(self, text: str) -> None:
-        err(f"warning: {text}")
+        show_warning(Diagnostic(summary=text, severity="warning"), as_json=self.as_json)
 
     @contextlib.contextmanager
     def step(self, description: str) -> Iterator[None]:
@@ -88,4 +102,4 @@ class CommandReporter(Reporter):
             click.echo(f"  {line}")
 
 
-__all__ = ["CommandReporter"]
+__all__ = ["CommandReporter", "show_warning"]

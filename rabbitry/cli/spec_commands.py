@@ -16,6 +16,7 @@ from rabbitry.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     command,
+    diagnostic_json,
     json_option,
     parse_vars,
     problem_json,
@@ -115,8 +116,9 @@ def validate(
     meaning.
 
     Warnings are printed and do not fail; any error exits 1 (a broker URL that does not parse
-    is one, its password masked). With --json, one object on stdout lists every problem with
-    its file, line, column and spec path (for editors and CI), valid or not. A valid spec's
+    is one, its password masked). With --json, one object on stdout lists every problem,
+    warnings too, with its file, line, column and spec path (for editors and CI), valid or not
+    (as `problems`, and as `diagnostics` like those of every command's errors). A valid spec's
     worker view is cached, so `rabbitry worker run` on the same spec starts without loading
     the spec model (docs/worker.md).
     """
@@ -138,6 +140,7 @@ def validate(
         "valid": valid,
         "counts": counts,
         "problems": [problem_json(p) for p in problems],
+        "diagnostics": [diagnostic_json(p.diagnostic()) for p in problems],
     }
     click.echo(json.dumps(payload, indent=2))
     return EXIT_OK if valid else EXIT_ERROR

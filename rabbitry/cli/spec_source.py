@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rabbitry.cli.common import F, broker_arguments, broker_options, err, parse_vars, spec_options
+from rabbitry.cli.common import F, broker_arguments, broker_options, parse_vars, spec_options
 
 if TYPE_CHECKING:
     from rabbitry.provisioner.stack import SpecSource
@@ -42,9 +42,10 @@ def target_options(func: F) -> F:
 
     @functools.wraps(func)
     def command(spec: Path, source: SpecSource, **options: Any) -> Any:
+        from rabbitry.cli.reporting import show_warning
         from rabbitry.provisioner.target import target_of  # the spec model loads only here
 
-        target = target_of(spec, on_warning=lambda problem: err(f"warning: {problem}"), **source)
+        target = target_of(spec, on_warning=show_warning, **source)
         return func(target, **options)
 
     return spec_source_options(command)  # type: ignore[return-value]

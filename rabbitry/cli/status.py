@@ -17,9 +17,9 @@ from rabbitry.cli.common import (
     json_option,
 )
 from rabbitry.cli.spec_source import target_options
-from rabbitry.errors import SpecError
+from rabbitry.errors import RecordUnreadable, SpecError
 from rabbitry.management.endpoints import Endpoints
-from rabbitry.provisioner.ownership import RecordUnreadable, StackHoldings, stacks_on
+from rabbitry.provisioner.ownership import StackHoldings, stacks_on
 from rabbitry.provisioner.state import read_records
 from rabbitry.provisioner.status import (
     LinkStatus,

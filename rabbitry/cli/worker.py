@@ -279,8 +279,8 @@ _DRAIN_MARGIN = 15.0
 def refusal_exit_code() -> Iterator[None]:
     """In a child of the process pool, a refused start (``TopologyMissing``) is said as
     always and exits with ``EXIT_REFUSED``, so the supervisor does not start it again."""
-    from rabbitry.consumer.preflight import TopologyMissing
     from rabbitry.consumer.supervisor import READY_FD_ENV
+    from rabbitry.errors import TopologyMissing
 
     try:
         yield

@@ -23,22 +23,13 @@ from rabbitry import lazy
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
     from rabbitry.consumer.aio import AsyncWorker
-    from rabbitry.consumer.app import App, AppError, Route
-    from rabbitry.consumer.bodies import InvalidBody
-    from rabbitry.consumer.decision import (
-        CANCEL_HEADER,
-        Action,
-        HandlerTimeout,
-        Verdict,
-        decide,
-    )
+    from rabbitry.consumer.app import App, Route
+    from rabbitry.consumer.decision import CANCEL_HEADER, Action, Verdict, decide
     from rabbitry.consumer.kill_switch import KillSwitch, SwitchState
     from rabbitry.consumer.message import IncomingMessage
     from rabbitry.consumer.metrics import WorkerMetrics
     from rabbitry.consumer.middleware import Middleware
     from rabbitry.consumer.periodic import Occurrence, PeriodicJob
-    from rabbitry.consumer.preflight import TopologyLost, TopologyMissing
-    from rabbitry.consumer.replies import InvalidReply
     from rabbitry.consumer.stores import (
         CancelStore,
         IdempotencyStore,
@@ -46,7 +37,16 @@ if TYPE_CHECKING:
         MemoryIdempotencyStore,
     )
     from rabbitry.consumer.sync import Worker, cancel_job
-    from rabbitry.policies.retry import ImmediateRetry, NonRetryable
+    from rabbitry.errors import (
+        AppError,
+        HandlerTimeout,
+        InvalidBody,
+        InvalidReply,
+        NonRetryable,
+        TopologyLost,
+        TopologyMissing,
+    )
+    from rabbitry.policies.retry import ImmediateRetry
 
 __all__ = [
     "CANCEL_HEADER",
@@ -88,13 +88,13 @@ _LAZY = {
     "JsonCodec": "rabbitry.amqp.codecs",
     "AsyncWorker": "rabbitry.consumer.aio",
     "App": "rabbitry.consumer.app",
-    "AppError": "rabbitry.consumer.app",
+    "AppError": "rabbitry.errors",
     "Route": "rabbitry.consumer.app",
-    "InvalidBody": "rabbitry.consumer.bodies",
-    "InvalidReply": "rabbitry.consumer.replies",
+    "InvalidBody": "rabbitry.errors",
+    "InvalidReply": "rabbitry.errors",
     "CANCEL_HEADER": "rabbitry.consumer.decision",
     "Action": "rabbitry.consumer.decision",
-    "HandlerTimeout": "rabbitry.consumer.decision",
+    "HandlerTimeout": "rabbitry.errors",
     "Verdict": "rabbitry.consumer.decision",
     "decide": "rabbitry.consumer.decision",
     "KillSwitch": "rabbitry.consumer.kill_switch",
@@ -104,8 +104,8 @@ _LAZY = {
     "Middleware": "rabbitry.consumer.middleware",
     "Occurrence": "rabbitry.consumer.periodic",
     "PeriodicJob": "rabbitry.consumer.periodic",
-    "TopologyLost": "rabbitry.consumer.preflight",
-    "TopologyMissing": "rabbitry.consumer.preflight",
+    "TopologyLost": "rabbitry.errors",
+    "TopologyMissing": "rabbitry.errors",
     "CancelStore": "rabbitry.consumer.stores",
     "IdempotencyStore": "rabbitry.consumer.stores",
     "MemoryCancelStore": "rabbitry.consumer.stores",
@@ -113,7 +113,7 @@ _LAZY = {
     "Worker": "rabbitry.consumer.sync",
     "cancel_job": "rabbitry.consumer.sync",
     "ImmediateRetry": "rabbitry.policies.retry",
-    "NonRetryable": "rabbitry.policies.retry",
+    "NonRetryable": "rabbitry.errors",
 }
 
 

@@ -19,28 +19,17 @@ from collections.abc import Generator
 from typing import Any, Self, Unpack, cast
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.consumer import shells
 from rabbitry.consumer.aio_handlers import HandlerRunner
 from rabbitry.consumer.app import App
 from rabbitry.consumer.engine import (
-    WorkerCore,
     logger,
-    worker_core,
 )
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.metrics import WorkerMetrics
-from rabbitry.consumer.shells import (
-    log_broker_cancels,
-    log_started,
-    log_stopped,
-    note_lost,
-    return_unhandled,
-    worker_outage,
-)
-from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
-from rabbitry.errors import BrokerError
+from rabbitry.consumer.worker_options import AsyncWorkerKeywords
+from rabbitry.errors import BrokerError, FrameError
 from rabbitry.uri import mask_text
 
 _TICK = 0.1
@@ -59,7 +48,7 @@ class Stopping:
         return self.worker.wait_stopped().__await__()
 
 
-class AsyncWorker(HandlerRunner):
+class AsyncWorker(shells.Shell, HandlerRunner):
     """Runs the handlers of an ``App`` until stopped: ``await AsyncWorker(app, url).run()``.
 
     ``run`` returns after ``stop()`` (or SIGTERM/SIGINT with ``handle_signals=True``) once the
@@ -77,13 +66,10 @@ class AsyncWorker(HandlerRunner):
         **keywords: Unpack[AsyncWorkerKeywords],
     ) -> None:
         own: AsyncWorkerKeywords = {"concurrency": 64, **keywords}
-        self.workers: list[AsyncWorker] = [
-            AsyncWorker(part, settings, **keywords) for part, settings in vhost_parts(app, url, own)
-        ]
+        self.workers: list[AsyncWorker] = self._parts(
+            app, url, own, lambda part, settings: AsyncWorker(part, settings, **keywords)
+        )
         """One worker per vhost, for an app of several (empty otherwise)."""
-        self.core: WorkerCore = self.workers[0].core if self.workers else worker_core(app, url, own)
-        self.options = self.core.options
-        self.app = app
         self._wire: Wire | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[Any], IncomingMessage] = {}
@@ -104,12 +90,6 @@ class AsyncWorker(HandlerRunner):
         """Set when ``run`` returns (``wait_stopped``)."""
         self._task: asyncio.Future[None] | None = None
         """``run``, when started by ``async with``."""
-
-    @property
-    def metrics(self) -> WorkerMetrics:
-        if self.workers:
-            return combined_metrics([(w.core.app.vhosts[0].name, w.metrics) for w in self.workers])
-        return self.core.metrics
 
     @property
     def in_flight(self) -> int:
@@ -251,7 +231,7 @@ class AsyncWorker(HandlerRunner):
 
     async def _connect(self, *, after_loss: bool) -> None:
         core = self.core
-        outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
+        outage = shells.worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
         await connect_async(outage, self._connect_once)
 
     async def _connect_once(self, s: ConnectionSettings) -> None:
@@ -273,7 +253,7 @@ class AsyncWorker(HandlerRunner):
                     raise session.start_refused from None
                 raise
         session.last_received = time.monotonic()
-        log_started(self.core, session)
+        shells.log_started(self.core, session)
 
     def _failed_try(self, exc: BaseException) -> None:
         """A try that did not connect: forget it; a refusal the transport reported is final."""
@@ -319,7 +299,7 @@ class AsyncWorker(HandlerRunner):
                     await self._lost.wait()
             if wire.transport is not None:
                 wire.transport.close()
-        log_stopped(core)
+        shells.log_stopped(core)
 
     def _return_waiting(self) -> None:
         core = self.core
@@ -365,12 +345,12 @@ class AsyncWorker(HandlerRunner):
             ready = self._ready
             if ready is not None and not ready.done():
                 ready.set_result(None)
-        log_broker_cancels(session)
+        shells.log_broker_cancels(session)
         inbox = session.inbox
         if inbox:
             session.inbox = []
             if self._stopping:
-                return_unhandled(core, inbox)
+                shells.return_unhandled(core, inbox)
             else:
                 dispatch = self._dispatch
                 for message in inbox:
@@ -400,7 +380,9 @@ class AsyncWorker(HandlerRunner):
             gate.take_waiting()  # the broker requeued them with the channel
         self._cancel_gate_timers()
         if not (self._stopping or handshaking):
-            note_lost(self.core, self.core.walk.current.display, exc or "closed by the broker")
+            shells.note_lost(
+                self.core, self.core.walk.current.display, exc or "closed by the broker"
+            )
         if self._lost is not None:
             self._lost.set()
 

@@ -26,15 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Unpack
 from rabbitry.amqp.codecs import JSON, Codec
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.middleware import Middleware
-from rabbitry.consumer.periodic import (
-    PeriodicError,
-    PeriodicJob,
-    PeriodicQueue,
-    periodic_job,
-    run_occurrence,
-)
+from rabbitry.consumer.periodic import PeriodicJob, PeriodicQueue, periodic_job, run_occurrence
 from rabbitry.consumer.routes import (
-    AppError,
     HandlerOptions,
     Place,
     Route,
@@ -43,15 +36,15 @@ from rabbitry.consumer.routes import (
     pick_names,
     pick_vhosts,
 )
-from rabbitry.consumer.schedule import ScheduleError, schedule_of
+from rabbitry.consumer.schedule import schedule_of
 from rabbitry.consumer.stores import (
     CancelStore,
     IdempotencyStore,
     MemoryCancelStore,
     MemoryIdempotencyStore,
 )
-from rabbitry.consumer.targets import Target, TargetError, group_of, retry_of, target_of
-from rabbitry.errors import SpecError
+from rabbitry.consumer.targets import Target, group_of, retry_of, target_of
+from rabbitry.errors import AppError, PeriodicError, ScheduleError, SpecError, TargetError
 from rabbitry.uri import split_uris
 
 if TYPE_CHECKING:  # a worker whose spec's view is cached never loads the model (``view``)

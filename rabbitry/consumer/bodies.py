@@ -23,20 +23,12 @@ from typing import Any
 
 from rabbitry.amqp.codecs import Codec, adapter, decode_model
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.errors import RabbitryError
-from rabbitry.policies.retry import NonRetryable
+from rabbitry.errors import InvalidBody as InvalidBody
+from rabbitry.errors import SignatureError as SignatureError
 
 Handler = Callable[[IncomingMessage], Awaitable[Any] | Any]
 """Called with the message; what it returns is the reply when the message names a reply-to."""
 _MAX_PROBLEMS = 10
-
-
-class InvalidBody(NonRetryable):
-    """A body that does not decode or validate into the handler's declared type (parked)."""
-
-
-class SignatureError(RabbitryError):
-    """A handler whose parameters do not say what to pass (raised as ``AppError`` by ``App``)."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import HandlerTimeout as HandlerTimeout
 from rabbitry.policies.retry import (
     ATTEMPT_HEADER,
     FIRST_FAILURE_HEADER,
@@ -43,10 +43,6 @@ CANCEL_HEADER = "x-rabbitry-cancel"
 """On a control message: the message id of the job to withdraw."""
 REPLAYED_HEADER = "x-rabbitry-replayed"
 """How often ``rabbitry dlq replay`` sent the message back."""
-
-
-class HandlerTimeout(RabbitryError):
-    """The handler ran longer than its queue's time-to-run (a retryable failure)."""
 
 
 class Action(enum.StrEnum):

@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from pamqp.commands import Basic
 
 from rabbitry.amqp.channel import Channel
-from rabbitry.amqp.errors import ChannelRefused
 from rabbitry.amqp.message import Message
 from rabbitry.consumer.decision import replay_headers
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import ChannelRefused
+from rabbitry.errors import DlqError as DlqError
+from rabbitry.errors import NotAParkingLot as NotAParkingLot
 from rabbitry.policies.retry import (
     ATTEMPT_HEADER,
     LAST_ERROR_HEADER,
@@ -48,14 +49,6 @@ if TYPE_CHECKING:
 _IDLE = 1.0
 PARKING_SUFFIXES = (".parking", ".dead")
 """How rabbitry names the parking lots it declares (``parking: true``, ``dead_letter: true``)."""
-
-
-class DlqError(RabbitryError):
-    """A parking-lot operation that cannot be carried out (missing queue, no destination)."""
-
-
-class NotAParkingLot(DlqError):
-    """A replay or purge of a queue that is not known to be a parking lot, without leave."""
 
 
 def parking_lots_of(spec: Spec, vhost: str) -> frozenset[str]:

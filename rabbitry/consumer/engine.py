@@ -42,8 +42,8 @@ from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import run_after, run_before, run_decided
 from rabbitry.consumer.outbox import Outbox, Replying
-from rabbitry.consumer.preflight import Need, StartCheck, TopologyLost
-from rabbitry.consumer.replies import REPLY_TO_FLAG, InvalidReply, build_reply
+from rabbitry.consumer.preflight import Need, StartCheck, topology_lost
+from rabbitry.consumer.replies import REPLY_TO_FLAG, build_reply
 from rabbitry.consumer.scheduling import RESEED_EVERY_S, Scheduling
 from rabbitry.consumer.session import ConsumerSession, Subscription
 from rabbitry.consumer.stream_offsets import StreamOffsets
@@ -55,6 +55,7 @@ from rabbitry.consumer.worker_options import (
     vhost_parts,
     worker_settings,
 )
+from rabbitry.errors import InvalidReply, TopologyLost
 
 logger = logging.getLogger("rabbitry.worker")
 
@@ -413,7 +414,7 @@ class WorkerCore:
         """Note that ``need`` went away (the first one is what the worker stops with)."""
         broker = self.settings.display.rsplit("/", 1)[0]  # the vhost is named apart
         where = f"vhost {self.settings.vhost!r} on {broker}"
-        lost = TopologyLost([need], where, self.app.spec_file, queue, held)
+        lost = topology_lost([need], where, self.app.spec_file, queue, held)
         if self.lost is None:
             self.lost = lost
         return lost

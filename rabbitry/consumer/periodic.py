@@ -28,7 +28,7 @@ from typing import Any
 
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.schedule import Schedule, fingerprint
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import PeriodicError as PeriodicError
 from rabbitry.policies.delay import BinaryDelays, DelayScheme, Route
 
 JOB_HEADER = "x-rabbitry-job"
@@ -43,10 +43,6 @@ EARLY_MS = 1000
 or another worker's clock) is delayed again instead of run."""
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-
-
-class PeriodicError(RabbitryError):
-    """A periodic job that cannot be registered (bad name, schedule or signature)."""
 
 
 @dataclass(frozen=True)

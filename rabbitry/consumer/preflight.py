@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rabbitry.errors import CapabilityError
+from rabbitry.errors import TopologyLost, TopologyMissing
 
 if TYPE_CHECKING:
     from rabbitry.consumer.app import Route
@@ -40,6 +40,7 @@ __all__ = [
     "TopologyMissing",
     "lost_need",
     "needs_of",
+    "topology_lost",
 ]
 
 
@@ -255,20 +256,12 @@ class StartCheck:
         return needs_of(self.routes, broker, self.steps)
 
     def refusal(self, missing: Sequence[Need], vhost: str, broker: str) -> TopologyMissing:
-        return TopologyMissing(missing, f"vhost {vhost!r} on {broker}", self.spec)
+        where = f"vhost {vhost!r} on {broker}"
+        message = refusal_text(missing, where, self.spec)
+        return TopologyMissing(message, missing=missing, where=where, spec=self.spec)
 
 
 # -- the refusal ----------------------------------------------------------------------------------
-
-
-class TopologyMissing(CapabilityError):
-    """A worker refused to start: the broker lacks what its handlers need (``missing``)."""
-
-    def __init__(self, missing: Sequence[Need], where: str, spec: str | None) -> None:
-        self.missing = list(missing)
-        self.where = where
-        self.spec = spec
-        super().__init__(refusal_text(self.missing, where, spec))
 
 
 def refusal_text(missing: Sequence[Need], where: str, spec: str | None) -> str:
@@ -296,8 +289,7 @@ def lost_need(
     the default exchange that came back unroutable, the exchange of one refused with 404, or
     delay levels a message reached no queue through. None for any other failure (a nack, a
     channel closed for another reason): those are not about a missing object."""
-    from rabbitry.amqp.errors import ExchangeNotFound
-    from rabbitry.errors import Unroutable
+    from rabbitry.errors import ExchangeNotFound, Unroutable
 
     if isinstance(error, ExchangeNotFound):
         return Need(Needed.EXCHANGE, exchange, why)
@@ -308,24 +300,16 @@ def lost_need(
     return Need(Needed.EXCHANGE, exchange, f"{why}: a message published into it reached no queue")
 
 
-class TopologyLost(TopologyMissing):
-    """A running worker stopped: an object its handlers need went away from the broker (a
-    ``TopologyMissing``: the restarted worker refuses to start until ``rabbitry apply``)."""
-
-    def __init__(
-        self,
-        missing: Sequence[Need],
-        where: str,
-        spec: str | None,
-        queue: str,
-        held: str = "the failed message",
-    ) -> None:
-        self.missing = list(missing)
-        self.where = where
-        self.spec = spec
-        self.queue = queue
-        """The queue whose message found the object gone (it is back in that queue)."""
-        CapabilityError.__init__(self, lost_text(self.missing, where, spec, queue, held))
+def topology_lost(
+    missing: Sequence[Need],
+    where: str,
+    spec: str | None,
+    queue: str,
+    held: str = "the failed message",
+) -> TopologyLost:
+    """What a running worker stops with when ``missing`` went away (``lost_text`` says it)."""
+    message = lost_text(missing, where, spec, queue, held)
+    return TopologyLost(message, missing=missing, where=where, spec=spec, queue=queue)
 
 
 def lost_text(missing: Sequence[Need], where: str, spec: str | None, queue: str, held: str) -> str:

@@ -16,15 +16,10 @@ from rabbitry.amqp.codecs import Codec, is_model
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import MessageBuilder, encode_body
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.policies.retry import NonRetryable
+from rabbitry.errors import InvalidReply as InvalidReply
 
 REPLY_TO_FLAG = 1 << 9
 """The ``reply-to`` bit of a content header's property flags: tested without decoding."""
-
-
-class InvalidReply(NonRetryable):
-    """A handler returned a value its codec cannot encode as a reply (parked: another attempt
-    would return the same)."""
 
 
 def reply_body(result: Any, codec: Codec) -> tuple[bytes, str | None]:

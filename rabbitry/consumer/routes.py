@@ -11,13 +11,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from rabbitry.amqp.codecs import JSON, Codec
-from rabbitry.consumer.bodies import Handler, SignatureError, handler_shape, typed_handler
+from rabbitry.consumer.bodies import Handler, handler_shape, typed_handler
 from rabbitry.consumer.kill_switch import KillSwitch
 from rabbitry.consumer.limits import Limits
 from rabbitry.consumer.parked_copy import ParkedHeaders
 from rabbitry.consumer.periodic import PeriodicQueue
 from rabbitry.consumer.targets import Target
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import AppError as AppError
+from rabbitry.errors import SignatureError
 from rabbitry.policies.retry import ImmediateRetry
 from rabbitry.topology.patterns.retry_setup import QueueRetry
 
@@ -28,10 +29,6 @@ StreamOffset = str | int | datetime
 """Where a stream handler starts: ``first``, ``last``, ``next``, an offset, or a time."""
 STREAM_OFFSETS = ("first", "last", "next")
 STREAM_OFFSET_ARGUMENT = "x-stream-offset"
-
-
-class AppError(RabbitryError):
-    """A handler registration that cannot work (unknown queue, duplicate handler)."""
 
 
 @dataclass(frozen=True)

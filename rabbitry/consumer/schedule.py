@@ -22,13 +22,9 @@ import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import ScheduleError as ScheduleError
 
 MINUTE_MS = 60_000
-
-
-class ScheduleError(RabbitryError):
-    """A schedule that cannot be read (a bad duration or cron expression)."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ again (``SCHEDULE_TRIES``) or stops the worker when the broker lost what carries
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rabbitry.amqp.confirms import Delivery, Status
@@ -29,25 +30,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger("rabbitry.worker")
 
 
+@dataclass(slots=True, eq=False)
 class _Scheduled:
     """An occurrence the worker publishes in place of ``message``: the next one of a run, or
     one that re-delays or replaces it; ``message`` is held until it is confirmed."""
 
-    __slots__ = ("carrier", "message", "occurrence", "ran", "tries")
-
-    def __init__(
-        self,
-        message: IncomingMessage,
-        occurrence: Occurrence,
-        carrier: PeriodicQueue,
-        ran: bool,
-    ) -> None:
-        self.message = message
-        self.occurrence = occurrence
-        self.carrier = carrier
-        self.ran = ran
-        """The message's job runs (its id is claimed): giving up acks it, else requeues it."""
-        self.tries = 1
+    message: IncomingMessage
+    occurrence: Occurrence
+    carrier: PeriodicQueue
+    ran: bool
+    """The message's job runs (its id is claimed): giving up acks it, else requeues it."""
+    tries: int = 1
 
 
 SCHEDULE_TRIES = 3

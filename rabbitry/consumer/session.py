@@ -30,8 +30,9 @@ from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.preflight import BrokerFacts, StartCheck, TopologyMissing
+from rabbitry.consumer.preflight import BrokerFacts, StartCheck
 from rabbitry.consumer.probe import PROBE_CHANNEL, Probe
+from rabbitry.errors import TopologyMissing
 
 _HEAD = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")

@@ -1,5 +1,6 @@
 """What ``Worker`` (blocking) and ``AsyncWorker`` (asyncio) do alike around their connection,
-written once: the line that says it consumes, deliveries that arrive while the worker stops,
+written once: what they hold (``Shell``: one worker per vhost of an app of several, else a core
+of their own), the line that says it consumes, deliveries that arrive while the worker stops,
 consumers the broker cancelled, a lost connection, the last line of a run, the tries of a
 (re)connect. The shells differ only in how they wait and run handlers; these steps are the same
 rule in both."""
@@ -8,16 +9,52 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from rabbitry.amqp.connector import Outage
 from rabbitry.amqp.reconnect import Reconnect
-from rabbitry.consumer.engine import WorkerCore
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.consumer.app import App
+from rabbitry.consumer.engine import WorkerCore, worker_core
 from rabbitry.consumer.message import IncomingMessage
+from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
+from rabbitry.consumer.worker_options import AsyncWorkerKeywords, combined_metrics, vhost_parts
 from rabbitry.uri import mask_text
 
 logger = logging.getLogger("rabbitry.worker")
+
+_Part = TypeVar("_Part", bound="Shell")
+
+
+class Shell:
+    """What a worker holds, either shell: AMQP binds a connection to one vhost, so an app of
+    several runs one worker per vhost (``workers``, the first one's ``core`` standing for
+    them); an app of one has a core of its own."""
+
+    workers: Sequence[Shell]
+    core: WorkerCore
+
+    def _parts(
+        self,
+        app: App,
+        url: str | ConnectionSettings | None,
+        keywords: AsyncWorkerKeywords,
+        part: Callable[[App, ConnectionSettings], _Part],
+    ) -> list[_Part]:
+        """The workers of each vhost (``part`` makes one); sets ``core``, ``options``, ``app``."""
+        workers = [part(sub_app, settings) for sub_app, settings in vhost_parts(app, url, keywords)]
+        self.core = workers[0].core if workers else worker_core(app, url, keywords)
+        self.options = self.core.options
+        self.app = app
+        return workers
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        if self.workers:
+            return combined_metrics([(w.core.app.vhosts[0].name, w.metrics) for w in self.workers])
+        return self.core.metrics
 
 
 def log_started(core: WorkerCore, session: ConsumerSession) -> None:

@@ -70,8 +70,8 @@ class StreamOffsets:
     def read_stored(self, settings: ConnectionSettings) -> None:
         """Start each tracked stream consumer at its stored position (once, at the first
         connect); a broker out of reach is a lost connection (the shells try again)."""
-        from rabbitry.consumer.streams import StreamUnreachable
         from rabbitry.consumer.tracking import stored_positions
+        from rabbitry.errors import StreamUnreachable
 
         try:
             stored = stored_positions(settings, self.tracked)

@@ -18,23 +18,13 @@ from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.session import CONSUMER_TAG_PREFIX, ConsumerSession, Subscription
-from rabbitry.errors import BrokerError
+from rabbitry.errors import StreamError as StreamError
+from rabbitry.errors import StreamNotFound as StreamNotFound
+from rabbitry.errors import StreamUnreachable as StreamUnreachable
 from rabbitry.uri import mask_text
 
 OFFSET_HEADER = "x-stream-offset"
 _QUEUE_IN_TEXT = re.compile(r"queue '(?P<name>.*?)' in vhost")
-
-
-class StreamError(BrokerError):
-    """A stream cannot be read: it does not exist, is not a stream, or the broker refused."""
-
-
-class StreamNotFound(StreamError):
-    """No queue of that name in the vhost (404 NOT_FOUND)."""
-
-
-class StreamUnreachable(StreamError):
-    """No connection to the broker, or it was lost: trying again later may succeed."""
 
 
 class StreamSession(ConsumerSession):

@@ -45,15 +45,8 @@ from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.stream_session import (
-    OFFSET_HEADER,
-    StreamError,
-    StreamNotFound,
-    StreamSession,
-    StreamUnreachable,
-    offset_of,
-)
-from rabbitry.errors import BrokerError
+from rabbitry.consumer.stream_session import OFFSET_HEADER, StreamSession, offset_of
+from rabbitry.errors import BrokerError, StreamError, StreamNotFound, StreamUnreachable
 from rabbitry.uri import mask_text
 
 __all__ = [  # the session's names stay importable from here, where they were first

@@ -21,35 +21,23 @@ from typing import TYPE_CHECKING, Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.connector import connect
-from rabbitry.amqp.errors import FrameError
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.consumer import shells
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.builtins.time_limit import cancelled_at_limit
 from rabbitry.consumer.decision import CANCEL_HEADER
 from rabbitry.consumer.engine import (
     WorkerCore,
-    worker_core,
 )
 from rabbitry.consumer.immediate import call_again
 from rabbitry.consumer.message import IncomingMessage
-from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.session import ConsumerSession
-from rabbitry.consumer.shells import (
-    log_broker_cancels,
-    log_started,
-    log_stopped,
-    note_lost,
-    return_unhandled,
-    worker_outage,
-)
 from rabbitry.consumer.worker_options import (
     AsyncWorkerKeywords,
     WorkerKeywords,
-    combined_metrics,
-    vhost_parts,
 )
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 
 if TYPE_CHECKING:
     import asyncio
@@ -129,7 +117,7 @@ def handle_blocking(
         core.leave(token)
 
 
-class Worker:
+class Worker(shells.Shell):
     """Runs the handlers of an ``App`` until stopped: ``Worker(app, url).run()``.
 
     An app of several vhosts runs one connection per vhost, each in a thread of its own
@@ -142,23 +130,14 @@ class Worker:
         **keywords: Unpack[WorkerKeywords],
     ) -> None:
         one: AsyncWorkerKeywords = {**keywords, "concurrency": 1}  # handlers one at a time
-        self.workers: list[Worker] = [
-            Worker(part, settings, **keywords) for part, settings in vhost_parts(app, url, one)
-        ]
+        self.workers: list[Worker] = self._parts(
+            app, url, one, lambda part, settings: Worker(part, settings, **keywords)
+        )
         """One worker per vhost, for an app of several (empty otherwise)."""
-        self.core: WorkerCore = self.workers[0].core if self.workers else worker_core(app, url, one)
-        self.options = self.core.options
-        self.app = app
         self._wire: SocketWire | None = None
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gates = self.core.gates()
-
-    @property
-    def metrics(self) -> WorkerMetrics:
-        if self.workers:
-            return combined_metrics([(w.core.app.vhosts[0].name, w.metrics) for w in self.workers])
-        return self.core.metrics
 
     def stop(self) -> None:
         """Begin a graceful shutdown (safe from a signal handler or another thread)."""
@@ -220,7 +199,9 @@ class Worker:
         core = self.core
         after_loss = False
         while not self._stopping:
-            outage = worker_outage(core, after_loss, self._failed_try, lambda: self._stopping)
+            outage = shells.worker_outage(
+                core, after_loss, self._failed_try, lambda: self._stopping
+            )
             session = connect(outage, self._connect)
             if session is None:
                 break
@@ -232,7 +213,7 @@ class Worker:
                 lost = core.walk.current.display
                 self._failed_try(exc)
                 if not self._stopping:
-                    note_lost(core, lost, exc)
+                    shells.note_lost(core, lost, exc)
                 after_loss = True
         self._shutdown()
         gone = core.take_lost()
@@ -255,7 +236,7 @@ class Worker:
             if session.start_refused is None:
                 raise
             raise session.start_refused from None  # the start-up check closed the connection
-        log_started(self.core, session)
+        shells.log_started(self.core, session)
         return session
 
     def _serve(self, session: ConsumerSession, max_idle: float | None) -> None:
@@ -290,14 +271,14 @@ class Worker:
         core.sync_generation()
         if core.lost is not None:
             self._stopping = True  # a queue or exchange the handlers need is gone: stop
-        log_broker_cancels(session)
+        shells.log_broker_cancels(session)
         inbox = session.inbox
         if not inbox:
             return 0
         session.inbox = []
         for message in inbox:
             if self._stopping:
-                return_unhandled(core, [message])
+                shells.return_unhandled(core, [message])
             elif core.admit(message):
                 if core.periodic and core.routes[message.consumer].periodic is not None:
                     self._send(core.take_output())  # the next occurrence goes out before the run
@@ -368,4 +349,4 @@ class Worker:
             while session.state is not State.CLOSED and time.monotonic() < end:
                 self._io(0.1)
         self._drop()
-        log_stopped(core)
+        shells.log_stopped(core)

@@ -15,17 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rabbitry.errors import SpecError
+from rabbitry.errors import TargetError
 
 if TYPE_CHECKING:  # imported by the functions that use them: see WorkerView
     from rabbitry.topology.patterns.retry_setup import QueueRetry
     from rabbitry.topology.spec.model import QueueSpec, VhostSpec
 
 __all__ = ["Target", "TargetError", "group_of", "known", "retry_of", "target_of"]
-
-
-class TargetError(SpecError):
-    """A handler names a queue or a group that the vhost does not declare."""
 
 
 @dataclass(frozen=True)

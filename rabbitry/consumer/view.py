@@ -348,7 +348,8 @@ def cached(text: str) -> WorkerView | None:
     """The view stored for the rendered spec ``text``, if this user's rabbitry stored one for
     the same text in a directory of the user's own (else None: the spec is loaded in full)."""
     from rabbitry.consumer.spec_broker import broker_settings
-    from rabbitry.files import UnsafeFileError, private_directory, read_private
+    from rabbitry.errors import UnsafeFileError
+    from rabbitry.files import private_directory, read_private
 
     where = cache_dir()
     try:
@@ -386,8 +387,8 @@ def remember(text: str, spec: Spec) -> None:
     cache that cannot be written, or is not the user's own (one warning), is skipped (the
     worker then loads the spec)."""
     from rabbitry.consumer.spec_broker import broker_settings
-    from rabbitry.errors import RabbitryError
-    from rabbitry.files import UnsafeFileError, private_directory, write_private_in
+    from rabbitry.errors import RabbitryError, UnsafeFileError
+    from rabbitry.files import private_directory, write_private_in
 
     try:
         view = WorkerView.of(spec)

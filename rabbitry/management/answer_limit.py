@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import httpx
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import AnswerTooLarge, BrokerError
 
 MAX_BYTES_ENV = "RABBITRY_MANAGEMENT_MAX_BYTES"
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -35,10 +35,6 @@ STEP = 1024 * 1024
 """The most bytes one step of inflating an answer makes."""
 ACCEPT_ENCODING = "gzip, deflate"
 """The encodings ``decoded`` reads, and so the only ones the client asks for."""
-
-
-class AnswerTooLarge(BrokerError):
-    """A management API answer is larger than rabbitry reads (``RABBITRY_MANAGEMENT_MAX_BYTES``)."""
 
 
 def mebibytes(size: int) -> str:

@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 
-from rabbitry.errors import BrokerError, NoAnswer, TLSHandshakeError
+from rabbitry.errors import BrokerError, NoAnswer, ObjectNotFound, TLSHandshakeError
 from rabbitry.management.answer_limit import ACCEPT_ENCODING, max_answer_bytes, read_capped
-from rabbitry.management.failures import ObjectNotFound, describe_failure
+from rabbitry.management.failures import describe_failure
 from rabbitry.management.node_urls import api_url, q, split_credentials, trust
 from rabbitry.management.vhost_objects import read_vhost_objects
 from rabbitry.uri import mask_text, split_uris

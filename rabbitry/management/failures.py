@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import ObjectNotFound
 from rabbitry.uri import mask_text
 
 BROKER_TERMS = {
@@ -15,11 +15,6 @@ BROKER_TERMS = {
     ),
 }
 """Erlang terms the management API answers with, as a sentence that says what to do."""
-
-
-class ObjectNotFound(BrokerError):
-    """The management API answered 404: what the request names is not on the broker (or no
-    longer: a vhost deleted while it is read)."""
 
 
 def describe_failure(

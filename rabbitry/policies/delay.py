@@ -43,11 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from rabbitry.errors import RabbitryError
-
-
-class DelayError(RabbitryError):
-    """A delay that the declared delay levels cannot represent."""
+from rabbitry.errors import DelayError as DelayError
 
 
 def to_ms(delay: float | timedelta) -> float:

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import NonRetryable as NonRetryable
+from rabbitry.errors import RetryConfigError as RetryConfigError
 
 ATTEMPT_HEADER = "x-rabbitry-attempt"
 """Failed attempts so far (1 after the first failure)."""
@@ -47,15 +48,6 @@ BROKER_HEADERS = (
 )
 MAX_ERROR_TEXT = 1024
 """Error text kept in a header: stack traces can exceed frame_max and break the publish."""
-
-
-class RetryConfigError(RabbitryError):
-    """A retry policy that cannot work as declared."""
-
-
-class NonRetryable(RabbitryError):
-    """A failure no retry can mend (a body that does not validate, say): the message is parked
-    at once, whatever the queue's retry policy says. Raise it, or a subclass, from a handler."""
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ObjectNotFound
 from rabbitry.gcpause import pauses_collector
-from rabbitry.management.client import ManagementClient, ObjectNotFound
+from rabbitry.management.client import ManagementClient
 from rabbitry.provisioner.names import LOCK_PREFIX
 from rabbitry.provisioner.ownership import RECORD_PREFIX
 from rabbitry.provisioner.state import read_state

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.errors import LockHeld as LockHeld
+from rabbitry.errors import LockLost as LockLost
 from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.lease import MAX_TTL, MIN_TTL, Lease, Watch, holder_ttl
 from rabbitry.provisioner.names import LOCK_PREFIX
@@ -61,15 +63,6 @@ DEFAULT_SETTLE = 0.15
 SETTLE_FACTOR = 20.0
 """The wait is at least this many times the run's own read-to-written time."""
 MAX_SETTLE = 3.0
-
-
-class LockHeld(RabbitryError):
-    """Another run holds the stack's lock (and kept it past ``lock_timeout``)."""
-
-
-class LockLost(BrokerError):
-    """This run no longer holds the stack's lock it applies under: it stops before its next
-    write."""
 
 
 def default_ttl() -> float:

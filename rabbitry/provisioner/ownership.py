@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import RecordUnreadable as RecordUnreadable
 from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json, describe_key
 
 RECORD_PREFIX = "rabbitry.stack."
@@ -48,15 +48,6 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 """The most a record's object list may inflate to (16 MiB: about 280,000 objects; a stack of
 50,000 lists 2.9 MB). Bounds what reading one record costs: parsing it takes about ten times its
 size in memory."""
-
-
-class RecordUnreadable(BrokerError):
-    """A stack's ownership record on the broker cannot be read (another tool's, hand-edited, or
-    past a bound); ``stack`` names it."""
-
-    def __init__(self, stack: str, message: str) -> None:
-        self.stack = stack
-        super().__init__(message)
 
 
 def record_name(stack: str) -> str:

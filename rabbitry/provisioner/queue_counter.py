@@ -109,7 +109,7 @@ class AmqpQueueCounter(contextlib.AbstractContextManager["AmqpQueueCounter"]):
                 ) from None
 
     def _count(self, vhost: str, queue: str) -> tuple[int, int]:
-        from rabbitry.amqp.errors import ChannelRefused
+        from rabbitry.errors import ChannelRefused
 
         channel = self._channel(vhost, queue)
         try:
@@ -126,6 +126,7 @@ class AmqpQueueCounter(contextlib.AbstractContextManager["AmqpQueueCounter"]):
             raise _Lost(exc) from None
 
 
+# Internal: caught in this module, which tries once more or raises a BrokerError.
 class _Lost(Exception):
     """The connection of a count broke (``cause``): the caller may try once more."""
 

@@ -280,8 +280,9 @@ def stacks(
 ) -> StacksOnBroker:
     """The stacks on the broker (only those owning something in ``vhosts``, when given) with
     what each owns, read from their ownership records in one request."""
+    from rabbitry.errors import RecordUnreadable
     from rabbitry.management.endpoints import resolve_endpoints
-    from rabbitry.provisioner.ownership import RecordUnreadable, stacks_on
+    from rabbitry.provisioner.ownership import stacks_on
     from rabbitry.provisioner.state import read_records
 
     endpoints = resolve_endpoints(url, management_url)

@@ -11,14 +11,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rabbitry.errors import BrokerError
-from rabbitry.management.client import ManagementClient, ObjectNotFound, q
-from rabbitry.provisioner.ownership import (
-    OwnershipRecord,
-    RecordUnreadable,
-    owners_by_key,
-    records_from,
-)
+from rabbitry.errors import BrokerError, ObjectNotFound, RecordUnreadable
+from rabbitry.management.client import ManagementClient, q
+from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
 from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange, plugin_queue
 from rabbitry.topology.primitives import (
     GLOBAL,

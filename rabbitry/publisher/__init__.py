@@ -18,16 +18,30 @@ from rabbitry import lazy
 if TYPE_CHECKING:
     from rabbitry.amqp.codecs import JSON, Codec, JsonCodec
     from rabbitry.amqp.confirms import ConfirmTracker, Delivery, Status
-    from rabbitry.amqp.errors import AccessRefused, ChannelClosed, ConnectionLost, ExchangeNotFound
     from rabbitry.amqp.message import Message, MessageBuilder
     from rabbitry.amqp.settings import Backoff, ConnectionSettings
-    from rabbitry.errors import ConfirmTimeout, Nacked, PublishError, TLSHandshakeError, Unroutable
+    from rabbitry.errors import (
+        AccessRefused,
+        ChannelClosed,
+        ConfirmTimeout,
+        ConnectionLost,
+        DelayLayoutMismatch,
+        ExchangeNotFound,
+        Nacked,
+        NoRoute,
+        PublisherClosed,
+        PublishError,
+        ReplyLost,
+        RequestTimeout,
+        TLSHandshakeError,
+        UnknownExchange,
+        Unroutable,
+    )
     from rabbitry.publisher.aio import AsyncPublisher
     from rabbitry.publisher.base import PublisherStats
-    from rabbitry.publisher.errors import PublisherClosed
-    from rabbitry.publisher.layout import DelayLayoutMismatch, check_delay_layouts
-    from rabbitry.publisher.requests import Reply, ReplyLost, RequestTimeout
-    from rabbitry.publisher.routing import NoRoute, Router, UnknownExchange
+    from rabbitry.publisher.layout import check_delay_layouts
+    from rabbitry.publisher.requests import Reply
+    from rabbitry.publisher.routing import Router
     from rabbitry.publisher.sync import Publisher
 
 __all__ = [
@@ -71,10 +85,10 @@ _LAZY = {
     "ConfirmTracker": "rabbitry.amqp.confirms",
     "Delivery": "rabbitry.amqp.confirms",
     "Status": "rabbitry.amqp.confirms",
-    "AccessRefused": "rabbitry.amqp.errors",
-    "ChannelClosed": "rabbitry.amqp.errors",
-    "ConnectionLost": "rabbitry.amqp.errors",
-    "ExchangeNotFound": "rabbitry.amqp.errors",
+    "AccessRefused": "rabbitry.errors",
+    "ChannelClosed": "rabbitry.errors",
+    "ConnectionLost": "rabbitry.errors",
+    "ExchangeNotFound": "rabbitry.errors",
     "Message": "rabbitry.amqp.message",
     "MessageBuilder": "rabbitry.amqp.message",
     "Backoff": "rabbitry.amqp.settings",
@@ -86,15 +100,15 @@ _LAZY = {
     "Unroutable": "rabbitry.errors",
     "AsyncPublisher": "rabbitry.publisher.aio",
     "PublisherStats": "rabbitry.publisher.base",
-    "PublisherClosed": "rabbitry.publisher.errors",
-    "DelayLayoutMismatch": "rabbitry.publisher.layout",
+    "PublisherClosed": "rabbitry.errors",
+    "DelayLayoutMismatch": "rabbitry.errors",
     "check_delay_layouts": "rabbitry.publisher.layout",
     "Reply": "rabbitry.publisher.requests",
-    "ReplyLost": "rabbitry.publisher.requests",
-    "RequestTimeout": "rabbitry.publisher.requests",
-    "NoRoute": "rabbitry.publisher.routing",
+    "ReplyLost": "rabbitry.errors",
+    "RequestTimeout": "rabbitry.errors",
+    "NoRoute": "rabbitry.errors",
     "Router": "rabbitry.publisher.routing",
-    "UnknownExchange": "rabbitry.publisher.routing",
+    "UnknownExchange": "rabbitry.errors",
     "Publisher": "rabbitry.publisher.sync",
 }
 

@@ -19,25 +19,17 @@ from typing import Any, Unpack
 
 from rabbitry.amqp.aio import Wire, connect_async, open_wire
 from rabbitry.amqp.confirms import Delivery, Status
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError, ConfirmTimeout
+from rabbitry.errors import BrokerError, ConfirmTimeout, ConnectionLost, FrameError
+from rabbitry.publisher import resend
 from rabbitry.publisher.base import (
     BatchOptions,
     PublisherBase,
     PublishOptions,
 )
-from rabbitry.publisher.errors import PublisherClosed
-from rabbitry.publisher.requests import (
-    DEFAULT_REQUEST_TIMEOUT,
-    Reply,
-    RequestOptions,
-    start_request,
-    timed_out,
-)
-from rabbitry.publisher.resend import note_lost, publisher_outage
+from rabbitry.publisher.requests import DEFAULT_REQUEST_TIMEOUT, Reply, RequestOptions
 from rabbitry.uri import mask_text
 
 _OUT_HIGH_WATER = 1 << 18
@@ -76,8 +68,7 @@ class AsyncPublisher(PublisherBase):
         await self.close()
 
     async def connect(self) -> None:
-        if self.closed:
-            raise PublisherClosed("the publisher is closed")
+        self._refuse_if_closed()
         if self._session is not None and self._session.ready:
             return
         self._loop = asyncio.get_running_loop()
@@ -100,11 +91,7 @@ class AsyncPublisher(PublisherBase):
                 self._ticker.cancel()
             if self._reconnecting is not None and not self._reconnecting.done():
                 self._reconnecting.cancel()
-            self.tracker.fail_where(
-                lambda d: True,
-                lambda d: PublisherClosed(f"message {d.message_id}: publisher closed unconfirmed"),
-            )
-            self.replies.channel_lost("the publisher was closed")
+            self._fail_in_flight()
             wire, session = self._wire, self._session
             if wire is not None and wire.transport is not None and session is not None:
                 session.close()
@@ -163,7 +150,7 @@ class AsyncPublisher(PublisherBase):
         Raises ``Unroutable`` at its confirm when no queue takes the request, and
         ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
         done = asyncio.get_running_loop().create_future()
-        delivery, waiting = start_request(self, body, routing_key, timeout, options, done)
+        delivery, waiting = self._start_request(body, routing_key, timeout, options, done)
         try:
             async with asyncio.timeout(timeout):
                 session = self._session
@@ -176,7 +163,7 @@ class AsyncPublisher(PublisherBase):
                 if waiting.reply is None and waiting.error is None:
                     await done
         except TimeoutError:
-            raise timed_out(waiting, routing_key, timeout) from None
+            raise waiting.timed_out(routing_key, timeout) from None
         finally:
             self.replies.forget(waiting.correlation_id)
         return waiting.outcome()
@@ -249,8 +236,7 @@ class AsyncPublisher(PublisherBase):
         )
 
     async def _room(self, limit: int) -> Session:
-        if self.closed:
-            raise PublisherClosed("the publisher is closed")
+        self._refuse_if_closed()
         if self._session is None:
             await self.connect()
         while True:
@@ -266,8 +252,7 @@ class AsyncPublisher(PublisherBase):
                 self._flush()
                 if self._can_send(session, limit):
                     return session
-            if self.closed:
-                raise PublisherClosed("the publisher is closed")
+            self._refuse_if_closed()
             if self._space is None or self._space.done():
                 assert self._loop is not None
                 self._space = self._loop.create_future()
@@ -356,13 +341,13 @@ class AsyncPublisher(PublisherBase):
             return  # the connect loop retries or stops, and says so: nothing was lost
         if self.closed:
             return
-        note_lost(self, exc or "closed")
+        resend.note_lost(self, exc or "closed")
         if self._reconnecting is None or self._reconnecting.done():
             assert self._loop is not None
             self._reconnecting = self._loop.create_task(self._connect_loop(first=False))
 
     async def _connect_loop(self, *, first: bool) -> None:
-        outage, resend = publisher_outage(
+        outage, unconfirmed = resend.publisher_outage(
             self,
             first=first,
             tidy=self._failed_try,
@@ -370,7 +355,10 @@ class AsyncPublisher(PublisherBase):
             stopping=lambda: self.closed,
         )
         try:
-            if await connect_async(outage, lambda s: self._connect_once(s, resend)) is not None:
+            if (
+                await connect_async(outage, lambda s: self._connect_once(s, unconfirmed))
+                is not None
+            ):
                 self._failure = None
                 self._wake()
         finally:
@@ -385,13 +373,13 @@ class AsyncPublisher(PublisherBase):
             self._failure = final
         self._wake()
 
-    async def _connect_once(self, s: ConnectionSettings, resend: list[Delivery]) -> Session:
+    async def _connect_once(self, s: ConnectionSettings, unconfirmed: list[Delivery]) -> Session:
         session = Session(
             s,
             self.tracker,
             self.builder,
             confirms=self.confirms,
-            resend=resend,
+            resend=unconfirmed,
             on_reply=self._reply_hook,
         )
         session.last_received = time.monotonic()
@@ -434,7 +422,7 @@ class AsyncPublisher(PublisherBase):
         session, wire = self._session, self._wire
         if session is not None and wire is not None and wire.transport is not None:
             if not session.tick(now):
-                note_lost(self, None)
+                resend.note_lost(self, None)
                 wire.transport.abort()
             elif session.out:
                 self._flush()

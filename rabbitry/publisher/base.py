@@ -23,10 +23,16 @@ from rabbitry.amqp.settings import (
     named_vhost,
     settings_for_vhost,
 )
-from rabbitry.errors import PublishError
+from rabbitry.errors import PublisherClosed, PublishError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.metrics import LivePublishers
-from rabbitry.publisher.requests import PendingReplies
+from rabbitry.publisher.requests import (
+    REPLY_TO,
+    PendingReplies,
+    RequestOptions,
+    Waiting,
+    fresh_correlation_id,
+)
 from rabbitry.publisher.window import AdaptiveWindow
 
 if TYPE_CHECKING:  # routing reads the topology's pydantic models: loaded by the first publisher
@@ -307,7 +313,7 @@ class PublisherBase:
             if mandatory is None and target.delayed:
                 mandatory = True
         if check_route and not self.router.reaches_queue(ex, routing_key, headers):
-            from rabbitry.publisher.routing import NoRoute
+            from rabbitry.errors import NoRoute
 
             raise NoRoute(f"by the spec, exchange {ex!r} routes {routing_key!r} to no queue")
         span = None
@@ -412,6 +418,54 @@ class PublisherBase:
         )
         delivery.deadline = deadline
         return delivery
+
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise PublisherClosed("the publisher is closed")
+
+    def _fail_in_flight(self) -> None:
+        """At close: each message still unconfirmed fails with ``PublisherClosed``; requests
+        whose reply can no longer come fail too."""
+        self.tracker.fail_where(
+            lambda d: True,
+            lambda d: PublisherClosed(f"message {d.message_id}: publisher closed unconfirmed"),
+        )
+        self.replies.channel_lost("the publisher was closed")
+
+    def _start_request(
+        self,
+        body: Body,
+        routing_key: str,
+        timeout: float,
+        options: RequestOptions,
+        done: Any = None,
+    ) -> tuple[Delivery, Waiting]:
+        """A request's delivery (confirmed and mandatory: an unroutable request fails at its
+        confirm, not at the timeout) and its entry among the waiting requests (``done``: the
+        asyncio future its reply sets)."""
+        if not self.confirms:
+            raise PublishError(
+                "request() needs publisher confirms (an unroutable request is only known from its"
+                " confirm): use a publisher with confirms=True"
+            )
+        if timeout <= 0:
+            raise ValueError(f"request timeout must be positive, got {timeout}")
+        correlation_id = options.pop("correlation_id", None) or fresh_correlation_id()
+        waiting = self.replies.expect(correlation_id, done)
+        try:
+            delivery = self.prepare(
+                body,
+                routing_key=routing_key,
+                mandatory=True,
+                reply_to=REPLY_TO,
+                correlation_id=correlation_id,
+                **options,
+            )
+        except BaseException:
+            self.replies.forget(correlation_id)
+            raise
+        waiting.delivery = delivery
+        return delivery, waiting
 
     def _want_replies(self, session: Session) -> None:
         """Consume direct replies on ``session`` (and on every later one) from now on."""

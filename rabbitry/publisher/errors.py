@@ -1,9 +1,8 @@
-"""Publisher-specific errors; all are ``PublishError`` so one ``except`` catches every failure."""
+"""Publisher-specific errors under their old home: they are defined in ``rabbitry.errors``; all
+are ``PublishError`` so one ``except`` catches every failure."""
 
 from __future__ import annotations
 
-from rabbitry.errors import PublishError
+from rabbitry.errors import PublisherClosed
 
-
-class PublisherClosed(PublishError):
-    """The publisher was closed before the message was confirmed."""
+__all__ = ["PublisherClosed"]

@@ -16,16 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from rabbitry.amqp.channel import Channel
-from rabbitry.amqp.errors import ChannelRefused
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError, PublishError
+from rabbitry.errors import BrokerError, ChannelRefused, DelayLayoutMismatch
 from rabbitry.policies.delay import DelayScheme
 
 CHECK_TIMEOUT = 8.0
-
-
-class DelayLayoutMismatch(PublishError):
-    """The broker's delay levels are not laid out as the spec says: a delay would strand."""
 
 
 def mismatch_message(scheme: DelayScheme, where: str) -> str:

@@ -21,30 +21,18 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.errors import PublishError
-
-if TYPE_CHECKING:
-    from rabbitry.amqp.message import Body
-    from rabbitry.publisher.base import PublisherBase
+from rabbitry.errors import ReplyLost as ReplyLost
+from rabbitry.errors import RequestTimeout as RequestTimeout
 
 logger = logging.getLogger("rabbitry.publisher")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 """The pseudo-queue of direct reply-to: requests name it as ``reply_to``."""
 DEFAULT_REQUEST_TIMEOUT = 30.0
-
-
-class RequestTimeout(PublishError):
-    """No reply came within the request's timeout; the request may still be handled later,
-    and its reply is then dropped."""
-
-
-class ReplyLost(PublishError):
-    """The connection was lost while a request waited: its reply can no longer arrive (the
-    request was stored and may be handled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +95,13 @@ class Waiting:
         assert self.reply is not None
         return self.reply
 
+    def timed_out(self, routing_key: str, timeout: float) -> RequestTimeout:
+        """The error of a request whose reply did not come within ``timeout`` seconds."""
+        return RequestTimeout(
+            f"request {self.correlation_id} to {routing_key!r}: no reply within {timeout:g} s"
+            " (the request was stored; a reply that comes later is dropped)"
+        )
+
     def settle(self, reply: Reply | None, error: PublishError | None) -> None:
         self.reply, self.error = reply, error
         done = self.done
@@ -168,45 +163,3 @@ class PendingReplies:
                 entry.settle(
                     None, ReplyLost(f"request {correlation_id}: {why}; its reply cannot arrive")
                 )
-
-
-def start_request(
-    publisher: PublisherBase,
-    body: Body,
-    routing_key: str,
-    timeout: float,
-    options: RequestOptions,
-    done: Any = None,
-) -> tuple[Delivery, Waiting]:
-    """The request's delivery (confirmed and mandatory: an unroutable request fails at its
-    confirm, not at the timeout) and its entry among the waiting requests."""
-    if not publisher.confirms:
-        raise PublishError(
-            "request() needs publisher confirms (an unroutable request is only known from its"
-            " confirm): use a publisher with confirms=True"
-        )
-    if timeout <= 0:
-        raise ValueError(f"request timeout must be positive, got {timeout}")
-    correlation_id = options.pop("correlation_id", None) or fresh_correlation_id()
-    waiting = publisher.replies.expect(correlation_id, done)
-    try:
-        delivery = publisher.prepare(
-            body,
-            routing_key=routing_key,
-            mandatory=True,
-            reply_to=REPLY_TO,
-            correlation_id=correlation_id,
-            **options,
-        )
-    except BaseException:
-        publisher.replies.forget(correlation_id)
-        raise
-    waiting.delivery = delivery
-    return delivery, waiting
-
-
-def timed_out(waiting: Waiting, routing_key: str, timeout: float) -> RequestTimeout:
-    return RequestTimeout(
-        f"request {waiting.correlation_id} to {routing_key!r}: no reply within {timeout:g} s"
-        " (the request was stored; a reply that comes later is dropped)"
-    )

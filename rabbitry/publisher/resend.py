@@ -12,9 +12,8 @@ from collections.abc import Callable
 
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.connector import Outage
-from rabbitry.amqp.errors import ConnectionLost
 from rabbitry.amqp.reconnect import Reconnect
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, ConnectionLost
 from rabbitry.publisher.base import PublisherBase, logger
 from rabbitry.uri import mask_text
 

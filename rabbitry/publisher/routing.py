@@ -13,7 +13,9 @@ from datetime import timedelta
 from typing import Any
 
 from rabbitry.amqp.topic import topic_matches
+from rabbitry.errors import NoRoute as NoRoute
 from rabbitry.errors import PublishError
+from rabbitry.errors import UnknownExchange as UnknownExchange
 from rabbitry.policies.delay import DelayScheme, Route
 from rabbitry.topology.patterns.delays import delay_addresses, delay_scheme
 from rabbitry.topology.primitives import (
@@ -25,14 +27,6 @@ from rabbitry.topology.primitives import (
     Vhost,
 )
 from rabbitry.topology.spec.model import VhostSpec
-
-
-class UnknownExchange(PublishError):
-    """The exchange is not declared in the publisher's topology (caught before publishing)."""
-
-
-class NoRoute(PublishError):
-    """By the topology, the routing key reaches no queue (asked for with ``check_route``)."""
 
 
 @dataclass(frozen=True)

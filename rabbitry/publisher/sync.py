@@ -18,26 +18,18 @@ from typing import Any, Unpack
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import Delivery, Status
 from rabbitry.amqp.connector import connect
-from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.message import Body, Message
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import ConfirmTimeout, PublishError
+from rabbitry.errors import ConfirmTimeout, ConnectionLost, FrameError, PublishError
+from rabbitry.publisher import resend
 from rabbitry.publisher.base import (
     Batch,
     BatchOptions,
     PublisherBase,
     PublishOptions,
 )
-from rabbitry.publisher.errors import PublisherClosed
-from rabbitry.publisher.requests import (
-    DEFAULT_REQUEST_TIMEOUT,
-    Reply,
-    RequestOptions,
-    start_request,
-    timed_out,
-)
-from rabbitry.publisher.resend import note_lost, publisher_outage
+from rabbitry.publisher.requests import DEFAULT_REQUEST_TIMEOUT, Reply, RequestOptions
 
 _OUT_HIGH_WATER = 1 << 20
 
@@ -72,8 +64,7 @@ class Publisher(PublisherBase):
 
     def connect(self) -> None:
         """Open the connection now (otherwise the first publish does)."""
-        if self.closed:
-            raise PublisherClosed("the publisher is closed")
+        self._refuse_if_closed()
         if self._session is None or not self._session.ready:
             self._open(first=True)
 
@@ -87,10 +78,7 @@ class Publisher(PublisherBase):
                     self.flush(timeout)
         finally:
             self.closed = True
-            self.tracker.fail_where(
-                lambda d: True,
-                lambda d: PublisherClosed(f"message {d.message_id}: publisher closed unconfirmed"),
-            )
+            self._fail_in_flight()
             session, wire = self._session, self._wire
             if session is not None and wire is not None:
                 wire.close_session(session)
@@ -132,7 +120,7 @@ class Publisher(PublisherBase):
 
         Raises ``Unroutable`` at its confirm when no queue takes the request, and
         ``RequestTimeout`` when no reply came in time (a later reply is dropped)."""
-        delivery, waiting = start_request(self, body, routing_key, timeout, options)
+        delivery, waiting = self._start_request(body, routing_key, timeout, options)
         try:
             self._want_replies(self._ready_session())  # the consumer first, then the request
             self._send(delivery)
@@ -142,7 +130,7 @@ class Publisher(PublisherBase):
                     raise delivery.error
                 left = end - time.monotonic()
                 if left <= 0:
-                    raise timed_out(waiting, routing_key, timeout)
+                    raise waiting.timed_out(routing_key, timeout)
                 self._step(min(0.5, left))
         finally:
             self.replies.forget(waiting.correlation_id)
@@ -244,8 +232,7 @@ class Publisher(PublisherBase):
         session.publish(delivery)
 
     def _ready_session(self) -> Session:
-        if self.closed:
-            raise PublisherClosed("the publisher is closed")
+        self._refuse_if_closed()
         session = self._session
         if session is None:
             self._open(first=True)
@@ -273,7 +260,7 @@ class Publisher(PublisherBase):
                 raise Disconnected("not connected")
             wire.exchange(session, timeout, want_read=want_read)
         except (Disconnected, FrameError) as exc:  # a broken frame ends the connection too
-            note_lost(self, exc)
+            resend.note_lost(self, exc)
             self._open(first=False)
         if self.adaptive is not None:
             self.adaptive.update(self.tracker.latency)
@@ -283,7 +270,7 @@ class Publisher(PublisherBase):
             if self.tracker.unsettled:
                 self.tracker.expire(now)
             if not session.tick(now):
-                note_lost(self, None)
+                resend.note_lost(self, None)
                 self._drop_socket()
                 self._open(first=False)
 
@@ -295,27 +282,27 @@ class Publisher(PublisherBase):
     def _open(self, *, first: bool) -> None:
         """Connect (again), with back-off; unconfirmed messages are republished once ready."""
         self._drop_socket()
-        outage, resend = publisher_outage(
+        outage, unconfirmed = resend.publisher_outage(
             self,
             first=first,
             tidy=lambda exc: self._drop_socket(),
             gave_up=self._gave_up,
         )
-        connect(outage, lambda target: self._connect_once(target, resend))
+        connect(outage, lambda target: self._connect_once(target, unconfirmed))
         self._broken = None
 
     def _gave_up(self, final: BaseException) -> None:
         if isinstance(final, ConnectionLost):
             self._broken = final
 
-    def _connect_once(self, target: ConnectionSettings, resend: list[Delivery]) -> None:
+    def _connect_once(self, target: ConnectionSettings, unconfirmed: list[Delivery]) -> None:
         self._wire = wire = SocketWire(target)
         self._session = Session(
             target,
             self.tracker,
             self.builder,
             confirms=self.confirms,
-            resend=resend,
+            resend=unconfirmed,
             on_reply=self._reply_hook,
         )
         wire.handshake(self._session)

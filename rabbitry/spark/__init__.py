@@ -20,15 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rabbitry.errors import SinkOptionError, SourceOptionError, SparkSinkError, SparkSourceError
 from rabbitry.spark.ids import MessageIdScheme, parse_message_id
-from rabbitry.spark.options import (
-    OPTIONS,
-    SinkOptionError,
-    SinkOptions,
-    SourceOptionError,
-    SparkSinkError,
-    SparkSourceError,
-)
+from rabbitry.spark.options import OPTIONS, SinkOptions
 from rabbitry.spark.partition import SinkPlan, publish_rows
 from rabbitry.spark.report import PartitionReport, SinkTotals
 from rabbitry.spark.rows import Column, ColumnKind, RowEncoder

@@ -14,11 +14,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rabbitry.amqp.channel import Channel
-from rabbitry.amqp.errors import ChannelRefused
-from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.errors import (
+    BrokerError,
+    ChannelRefused,
+    RabbitryError,
+    SinkOptionError,
+    SparkSinkError,
+)
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher.routing import Router
-from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.options import SinkOptions
 from rabbitry.spark.partition import SinkPlan
 from rabbitry.spark.rows import Column
 from rabbitry.spark.source_protocol import stream_port_from

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rabbitry.spark.options import SourceOptionError
+from rabbitry.errors import SourceOptionError
 
 
 class OffsetKind(enum.StrEnum):

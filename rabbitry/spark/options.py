@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 from rabbitry.amqp.settings import url_for_vhost
 from rabbitry.amqp.url_options import mask_query, url_options
 from rabbitry.errors import BrokerError, RabbitryError
+from rabbitry.errors import SinkOptionError as SinkOptionError
+from rabbitry.errors import SourceOptionError as SourceOptionError
+from rabbitry.errors import SparkSinkError as SparkSinkError
+from rabbitry.errors import SparkSourceError as SparkSourceError
 from rabbitry.uri import mask_uri, mask_with, split_uris, with_password
 
 DEFAULT_URL_ENV = "RABBITRY_URL"
@@ -24,23 +29,8 @@ DEFAULT_WINDOW = 512
 MAX_WINDOW = 65535
 
 
-class SparkSinkError(RabbitryError):
-    """The Spark sink cannot start (bad option, schema or broker) or a partition was not stored."""
-
-
-class SinkOptionError(SparkSinkError):
-    """An option of the ``rabbitmq`` data source is unknown, malformed or contradicts another."""
-
-
-class SparkSourceError(RabbitryError):
-    """The Spark source cannot start (bad option, missing stream, broker) or a read failed."""
-
-
-class SourceOptionError(SparkSourceError):
-    """An option of the ``rabbitmq`` source is unknown, malformed or contradicts another."""
-
-
 OptionError = type[SinkOptionError] | type[SourceOptionError]
+_N = TypeVar("_N", int, float)
 
 
 # Option name -> one-line description (also what the unknown-option message lists).
@@ -183,14 +173,14 @@ class SinkOptions:
             id_prefix=given.get("id_prefix") or None,
             content_type=given.get("content_type") or None,
             persistent=_bool(given, "persistent", True),
-            priority=_int(given, "priority", None, 0, 255),
-            expiration=_int(given, "expiration", None, 0, 2**31 - 1),
+            priority=_optional_int(given, "priority", 0, 255),
+            expiration=_optional_int(given, "expiration", 0, 2**31 - 1),
             delay_column=delay_column,
             delays=given.get("delays") or None,
             spec=given.get("spec") or None,
             spec_vars=_pairs(given, "spec_vars"),
             vhost=given.get("vhost") or None,
-            window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW) or DEFAULT_WINDOW,
+            window=_int(given, "window", DEFAULT_WINDOW, 1, MAX_WINDOW),
             mandatory=_bool(given, "mandatory", True),
             confirm_timeout=_float(given, "confirm_timeout", 30.0),
             check_exchange=_bool(given, "check_exchange", True),
@@ -198,7 +188,7 @@ class SinkOptions:
             node_order=_choice(given, "node_order", ("shuffle", "in-order"), "shuffle"),
             traces=_bool(given, "traces", False),
             protocol=_choice(given, "protocol", ("auto", "stream", "amqp"), "auto"),
-            stream_port=_int(given, "stream_port", None, 1, 65535),
+            stream_port=_optional_int(given, "stream_port", 1, 65535),
         )
         if parsed.id_prefix is not None and parsed.message_id_column is not None:
             raise SinkOptionError("give id_prefix or message_id_column, not both")
@@ -317,36 +307,48 @@ def _bool(
     raise error(f"{name} must be true or false, not {value!r}")
 
 
+def _number(
+    given: Mapping[str, str], name: str, parse: Callable[[str], _N], kind: str, error: OptionError
+) -> _N | None:
+    """``name``'s value read by ``parse`` (None when not given); ``kind``: what it must be."""
+    value = given.get(name)
+    if value is None:
+        return None
+    try:
+        return parse(value.strip())
+    except ValueError:
+        raise error(f"{name} must be {kind}, not {value!r}") from None
+
+
+def _optional_int(
+    given: Mapping[str, str], name: str, low: int, high: int, error: OptionError = SinkOptionError
+) -> int | None:
+    """``name`` as a whole number from ``low`` to ``high``; None when not given."""
+    number = _number(given, name, int, "a whole number", error)
+    if number is not None and not low <= number <= high:
+        raise error(f"{name} must be between {low} and {high}, not {number}")
+    return number
+
+
 def _int(
     given: Mapping[str, str],
     name: str,
-    default: int | None,
+    default: int,
     low: int,
     high: int,
     error: OptionError = SinkOptionError,
-) -> int | None:
-    value = given.get(name)
-    if value is None:
-        return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise error(f"{name} must be a whole number, not {value!r}") from None
-    if not low <= number <= high:
-        raise error(f"{name} must be between {low} and {high}, not {number}")
-    return number
+) -> int:
+    """``name`` as a whole number from ``low`` to ``high``; ``default`` when not given."""
+    number = _optional_int(given, name, low, high, error)
+    return default if number is None else number
 
 
 def _float(
     given: Mapping[str, str], name: str, default: float, error: OptionError = SinkOptionError
 ) -> float:
-    value = given.get(name)
-    if value is None:
+    number = _number(given, name, float, "a number of seconds", error)
+    if number is None:
         return default
-    try:
-        number = float(value.strip())
-    except ValueError:
-        raise error(f"{name} must be a number of seconds, not {value!r}") from None
     if not number > 0:
-        raise error(f"{name} must be positive, not {value!r}")
+        raise error(f"{name} must be positive, not {given[name]!r}")
     return number

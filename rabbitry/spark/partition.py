@@ -16,12 +16,12 @@ from typing import Any, cast
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Message
 from rabbitry.amqp.settings import Backoff
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import RabbitryError, SparkSinkError
 from rabbitry.policies.delay import DelayScheme
 from rabbitry.publisher import Publisher
 from rabbitry.publisher.base import Batch
 from rabbitry.spark.ids import MessageIdScheme
-from rabbitry.spark.options import SinkOptions, SparkSinkError
+from rabbitry.spark.options import SinkOptions
 from rabbitry.spark.report import PartitionReport
 from rabbitry.spark.rows import Column, Outgoing, RowEncoder
 from rabbitry.spark.sink_records import arrow_rows

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 
-from rabbitry.errors import MissingExtra
-from rabbitry.spark.options import SparkSinkError
+from rabbitry.errors import MissingExtra, SparkSinkError
 
 DATA_SOURCE_API = (4, 0)
 FOREACH_PARTITION = (3, 5)

@@ -21,8 +21,8 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from rabbitry.consumer.streams import StreamReader
+from rabbitry.errors import SparkSourceError
 from rabbitry.spark.offsets import Bounds, cap, checked_offsets, data_lost, offsets_json
-from rabbitry.spark.options import SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.spark.source_columns import chunk_batches
 from rabbitry.spark.source_plan import (

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from rabbitry.errors import SinkOptionError, SparkSinkError
 from rabbitry.spark.ids import MessageIdScheme
-from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.options import SinkOptions
 
 
 class ColumnKind(enum.StrEnum):

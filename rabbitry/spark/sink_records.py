@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rabbitry.errors import SparkSinkError
 from rabbitry.spark.ids import MessageIdScheme
-from rabbitry.spark.options import SparkSinkError
 from rabbitry.spark.rows import ColumnKind, Outgoing, RowEncoder
 from rabbitry.stream import amqp10
 

@@ -25,8 +25,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from rabbitry.errors import SinkOptionError
 from rabbitry.spark.checks import plan_write
-from rabbitry.spark.options import SinkOptionError
 from rabbitry.spark.partition import SinkPlan, publish_batches, publish_rows
 from rabbitry.spark.reader import SOURCE_TYPE, RabbitMQBatchReader, RabbitMQStreamReader
 from rabbitry.spark.report import PartitionReport, SinkTotals, log_totals, logger

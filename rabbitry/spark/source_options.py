@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
+from rabbitry.errors import SourceOptionError
 from rabbitry.spark.offsets import OffsetKind, OffsetSpec, parse_offset_spec
 from rabbitry.spark.options import (
     DEFAULT_URL_ENV,
-    SourceOptionError,
     _bool,
     _float,
     _int,
+    _optional_int,
     _resolve_url,
     known_options,
 )
@@ -138,7 +139,7 @@ class SourceOptions:
                 " (the management API, such as http://rabbit:15672)"
             )
         _check_mode(given, streaming)
-        max_trigger = _int(given, "maxrecordspertrigger", None, 1, 2**62, SourceOptionError)
+        max_trigger = _optional_int(given, "maxrecordspertrigger", 1, 2**62, SourceOptionError)
         parsed = cls(
             url=url,
             streaming=bool(streaming),
@@ -150,24 +151,17 @@ class SourceOptions:
             partition_count=count,
             max_records_per_trigger=max_trigger,
             max_records_per_partition=_int(
-                given,
-                "maxrecordsperpartition",
-                DEFAULT_PARTITION_SIZE,
-                1,
-                2**62,
-                SourceOptionError,
-            )
-            or DEFAULT_PARTITION_SIZE,
-            min_partitions=_int(given, "minpartitions", 1, 1, 100_000, SourceOptionError) or 1,
-            prefetch=_int(given, "prefetch", DEFAULT_PREFETCH, 1, 65535, SourceOptionError)
-            or DEFAULT_PREFETCH,
+                given, "maxrecordsperpartition", DEFAULT_PARTITION_SIZE, 1, 2**62, SourceOptionError
+            ),
+            min_partitions=_int(given, "minpartitions", 1, 1, 100_000, SourceOptionError),
+            prefetch=_int(given, "prefetch", DEFAULT_PREFETCH, 1, 65535, SourceOptionError),
             read_timeout=_float(given, "read_timeout", 60.0, SourceOptionError),
             connection_name=given.get("connection_name") or "rabbitry-spark",
             management_url=(management or env.get(MANAGEMENT_URL_ENV) or management_from_amqp(url)),
             fail_on_data_loss=_bool(given, "failondataloss", True, SourceOptionError),
             protocol=Protocol.parse(given.get("protocol")).value,
             stream_port=stream_port_from(
-                url, _int(given, "stream_port", None, 1, 65535, SourceOptionError), env
+                url, _optional_int(given, "stream_port", 1, 65535, SourceOptionError), env
             ),
         )
         if streams:  # a super stream's offsets are checked once its partitions are known
@@ -186,7 +180,7 @@ def _super_stream_partitions(
         raise SourceOptionError("partitions belongs to super_stream=; give both")
     text = given["partitions"].strip()
     if text.isdigit():
-        return (), _int(given, "partitions", None, 1, MAX_PARTITIONS, SourceOptionError)
+        return (), _optional_int(given, "partitions", 1, MAX_PARTITIONS, SourceOptionError)
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     if not keys:
         raise SourceOptionError("partitions is empty: give keys or a number")

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from rabbitry.consumer.streams import (
-    FIRST_WAIT,
+from rabbitry.consumer.streams import FIRST_WAIT, StreamReader, offset_of
+from rabbitry.errors import (
+    BrokerError,
+    SourceOptionError,
+    SparkSourceError,
     StreamError,
     StreamNotFound,
-    StreamReader,
-    offset_of,
 )
-from rabbitry.errors import BrokerError
 from rabbitry.spark.offsets import (
     Bounds,
     DataLoss,
@@ -31,7 +31,6 @@ from rabbitry.spark.offsets import (
     ranges,
     resolve,
 )
-from rabbitry.spark.options import SourceOptionError, SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.spark.source_options import MAX_PARTITIONS, SourceOptions
 from rabbitry.spark.source_protocol import Protocol, choose_stream_port
@@ -341,8 +340,8 @@ def read_chunks(partition: StreamPartition) -> Iterator[Chunk]:
     offset order (runs in a task; ``partition.stream_port`` is set): the same checks as
     ``read_partition`` over AMQP 0-9-1."""
     from rabbitry.amqp.settings import ConnectionSettings
+    from rabbitry.errors import StreamProtocolError, StreamRefused, StreamUnavailable
     from rabbitry.stream.blocking import StreamClient
-    from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 
     r = partition.range
     assert partition.stream_port is not None

@@ -20,11 +20,9 @@ from urllib.parse import urlsplit
 
 from rabbitry.amqp.channel import Channel
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.errors import BrokerError
-from rabbitry.spark.options import SourceOptionError, SparkSourceError
+from rabbitry.errors import BrokerError, OtherBroker, SourceOptionError, SparkSourceError
 from rabbitry.spark.report import logger
 from rabbitry.stream.blocking import DEFAULT_PORT, DEFAULT_TLS_PORT, probe
-from rabbitry.stream.errors import OtherBroker
 from rabbitry.uri import mask_text
 
 __all__ = [

@@ -25,19 +25,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import (
+    OtherBroker,
+    SinkOptionError,
+    SparkSinkError,
+    StreamProtocolError,
+    StreamRefused,
+    StreamUnavailable,
+)
 from rabbitry.spark.ids import MessageIdScheme
-from rabbitry.spark.options import SinkOptionError, SinkOptions, SparkSinkError
+from rabbitry.spark.options import SinkOptions
 from rabbitry.spark.report import PartitionReport, logger
 from rabbitry.spark.rows import RowEncoder
 from rabbitry.spark.sink_records import RecordEncoder, positions, spans, stored
 from rabbitry.spark.source_protocol import other_broker_advice, stream_problem
 from rabbitry.stream.blocking import Producer, PublishCount, StreamClient
-from rabbitry.stream.errors import (
-    OtherBroker,
-    StreamProtocolError,
-    StreamRefused,
-    StreamUnavailable,
-)
 from rabbitry.uri import mask_text, split_uris
 
 __all__ = ["StreamTarget", "publish_batches_streamed", "publish_rows_streamed", "stream_target"]

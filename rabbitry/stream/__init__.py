@@ -2,6 +2,6 @@
 its ``frames``, the AMQP 1.0 message format streams store (``amqp10``), and a blocking
 driver (``blocking``: reading a range of offsets, publishing with de-duplication)."""
 
-from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+from rabbitry.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 
 __all__ = ["StreamProtocolError", "StreamRefused", "StreamUnavailable"]

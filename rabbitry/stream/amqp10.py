@@ -17,8 +17,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from rabbitry.errors import StreamProtocolError
 from rabbitry.stream.amqp10_types import EPOCH, typed, value_at
-from rabbitry.stream.errors import StreamProtocolError
 
 __all__ = ["Decoded", "decode", "encode", "encode_string"]
 

@@ -10,7 +10,7 @@ import struct
 import uuid
 from typing import Any
 
-from rabbitry.stream.errors import StreamProtocolError
+from rabbitry.errors import StreamProtocolError
 
 __all__ = ["EPOCH", "typed", "value_at"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.stream import frames
-from rabbitry.stream.errors import StreamProtocolError, StreamRefused, StreamUnavailable
 from rabbitry.stream.frames import Chunk
 from rabbitry.stream.pairing import other_broker
 from rabbitry.stream.session import (

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import itertools
 import struct
+from dataclasses import dataclass
 from typing import Any
 
+from rabbitry.errors import StreamProtocolError
 from rabbitry.stream.amqp10 import (
     AMQP_VALUE,
     DATA,
@@ -25,7 +27,6 @@ from rabbitry.stream.amqp10 import (
     properties_list,
     section_effect,
 )
-from rabbitry.stream.errors import StreamProtocolError
 
 __all__ = ["PROPERTY_SLOTS", "MessageColumns", "SectionEffect"]
 
@@ -100,6 +101,7 @@ def _section_code(buf: memoryview, pos: int) -> tuple[int, int]:
     raise _Unusual
 
 
+# Internal: caught in this module, which reads the message the slow way.
 class _Unusual(Exception):
     """A message this module's fast path does not read (a descriptor not given as a
     smallulong): ``add`` reads it with ``amqp10.decode`` instead."""
@@ -290,6 +292,7 @@ def _milliseconds(value: Any) -> int | None:
     return None
 
 
+@dataclass(slots=True, eq=False)
 class Layout:
     """Where the fields of one message lie, for the messages laid out byte for byte like it
     but for their message id and such strings (of the same lengths), their creation time and
@@ -297,25 +300,15 @@ class Layout:
     message is read by comparing a few slices and cutting out its fields, not section by
     section. Made by ``Layout.of`` from a message read the long way."""
 
-    __slots__ = ("body", "constants", "effect", "stamp", "strings")
-
-    def __init__(
-        self,
-        constants: list[tuple[int, int, bytes]],
-        strings: list[tuple[int, int, int]],
-        stamp: int,
-        body: int,
-        effect: SectionEffect,
-    ) -> None:
-        self.constants = constants
-        """(start, end, bytes): what must be the same, up to the body's size."""
-        self.strings = strings
-        """(slot, start, end) of each string property kept."""
-        self.stamp = stamp
-        """Where the creation time's 8 bytes start; -1: none."""
-        self.body = body
-        """Where the body starts (its size is the 4 bytes before)."""
-        self.effect = effect
+    constants: list[tuple[int, int, bytes]]
+    """(start, end, bytes): what must be the same, up to the body's size."""
+    strings: list[tuple[int, int, int]]
+    """(slot, start, end) of each string property kept."""
+    stamp: int
+    """Where the creation time's 8 bytes start; -1: none."""
+    body: int
+    """Where the body starts (its size is the 4 bytes before)."""
+    effect: SectionEffect
 
     @classmethod
     def of(cls, buf: memoryview, effect: SectionEffect) -> Layout | None:

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rabbitry.stream.errors import StreamProtocolError
+from rabbitry.errors import StreamProtocolError
 
 __all__ = ["Chunk", "Key", "OffsetSpec", "ResponseCode", "chunk_records", "frame"]
 
@@ -136,20 +136,19 @@ class Reader:
         self.pos += 1
         return value
 
-    def u16(self) -> int:
-        value: int = _U16.unpack_from(self.buf, self.pos)[0]
-        self.pos += 2
+    def _unsigned(self, field: struct.Struct) -> int:
+        value: int = field.unpack_from(self.buf, self.pos)[0]
+        self.pos += field.size
         return value
+
+    def u16(self) -> int:
+        return self._unsigned(_U16)
 
     def u32(self) -> int:
-        value: int = _U32.unpack_from(self.buf, self.pos)[0]
-        self.pos += 4
-        return value
+        return self._unsigned(_U32)
 
     def u64(self) -> int:
-        value: int = _U64.unpack_from(self.buf, self.pos)[0]
-        self.pos += 8
-        return value
+        return self._unsigned(_U64)
 
     def string(self) -> str:
         size = self.u16()

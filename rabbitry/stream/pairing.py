@@ -11,7 +11,7 @@ and the other checks stand (the source asks the stream port for the streams it r
 
 from __future__ import annotations
 
-from rabbitry.stream.errors import OtherBroker
+from rabbitry.errors import OtherBroker
 
 __all__ = ["other_broker"]
 

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rabbitry.errors import StreamProtocolError, StreamRefused
 from rabbitry.stream import frames
-from rabbitry.stream.errors import StreamProtocolError, StreamRefused
 from rabbitry.stream.frames import RESPONSE, Chunk, Key, OffsetSpec, Reader, ResponseCode
 
 __all__ = [

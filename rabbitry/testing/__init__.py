@@ -17,14 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rabbitry.testing.broker import Broker, BrokerUnavailable, broker_from_urls, wait_until_ready
-from rabbitry.testing.containers import (
-    BrokerContainer,
-    BrokerOptions,
-    ContainerExited,
-    broker_network,
-    start_broker,
-)
+from rabbitry.errors import BrokerUnavailable, ContainerExited
+from rabbitry.testing.broker import Broker, broker_from_urls, wait_until_ready
+from rabbitry.testing.containers import BrokerContainer, BrokerOptions, broker_network, start_broker
 from rabbitry.testing.engine import (
     LOCAL_TEST_IMAGE,
     OFFICIAL_TEST_IMAGE,
@@ -41,10 +36,10 @@ from rabbitry.testing.providers import (
 from rabbitry.testing.vhosts import TestVhost, create_test_vhost, delete_vhost, vhost_exists
 
 if TYPE_CHECKING:
+    from rabbitry.errors import NotModelled
     from rabbitry.testing.handlers import HandlerHarness, Outcome
     from rabbitry.testing.scripted import (
         FrameRecord,
-        NotModelled,
         PublishAnswer,
         ScriptedBroker,
         ScriptedMessage,
@@ -55,7 +50,7 @@ _LAZY = {
     "HandlerHarness": "rabbitry.testing.handlers",
     "Outcome": "rabbitry.testing.handlers",
     "FrameRecord": "rabbitry.testing.scripted",
-    "NotModelled": "rabbitry.testing.scripted",
+    "NotModelled": "rabbitry.errors",
     "PublishAnswer": "rabbitry.testing.scripted",
     "ScriptedBroker": "rabbitry.testing.scripted",
     "ScriptedMessage": "rabbitry.testing.scripted",

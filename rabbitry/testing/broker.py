@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerUnavailable as BrokerUnavailable
 from rabbitry.uri import mask_text, mask_uri, mask_with
 
 AMQP_DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
@@ -27,10 +28,6 @@ SETUP_HINT = (
     "or set RABBITMQ_URL (and RABBITRY_MANAGEMENT_URL if the management API is not at "
     "http://<host>:15672)"
 )
-
-
-class BrokerUnavailable(BrokerError):
-    """No broker can be provided here and none was asked for: broker tests are skipped."""
 
 
 class BrokerControl(Protocol):

@@ -24,12 +24,9 @@ import warnings
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, TypedDict, cast
 
-from rabbitry.errors import BrokerError
-from rabbitry.testing.broker import (
-    Broker,
-    BrokerUnavailable,
-    wait_until_ready,
-)
+from rabbitry.errors import BrokerError, BrokerUnavailable
+from rabbitry.errors import ContainerExited as ContainerExited
+from rabbitry.testing.broker import Broker, wait_until_ready
 from rabbitry.testing.container_recipe import (
     STREAM_PORT,
     ContainerRecipe,
@@ -63,10 +60,6 @@ if TYPE_CHECKING:
 
 DEFAULT_STARTUP_TIMEOUT = 120.0
 STOP_TIMEOUT = 30
-
-
-class ContainerExited(BrokerError):
-    """A broker's container stopped while rabbitry waited for it to answer."""
 
 
 class BrokerOptions(TypedDict, total=False):

@@ -40,12 +40,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import Body, encode_body
 from rabbitry.consumer.aio import AsyncWorker
-from rabbitry.consumer.app import App, AppError
+from rabbitry.consumer.app import App
 from rabbitry.consumer.decision import Action, Verdict, broker_failures
 from rabbitry.consumer.kill_switch import SwitchState
 from rabbitry.consumer.message import IncomingMessage
@@ -53,10 +53,27 @@ from rabbitry.consumer.metrics import WorkerMetrics
 from rabbitry.consumer.middleware import Middleware
 from rabbitry.consumer.periodic import Occurrence
 from rabbitry.consumer.sync import handle_blocking
+from rabbitry.errors import AppError
 from rabbitry.publisher import Reply
 
 FOLLOW_LIMIT = 100
 """``follow`` stops after this many deliveries of one message (a ladder that never ends)."""
+
+
+class _ActionIn:
+    """A flag of ``Outcome``: whether the verdict's action is one of ``actions``."""
+
+    def __init__(self, *actions: Action) -> None:
+        self.actions = frozenset(actions)
+
+    @overload
+    def __get__(self, outcome: None, owner: type[Outcome]) -> _ActionIn: ...
+    @overload
+    def __get__(self, outcome: Outcome, owner: type[Outcome]) -> bool: ...
+    def __get__(self, outcome: Outcome | None, owner: type[Outcome]) -> _ActionIn | bool:
+        if outcome is None:
+            return self
+        return outcome.verdict.action in self.actions
 
 
 @dataclass(frozen=True)
@@ -82,35 +99,24 @@ class Outcome:
     def action(self) -> Action:
         return self.verdict.action
 
-    @property
-    def acked(self) -> bool:
-        """The handler succeeded and the message was acked."""
-        return self.verdict.action is Action.ACK
-
-    @property
-    def retried(self) -> bool:
-        return self.verdict.action is Action.RETRY
-
-    @property
-    def parked(self) -> bool:
-        return self.verdict.action is Action.PARK
-
-    @property
-    def held(self) -> bool:
-        """The queue's kill switch was open: the handler did not run; the message waits for
-        the switch to half-open (``HandlerHarness.advance``)."""
-        return self.verdict.action is Action.HELD
-
-    @property
-    def rejected(self) -> bool:
-        """No retry set-up: rejected, the broker dead-letters it by the queue's arguments."""
-        return self.verdict.action is Action.REJECT
-
-    @property
-    def skipped(self) -> bool:
-        """Acked without running the handler (a duplicate, a cancelled job, a cancel order,
-        an occurrence that was rescheduled or whose job is gone)."""
-        return self.verdict.action in _SKIPPED
+    acked = _ActionIn(Action.ACK)
+    """The handler succeeded and the message was acked."""
+    retried = _ActionIn(Action.RETRY)
+    parked = _ActionIn(Action.PARK)
+    held = _ActionIn(Action.HELD)
+    """The queue's kill switch was open: the handler did not run; the message waits for
+    the switch to half-open (``HandlerHarness.advance``)."""
+    rejected = _ActionIn(Action.REJECT)
+    """No retry set-up: rejected, the broker dead-letters it by the queue's arguments."""
+    skipped = _ActionIn(
+        Action.DUPLICATE,
+        Action.CANCELLED,
+        Action.CANCEL_NOTED,
+        Action.RESCHEDULED,
+        Action.DROPPED,
+    )
+    """Acked without running the handler (a duplicate, a cancelled job, a cancel order,
+    an occurrence that was rescheduled or whose job is gone)."""
 
     @property
     def attempt(self) -> int:
@@ -149,17 +155,6 @@ class Outcome:
     def __repr__(self) -> str:
         where = f" -> {self.routing_key}" if self.verdict.publishes else ""
         return f"<Outcome {self.action.value} attempt={self.attempt}{where}>"
-
-
-_SKIPPED = frozenset(
-    {
-        Action.DUPLICATE,
-        Action.CANCELLED,
-        Action.CANCEL_NOTED,
-        Action.RESCHEDULED,
-        Action.DROPPED,
-    }
-)
 
 
 class _Recorder(Middleware):

@@ -13,11 +13,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from rabbitry.errors import BrokerError
-from rabbitry.testing.broker import (
-    SETUP_HINT,
-    BrokerUnavailable,
-)
+from rabbitry.errors import BrokerError, BrokerUnavailable
+from rabbitry.testing.broker import SETUP_HINT
 from rabbitry.testing.engine import (
     ContainerEngine,
     find_engine,

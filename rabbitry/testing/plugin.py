@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rabbitry.errors import BrokerError
-from rabbitry.testing.broker import Broker, BrokerUnavailable
+from rabbitry.errors import BrokerError, BrokerUnavailable
+from rabbitry.testing.broker import Broker
 from rabbitry.testing.containers import BrokerContainer, broker_network, start_broker
 from rabbitry.testing.providers import ProviderKind, choose_provider, provide_broker
 from rabbitry.testing.shared import SharedBrokerPlace
@@ -154,11 +154,8 @@ class BrokerFactory:
 @pytest.fixture
 def rabbitmq_broker_factory() -> Iterator[BrokerFactory]:
     """Start extra brokers with ``rabbitmq_broker_factory(**start_broker_options)``."""
-    factory = BrokerFactory()
-    try:
+    with contextlib.closing(BrokerFactory()) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture

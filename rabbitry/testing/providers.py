@@ -14,11 +14,10 @@ import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, BrokerUnavailable
 from rabbitry.testing.broker import (
     DEFAULT_MANAGEMENT_TIMEOUT,
     Broker,
-    BrokerUnavailable,
     broker_from_urls,
     wait_until_ready,
 )

@@ -43,8 +43,9 @@ from pamqp import commands
 
 from rabbitry.amqp import inprocess
 from rabbitry.amqp.message import Body, encode_body
+from rabbitry.errors import NotModelled
 from rabbitry.testing.scripted_methods import ScriptedMethods
-from rabbitry.testing.scripted_routing import NotModelled, ScriptedMessage, ScriptedQueue
+from rabbitry.testing.scripted_routing import ScriptedMessage, ScriptedQueue
 from rabbitry.testing.scripted_server import FrameRecord, PublishAnswer
 
 __all__ = [

@@ -18,15 +18,11 @@ from typing import Any
 from pamqp import commands
 
 from rabbitry.amqp.topic import topic_matches
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import NotModelled
 
 __all__ = ["MODELLED_TYPES", "NotModelled", "Routing", "ScriptedMessage", "ScriptedQueue"]
 
 MODELLED_TYPES = ("direct", "fanout", "topic")
-
-
-class NotModelled(RabbitryError):
-    """The scripted broker was asked for something it does not model: test it on a broker."""
 
 
 @dataclass

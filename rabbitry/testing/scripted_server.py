@@ -25,13 +25,15 @@ from pamqp import frame as pamqp_frame
 from pamqp import heartbeat as pamqp_heartbeat
 
 from rabbitry.amqp import frames
-from rabbitry.testing.scripted_routing import NotModelled, Routing, ScriptedMessage
+from rabbitry.errors import NotModelled
+from rabbitry.testing.scripted_routing import Routing, ScriptedMessage
 
 _HEAD = struct.Struct(">BHI")
 FRAME_MAX = 131072
 """The frame size the scripted broker offers in ``connection.tune``."""
 
 
+# Internal: caught in this module, which closes the connection as a broker would.
 class _ChannelError(Exception):
     """A client used a channel it did not open: the broker closes the connection (504)."""
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rabbitry.errors import RabbitryError
+from rabbitry.errors import AsyncApiError
 from rabbitry.topology.primitives import (
     Binding,
     DestinationType,
@@ -43,10 +43,6 @@ _AMQP_EXCHANGE_TYPES = {"topic", "direct", "fanout", "headers"}
 """The exchange types the AMQP channel binding can name ("default" is the nameless one)."""
 
 JSON = dict[str, Any]
-
-
-class AsyncApiError(RabbitryError):
-    """The app's handlers consume something the spec does not declare."""
 
 
 @dataclass(frozen=True)

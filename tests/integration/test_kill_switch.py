@@ -22,7 +22,7 @@ from rabbitry.consumer import AsyncWorker, IncomingMessage, KillSwitch, Worker
 from rabbitry.publisher import Publisher
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_worker import depth, make_app
-from tests.kill_switch_apps import with_emails, with_payments_down
+from tests.unit.consumer.payments_down import with_payments_down
 
 pytestmark = pytest.mark.broker
 
@@ -120,7 +120,10 @@ def test_a_dead_dependency_pauses_its_queue_the_other_flows_and_it_resumes_after
             calls.append(counters.kill_switch_trips)
             call_payments()
 
-    with_emails(app)
+    @app.handler("emails")
+    def send(message: IncomingMessage) -> None:
+        pass
+
     worker = kind(app, broker.vhost_amqp_url, prefetch=PREFETCH)
     core = worker.core
     clock = Clock()
@@ -195,7 +198,7 @@ def test_a_worker_stopped_while_the_switch_is_open_returns_what_it_held(
     broker: Broker, kind: type[Worker] | type[AsyncWorker]
 ) -> None:
     broker.apply(SPEC)
-    app = with_payments_down(make_app(broker), SWITCH, "payments API: connection refused")
+    app = with_payments_down(make_app(broker), SWITCH)
     worker = kind(app, broker.vhost_amqp_url, prefetch=PREFETCH)
     counters = worker.metrics["payments"]
     with Publisher(broker.vhost_amqp_url) as pub:

@@ -15,13 +15,13 @@ after another, so each broker starts once. Tests use queue and connection names 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publishe
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel
-from tests.worker_runs import start_blocking
+from tests.integration.test_worker_topology_lost import started_in_a_thread
 
 TLS_GROUP = pytest.mark.xdist_group("tls")
 pytestmark = [pytest.mark.broker, TLS_GROUP]
@@ -167,7 +167,7 @@ def start_tls_broker(
 @pytest.fixture(scope="session")
 def tls_brokers() -> Iterator[BrokerFactory]:
     """Starts the session's TLS brokers; removes them when the session ends."""
-    with closing(BrokerFactory()) as factory:
+    with contextlib.closing(BrokerFactory()) as factory:
         yield factory
 
 
@@ -360,7 +360,7 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
     )
     worker = Worker(app, settings)
     started = time.monotonic()
-    thread, failure = start_blocking(worker)
+    thread, failure = started_in_a_thread(worker)
     thread.join(10)
     if thread.is_alive():
         worker.stop()

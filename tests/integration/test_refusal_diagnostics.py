@@ -49,8 +49,10 @@ def test_plan_json_addresses_what_the_broker_s_version_refuses(broker: Broker) -
     )
     refused = broker.run("plan", str(broker.spec(mirrored, "mirrored.yaml")), "--json")
     assert refused.exit_code == 1, refused.output
-    # the spec's warning (ha-mode is deprecated) comes first, as a text line
-    error = json.loads(refused.stderr.splitlines()[-1])["error"]
+    *warnings, last = (json.loads(line) for line in refused.stderr.splitlines())
+    # the spec's warning (ha-mode is deprecated) comes first, a JSON object of its own
+    assert warnings and {w["warning"]["severity"] for w in warnings} == {"warning"}, warnings
+    error = last["error"]
     assert error["type"] == "CapabilityError"
     (diagnostic,) = error["diagnostics"]
     assert diagnostic["address"] == {"kind": "policy", "vhost": broker.vhost, "name": "mirrored"}

@@ -52,20 +52,6 @@ def make_app(broker: Broker) -> App:
     return App(spec)
 
 
-def app_calling(broker: Broker, queue: str, call: Callable[[int], None]) -> tuple[App, list[int]]:
-    """An app whose handler of ``queue`` calls ``call`` with the number of calls so far (it
-    raises to fail one), and the attempt of each call, as they come."""
-    app = make_app(broker)
-    attempts: list[int] = []
-
-    @app.handler(queue)
-    def handle(message: IncomingMessage) -> None:
-        attempts.append(message.attempt)
-        call(len(attempts))
-
-    return app, attempts
-
-
 def publish(broker: Broker, queue: str, *ids: str) -> None:
     with Publisher(broker.vhost_amqp_url) as publisher:
         for mid in ids:
@@ -105,15 +91,26 @@ def run_until(
     return aworker
 
 
+def failing_handler(app: App, queue: str, *, failures: int | None) -> list[int]:
+    """A handler of ``queue`` that raises ``ConnectionError`` on its first ``failures`` calls
+    (None: on every call); the attempt of each call, as they come."""
+    calls: list[int] = []
+
+    @app.handler(queue)
+    def handle(message: IncomingMessage) -> None:
+        calls.append(message.attempt)
+        if failures is None or len(calls) <= failures:
+            raise ConnectionError(f"call {len(calls)}: the {queue} dependency is down")
+
+    return calls
+
+
 @pytest.mark.parametrize("kind", WORKERS)
 def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tier(
     applied: Broker, kind: str
 ) -> None:
-    def unreachable_twice(call: int) -> None:
-        if call < 3:
-            raise ConnectionError(f"call {call}: stock service unreachable")
-
-    app, calls = app_calling(applied, "orders", unreachable_twice)
+    app = make_app(applied)
+    calls = failing_handler(app, "orders", failures=2)
     publish(applied, "orders", "order-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["orders"].acked == 1)
     assert calls == [1, 1, 1]  # three calls of one delivery
@@ -127,10 +124,8 @@ def test_immediate_retries_mend_a_transient_error_without_touching_the_retry_tie
 def test_an_always_failing_handler_goes_through_immediate_calls_then_the_ladder_then_parking(
     applied: Broker, kind: str
 ) -> None:
-    def down(call: int) -> None:
-        raise ConnectionError("down for good")
-
-    app, calls = app_calling(applied, "quick", down)
+    app = make_app(applied)
+    calls = failing_handler(app, "quick", failures=None)
     publish(applied, "quick", "job-1")
     worker = run_until(kind, app, applied.vhost_amqp_url, lambda w: w.metrics["quick"].parked == 1)
     assert calls == [1, 1, 1, 2, 2, 2]  # immediate calls do not count as ladder attempts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,6 @@ from tests.integration.conftest import Broker, worker_process
 from tests.integration.test_worker import depth, publish
 from tests.integration.test_worker_preflight import LADDER, VIA_DELAY, app_of, delete
 from tests.waiting import wait_for
-from tests.worker_runs import start_blocking
 
 pytestmark = pytest.mark.broker
 
@@ -60,10 +60,25 @@ def failing(app: App, error: Callable[[], Exception]) -> list[int]:
     return calls
 
 
+def started_in_a_thread(worker: Worker) -> tuple[threading.Thread, list[BaseException]]:
+    """``worker.run()`` in a thread of its own, started; what it raises lands in the list."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
 def run_blocking_until_it_stops(worker: Worker, then: Callable[[], None]) -> BaseException | None:
     """Run ``worker`` in a thread; once it consumes, ``then()``; its error once it stopped by
     itself (stopped from here after ``BOUND_S``: None)."""
-    thread, errors = start_blocking(worker)
+    thread, errors = started_in_a_thread(worker)
     try:
         assert wait_for(lambda: worker.core.start_check.passed, BOUND_S), "it consumes"
         then()

@@ -75,3 +75,13 @@ def test_plan_passes_every_option_to_rabbitry_plan(
     assert spec == SPEC and options["save_to"] == out and options["target_version"] == (4, 3)
     assert options["url"] == "amqp://admin:pw@127.0.0.1:1/"
     assert f"Saved the plan to {out}" in result.stderr
+
+
+def test_plan_json_says_where_it_saved_the_plan_as_json(
+    calls: dict[str, tuple[str, dict[str, Any]]], tmp_path: Path
+) -> None:
+    out = tmp_path / "saved.plan"
+    result = CliRunner().invoke(cli, ["plan", SPEC, "-o", str(out), "--json", *BROKER])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
+    assert {"saved_plan": {"file": str(out), "apply": f"rabbitry apply {out}"}} in lines

@@ -73,3 +73,26 @@ def test_a_spec_error_keeps_its_problems_and_lists_them_as_diagnostics(tmp_path:
     assert diagnostic["summary"] == problem["message"] and diagnostic["address"] is None
     where = {k: problem[k] for k in ("file", "line", "column", "path")}
     assert diagnostic["source"] == where and where["line"] == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "kind"),
+    [
+        (["plan", SPEC, "--json", *BROKER], "BrokerError"),
+        (["plan", "--json", "--no-such"], "UsageError"),
+    ],
+)
+def test_any_other_error_is_one_diagnostic_of_its_message(args: list[str], kind: str) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    error = json.loads(result.stderr)["error"]
+    assert error["type"] == kind
+    assert error["diagnostics"] == [
+        {
+            "severity": "error",
+            "summary": error["message"],
+            "detail": "",
+            "address": None,
+            "source": None,
+        }
+    ]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from rabbitry.consumer.app import Route
 from rabbitry.consumer.builtins.hooks import BuiltinMiddleware
-from rabbitry.consumer.decision import Action, HandlerTimeout, Verdict
+from rabbitry.consumer.decision import Action, Verdict
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.metrics import WorkerMetrics
+from rabbitry.errors import HandlerTimeout
 
 
 class Metrics(BuiltinMiddleware):

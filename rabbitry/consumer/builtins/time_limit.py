@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from rabbitry.consumer.app import Route
 from rabbitry.consumer.builtins.hooks import BuiltinMiddleware, Error
-from rabbitry.consumer.decision import HandlerTimeout
 from rabbitry.consumer.message import IncomingMessage
+from rabbitry.errors import HandlerTimeout
 
 
 class TimeLimit(BuiltinMiddleware):

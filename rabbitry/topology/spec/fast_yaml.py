@@ -113,6 +113,7 @@ def available() -> bool:
     return _rapidyaml() is not None
 
 
+# Internal: caught in this module, which hands the text to the marked loader.
 class _Unplain(Exception):
     """The text needs the marked loader."""
 

@@ -35,6 +35,8 @@ class TemplateVariables(dict[str, Any]):
     """``vars`` in templates."""
 
 
+# Internal: the render turns it into a SpecError of rabbitry.errors; it never reaches a user
+# (tests/unit/test_error_tree.py knows it).
 class SecretFileUnreadable(Exception):
     """``file(PATH)`` in a template named a file that cannot be read (the render's error)."""
 
@@ -176,6 +178,7 @@ class _LimitedEnvironment(SandboxedEnvironment):
         return self._check_size(result, f"the result of {what}")
 
 
+# Internal: caught in this module, where the render turns it into a SpecError.
 class _RenderTimeout(Exception):
     pass
 

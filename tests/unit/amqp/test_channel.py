@@ -4,6 +4,7 @@ count, shard check, Spark check and delay layout tests under tests/integration."
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
@@ -16,8 +17,9 @@ from rabbitry.amqp import channel as channel_module
 from rabbitry.amqp.channel import Channel, ChannelSession
 from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
-from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.errors import BrokerError
+from rabbitry.testing import ScriptedBroker
 from tests.unit.amqp.wire import frames_in
 
 
@@ -174,3 +176,46 @@ def test_a_port_that_accepts_and_never_answers_is_not_an_amqp_port() -> None:
         f"amqp://guest@127.0.0.1:{port}/%2F did not complete the AMQP handshake in time: is it"
         " a RabbitMQ AMQP port (5672, or 5671 for amqps)? set --url or RABBITRY_URL"
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+CLIENT_BACKOFF = Backoff(initial=60.0, maximum=60.0, jitter=0.0, give_up_after=0.0)
+"""A publisher's back-off (a tool may be given its settings) that a tool does not follow: a
+pause after a round of nodes would stall a test for a minute, and giving up after 0 s would
+stop before the second node."""
+
+
+def test_a_tool_moves_on_to_the_next_node_as_every_client_does_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the connector's walk and its log: a tool's failover reads like a publisher's
+    dead = free_port()
+    with ScriptedBroker() as broker:
+        broker.declare_queue("work")
+        broker.put("work", b"one")
+        urls = [f"amqp://guest:guest@127.0.0.1:{dead}/", broker.url]
+        settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=CLIENT_BACKOFF)
+        with caplog.at_level(logging.INFO, "rabbitry.amqp"), Channel(settings) as channel:
+            assert channel.queue_declare("work", passive=True).message_count == 1
+        assert broker.connections_opened == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith(f"connecting to amqp://guest@127.0.0.1:{dead}/%2F failed (")
+    assert said[0].endswith(f"); trying amqp://guest@{broker.host}:5672/%2F")
+    assert said[1] == f"connected to amqp://guest@{broker.host}:5672/%2F"
+
+
+def test_after_every_node_failed_once_a_tool_gives_up_at_once_naming_them_all() -> None:
+    ports = free_port(), free_port()
+    urls = [f"amqp://guest:s3cret@127.0.0.1:{port}/" for port in ports]
+    settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=CLIENT_BACKOFF)
+    with pytest.raises(BrokerError) as caught:
+        Channel(settings, timeout=2.0)
+    text = str(caught.value)
+    nodes = ",".join(f"127.0.0.1:{port}" for port in ports)
+    assert text.startswith(f"cannot connect to amqp://guest@{nodes}/%2F: ")
+    assert "is the broker running and listening there?" in text and "s3cret" not in text

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rabbitry.amqp.errors import FrameError
+from rabbitry.amqp.errors import ConnectionLost, FrameError
 from rabbitry.amqp.reconnect import NodeWalk, Reconnect
 from rabbitry.amqp.settings import Backoff, ConnectionSettings, Node, NodeOrder
 from rabbitry.errors import BrokerError
@@ -111,6 +111,13 @@ def test_a_failed_node_hands_over_to_the_next_at_once_and_a_full_round_backs_off
     assert targets == ["r1", "r2", "r3", "r1", "r2", "r3"]
     assert pauses == [0.0, 0.0, 0.5, 0.0, 0.0, 1.0]
     assert retry.attempt == 2 and retry.failures == 6
+
+
+def test_a_rule_of_one_round_gives_up_when_the_last_node_failed_instead_of_pausing() -> None:
+    retry = Reconnect(cluster(initial=5.0, give_up_after=None), now=0.0, rounds=1)
+    assert [retry.failed(ConnectionRefusedError("refused"), now=0.0) for _ in range(2)] == [0, 0]
+    with pytest.raises(ConnectionLost, match="r1:5672,r2:5673,r3:5672/shop, every node tried"):
+        retry.failed(ConnectionRefusedError("refused"), now=0.0)
 
 
 def test_after_a_lost_connection_the_lost_node_is_tried_last() -> None:

@@ -16,7 +16,7 @@ from rabbitry.consumer.acks import nack_frame
 from rabbitry.consumer.session import ConsumerSession
 from rabbitry.consumer.switchboard import HOLD_LIMIT_S
 from rabbitry.testing import HandlerHarness
-from tests.kill_switch_apps import with_payments_down
+from tests.unit.consumer.payments_down import with_payments_down
 
 SWITCH = KillSwitch(min_messages=2, cool_down_s=30, probes=1)
 
@@ -42,7 +42,7 @@ def tags_in(data: bytes, method: type[commands.Basic.Cancel | commands.Basic.Con
 def harness_with_a_tripped_switch(
     switch: KillSwitch = SWITCH,
 ) -> tuple[HandlerHarness, list[IncomingMessage]]:
-    harness = HandlerHarness(with_payments_down(App(), switch, "down"))
+    harness = HandlerHarness(with_payments_down(App(), switch))
     harness.core.start_check.passed = True  # no broker to ask
     harness.core.session = make_ready(harness.core.new_session())
     harness.core.take_output()

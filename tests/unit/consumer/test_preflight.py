@@ -462,10 +462,10 @@ def test_a_nack_or_another_channel_error_is_no_missing_object() -> None:
 
 
 def test_the_stop_names_what_went_away_the_queue_of_the_message_and_the_command() -> None:
-    from rabbitry.consumer.preflight import Need, Needed, TopologyLost, TopologyMissing
+    from rabbitry.consumer.preflight import Need, Needed, TopologyMissing, topology_lost
 
     need = Need(Needed.QUEUE, "work.parking", "parking lot of 'work'")
-    lost = TopologyLost([need], "vhost 'shop' on amqp://rabbit:5672", "spec.yaml", "work")
+    lost = topology_lost([need], "vhost 'shop' on amqp://rabbit:5672", "spec.yaml", "work")
     assert isinstance(lost, TopologyMissing) and lost.missing == [need]
     assert str(lost) == (
         "the worker stopped consuming: vhost 'shop' on amqp://rabbit:5672 lacks queue"
