@@ -305,6 +305,29 @@ def test_problems_of_a_spec_read_on_the_fast_path_point_at_their_lines(tmp_path:
     assert f"{spec}:3007:" in str(meaning.value)  # the binding to an undeclared exchange
 
 
+def test_problems_of_a_large_rendered_template_on_the_fast_path_point_at_its_template_lines(
+    tmp_path: Path,
+) -> None:
+    """The loop renders 3,000 lines from one: a problem after it is on the template's line 12,
+    not on the rendered text's line 3009."""
+    spec = tmp_path / "big.yaml"
+    spec.write_text(
+        'version: 1\nname: big\nvhosts:\n  - name: "/"\n    queues:\n'
+        "{% for i in range(3000) %}\n"
+        "      - {name: q.{{ i }}, type: classic}\n"
+        "{% endfor %}\n"
+        "    exchanges:\n      - {name: x, type: topic}\n"
+        "    bindings:\n      - {source: nowhere, destination: q.1}\n"
+    )
+    from rabbitry.topology import check_spec
+
+    loaded = load_spec(spec, environ={})
+    assert loaded.source is not None and loaded.source.fill is not None, "fast path, no marks"
+    with pytest.raises(SpecError) as meaning:
+        check_spec(loaded)
+    assert f"{spec}:12:" in str(meaning.value)  # the binding to an undeclared exchange
+
+
 def test_without_the_fast_extra_every_spec_still_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
