@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +186,31 @@ def run(
         announce_ready([w.core for w in worker.workers] or [worker.core])
         log.info("starting the %s of %s", which, ", ".join(app.queues))
 
+    _run_one(
+        app,
+        address,
+        starting,
+        blocking=blocking,
+        prefetch=prefetch,
+        concurrency=concurrency,
+        shutdown_timeout=shutdown_timeout,
+        node_order=node_order,
+    )
+
+
+def _run_one(
+    app: App,
+    address: str,
+    starting: Callable[[Worker | AsyncWorker, str], None],
+    *,
+    blocking: bool,
+    prefetch: int,
+    concurrency: int,
+    shutdown_timeout: float,
+    node_order: str | None,
+) -> None:
+    """Run one worker of ``app`` in this process, blocking or asyncio, until it stops;
+    ``starting(worker, what it is called)`` just before it runs."""
     if blocking:
         from rabbitry.consumer.sync import Worker
 
@@ -216,7 +241,7 @@ def run(
         started = time.monotonic()
         with refusal_exit_code():
             asyncio.run(async_worker.run(handle_signals=True))
-        log.debug("ran for %.1f s", time.monotonic() - started)
+        logging.getLogger("rabbitry.worker").debug("ran for %.1f s", time.monotonic() - started)
 
 
 _METRICS_IN_A_POOL = (

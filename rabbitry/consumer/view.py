@@ -262,10 +262,10 @@ def rendered(path: Path, text: str, variables: Mapping[str, str] | None) -> str 
     if not any(marker in text for marker in TEMPLATE_MARKERS):
         return text
     from rabbitry.errors import RabbitryError
-    from rabbitry.topology.spec.template import render_with_lines
+    from rabbitry.topology.spec.template import render_template
 
     try:
-        return render_with_lines(text, str(path), variables, search_path=path.parent).text
+        return render_template(text, str(path), variables, search_path=path.parent)
     except RabbitryError:
         return None
 

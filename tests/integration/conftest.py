@@ -224,11 +224,8 @@ def spark_sessions() -> Iterator[Any]:
     """The Spark session of every Spark module in this pytest process (``spark_sessions``)."""
     from tests.integration.spark_sessions import Sessions
 
-    held = Sessions()
-    try:
+    with Sessions() as held:
         yield held
-    finally:
-        held.stop()
 
 
 @pytest.fixture

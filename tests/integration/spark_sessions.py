@@ -56,6 +56,12 @@ class Sessions:
             master, "cluster", **{"spark.executor.memory": "1g", "spark.cores.max": "2"}
         )
 
+    def __enter__(self) -> Sessions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self.current is not None:
             self.current.stop()

@@ -29,9 +29,9 @@ from tests.integration.test_publisher_tls import (  # noqa: F401
     Certs,
     amqps_url,
     certs,
-    declare,
     tls_broker,
     tls_brokers,
+    with_queue,
 )
 
 pytestmark = pytest.mark.broker
@@ -204,8 +204,7 @@ def test_amqps_url_options_work_on_every_connection_the_cli_makes(
     tls_broker: BrokerContainer,  # noqa: F811
     certs: Certs,  # noqa: F811
 ) -> None:
-    container = tls_broker
-    declare(container, "jobs.parking")
+    container = with_queue(tls_broker, "jobs.parking")
     management = with_credentials(
         container.broker.management_url, container.broker.username, container.broker.password
     )

@@ -37,7 +37,7 @@ from rabbitry.cli import cli
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, password_matches
 
 from .conftest import Broker
-from .test_import_definitions import KINDS
+from .test_import_definitions import KINDS, each_string
 
 CORPUS = Path(__file__).parents[1] / "data" / "definitions"
 FILES = sorted(path.name for path in CORPUS.glob("*.json"))
@@ -126,24 +126,24 @@ class Names:
                 if "user" in entry:
                     entry["user"] = self.users.get(str(entry["user"]), entry["user"])
                 if kind == "parameters":
-                    entry["value"] = self._in_uris(entry.get("value"))
+                    entry["value"] = uris_renamed(entry.get("value"), self._to_copy)
                 entries.append(entry)
             out[kind] = entries
         return out
 
-    def _in_uris(self, value: Any) -> Any:
-        """URIs naming a vhost of the file name the copy's."""
-        if isinstance(value, str) and "://" in value:
-            for old, new in self.vhosts.items():
-                for written in {quote(old, safe=""), old}:
-                    if value.endswith("/" + written):
-                        return value[: -len(written)] + quote(new, safe="")
-            return value
-        if isinstance(value, list):
-            return [self._in_uris(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self._in_uris(v) for k, v in value.items()}
-        return value
+    @property
+    def _to_copy(self) -> list[tuple[str, str]]:
+        """A URI naming a vhost of the file, as written (escaped or not), names the copy's."""
+        return [
+            (written, quote(new, safe=""))
+            for old, new in self.vhosts.items()
+            for written in dict.fromkeys((quote(old, safe=""), old))
+        ]
+
+    @property
+    def _to_file(self) -> list[tuple[str, str]]:
+        """A URI naming a vhost of the copy names the file's again."""
+        return [(quote(new, safe=""), old) for old, new in self.vhosts.items()]
 
     def held(self, definitions: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         """What the broker holds of this copy, under the file's own names."""
@@ -168,22 +168,10 @@ class Names:
                     if "user" in item:
                         item["user"] = users.get(item["user"], item["user"])
                     if kind == "parameters":
-                        item["value"] = self._back_in_uris(item.get("value"))
+                        item["value"] = uris_renamed(item.get("value"), self._to_file)
                     items.append(item)
             out[kind] = items
         return out
-
-    def _back_in_uris(self, value: Any) -> Any:
-        if isinstance(value, str) and "://" in value:
-            for old, new in self.vhosts.items():
-                if value.endswith("/" + quote(new, safe="")):
-                    return value[: -len(quote(new, safe=""))] + old
-            return value
-        if isinstance(value, list):
-            return [self._back_in_uris(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self._back_in_uris(v) for k, v in value.items()}
-        return value
 
     def make_existing(self, broker: Broker) -> None:
         """The users the file grants permissions to without listing them: it counted on them
@@ -207,6 +195,21 @@ class Names:
             broker.http.delete(f"/users/{quote(user, safe='')}")
         for name in [*self.globals.values(), f"rabbitry.stack.{stack}"]:
             broker.http.delete(f"/global-parameters/{quote(name, safe='')}")
+
+
+def uris_renamed(value: Any, renames: list[tuple[str, str]]) -> Any:
+    """``value`` with a URI in it ending in ``/<written>`` ending in ``/<replacement>``
+    instead, for the first ``(written, replacement)`` that fits."""
+
+    def rename(text: str) -> str:
+        if "://" not in text:
+            return text
+        for written, replacement in renames:
+            if text.endswith("/" + written):
+                return text[: -len(written)] + replacement
+        return text
+
+    return each_string(value, rename)
 
 
 def named_left_out(kind: str, item: dict[str, Any], output: str, names: Names) -> bool:

@@ -5,6 +5,7 @@ the same definitions again, kind by kind."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -122,17 +123,26 @@ def mine(definitions: dict[str, Any], vhost: str, user: str, global_name: str) -
 
 def renamed(value: Any, names: dict[str, str]) -> Any:
     """``value`` with every string equal to (or a URI ending in) an old name made the new one."""
-    if isinstance(value, str):
+
+    def rename(text: str) -> str:
         for old, new in names.items():
-            if value == old:
+            if text == old:
                 return new
-            if value.endswith("/" + old):
-                return value[: -len(old)] + new
-        return value
+            if text.endswith("/" + old):
+                return text[: -len(old)] + new
+        return text
+
+    return each_string(value, rename)
+
+
+def each_string(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` with every string in it, in lists and mappings too, changed by ``change``."""
+    if isinstance(value, str):
+        return change(value)
     if isinstance(value, list):
-        return [renamed(v, names) for v in value]
+        return [each_string(v, change) for v in value]
     if isinstance(value, dict):
-        return {k: renamed(v, names) for k, v in value.items()}
+        return {k: each_string(v, change) for k, v in value.items()}
     return value
 
 

@@ -495,38 +495,38 @@ def test_an_import_that_outlives_its_timeout_is_waited_for_not_failed(
         assert not plan_now(client, topology, broker).has_changes
 
 
-@pytest.mark.versions
-def test_an_import_the_broker_never_made_is_sent_again_once(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def many(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> Topology:
+    """MANY's topology, for an applier that takes an import that made nothing for 1 s as one
+    the broker never made."""
     from rabbitry.provisioner import applier
 
     monkeypatch.setattr(applier, "IMPORT_STALL", 1.0)
-    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+    return load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
+
+
+@pytest.mark.versions
+def test_an_import_the_broker_never_made_is_sent_again_once(broker: Broker, many: Topology) -> None:
     with SwallowedImports(broker.management_url, swallow=1) as client:
-        apply_plan(client, plan_now(client, topology, broker), ApplyOptions())
+        apply_plan(client, plan_now(client, many, broker), ApplyOptions())
         assert client.swallow == 0
         assert len(broker.queue_names()) == 30
-        assert not plan_now(client, topology, broker).has_changes
+        assert not plan_now(client, many, broker).has_changes
 
 
 @pytest.mark.versions
 def test_an_import_the_broker_never_made_even_sent_twice_fails_clearly_and_is_repaired(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, many: Topology
 ) -> None:
-    from rabbitry.provisioner import applier
-
-    monkeypatch.setattr(applier, "IMPORT_STALL", 1.0)
-    topology = load_topology(broker.spec(MANY), {"vhost": broker.vhost, "stack": broker.stack})
     with SwallowedImports(broker.management_url, swallow=2) as client:
         with pytest.raises(ApplyError) as failure:
-            apply_plan(client, plan_now(client, topology, broker), ApplyOptions(declare_apart=0))
+            apply_plan(client, plan_now(client, many, broker), ApplyOptions(declare_apart=0))
         assert "has made none of its objects for 1 s (0 of 61 made)" in str(failure.value)
         assert "run the same apply again" in str(failure.value)
         assert broker.queue_names() == set()
-        apply_plan(client, plan_now(client, topology, broker), ApplyOptions(declare_apart=0))
+        apply_plan(client, plan_now(client, many, broker), ApplyOptions(declare_apart=0))
         assert len(broker.queue_names()) == 30
-        assert not plan_now(client, topology, broker).has_changes
+        assert not plan_now(client, many, broker).has_changes
 
 
 def test_an_apply_while_another_holds_the_stack_is_refused_naming_the_holder(

@@ -190,10 +190,12 @@ def amqps_url(container: BrokerContainer, **query: str) -> str:
     return f"{url}?{urlencode(query)}" if query else url
 
 
-def declare(container: BrokerContainer, queue: str) -> None:
+def with_queue(container: BrokerContainer, queue: str) -> BrokerContainer:
+    """``container``, once ``queue`` is declared on it (durable, over the plain AMQP port)."""
     connection = pika.BlockingConnection(pika.URLParameters(container.broker.amqp_url("/")))
     connection.channel().queue_declare(queue, durable=True)
     connection.close()
+    return container
 
 
 def drain_ids(container: BrokerContainer, queue: str) -> list[str]:
@@ -223,8 +225,7 @@ def test_amqps_with_ca_file_publishes_confirmed_and_a_wrong_ca_is_refused(
     tls_broker: BrokerContainer, certs: Certs, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    container = tls_broker
-    declare(container, "secure")
+    container = with_queue(tls_broker, "secure")
 
     with Publisher(amqps_url(container), ca_file=str(certs.ca), connection_name="tls-sync") as pub:
         assert pub.settings.tls is not None
@@ -286,8 +287,7 @@ def test_amqps_with_ca_file_publishes_confirmed_and_a_wrong_ca_is_refused(
 def test_client_certificate_is_presented_and_without_it_the_broker_refuses(
     mtls_broker: BrokerContainer, certs: Certs
 ) -> None:
-    container = mtls_broker
-    declare(container, "mutual")
+    container = with_queue(mtls_broker, "mutual")
 
     with Publisher(
         amqps_url(container),
@@ -347,8 +347,7 @@ def test_workers_stop_at_once_on_a_certificate_that_does_not_verify(
 ) -> None:
     # Workers reconnect for as long as they run: without this, a wrong CA would have them
     # retry forever with nothing but warnings.
-    container = tls_broker
-    declare(container, "secure")
+    container = with_queue(tls_broker, "secure")
     app = App()
 
     @app.handler("secure")
@@ -384,8 +383,7 @@ def test_every_tls_option_of_the_url_is_honoured_by_the_sync_and_async_clients(
 ) -> None:
     """The broker's certificate names localhost and 127.0.0.1 and is signed by ``ca``; the
     client connects to 127.0.0.1 and says, in the URL only, what to send and check."""
-    container = mtls_broker
-    declare(container, "options")
+    container = with_queue(mtls_broker, "options")
     files = {
         "cacertfile": str(certs.ca),
         "certfile": str(certs.client_cert),

@@ -2,7 +2,8 @@
 
 ``SpecModel`` forbids unknown keys and hands its field docstrings to the JSON Schema (through
 ``field_docs.describe``); ``Name`` and ``VhostName`` are what AMQP and the management API
-accept as object names; ``SpecExchangeType`` is an exchange type rabbitry knows or a plugin's.
+accept as object names; ``SpecExchangeType`` is an exchange type rabbitry knows or a plugin's;
+``protect_field`` and ``on_remove_field`` are what an exchange and a queue say of their removal.
 The models themselves live one kind a module beside this one; ``model`` holds the document.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, BaseModel, Field, PlainValidator, WithJsonSchema
 
@@ -110,12 +111,40 @@ class SpecModel(BaseModel):
             yield name, "***" if secret else mask_value(value)
 
 
+OnRemove = Literal["delete", "retain"]
+
+
+def protect_field(kind: str) -> Any:
+    """The ``protect`` field of a ``kind`` of object (exchange, queue)."""
+    return Field(
+        False,
+        description=f"Never delete or replace this {kind} on the broker, whatever apply's flags"
+        " (`--prune`, `--force`, `--allow-replace`): apply refuses such a change and says why."
+        f" Kept in the stack's ownership record, so it still holds once the {kind} has left"
+        " the spec; to delete it, apply it with `protect: false` first.",
+    )
+
+
+def on_remove_field(kind: str) -> Any:
+    """The ``on_remove`` field of a ``kind`` of object (exchange, queue)."""
+    return Field(
+        "delete",
+        description="What leaving the spec does: `delete` (with `--prune`), or `retain`: the"
+        f" {kind} stays on the broker as it is (messages and all) and leaves the stack's"
+        " ownership record, so no later apply of this stack touches it. Kept in the record,"
+        " like `protect`.",
+    )
+
+
 __all__ = [
     "NO_EXCHANGE_ARGUMENTS",
     "NO_QUEUE_ARGUMENTS",
     "PLUGIN_EXCHANGE_TYPE",
     "Name",
+    "OnRemove",
     "SpecExchangeType",
     "SpecModel",
     "VhostName",
+    "on_remove_field",
+    "protect_field",
 ]

@@ -20,8 +20,8 @@ from rabbitry.topology.spec.limits import SpecLimits, exceeded
 from rabbitry.topology.spec.line_map import LineMap
 from rabbitry.topology.spec.model import Spec
 from rabbitry.topology.spec.problems import problems_from_validation_error
-from rabbitry.topology.spec.source_map import Mark, SourceMap, load_yaml
-from rabbitry.topology.spec.template import render_template, render_with_lines
+from rabbitry.topology.spec.source_map import Mark, SourceMap, YamlText, load_yaml
+from rabbitry.topology.spec.template import TemplateInputs, render_template, render_with_lines
 
 __all__ = [
     "load_spec",
@@ -97,9 +97,8 @@ def load_spec_text(
     on_rendered: Callable[[str], None] | None = None,
 ) -> Spec:
     """Load a spec from its text; ``filename`` is what problems name as the file."""
-    rendered = render_with_lines(
-        text, filename, variables, var_files, environ, search_path=search_path
-    )
+    inputs = TemplateInputs(variables, var_files, environ, search_path)
+    rendered = render_with_lines(text, filename, inputs)
     if on_rendered is not None:
         on_rendered(rendered.text)
     return parse_spec(rendered.text, filename, lines=rendered.lines)
@@ -109,7 +108,9 @@ def parse_spec(rendered: str, filename: str = "<spec>", *, lines: LineMap | None
     """Parse already-rendered YAML; ``lines`` maps its positions back to the template."""
     lines = lines or LineMap.identity(filename, rendered)
     try:
-        document = load_yaml(rendered, filename, lines.translate, SpecLimits.from_environment())
+        document = load_yaml(
+            YamlText(rendered, filename, lines.translate, SpecLimits.from_environment())
+        )
     except yaml.MarkedYAMLError as exc:
         raise SpecError(_yaml_problem(exc, filename, lines)) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (ESC, form feed)

@@ -37,9 +37,12 @@ from rabbitry.topology.spec.base import (
     NO_QUEUE_ARGUMENTS,
     PLUGIN_EXCHANGE_TYPE,
     Name,
+    OnRemove,
     SpecExchangeType,
     SpecModel,
     VhostName,
+    on_remove_field,
+    protect_field,
 )
 from rabbitry.topology.spec.delays import DelaySpec, DelayTargetSpec
 from rabbitry.topology.spec.federation import (
@@ -211,15 +214,8 @@ class ExchangeSpec(SpecModel):
     """Checked exchange arguments (hash-header / hash-property for x-consistent-hash)."""
     unchecked_arguments: dict[str, Any] = Field(default_factory=dict)
     """Plugin arguments rabbitry does not know, passed through as they are."""
-    protect: bool = False
-    """Never delete or replace this exchange on the broker, whatever apply's flags (`--prune`,
-    `--force`, `--allow-replace`): apply refuses such a change and says why. Kept in the
-    stack's ownership record, so it still holds once the exchange has left the spec; to delete
-    it, apply it with `protect: false` first."""
-    on_remove: Literal["delete", "retain"] = "delete"
-    """What leaving the spec does: `delete` (with `--prune`), or `retain`: the exchange stays on
-    the broker as it is (messages and all) and leaves the stack's ownership record, so no
-    later apply of this stack touches it. Kept in the record, like `protect`."""
+    protect: bool = protect_field("exchange")
+    on_remove: OnRemove = on_remove_field("exchange")
 
 
 class QueueSpec(SpecModel):
@@ -256,15 +252,8 @@ class QueueSpec(SpecModel):
     """Carry the occurrences of periodic jobs (`@app.periodic`), scheduled through the named
     `delays` entry of this vhost: the queue becomes a target of that delay and is consumed by
     one worker at a time (x-single-active-consumer)."""
-    protect: bool = False
-    """Never delete or replace this queue on the broker, whatever apply's flags (`--prune`,
-    `--force`, `--allow-replace`): apply refuses such a change and says why. Kept in the
-    stack's ownership record, so it still holds once the queue has left the spec; to delete
-    it, apply it with `protect: false` first."""
-    on_remove: Literal["delete", "retain"] = "delete"
-    """What leaving the spec does: `delete` (with `--prune`), or `retain`: the queue stays on
-    the broker as it is (messages and all) and leaves the stack's ownership record, so no
-    later apply of this stack touches it. Kept in the record, like `protect`."""
+    protect: bool = protect_field("queue")
+    on_remove: OnRemove = on_remove_field("queue")
 
 
 class BindingSpec(SpecModel):
@@ -282,38 +271,32 @@ class BindingSpec(SpecModel):
     """Binding arguments (headers exchanges: x-match plus the headers to match)."""
 
 
-class PolicySpec(SpecModel):
-    """A policy: settings the broker applies to matching queues/exchanges and can change live."""
+class OperatorPolicySpec(SpecModel):
+    """An operator policy: caps that apply on top of users' policies."""
 
     name: Name
     """Policy name."""
     pattern: str
     """Regular expression matched against object names (unanchored: use ^...$)."""
-    apply_to: ApplyTo = ApplyTo.ALL
-    """all, queues or exchanges (3.12+: classic_queues, quorum_queues, streams)."""
+    apply_to: ApplyTo = ApplyTo.QUEUES
+    """Usually queues."""
     priority: int = 0
     """Only the matching policy with the highest priority applies to an object."""
-    definition: PolicyDefinition = Field(default_factory=PolicyDefinition)
-    """Checked policy keys (message-ttl: 30s, dead-letter-exchange: dlx, ...)."""
+    definition: OperatorPolicyDefinition = Field(default_factory=OperatorPolicyDefinition)
+    """Checked operator policy keys (message-ttl, expires, max-length, ...)."""
     unchecked_definition: dict[str, Any] = Field(default_factory=dict)
     """Plugin policy keys rabbitry does not know, passed through as they are."""
 
 
-class OperatorPolicySpec(SpecModel):
-    """An operator policy: caps that apply on top of users' policies."""
+class PolicySpec(OperatorPolicySpec):
+    """A policy: settings the broker applies to matching queues/exchanges and can change live."""
 
-    name: Name
-    """Operator policy name."""
-    pattern: str
-    """Regular expression matched against queue names."""
-    apply_to: ApplyTo = ApplyTo.QUEUES
-    """Usually queues."""
-    priority: int = 0
-    """Only the matching operator policy with the highest priority applies."""
-    definition: OperatorPolicyDefinition = Field(default_factory=OperatorPolicyDefinition)
-    """Checked operator policy keys (message-ttl, expires, max-length, ...)."""
-    unchecked_definition: dict[str, Any] = Field(default_factory=dict)
-    """Keys rabbitry does not know, passed through as they are."""
+    # an operator policy's fields, with any apply-to and every policy key
+
+    apply_to: ApplyTo = ApplyTo.ALL
+    """all, queues or exchanges (3.12+: classic_queues, quorum_queues, streams)."""
+    definition: PolicyDefinition = Field(default_factory=PolicyDefinition)
+    """Checked policy keys (message-ttl: 30s, dead-letter-exchange: dlx, ...)."""
 
 
 class PermissionSpec(SpecModel):

@@ -196,44 +196,47 @@ class MarkedDocument:
     problems: list[SpecProblem]
 
 
-def load_yaml(
-    text: str,
-    file: str | None,
-    translate: MarkTranslator = identity_marks,
-    limits: SpecLimits | None = None,
-) -> MarkedDocument:
+@dataclass(frozen=True)
+class YamlText:
+    """A YAML text to read, with what its problems name as the file, where a position in it
+    stands in the template it was rendered from, and how far reading it may go."""
+
+    text: str
+    file: str | None
+    translate: MarkTranslator = identity_marks
+    limits: SpecLimits = field(default_factory=SpecLimits)
+
+
+def load_yaml(source: YamlText) -> MarkedDocument:
     """``load_marked_yaml``, through the fast parser when the text is plain YAML and the
     ``fast`` extra is installed: then positions are found only when a problem asks for one."""
-    limits = limits or SpecLimits()
-    data, plain = fast_yaml.load_plain(text, limits)
+    data, plain = fast_yaml.load_plain(source.text, source.limits)
     if not plain:
-        return load_marked_yaml(text, file, translate, limits)
+        return load_marked_yaml(source)
 
-    def fill(source: SourceMap) -> None:
+    def fill(positions: SourceMap) -> None:
         try:
-            marked = load_marked_yaml(text, file, translate, limits)
+            marked = load_marked_yaml(source)
         except (yaml.YAMLError, SpecError):  # read by one parser, refused by the other
             return
-        source.keys, source.values = marked.source.keys, marked.source.values
+        positions.keys, positions.values = marked.source.keys, marked.source.values
 
-    return MarkedDocument(data, SourceMap(file, translate=translate, fill=fill), [])
+    return MarkedDocument(data, SourceMap(source.file, translate=source.translate, fill=fill), [])
 
 
-def load_marked_yaml(
-    text: str,
-    file: str | None,
-    translate: MarkTranslator = identity_marks,
-    limits: SpecLimits | None = None,
-) -> MarkedDocument:
+def load_marked_yaml(source: YamlText) -> MarkedDocument:
     """Parse one YAML document, recording where every key and item is.
 
-    Raises ``yaml.MarkedYAMLError`` for syntax errors, ``SpecError`` past ``limits`` (values
-    built, nesting) or for a tag that is not plain YAML; duplicate keys come back as problems.
+    Raises ``yaml.MarkedYAMLError`` for syntax errors, ``SpecError`` past ``source.limits``
+    (values built, nesting) or for a tag that is not plain YAML; duplicate keys come back as
+    problems.
     """
-    loader = _Loader(text)
+    loader = _Loader(source.text)
     try:
         node = loader.get_single_node()
-        builder = _Builder(loader, SourceMap(file, translate=translate), limits or SpecLimits())
+        builder = _Builder(
+            loader, SourceMap(source.file, translate=source.translate), source.limits
+        )
         data = builder.build(node, ()) if node is not None else None
         return MarkedDocument(data, builder.source, builder.problems)
     finally:

@@ -13,6 +13,7 @@ sandbox it renders in (``sandbox``), so a worker running a plain spec does not c
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,20 @@ def read_var_files(paths: Sequence[Path]) -> dict[str, Any]:
     return merged
 
 
+@dataclass(frozen=True)
+class TemplateInputs:
+    """What a spec's template is rendered with, besides its text."""
+
+    variables: Mapping[str, str] | None = None
+    """``--var`` values: they win over the var files'."""
+    var_files: Sequence[Path] = ()
+    """YAML mappings of variables, later files winning key by key."""
+    environ: Mapping[str, str] | None = None
+    """What templates see as ``env`` (None: ``os.environ``)."""
+    search_path: Path | None = None
+    """Where ``{% include %}`` looks."""
+
+
 def render_template(
     text: str,
     filename: str = "<spec>",
@@ -70,26 +85,17 @@ def render_template(
 
     ``environ`` defaults to ``os.environ``; ``search_path`` is where ``{% include %}`` looks.
     """
-    return render_with_lines(
-        text, filename, variables, var_files, environ, search_path=search_path
-    ).text
+    inputs = TemplateInputs(variables, var_files, environ, search_path)
+    return render_with_lines(text, filename, inputs).text
 
 
-def render_with_lines(
-    text: str,
-    filename: str = "<spec>",
-    variables: Mapping[str, str] | None = None,
-    var_files: Sequence[Path] = (),
-    environ: Mapping[str, str] | None = None,
-    *,
-    search_path: Path | None = None,
-) -> Rendered:
+def render_with_lines(text: str, filename: str, inputs: TemplateInputs) -> Rendered:
     """Like :func:`render_template`, plus the map from rendered lines to template lines."""
-    values = read_var_files(var_files)
+    values = read_var_files(inputs.var_files)
     if not any(marker in text for marker in _JINJA_MARKERS):
         # Plain YAML renders to itself: a large generated spec skips compiling a template of
         # its size (0.3 s at 50,000 objects). Var files are still read, and must still be valid.
-        limits = SpecLimits.from_environment(environ)
+        limits = SpecLimits.from_environment(inputs.environ)
         if len(text) > limits.max_bytes:
             raise exceeded(
                 "max_bytes", len(text), limits.max_bytes, "the rendered spec's size", filename
@@ -97,4 +103,6 @@ def render_with_lines(
         return Rendered(text, LineMap.identity(filename, text))
     from rabbitry.topology.spec.sandbox import render_jinja
 
-    return render_jinja(text, filename, values, variables, environ, search_path=search_path)
+    return render_jinja(
+        text, filename, values, inputs.variables, inputs.environ, search_path=inputs.search_path
+    )

@@ -15,7 +15,7 @@ from rabbitry.errors import SpecError
 from rabbitry.topology import load_spec
 from rabbitry.topology.spec import fast_yaml
 from rabbitry.topology.spec.limits import SpecLimits
-from rabbitry.topology.spec.source_map import load_marked_yaml
+from rabbitry.topology.spec.source_map import YamlText, load_marked_yaml
 from tests.profiles import examples
 
 pytestmark = pytest.mark.skipif(not fast_yaml.available(), reason="needs rabbitry[fast]")
@@ -37,7 +37,7 @@ def both(text: str) -> tuple[tuple[Any, bool], Any]:
     text on its own, it must agree with the marked loader too."""
     fast = fast_yaml.load_plain(text, SpecLimits())
     try:
-        marked: Any = load_marked_yaml(text, None).data
+        marked: Any = load_marked_yaml(YamlText(text, None)).data
     except (yaml.YAMLError, SpecError) as exc:
         marked = exc
     vouched = json_reading(text)
@@ -183,7 +183,7 @@ def test_a_spec_as_people_write_it_is_read_from_json_and_the_same() -> None:
     text = spec_like()
     vouched = json_reading(text)
     assert vouched is not None, "the faster reading must take a spec with nothing odd in it"
-    assert same(vouched, load_marked_yaml(text, None).data)
+    assert same(vouched, load_marked_yaml(YamlText(text, None)).data)
     assert vouched["vhosts"][0]["bindings"][0]["routing_key"] == "#"
     assert vouched["vhosts"][0]["retry"] == {"jitter": 0.1, "multiplier": 2.0}
 
@@ -303,6 +303,29 @@ def test_problems_of_a_spec_read_on_the_fast_path_point_at_their_lines(tmp_path:
     with pytest.raises(SpecError) as meaning:
         check_spec(loaded)
     assert f"{spec}:3007:" in str(meaning.value)  # the binding to an undeclared exchange
+
+
+def test_problems_of_a_large_rendered_template_on_the_fast_path_point_at_its_template_lines(
+    tmp_path: Path,
+) -> None:
+    """The loop renders 3,000 lines from one: a problem after it is on the template's line 12,
+    not on the rendered text's line 3009."""
+    spec = tmp_path / "big.yaml"
+    spec.write_text(
+        'version: 1\nname: big\nvhosts:\n  - name: "/"\n    queues:\n'
+        "{% for i in range(3000) %}\n"
+        "      - {name: q.{{ i }}, type: classic}\n"
+        "{% endfor %}\n"
+        "    exchanges:\n      - {name: x, type: topic}\n"
+        "    bindings:\n      - {source: nowhere, destination: q.1}\n"
+    )
+    from rabbitry.topology import check_spec
+
+    loaded = load_spec(spec, environ={})
+    assert loaded.source is not None and loaded.source.fill is not None, "fast path, no marks"
+    with pytest.raises(SpecError) as meaning:
+        check_spec(loaded)
+    assert f"{spec}:12:" in str(meaning.value)  # the binding to an undeclared exchange
 
 
 def test_without_the_fast_extra_every_spec_still_loads(

@@ -198,7 +198,7 @@ def test_repr_of_a_loaded_spec_and_its_topology_shows_no_password(tmp_path: Path
 def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
     import yaml
 
-    from rabbitry.topology.spec.source_map import load_marked_yaml
+    from rabbitry.topology.spec.source_map import YamlText, load_marked_yaml
 
     if scalar[0] in "!&*|>%@`#{[\"'?:-,]}":
         return  # a YAML indicator: not a plain scalar
@@ -207,7 +207,7 @@ def test_scalars_read_as_plain_yaml_reads_them(scalar: str) -> None:
         expected = yaml.safe_load(text)
     except yaml.YAMLError:
         return  # not a plain scalar at all
-    assert load_marked_yaml(text, None).data == expected
+    assert load_marked_yaml(YamlText(text, None)).data == expected
 
 
 def test_plain_yaml_is_not_compiled_as_a_template_and_still_has_its_limits(

@@ -8,9 +8,13 @@ from rabbitry.errors import SpecProblem
 from rabbitry.topology import validate
 from rabbitry.topology.primitives import QueueType
 from rabbitry.topology.spec.loader import load_spec_text
+from rabbitry.topology.version_facts import facts_of
 from rabbitry.topology.versions import (
     FACTS,
+    RETRY_VIA_BROKER,
     SERIES,
+    SERVER_NAMED_BINDING,
+    VHOST_DELETION_PROTECTION,
     Kind,
     Use,
     judge,
@@ -44,6 +48,41 @@ def test_every_fact_cites_a_source_and_says_what_to_do() -> None:
     for fact in FACTS:
         assert fact.source.strip() and fact.advice.strip(), fact
         assert any(v is not None for v in (fact.added, fact.ignored, fact.removed, fact.changed))
+
+
+def test_the_features_rabbitry_names_in_code_are_rows_of_the_table() -> None:
+    keys = {fact.key for fact in FACTS if fact.kind is Kind.FEATURE}
+    assert {RETRY_VIA_BROKER, SERVER_NAMED_BINDING, VHOST_DELETION_PROTECTION} <= keys
+
+
+def test_a_row_makes_one_fact_a_kind_and_key_with_its_key_and_prefixes_in_its_texts() -> None:
+    table = {
+        "prefixes": {"notes": "https://notes/"},
+        "facts": [
+            {
+                "kinds": ["policy key", "operator policy key"],
+                "keys": ["a", "b"],
+                "source": "{notes}4.0.md",
+                "advice": "remove {key}",
+                "removed": [4, 0],
+            }
+        ],
+    }
+    facts = list(facts_of(table))
+    assert [(str(f.kind), f.key, f.advice) for f in facts] == [
+        ("policy key", "a", "remove a"),
+        ("policy key", "b", "remove b"),
+        ("operator policy key", "a", "remove a"),
+        ("operator policy key", "b", "remove b"),
+    ]
+    assert {f.source for f in facts} == {"https://notes/4.0.md"}
+    assert {f.removed for f in facts} == {(4, 0)}
+
+
+def test_a_row_with_a_field_the_table_does_not_have_is_refused() -> None:
+    row = {"kind": "feature", "key": "k", "source": "s", "advice": "a", "remvoed": [4, 0]}
+    with pytest.raises(ValueError, match="unknown fields \\['remvoed'\\]"):
+        list(facts_of({"prefixes": {}, "facts": [row]}))
 
 
 def test_no_fact_is_refused_before_it_is_added() -> None:
