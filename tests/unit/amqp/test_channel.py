@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from rabbitry.amqp.channel import Channel, ChannelSession
 from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
+from rabbitry.consumer.streams import StreamReader
 from rabbitry.errors import BrokerError
 from rabbitry.testing import ScriptedBroker
 from tests.unit.amqp.wire import frames_in
@@ -190,18 +192,33 @@ pause after a round of nodes would stall a test for a minute, and giving up afte
 stop before the second node."""
 
 
+def _asks_through_a_channel(settings: ConnectionSettings) -> None:
+    with Channel(settings) as channel:
+        assert channel.queue_declare("work", passive=True).message_count == 1
+
+
+def _asks_through_a_stream_reader(settings: ConnectionSettings) -> None:
+    reader = StreamReader(settings, connect_timeout=2.0)
+    try:
+        reader.check(["work"])
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("ask", [_asks_through_a_channel, _asks_through_a_stream_reader])
 def test_a_tool_moves_on_to_the_next_node_as_every_client_does_and_says_so(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, ask: Callable[[ConnectionSettings], None]
 ) -> None:
-    # the connector's walk and its log: a tool's failover reads like a publisher's
+    # the connector's walk and its log: a tool's failover (the tools' Channel, the stream
+    # reader of the Spark source and dlq tools) reads like a publisher's
     dead = free_port()
     with ScriptedBroker() as broker:
         broker.declare_queue("work")
         broker.put("work", b"one")
         urls = [f"amqp://guest:guest@127.0.0.1:{dead}/", broker.url]
         settings = ConnectionSettings.from_url(urls, node_order="in-order", backoff=CLIENT_BACKOFF)
-        with caplog.at_level(logging.INFO, "rabbitry.amqp"), Channel(settings) as channel:
-            assert channel.queue_declare("work", passive=True).message_count == 1
+        with caplog.at_level(logging.INFO, "rabbitry.amqp"):
+            ask(settings)
         assert broker.connections_opened == 1
     said = [r.getMessage() for r in caplog.records]
     assert said[0].startswith(f"connecting to amqp://guest@127.0.0.1:{dead}/%2F failed (")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -26,7 +25,6 @@ from rabbitry.consumer.streams import (
     Waits,
 )
 from rabbitry.errors import StreamUnreachable
-from rabbitry.testing import ScriptedBroker
 from rabbitry.testing.host import free_port
 from tests.unit.amqp.wire import frames_in
 
@@ -165,25 +163,6 @@ def test_a_reader_given_patience_waits_that_long_before_it_calls_a_stream_empty(
     late = PacedBroker(streams.time, answer=0.002, deliver=5.0, messages=7)  # type: ignore[arg-type]
     assert late.bounds_of(["events"]) == {"events": (0, 0)}
     assert late.bounds_of(["events"], patience=10.0) == {"events": (0, 7)}
-
-
-def test_a_reader_tries_each_node_once_and_reads_from_the_one_that_answers(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # one try per node through the connector, as the tools' Channel: a dead first node is
-    # passed over at once, not reported as the broker being out of reach
-    dead = free_port()
-    with ScriptedBroker() as broker:
-        broker.declare_queue("events")
-        urls = [f"amqp://guest:guest@127.0.0.1:{dead}/", broker.url]
-        settings = ConnectionSettings.from_url(urls, node_order="in-order")
-        reader = StreamReader(settings, connect_timeout=2.0)
-        with caplog.at_level(logging.INFO, "rabbitry.amqp"):
-            reader.check(["events"])
-        reader.close()
-        assert broker.connections_opened == 1
-    said = [r.getMessage() for r in caplog.records]
-    assert said[0].startswith(f"connecting to amqp://guest@127.0.0.1:{dead}/%2F failed (")
 
 
 def test_a_reader_that_no_node_takes_says_so_at_once() -> None:
