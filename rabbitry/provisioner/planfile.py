@@ -302,8 +302,10 @@ class SavedPlan:
             changes = tuple(_change(item, where, vhosts) for item in data["changes"])
             stack = str(data["stack"])
             record = OwnershipRecord.from_value(stack, data["record"])
-            seen = {tuple(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
-            excluded = frozenset(tuple(str(p) for p in key) for key in data.get("excluded", ()))
+            seen = {ResourceKey(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
+            excluded = frozenset(
+                ResourceKey(str(p) for p in key) for key in data.get("excluded", ())
+            )
             warnings = tuple(str(w) for w in data.get("warnings", ()))
             relayouts = tuple(DelayRelayout.from_json(r) for r in data.get("delay_relayouts", ()))
             plan = Plan(stack, changes, record, warnings, topology, excluded, relayouts)
@@ -390,7 +392,7 @@ def _change_json(change: Change) -> dict[str, Any]:
 
 
 def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Change:
-    key = tuple(str(part) for part in item["key"])
+    key = ResourceKey(str(part) for part in item["key"])
     desired = _primitive(item.get("desired"), f"{where}: {describe_key(key)}")
     if isinstance(desired, Vhost) and desired.name in vhosts:
         desired = vhosts[desired.name]  # with its objects, as the plan had it

@@ -66,13 +66,17 @@ class Change:
     protected: bool = False
     """The object is guarded ``protect: true``: apply refuses this delete or replace."""
 
+    def __post_init__(self) -> None:
+        if type(self.key) is not ResourceKey:  # the plain tuple of its parts, named
+            object.__setattr__(self, "key", ResourceKey(self.key))
+
     @property
     def kind(self) -> str:
-        return self.key[0]
+        return self.key.kind
 
     @property
     def vhost(self) -> str:
-        return self.key[1]
+        return self.key.vhost
 
     @property
     def title(self) -> str:

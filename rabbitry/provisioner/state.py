@@ -89,10 +89,11 @@ class QueueStatsReader(Mapping[ResourceKey, QueueStats]):
         return QueueStats(messages, consumers, source="amqp")
 
     def __getitem__(self, key: ResourceKey) -> QueueStats:
-        if key[0] != "queue" or len(key) != 3:
+        key = ResourceKey(key)  # a plain tuple of its parts finds it too
+        if key.kind != "queue" or len(key.identity) != 1:
             raise KeyError(key)  # only queues have statistics
         if key not in self.read:
-            _, vhost, name = key
+            vhost, name = key.vhost, key.name
             item = self.client.get_optional(f"/queues/{q(vhost)}/{q(name)}")
             self.read[key] = (
                 None
@@ -436,9 +437,9 @@ def read_state(
         raise unreadable.pop(stack)
     record = records.get(stack) or OwnershipRecord(stack)
     wanted_vhosts = set(vhosts) | record.vhosts()
-    wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
+    wanted_users = set(users) | {k.name for k in record.keys if k.kind == "user"}
     wanted_params = set(global_parameters) | {
-        k[2] for k in record.keys if k[0] == "global_parameter"
+        k.name for k in record.keys if k.kind == "global_parameter"
     }
 
     existing = {v["name"]: v for v in client.vhosts()}

@@ -24,7 +24,7 @@ def parse_target(text: str) -> ResourceKey:
             f"--target {text!r} is not KIND/VHOST/NAME (KIND one of {kinds}; user/NAME,"
             " vhost/NAME and global_parameter/NAME name no vhost; e.g. queue/shop/orders.work)"
         )
-    return (kind, "", *parts) if kind in GLOBAL_KINDS else (kind, *parts)
+    return ResourceKey((kind, "", *parts) if kind in GLOBAL_KINDS else (kind, *parts))
 
 
 def _selects(prefix: ResourceKey, key: ResourceKey) -> bool:
@@ -46,9 +46,8 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
     rebound: dict[ResourceKey, list[ResourceKey]] = {}
     for change in the_plan.changes:
         if change.kind == "binding":
-            _, vhost, source, dtype, dest, *_ = change.key
-            rebound.setdefault(("exchange", vhost, source), []).append(change.key)
-            rebound.setdefault((dtype, vhost, dest), []).append(change.key)
+            for end in _binding_ends(change.key):
+                rebound.setdefault(end, []).append(change.key)
     selected = {k for k in by_key if any(_selects(p, k) for p in prefixes)}
     frontier = list(selected)
     while frontier:
@@ -69,16 +68,24 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
 def _needs(change: Change, rebound: dict[ResourceKey, list[ResourceKey]]) -> list[ResourceKey]:
     key = change.key
     needs: list[ResourceKey] = []
-    if key[0] != "vhost" and key[1]:
-        needs.append(("vhost", key[1]))
-    if key[0] == "binding":
-        _, vhost, source, dtype, dest, *_ = key
-        needs += [("exchange", vhost, source), (dtype, vhost, dest)]
-    elif key[0] in ("permission", "topic_permission"):
-        needs.append(("user", "", key[2]))
-    elif key[0] in REPLACED_KINDS and change.action is Action.REPLACE:
+    if key.kind != "vhost" and key.vhost:
+        needs.append(ResourceKey.of("vhost", key.vhost))
+    if key.kind == "binding":
+        needs += _binding_ends(key)
+    elif key.kind in ("permission", "topic_permission"):
+        needs.append(ResourceKey.of("user", "", key.name))
+    elif key.kind in REPLACED_KINDS and change.action is Action.REPLACE:
         needs += rebound.get(key, [])
     return needs
+
+
+def _binding_ends(key: ResourceKey) -> list[ResourceKey]:
+    """The keys of a binding's source exchange and its destination."""
+    source, destination_type, destination, *_ = key.identity
+    return [
+        ResourceKey.of("exchange", key.vhost, source),
+        ResourceKey.of(destination_type, key.vhost, destination),
+    ]
 
 
 __all__ = ["GLOBAL_KINDS", "parse_target", "targeted"]

@@ -20,8 +20,43 @@ from rabbitry.topology.queue_types import QueueType as QueueType  # defined apar
 from rabbitry.uri import mask_value
 
 JSON: TypeAlias = Any
-ResourceKey: TypeAlias = tuple[str, ...]
-"""Identity of one broker object: ``(kind, vhost, ...)``; cluster-wide objects use vhost ''."""
+
+
+class ResourceKey(tuple[str, ...]):
+    """Identity of one broker object: ``(kind, vhost, *identity)``, named. Cluster-wide objects
+    (users, global parameters) have vhost ''; a vhost's own key is ``("vhost", name)``.
+
+    A tuple still: it compares, hashes and sorts as the plain tuple of its parts (plans, saved
+    plan files and ownership records hold it as that list), so a plain tuple finds it in a
+    dict. ``ResourceKey(parts)`` makes one from any iterable of parts; ``key.identity`` names
+    the parts after the vhost as the kind's module does (``rabbitry.topology.kinds``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, kind: str, vhost: str, *identity: str) -> ResourceKey:
+        return tuple.__new__(cls, (kind, vhost, *identity))
+
+    @property
+    def kind(self) -> str:
+        return self[0]
+
+    @property
+    def vhost(self) -> str:
+        """The vhost the object lives in ('' for cluster-wide ones; a vhost's own name)."""
+        return self[1]
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """What names the object within its vhost (``Primitive.identity``)."""
+        return tuple(self[2:])
+
+    @property
+    def name(self) -> str:
+        """The first part of its identity: the name of a queue, exchange, policy, user or
+        global parameter, a binding's source, a parameter's component, a permission's user;
+        a vhost's own name."""
+        return self[2] if len(self) > 2 else self[1]
 
 
 class ExchangeType(enum.StrEnum):
@@ -149,7 +184,7 @@ class Primitive(BaseModel):
         raise NotImplementedError
 
     def key(self, vhost: str) -> ResourceKey:
-        return (self.kind, vhost, *self.identity())
+        return tuple.__new__(ResourceKey, (self.kind, vhost, *self.identity()))
 
     def settings(self) -> JSON:
         """What is compared to decide whether the broker's object matches the desired one."""
@@ -335,7 +370,7 @@ class Vhost(Primitive):
         return ()
 
     def key(self, vhost: str = "") -> ResourceKey:
-        return ("vhost", self.name)
+        return tuple.__new__(ResourceKey, ("vhost", self.name))
 
     def settings(self) -> JSON:
         out: dict[str, JSON] = {"description": self.description, "tags": sorted(self.tags)}
