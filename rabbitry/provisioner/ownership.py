@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.errors import BrokerError
-from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json, describe_key
+from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json
 
 RECORD_PREFIX = "rabbitry.stack."
 FORMAT_VERSION = 2

@@ -40,6 +40,7 @@ from rabbitry.provisioner.planner import owners_of
 from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
+from rabbitry.topology.kinds import describe_key
 from rabbitry.topology.primitives import (
     KIND_ORDER,
     GlobalParameter,
@@ -50,7 +51,6 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
     canonical_json,
-    describe_key,
 )
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_password
 

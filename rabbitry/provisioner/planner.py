@@ -28,12 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from rabbitry.provisioner.field_diff import (
-    comparable,
-    field_differences,
-    user_differences,
-    vhost_differences,
-)
+from rabbitry.provisioner import field_diff
+from rabbitry.provisioner.field_diff import comparable
 from rabbitry.provisioner.migration import (
     STEPS,
     estimate_seconds,
@@ -60,6 +56,7 @@ from rabbitry.provisioner.protection import (
 from rabbitry.provisioner.relayout import delay_relayouts
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.provisioner.targeting import parse_target, targeted
+from rabbitry.topology.kinds import describe_key
 from rabbitry.topology.primitives import (
     KIND_ORDER,
     Binding,
@@ -69,9 +66,7 @@ from rabbitry.topology.primitives import (
     QueueType,
     ResourceKey,
     Topology,
-    User,
     Vhost,
-    describe_key,
 )
 
 
@@ -170,15 +165,7 @@ def _declared(
             reasons = ("deleted outside rabbitry",) if applied else ()
             changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=applied))
             continue
-        if key.kind == "binding":
-            # a binding's key is all of it, arguments as canonical JSON: found is equal
-            differences = []
-        elif isinstance(resource, User) and isinstance(existing, User):
-            differences = user_differences(resource, existing, state)
-        elif isinstance(resource, Vhost) and isinstance(existing, Vhost):
-            differences = vhost_differences(resource, existing)
-        else:
-            differences = field_differences(resource, existing)
+        differences = field_diff.differences(resource, existing, state)
         if not differences:
             if recorded is None:
                 changes.append(Change(Action.ADOPT, key, resource, existing, ("already matches",)))

@@ -17,7 +17,8 @@ from typing import Any
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.protection import desired_guards
 from rabbitry.provisioner.relayout import DelayRelayout
-from rabbitry.topology.primitives import Primitive, ResourceKey, Topology, describe_key
+from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.primitives import Primitive, ResourceKey, Topology
 
 
 class Action(enum.StrEnum):

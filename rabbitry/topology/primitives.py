@@ -450,23 +450,3 @@ ResourceKind = Literal[
 
 KIND_ORDER: tuple[ResourceKind, ...] = get_args(ResourceKind)
 """Dependency order for creation; deletion runs it backwards."""
-
-
-def describe_key(key: ResourceKey) -> str:
-    """A short human name: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
-    kind, vhost, *rest = key
-    where = f"{vhost}/" if vhost else ""
-    if kind == "vhost":
-        return f"vhost {vhost}"
-    if kind == "binding":
-        source, dtype, dest, rk, args = rest
-        shown_source = source or "(default exchange)"
-        extra = f" {args}" if args != "{}" else ""
-        return f"binding {where}{shown_source} -> {dtype} {dest} [{rk}]{extra}"
-    if kind == "parameter":
-        component, name = rest
-        return f"parameter {where}{component}/{name}"
-    if kind == "topic_permission":
-        user, exchange = rest
-        return f"topic_permission {where}{user}@{exchange}"
-    return f"{kind.replace('_', ' ')} {where}{'/'.join(rest)}"

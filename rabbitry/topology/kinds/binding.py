@@ -1,0 +1,105 @@
+"""A binding: its key is all of it (arguments as canonical JSON), so a changed binding is a
+delete and a create. The API addresses one with arguments by the broker's properties key:
+``provisioner.writes`` reads it before deleting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
+from rabbitry.topology.primitives import Binding, DestinationType, Primitive, ResourceKey, Vhost
+
+
+def binding_doc(b: Binding) -> dict[str, Any]:
+    """The binding as definitions files write it."""
+    return {
+        "source": b.source,
+        "destination": b.destination,
+        "destination_type": b.destination_type.value,
+        "routing_key": b.routing_key,
+        "arguments": b.arguments,
+    }
+
+
+def bindings_path(vhost: str, binding: Binding) -> str:
+    """Where the API lists (and takes) the bindings between the binding's two ends."""
+    to = "q" if binding.destination_type.value == "queue" else "e"
+    return (
+        f"/bindings/{segment(vhost)}/e/{segment(binding.source)}"
+        f"/{to}/{segment(binding.destination)}"
+    )
+
+
+class BindingKind(Kind):
+    name = "binding"
+    primitive = Binding
+    vhost_field = "bindings"
+    section = "bindings"
+    imported = True
+    import_rank = 3
+    compares_fields = False
+
+    def describe(self, key: ResourceKey) -> str:
+        source, dtype, dest, rk, args = key.identity
+        where = f"{key.vhost}/" if key.vhost else ""
+        shown_source = source or "(default exchange)"
+        extra = f" {args}" if args != "{}" else ""
+        return f"binding {where}{shown_source} -> {dtype} {dest} [{rk}]{extra}"
+
+    def needs(self, key: ResourceKey) -> list[ResourceKey]:
+        """Its source exchange and its destination."""
+        source, destination_type, destination, *_ = key.identity
+        return [
+            ResourceKey.of("exchange", key.vhost, source),
+            ResourceKey.of(destination_type, key.vhost, destination),
+        ]
+
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+        """All but those of the default exchange and those to or from what was left out."""
+        gone_exchanges = reading.gone.get("exchange", set())
+        gone_queues = reading.gone.get("queue", set())
+        for item in items:
+            source = item.get("source")
+            if not source:
+                continue  # the default exchange's implicit bindings are not declared
+            to_queue = item.get("destination_type", "queue") == "queue"
+            destination = item["destination"]
+            if source in gone_exchanges or destination in (
+                gone_queues if to_queue else gone_exchanges
+            ):
+                reading.left_out.append(
+                    f"binding {reading.vhost}/{source} -> {destination}:"
+                    " to or from an object left out"
+                )
+                continue
+            yield Binding.trusted(
+                source=source,
+                destination=destination,
+                destination_type=DestinationType(item.get("destination_type", "queue")),
+                routing_key=item.get("routing_key", ""),
+                arguments=dict(item.get("arguments") or {}),
+            )
+
+    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
+        assert isinstance(resource, Binding)
+        body = {"routing_key": resource.routing_key, "arguments": resource.arguments}
+        return [Write("POST", bindings_path(vhost, resource), body)]
+
+    def definitions_entry(self, resource: Primitive) -> JSONDict:
+        assert isinstance(resource, Binding)
+        return binding_doc(resource)
+
+    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
+        assert isinstance(resource, Binding)
+        out: Document = {"source": resource.source, "destination": resource.destination}
+        if resource.destination_type is not DestinationType.QUEUE:
+            out["destination_type"] = resource.destination_type.value
+        if resource.routing_key:
+            out["routing_key"] = resource.routing_key
+        if resource.arguments:
+            out["arguments"] = dict(resource.arguments)
+        return out
+
+
+KIND = BindingKind()

@@ -1,0 +1,97 @@
+"""An exchange: read from the broker (a plugin's own left out), declared, exported with its
+``alternate-exchange`` as ``alternate_exchange``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
+from rabbitry.topology.kinds.kind import (
+    Document,
+    JSONDict,
+    Kind,
+    Reading,
+    Write,
+    enum_or_none,
+    segment,
+)
+from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange
+from rabbitry.topology.primitives import Exchange, ExchangeType, Primitive, Vhost
+from rabbitry.topology.spec.arguments import ExchangeArguments
+
+
+def exchange_doc(e: Exchange) -> dict[str, Any]:
+    """The exchange as the management API and definitions files write it."""
+    return {
+        "name": e.name,
+        "type": str(e.type),
+        "durable": e.durable,
+        "auto_delete": e.auto_delete,
+        "internal": e.internal,
+        "arguments": e.arguments,
+    }
+
+
+class ExchangeKind(Kind):
+    name = "exchange"
+    primitive = Exchange
+    vhost_field = "exchanges"
+    section = "exchanges"
+    imported = True
+
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+        for item in items:
+            # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
+            exchange_type = enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
+            arguments = item.get("arguments") or {}
+            why = plugin_exchange(arguments, item["name"])
+            if why:
+                line = f"exchange {reading.vhost}/{item['name']}: {why}"
+                if why is not BROKER_EXCHANGE_WHY:  # bindings from the broker's own stay
+                    reading.leave_out("exchange", item["name"], line)
+                else:
+                    reading.left_out.append(line)
+                continue
+            yield Exchange.trusted(
+                name=item["name"],
+                type=exchange_type,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                internal=bool(item.get("internal", False)),
+                arguments=dict(arguments),
+            )
+
+    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
+        assert isinstance(resource, Exchange)
+        body = exchange_doc(resource)
+        del body["name"]
+        return [Write("PUT", f"/exchanges/{segment(vhost)}/{segment(resource.name)}", body)]
+
+    def deletion(self, observed: Primitive, vhost: str) -> Write:
+        assert isinstance(observed, Exchange)
+        path = f"/exchanges/{segment(vhost)}/{segment(observed.name)}"
+        return Write("DELETE", path, allow=(404,))
+
+    def definitions_entry(self, resource: Primitive) -> JSONDict:
+        assert isinstance(resource, Exchange)
+        return exchange_doc(resource)
+
+    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
+        assert isinstance(resource, Exchange)
+        out: Document = {"name": resource.name}
+        if resource.type is not ExchangeType.DIRECT:
+            out["type"] = str(resource.type)
+        flags(out, resource.durable, resource.auto_delete)
+        if resource.internal:
+            out["internal"] = True
+        arguments = dict(resource.arguments)
+        alternate = arguments.get("alternate-exchange")
+        if isinstance(alternate, str):
+            out["alternate_exchange"] = alternate
+            del arguments["alternate-exchange"]
+        split_arguments(out, arguments, ExchangeArguments, "arguments", "unchecked_arguments")
+        return out
+
+
+KIND = ExchangeKind()

@@ -1,0 +1,194 @@
+"""What every kind of broker object tells the generic code about itself (pure): the base each
+kind's module (``rabbitry.topology.kinds.<kind>``) fills in.
+
+The generic code keeps the algorithms: ``provisioner.state`` reads a vhost section by section,
+``provisioner.field_diff`` compares fields, ``provisioner.writes`` sends the requests,
+``provisioner.broker_documents`` builds definitions imports, ``topology.document`` writes the
+spec document. Each asks the kind of the object in hand for its part: how it is read from the
+broker's definitions-shaped answers, the management API requests that put and delete it, its
+entry in a definitions import, what of it is compared, how it is exported and described.
+Nothing here talks to a broker: a write is a ``Write``, data the provisioner sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from rabbitry.topology.primitives import GLOBAL, JSON, Primitive, ResourceKey, Vhost
+
+JSONDict = dict[str, Any]
+Document = dict[str, Any]
+
+
+def segment(name: str) -> str:
+    """One percent-encoded path segment of the management API (``/`` too: the default vhost)."""
+    return quote(name, safe="")
+
+
+def limits_of(value: Any) -> dict[str, int]:
+    """Limits as the API and definitions files write them: an object, a list of objects, or
+    [] for none; anything else is no limit."""
+    out: dict[str, int] = {}
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, Mapping):
+            out.update({str(k): int(v) for k, v in item.items() if isinstance(v, int | float)})
+    return out
+
+
+def tags_of(value: Any) -> tuple[str, ...]:
+    """Tags as a list, or as one comma-separated string (older brokers)."""
+    if isinstance(value, str):
+        return tuple(t for t in value.split(",") if t)
+    return tuple(str(t) for t in value or ())
+
+
+def enum_or_none(enum_type: Any, value: Any) -> Any:
+    """The member of ``enum_type`` whose value is ``value`` (or which is ``value``), or None;
+    a dictionary lookup rather than the enum's call, once per object of a large vhost."""
+    try:
+        return enum_type._value2member_map_.get(value)
+    except TypeError:  # a value that cannot be hashed is no member's
+        return None
+
+
+def limit_writes(path: str, limits: Mapping[str, int], known: tuple[str, ...]) -> list[Write]:
+    """Set the limits given, lift the others (a limit left out of the spec is none)."""
+    return [
+        Write("PUT", f"{path}/{name}", {"value": limits[name]})
+        if name in limits
+        else Write("DELETE", f"{path}/{name}", allow=(404,))
+        for name in known
+    ]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One management API request of a write: what ``provisioner.writes`` sends."""
+
+    method: str
+    path: str
+    body: JSON = None
+    allow: tuple[int, ...] = ()
+    """Answers that are not failures (a delete of what is gone: 404)."""
+
+
+@dataclass
+class Reading:
+    """One vhost being read from the broker's answers, kind after kind (``provisioner.state``)."""
+
+    vhost: str
+    left_out: list[str] = field(default_factory=list)
+    """What was read and left out (a plugin's objects), one line each."""
+    gone: dict[str, set[str]] = field(default_factory=dict)
+    """Kind -> names of objects left out, for the kinds read after it (bindings to them)."""
+
+    def leave_out(self, kind: str, name: str, line: str) -> None:
+        self.gone.setdefault(kind, set()).add(name)
+        self.left_out.append(line)
+
+
+class Kind:
+    """One kind of broker object. A module ``rabbitry.topology.kinds.<name>`` defines ``KIND``,
+    an instance of a subclass of this; ``rabbitry.topology.kinds`` finds it by its name in
+    ``primitives.ResourceKind``."""
+
+    name: ClassVar[str]
+    """The kind's name: ``Primitive.kind``, the first part of its keys."""
+    primitive: ClassVar[type[Primitive]]
+    vhost_field: ClassVar[str | None] = None
+    """The field of ``Vhost`` (and of the spec's vhost) that holds objects of this kind; None
+    for what is not inside a vhost."""
+    section: ClassVar[str | None] = None
+    """The list of a vhost's definitions document it is read from and imported into."""
+    imported: ClassVar[bool] = False
+    """A definitions import creates it (``definitions_entry``)."""
+    import_rank: ClassVar[int] = 2
+    """Its place in a definitions import: what it refers to comes in an earlier chunk or the
+    same one (``provisioner.import_plan``)."""
+    compares_fields: ClassVar[bool] = True
+    """False when its key is all of it: found is equal, nothing to compare."""
+
+    # -- describing ---------------------------------------------------------------------------
+
+    def describe(self, key: ResourceKey) -> str:
+        """A short human name of ``key``: ``queue orders/work``."""
+        where = f"{key.vhost}/" if key.vhost else ""
+        return f"{self.name.replace('_', ' ')} {where}{'/'.join(key.identity)}"
+
+    def needs(self, key: ResourceKey) -> list[ResourceKey]:
+        """The keys of the objects this one cannot exist without, beside its vhost."""
+        return []
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def reads(self, item: JSONDict) -> bool:
+        """Whether an answer of its ``section`` is of this kind (a section two kinds share)."""
+        return True
+
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+        """The broker's answers of its ``section`` as primitives (those ``reads`` takes)."""
+        raise NotImplementedError(f"{self.name} is not read from a vhost's definitions")
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
+        """The requests that create or update ``resource`` (``observed``: what the broker has
+        of it, if anything)."""
+        raise NotImplementedError(f"cannot apply {type(resource).__name__}")
+
+    def deletion(self, observed: Primitive, vhost: str) -> Write:
+        """The request that deletes ``observed``."""
+        raise NotImplementedError(f"cannot delete {type(observed).__name__}")
+
+    def definitions_entry(self, resource: Primitive) -> JSONDict:
+        """Its entry in a vhost's definitions import (``section``)."""
+        raise TypeError(f"{type(resource).__name__} is not part of a vhost definitions import")
+
+    # -- comparing ----------------------------------------------------------------------------
+
+    def compared(self, desired: Primitive, observed: Primitive) -> Primitive:
+        """``desired`` as it is compared with ``observed`` (a setting the broker does not keep
+        is not asked for again)."""
+        return desired
+
+    def more_differences(
+        self,
+        desired: Primitive,
+        observed: Primitive,
+        password_hashes: Mapping[str, tuple[str, str]],
+    ) -> list[str]:
+        """What differs beside its settings (a password, checked against the broker's hash)."""
+        return []
+
+    def comparable(self, observed: Primitive, desired: Primitive) -> Primitive:
+        """``observed`` as its recorded digest was made (a setting the broker does not keep
+        counts as what was asked, not as drift)."""
+        return observed
+
+    # -- exporting ----------------------------------------------------------------------------
+
+    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
+        """Its entry in the spec document (defaults left out)."""
+        return {
+            name: value
+            for name, value in resource.model_dump(mode="json").items()
+            if name not in type(resource)._defaults or value != type(resource)._defaults[name]
+        }
+
+
+__all__ = [
+    "GLOBAL",
+    "Document",
+    "JSONDict",
+    "Kind",
+    "Reading",
+    "Write",
+    "enum_or_none",
+    "limit_writes",
+    "limits_of",
+    "segment",
+    "tags_of",
+]

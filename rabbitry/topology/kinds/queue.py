@@ -1,0 +1,91 @@
+"""A queue: read from the broker (a plugin's own left out), declared with its type as
+``x-queue-type``, exported with the vhost's default type left out. Deleting one only when
+empty reads the broker first: ``provisioner.writes`` does it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
+from rabbitry.topology.kinds.kind import (
+    Document,
+    JSONDict,
+    Kind,
+    Reading,
+    Write,
+    enum_or_none,
+    segment,
+)
+from rabbitry.topology.plugin_objects import plugin_queue
+from rabbitry.topology.primitives import Primitive, Queue, QueueType, Vhost
+from rabbitry.topology.spec.arguments import QueueArguments
+
+
+def queue_doc(queue: Queue) -> dict[str, Any]:
+    """The queue as the management API and definitions files write it."""
+    return {
+        "name": queue.name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "arguments": queue.wire_arguments(),
+    }
+
+
+def queue_path(vhost: str, name: str) -> str:
+    return f"/queues/{segment(vhost)}/{segment(name)}"
+
+
+class QueueKind(Kind):
+    name = "queue"
+    primitive = Queue
+    vhost_field = "queues"
+    section = "queues"
+    imported = True
+
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+        for item in items:
+            arguments = dict(item.get("arguments") or {})
+            why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
+            if why:
+                # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
+                reading.leave_out(
+                    "queue", item["name"], f"queue {reading.vhost}/{item['name']}: {why}"
+                )
+                continue
+            queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
+            yield Queue.trusted(
+                name=item["name"],
+                type=enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
+                durable=bool(item.get("durable", True)),
+                auto_delete=bool(item.get("auto_delete", False)),
+                arguments=arguments,
+            )
+
+    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
+        assert isinstance(resource, Queue)
+        body = queue_doc(resource)
+        del body["name"]
+        return [Write("PUT", queue_path(vhost, resource.name), body)]
+
+    def deletion(self, observed: Primitive, vhost: str) -> Write:
+        """Deleted whatever it holds (``--force``)."""
+        assert isinstance(observed, Queue)
+        return Write("DELETE", queue_path(vhost, observed.name), allow=(404,))
+
+    def definitions_entry(self, resource: Primitive) -> JSONDict:
+        assert isinstance(resource, Queue)
+        return queue_doc(resource)
+
+    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
+        assert isinstance(resource, Queue)
+        default_type = (vhost.default_queue_type if vhost else None) or QueueType.CLASSIC
+        out: Document = {"name": resource.name}
+        if resource.type is not default_type:
+            out["type"] = resource.type.value
+        flags(out, resource.durable, resource.auto_delete)
+        split_arguments(out, resource.arguments, QueueArguments, "arguments", "unchecked_arguments")
+        return out
+
+
+KIND = QueueKind()
