@@ -9,6 +9,7 @@ from urllib.parse import unquote
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.plans import REPLACED_KINDS, Action, Change, Plan
 from rabbitry.provisioner.relayout import touched_by
+from rabbitry.topology.kinds import kind_of
 from rabbitry.topology.primitives import KIND_ORDER, ResourceKey
 
 GLOBAL_KINDS = frozenset({"user", "global_parameter"})
@@ -43,11 +44,11 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
         if not any(_selects(prefix, key) for key in known):
             raise PlanError(f"--target {text!r} names nothing in the spec or on the broker")
     by_key = {c.key: c for c in the_plan.changes}
+    # what refers to an object (a binding to its ends) is declared again when it is replaced
     rebound: dict[ResourceKey, list[ResourceKey]] = {}
     for change in the_plan.changes:
-        if change.kind == "binding":
-            for end in _binding_ends(change.key):
-                rebound.setdefault(end, []).append(change.key)
+        for needed in kind_of(change.kind).needs(change.key):
+            rebound.setdefault(needed, []).append(change.key)
     selected = {k for k in by_key if any(_selects(p, k) for p in prefixes)}
     frontier = list(selected)
     while frontier:
@@ -70,22 +71,10 @@ def _needs(change: Change, rebound: dict[ResourceKey, list[ResourceKey]]) -> lis
     needs: list[ResourceKey] = []
     if key.kind != "vhost" and key.vhost:
         needs.append(ResourceKey.of("vhost", key.vhost))
-    if key.kind == "binding":
-        needs += _binding_ends(key)
-    elif key.kind in ("permission", "topic_permission"):
-        needs.append(ResourceKey.of("user", "", key.name))
-    elif key.kind in REPLACED_KINDS and change.action is Action.REPLACE:
+    needs += kind_of(key.kind).needs(key)
+    if key.kind in REPLACED_KINDS and change.action is Action.REPLACE:
         needs += rebound.get(key, [])
     return needs
-
-
-def _binding_ends(key: ResourceKey) -> list[ResourceKey]:
-    """The keys of a binding's source exchange and its destination."""
-    source, destination_type, destination, *_ = key.identity
-    return [
-        ResourceKey.of("exchange", key.vhost, source),
-        ResourceKey.of(destination_type, key.vhost, destination),
-    ]
 
 
 __all__ = ["GLOBAL_KINDS", "parse_target", "targeted"]

@@ -5,10 +5,13 @@ delete and a create. The API addresses one with arguments by the broker's proper
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
 from rabbitry.topology.primitives import Binding, DestinationType, Primitive, ResourceKey, Vhost
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 def binding_doc(b: Binding) -> dict[str, Any]:
@@ -54,6 +57,18 @@ class BindingKind(Kind):
             ResourceKey.of("exchange", key.vhost, source),
             ResourceKey.of(destination_type, key.vhost, destination),
         ]
+
+    def declare(self, draft: VhostDraft) -> None:
+        for spec in draft.spec.bindings:
+            draft.bindings.append(
+                Binding.trusted(
+                    source=spec.source,
+                    destination=spec.destination,
+                    destination_type=spec.destination_type,
+                    routing_key=spec.routing_key,
+                    arguments=dict(spec.arguments),
+                )
+            )
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         """All but those of the default exchange and those to or from what was left out."""

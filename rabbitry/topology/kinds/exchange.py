@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
 from rabbitry.topology.kinds.kind import (
@@ -17,8 +17,11 @@ from rabbitry.topology.kinds.kind import (
     segment,
 )
 from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange
-from rabbitry.topology.primitives import Exchange, ExchangeType, Primitive, Vhost
+from rabbitry.topology.primitives import JSON, Exchange, ExchangeType, Primitive, Vhost
 from rabbitry.topology.spec.arguments import ExchangeArguments
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 def exchange_doc(e: Exchange) -> dict[str, Any]:
@@ -39,6 +42,26 @@ class ExchangeKind(Kind):
     vhost_field = "exchanges"
     section = "exchanges"
     imported = True
+
+    def declare(self, draft: VhostDraft) -> None:
+        for spec in draft.spec.exchanges:
+            arguments: dict[str, JSON] = {
+                **spec.arguments.as_broker_dict(),
+                **spec.unchecked_arguments,
+            }
+            if spec.alternate_exchange is not None:
+                arguments["alternate-exchange"] = spec.alternate_exchange
+            draft.exchanges.append(
+                Exchange.trusted(
+                    name=spec.name,
+                    type=spec.type,
+                    durable=spec.durable,
+                    auto_delete=spec.auto_delete,
+                    internal=spec.internal,
+                    arguments=arguments,
+                )
+            )
+            draft.guard("exchange", spec.name, spec.protect, spec.on_remove)
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         for item in items:

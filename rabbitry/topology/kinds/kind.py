@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
 from rabbitry.topology.primitives import GLOBAL, JSON, Primitive, ResourceKey, Vhost
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 JSONDict = dict[str, Any]
 Document = dict[str, Any]
@@ -121,6 +124,12 @@ class Kind:
     def needs(self, key: ResourceKey) -> list[ResourceKey]:
         """The keys of the objects this one cannot exist without, beside its vhost."""
         return []
+
+    # -- expanding ----------------------------------------------------------------------------
+
+    def declare(self, draft: VhostDraft) -> None:
+        """Add the objects of this kind the vhost's spec declares (its ``vhost_field``) to the
+        draft: the expansion step of the kind (``patterns.expand.VHOST_STEPS``)."""
 
     # -- reading ------------------------------------------------------------------------------
 

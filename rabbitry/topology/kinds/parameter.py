@@ -4,9 +4,13 @@ broker's vhost limits are a parameter too: read as the vhost's limits, not as on
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
 from rabbitry.topology.primitives import Parameter, Primitive, ResourceKey, Vhost
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 def parameter_path(vhost: str, parameter: Parameter) -> str:
@@ -25,6 +29,12 @@ class ParameterKind(Kind):
         component, name = key.identity
         where = f"{key.vhost}/" if key.vhost else ""
         return f"parameter {where}{component}/{name}"
+
+    def declare(self, draft: VhostDraft) -> None:
+        for param in draft.spec.parameters:
+            draft.parameters.append(
+                Parameter(component=param.component, name=param.name, value=param.value)
+            )
 
     def reads(self, item: JSONDict) -> bool:
         return item.get("component") not in ("operator_policy", "vhost-limits")

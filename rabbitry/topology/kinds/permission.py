@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
 from rabbitry.topology.primitives import Permission, Primitive, ResourceKey, Vhost
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 def non_default(**patterns: str) -> Document:
@@ -21,6 +25,14 @@ class PermissionKind(Kind):
 
     def needs(self, key: ResourceKey) -> list[ResourceKey]:
         return [ResourceKey.of("user", "", key.name)]
+
+    def declare(self, draft: VhostDraft) -> None:
+        for perm in draft.spec.permissions:
+            draft.permissions.append(
+                Permission(
+                    user=perm.user, configure=perm.configure, write=perm.write, read=perm.read
+                )
+            )
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         for p in items:

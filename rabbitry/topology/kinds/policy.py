@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rabbitry.topology.kinds.exported_arguments import split_arguments
 from rabbitry.topology.kinds.kind import (
@@ -17,6 +17,9 @@ from rabbitry.topology.kinds.kind import (
 )
 from rabbitry.topology.primitives import ApplyTo, Policy, Primitive, Vhost
 from rabbitry.topology.spec.arguments import KnownKeys, PolicyDefinition
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 def policy_body(p: Policy) -> dict[str, Any]:
@@ -40,6 +43,21 @@ class PolicyKind(Kind):
     """The API's collection of them."""
     default_apply_to: ClassVar[ApplyTo] = ApplyTo.ALL
     definition_model: ClassVar[type[KnownKeys]] = PolicyDefinition
+
+    def declare(self, draft: VhostDraft) -> None:
+        """The spec's policies of this kind: the checked keys of each definition, then the
+        unchecked."""
+        field = self.vhost_field or ""
+        getattr(draft, field).extend(
+            self.primitive(
+                name=spec.name,
+                pattern=spec.pattern,
+                apply_to=spec.apply_to,
+                priority=spec.priority,
+                definition={**spec.definition.as_broker_dict(), **spec.unchecked_definition},
+            )
+            for spec in getattr(draft.spec, field)
+        )
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         for item in items:

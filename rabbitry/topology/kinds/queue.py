@@ -5,7 +5,7 @@ empty reads the broker first: ``provisioner.writes`` does it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
 from rabbitry.topology.kinds.kind import (
@@ -18,8 +18,12 @@ from rabbitry.topology.kinds.kind import (
     segment,
 )
 from rabbitry.topology.plugin_objects import plugin_queue
-from rabbitry.topology.primitives import Primitive, Queue, QueueType, Vhost
+from rabbitry.topology.primitives import JSON, Primitive, Queue, QueueType, Vhost
 from rabbitry.topology.spec.arguments import QueueArguments
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
+    from rabbitry.topology.spec.model import QueueSpec
 
 
 def queue_doc(queue: Queue) -> dict[str, Any]:
@@ -32,6 +36,18 @@ def queue_doc(queue: Queue) -> dict[str, Any]:
     }
 
 
+def queue_arguments(spec: QueueSpec) -> dict[str, JSON]:
+    """A queue's declared arguments; a periodic queue is consumed by one worker at a time, so
+    that one process sees every copy of an occurrence (``rabbitry.consumer.periodic``)."""
+    arguments: dict[str, JSON] = {
+        **spec.arguments.as_broker_dict(),
+        **spec.unchecked_arguments,
+    }
+    if spec.periodic is not None:
+        arguments.setdefault("x-single-active-consumer", True)
+    return arguments
+
+
 def queue_path(vhost: str, name: str) -> str:
     return f"/queues/{segment(vhost)}/{segment(name)}"
 
@@ -42,6 +58,19 @@ class QueueKind(Kind):
     vhost_field = "queues"
     section = "queues"
     imported = True
+
+    def declare(self, draft: VhostDraft) -> None:
+        for spec in draft.spec.queues:
+            draft.queues.append(
+                Queue.trusted(
+                    name=spec.name,
+                    type=spec.type or draft.default_queue_type,
+                    durable=spec.durable,
+                    auto_delete=spec.auto_delete,
+                    arguments=queue_arguments(spec),
+                )
+            )
+            draft.guard("queue", spec.name, spec.protect, spec.on_remove)
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         for item in items:

@@ -4,10 +4,14 @@ of a user's topic permissions in a vhost at once: ``provisioner.writes`` puts ba
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
 from rabbitry.topology.kinds.permission import non_default
 from rabbitry.topology.primitives import Primitive, ResourceKey, TopicPermission, Vhost
+
+if TYPE_CHECKING:
+    from rabbitry.topology.patterns.draft import VhostDraft
 
 
 class TopicPermissionKind(Kind):
@@ -23,6 +27,14 @@ class TopicPermissionKind(Kind):
 
     def needs(self, key: ResourceKey) -> list[ResourceKey]:
         return [ResourceKey.of("user", "", key.name)]
+
+    def declare(self, draft: VhostDraft) -> None:
+        for tperm in draft.spec.topic_permissions:
+            draft.topic_permissions.append(
+                TopicPermission(
+                    user=tperm.user, exchange=tperm.exchange, write=tperm.write, read=tperm.read
+                )
+            )
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
         for p in items:
