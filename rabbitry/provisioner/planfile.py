@@ -40,7 +40,7 @@ from rabbitry.provisioner.planner import owners_of
 from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
-from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.kinds import describe_key, kind_of
 from rabbitry.topology.primitives import (
     KIND_ORDER,
     GlobalParameter,
@@ -58,21 +58,6 @@ FORMAT = "rabbitry-plan"
 FORMAT_VERSION = 2
 """2: pinned to the cluster's id and management URLs, salted fingerprints, observed parameters
 without their values (1 held the broker's current secrets: it is refused, to be made again)."""
-
-
-def _classes_of_kinds() -> dict[str, type[Primitive]]:
-    """Each kind of ``KIND_ORDER`` -> its primitive class (the first one defined for it)."""
-    found: dict[str, type[Primitive]] = {}
-    todo = [Primitive]
-    while todo:
-        for cls in todo.pop(0).__subclasses__():
-            found.setdefault(getattr(cls, "kind", ""), cls)
-            todo.append(cls)
-    return {kind: found[kind] for kind in KIND_ORDER}
-
-
-KINDS = _classes_of_kinds()
-"""The class a plan file's change of each kind is read into."""
 
 
 def fingerprint(resource: Primitive | None, salt: str) -> str | None:
@@ -129,10 +114,10 @@ def _primitive_json(resource: Primitive | None, observed: bool = False) -> dict[
 def _primitive(data: Any, where: str) -> Primitive | None:
     if data is None:
         return None
-    if not isinstance(data, dict) or data.get("kind") not in KINDS:
+    if not isinstance(data, dict) or data.get("kind") not in KIND_ORDER:
         raise PlanError(f"{where}: not an object of a kind rabbitry plans")
     fields = {k: v for k, v in data.items() if k != "kind"}
-    return KINDS[data["kind"]].model_validate(fields)
+    return kind_of(data["kind"]).primitive.model_validate(fields)
 
 
 def _topology_json(topology: Topology) -> dict[str, Any]:

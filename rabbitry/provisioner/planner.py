@@ -56,9 +56,8 @@ from rabbitry.provisioner.protection import (
 from rabbitry.provisioner.relayout import delay_relayouts
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.provisioner.targeting import parse_target, targeted
-from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.kinds import describe_key, rank
 from rabbitry.topology.primitives import (
-    KIND_ORDER,
     Binding,
     DestinationType,
     Exchange,
@@ -390,10 +389,10 @@ def _binds_into(change: Change, queues: set[ResourceKey]) -> bool:
 
 
 def _order(change: Change) -> tuple[int, int, ResourceKey]:
-    rank = KIND_ORDER.index(change.kind)
+    place = rank(change.kind)
     if change.action is Action.DELETE:
-        return (1, -rank, change.key)
-    return (0, rank, change.key)
+        return (1, -place, change.key)
+    return (0, place, change.key)
 
 
 __all__ = [

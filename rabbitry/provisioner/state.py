@@ -7,7 +7,6 @@ on recorded API answers.
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,10 +19,10 @@ from rabbitry.provisioner.ownership import (
     owners_by_key,
     records_from,
 )
-from rabbitry.topology.kinds import VHOST_KINDS
+from rabbitry.topology.kinds import in_vhosts, kind_of
 from rabbitry.topology.kinds.kind import Reading
 from rabbitry.topology.kinds.user import user_of
-from rabbitry.topology.kinds.vhost import vhost_of
+from rabbitry.topology.kinds.vhost import VhostKind
 from rabbitry.topology.primitives import (
     GLOBAL,
     GlobalParameter,
@@ -157,14 +156,12 @@ def _read_vhosts(
             continue
         its_left_out: list[str] = []
         try:
+            objects = client.vhost_objects(name)
+            for kind in in_vhosts():  # the kinds the definitions do not hold: read apart
+                if kind.listing is not None and kind.section is not None:
+                    objects[kind.section] = client.get(kind.listing.format(vhost=q(name)))
             observed = observed_vhost(
-                name,
-                meta,
-                client.vhost_objects(name),
-                client.permissions(name),
-                client.topic_permissions(name),
-                limits.get(name),
-                left_out=its_left_out,
+                name, meta, objects, limits=limits.get(name), left_out=its_left_out
             )
         except ObjectNotFound:
             if vanished is None or client.vhost_exists(name):
@@ -217,28 +214,25 @@ def observed_vhost(
     ``left_out``; exchanges of types rabbitry does not know are kept as they are."""
     reading = Reading(name, left_out if left_out is not None else [])
     apart = {"permissions": permissions, "topic_permissions": topic_permissions}
+    apart = {section: items for section, items in apart.items() if items}
     shared: dict[str, list[JSONDict]] = {}
     members: dict[str, tuple[Primitive, ...]] = {}
-    for kind in VHOST_KINDS:
+    for kind in in_vhosts():
         section = kind.section or ""
         items: Iterable[JSONDict]
         if section in apart:  # read from their own API paths
             items = apart[section]
-        elif section in _SHARED_SECTIONS:  # small lists of more than one kind
+        elif sum(other.section == section for other in in_vhosts()) > 1:
+            # a small list of more than one kind (parameters: operator policies and others)
             if section not in shared:
                 shared[section] = list(_taken(definitions, section))
             items = [item for item in shared[section] if kind.reads(item)]
         else:
             items = _taken(definitions, section)
         members[kind.vhost_field or ""] = tuple(kind.observed(items, reading))
-    return vhost_of(name, meta, limits, members)
-
-
-_SHARED_SECTIONS = {
-    section for section, count in Tally(kind.section for kind in VHOST_KINDS).items() if count > 1
-}
-"""Sections of a vhost's definitions that hold objects of more than one kind (parameters:
-operator policies and runtime parameters)."""
+    vhosts = kind_of("vhost")
+    assert isinstance(vhosts, VhostKind)
+    return vhosts.observed_vhost(name, meta, limits, members)
 
 
 def read_state(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rabbitry.topology.emit import block_yaml
-from rabbitry.topology.kinds import VHOST_KINDS, kind_of_resource
+from rabbitry.topology.kinds import in_vhosts, kind_of_resource
 from rabbitry.topology.kinds.exported_arguments import model_keys, split_arguments
 from rabbitry.topology.patterns.super_streams import super_streams_in
 from rabbitry.topology.primitives import JSON, ExchangeType, Primitive, Topology, Vhost
@@ -58,28 +58,27 @@ def _exported(resource: Primitive, vhost: Vhost | None) -> Document:
     return kind_of_resource(resource).exported(resource, vhost)
 
 
-def _sections() -> tuple[str, ...]:
+def _sections() -> list[str]:
     """The spec's vhost sections in the order the spec model declares them, the super streams
-    after the bindings (they stand for exchanges, queues and bindings)."""
-    fields = [f for f in VhostSpec.model_fields if any(k.vhost_field == f for k in VHOST_KINDS)]
+    after the bindings (they stand for exchanges, queues and bindings); a kind the spec model
+    has no section of comes last."""
+    fields = [kind.vhost_field or "" for kind in in_vhosts()]
+    order = list(VhostSpec.model_fields)
+    fields.sort(key=lambda f: order.index(f) if f in order else len(order))
     at = fields.index("bindings") + 1
-    return (*fields[:at], "super_streams", *fields[at:])
-
-
-SECTIONS = _sections()
-"""The order of a vhost's sections in the document."""
+    return [*fields[:at], "super_streams", *fields[at:]]
 
 
 def _vhost(vhost: Vhost) -> Document:
     out = _exported(vhost, None)
     streams, covered = _super_streams(vhost)
     sections: dict[str, list[Document]] = {"super_streams": streams}
-    for kind in VHOST_KINDS:
+    for kind in in_vhosts():
         field = kind.vhost_field or ""
         sections[field] = [
             kind.exported(o, vhost) for o in getattr(vhost, field) if id(o) not in covered
         ]
-    out.update((key, sections[key]) for key in SECTIONS if sections[key])
+    out.update((key, sections[key]) for key in _sections() if sections[key])
     return out
 
 

@@ -106,6 +106,9 @@ class Kind:
     for what is not inside a vhost."""
     section: ClassVar[str | None] = None
     """The list of a vhost's definitions document it is read from and imported into."""
+    listing: ClassVar[str | None] = None
+    """The API path that lists a vhost's objects of this kind (``{vhost}`` in it, quoted),
+    when they are read apart from the vhost's definitions (``management.vhost_objects``)."""
     imported: ClassVar[bool] = False
     """A definitions import creates it (``definitions_entry``)."""
     import_rank: ClassVar[int] = 2

@@ -22,6 +22,7 @@ class PermissionKind(Kind):
     primitive = Permission
     vhost_field = "permissions"
     section = "permissions"
+    listing = "/vhosts/{vhost}/permissions"
 
     def needs(self, key: ResourceKey) -> list[ResourceKey]:
         return [ResourceKey.of("user", "", key.name)]

@@ -19,6 +19,7 @@ class TopicPermissionKind(Kind):
     primitive = TopicPermission
     vhost_field = "topic_permissions"
     section = "topic_permissions"
+    listing = "/vhosts/{vhost}/topic-permissions"
 
     def describe(self, key: ResourceKey) -> str:
         user, exchange = key.identity

@@ -22,33 +22,38 @@ from rabbitry.topology.primitives import Primitive, QueueType, ResourceKey, Vhos
 LIMITS = ("max-connections", "max-queues")
 
 
-def vhost_of(
-    name: str, meta: JSONDict, limits: Mapping[str, Any] | None, members: Mapping[str, Any]
-) -> Vhost:
-    """The vhost as the management API describes it (``meta``), holding ``members`` (Vhost
-    field -> its objects)."""
-    default_type = enum_or_none(QueueType, meta.get("default_queue_type"))
-    metadata = meta.get("metadata") or {}
-    tags = tags_of(meta.get("tags", metadata.get("tags", [])))
-    # 4.0.6 on say it (false too, at the top of the vhost); an older broker keeps no such thing
-    protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
-    return Vhost(
-        name=name,
-        description=str(meta.get("description", metadata.get("description", "")) or ""),
-        tags=tuple(tags),
-        default_queue_type=default_type,
-        protected_from_deletion=None if protected is None else protected is True,
-        limits=limits_of(limits),
-        **members,
-    )
-
-
 class VhostKind(Kind):
     name = "vhost"
     primitive = Vhost
 
     def describe(self, key: ResourceKey) -> str:
         return f"vhost {key.vhost}"
+
+    def observed_vhost(
+        self,
+        name: str,
+        meta: JSONDict,
+        limits: Mapping[str, Any] | None,
+        members: Mapping[str, Any],
+    ) -> Vhost:
+        """The vhost as the management API describes it (``meta``), holding ``members``
+        (its field -> its objects, as each kind read them)."""
+        default_type = enum_or_none(QueueType, meta.get("default_queue_type"))
+        metadata = meta.get("metadata") or {}
+        tags = tags_of(meta.get("tags", metadata.get("tags", [])))
+        # 4.0.6 on say it (false too, at the top of the vhost); an older broker keeps none
+        protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
+        made = self.primitive(
+            name=name,
+            description=str(meta.get("description", metadata.get("description", "")) or ""),
+            tags=tuple(tags),
+            default_queue_type=default_type,
+            protected_from_deletion=None if protected is None else protected is True,
+            limits=limits_of(limits),
+            **members,
+        )
+        assert isinstance(made, Vhost)
+        return made
 
     def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
         assert isinstance(resource, Vhost)

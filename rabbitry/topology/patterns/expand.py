@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rabbitry.topology import primitives
-from rabbitry.topology.kinds import VHOST_KINDS
+from rabbitry.topology.kinds import in_vhosts
 from rabbitry.topology.patterns.delays import declare_delays
 from rabbitry.topology.patterns.draft import VhostDraft, limits_of
 from rabbitry.topology.patterns.federation import declare_federation
@@ -33,7 +33,7 @@ def _declared_kinds() -> tuple[ExpansionStep, ...]:
     """Each vhost kind's own step (``Kind.declare``), in the order the spec model lists their
     sections."""
     order = list(VhostSpec.model_fields)
-    declared = sorted(VHOST_KINDS, key=lambda kind: order.index(kind.vhost_field or ""))
+    declared = sorted(in_vhosts(), key=lambda kind: order.index(kind.vhost_field or ""))
     return tuple(kind.declare for kind in declared)
 
 
