@@ -69,6 +69,8 @@ def differences(desired: Primitive, observed: Primitive, state: BrokerState) -> 
     kind = kind_of_resource(desired)
     if not kind.compares_fields:
         return []  # its key is all of it: found is equal
+    if kind.fields_only:
+        return field_differences(desired, observed)
     lines = field_differences(kind.compared(desired, observed), observed)
     return lines + kind.more_differences(desired, observed, state.password_hashes)
 

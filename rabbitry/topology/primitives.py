@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeAlias, get_args
+from operator import itemgetter
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeAlias, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import PydanticUndefined
@@ -35,16 +36,23 @@ class ResourceKey(tuple[str, ...]):
 
     @classmethod
     def of(cls, kind: str, vhost: str, *identity: str) -> ResourceKey:
-        return tuple.__new__(cls, (kind, vhost, *identity))
+        return cls((kind, vhost, *identity))
 
-    @property
-    def kind(self) -> str:
-        return self[0]
+    if TYPE_CHECKING:
 
-    @property
-    def vhost(self) -> str:
-        """The vhost the object lives in ('' for cluster-wide ones; a vhost's own name)."""
-        return self[1]
+        @property
+        def kind(self) -> str: ...
+
+        @property
+        def vhost(self) -> str:
+            """The vhost the object lives in ('' for cluster-wide; a vhost's own name)."""
+
+    else:  # read at every object of a plan: a getter in C
+        kind = property(itemgetter(0), doc="The kind's name (``Primitive.kind``).")
+        vhost = property(
+            itemgetter(1),
+            doc="The vhost the object lives in ('' for cluster-wide; a vhost's own name).",
+        )
 
     @property
     def identity(self) -> tuple[str, ...]:
@@ -184,7 +192,7 @@ class Primitive(BaseModel):
         raise NotImplementedError
 
     def key(self, vhost: str) -> ResourceKey:
-        return tuple.__new__(ResourceKey, (self.kind, vhost, *self.identity()))
+        return ResourceKey((self.kind, vhost, *self.identity()))
 
     def settings(self) -> JSON:
         """What is compared to decide whether the broker's object matches the desired one."""
@@ -370,7 +378,7 @@ class Vhost(Primitive):
         return ()
 
     def key(self, vhost: str = "") -> ResourceKey:
-        return tuple.__new__(ResourceKey, ("vhost", self.name))
+        return ResourceKey(("vhost", self.name))
 
     def settings(self) -> JSON:
         out: dict[str, JSON] = {"description": self.description, "tags": sorted(self.tags)}

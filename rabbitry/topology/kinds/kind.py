@@ -116,6 +116,15 @@ class Kind:
     same one (``provisioner.import_plan``)."""
     compares_fields: ClassVar[bool] = True
     """False when its key is all of it: found is equal, nothing to compare."""
+    fields_only: ClassVar[bool] = True
+    """Nothing compared beside its fields (``compared`` and ``more_differences`` are the
+    base's): the planner's comparison of 50,000 objects skips the calls."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fields_only = (
+            cls.compared is Kind.compared and cls.more_differences is Kind.more_differences
+        )
 
     # -- describing ---------------------------------------------------------------------------
 
