@@ -17,7 +17,6 @@ def definitions_for(resources: Iterable[Primitive]) -> dict[str, list[dict[str, 
     for r in resources:
         kind = kind_of_resource(r)
         if not kind.imported or kind.section is None:
-            kind.definitions_entry(r)  # says why it cannot be
             raise TypeError(f"{type(r).__name__} is not part of a vhost definitions import")
         doc[kind.section].append(kind.definitions_entry(r))
     return dict(doc)

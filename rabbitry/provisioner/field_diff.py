@@ -77,7 +77,8 @@ def differences(desired: Primitive, observed: Primitive, state: BrokerState) -> 
 
 def comparable(observed: Primitive, desired: Primitive) -> Primitive:
     """``observed`` as its recorded digest was made (``Kind.comparable``)."""
-    return kind_of_resource(observed).comparable(observed, desired)
+    made: Primitive = kind_of_resource(observed).comparable(observed, desired)
+    return made
 
 
 __all__ = ["comparable", "differences", "field_differences"]

@@ -117,7 +117,8 @@ def _primitive(data: Any, where: str) -> Primitive | None:
     if not isinstance(data, dict) or data.get("kind") not in KIND_ORDER:
         raise PlanError(f"{where}: not an object of a kind rabbitry plans")
     fields = {k: v for k, v in data.items() if k != "kind"}
-    return kind_of(data["kind"]).primitive.model_validate(fields)
+    read: Primitive = kind_of(data["kind"]).primitive.model_validate(fields)
+    return read
 
 
 def _topology_json(topology: Topology) -> dict[str, Any]:

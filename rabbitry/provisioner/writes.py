@@ -9,9 +9,7 @@ from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.apply_options import MessageCounter
 from rabbitry.provisioner.plans import Change
 from rabbitry.topology.kinds import kind_of_resource
-from rabbitry.topology.kinds.binding import bindings_path
 from rabbitry.topology.kinds.kind import Write
-from rabbitry.topology.kinds.queue import queue_path
 from rabbitry.topology.kinds.user import LIMITS as USER_LIMITS
 from rabbitry.topology.kinds.vhost import LIMITS as VHOST_LIMITS
 from rabbitry.topology.primitives import Binding, Primitive, Queue, QueueType, TopicPermission
@@ -83,7 +81,7 @@ def _delete_queue(
 ) -> None:
     """Deleted only when empty: at once by the broker for a classic queue, after an exact
     count for the others."""
-    path = queue_path(vhost, queue.name)
+    path = kind_of_resource(queue).path(queue, vhost)
     if queue.type is QueueType.CLASSIC:
         # Atomic on the broker: refuses if a message arrived since the plan was made.
         response = client.request("DELETE", path, params={"if-empty": "true"}, allow=(400, 404))
@@ -109,7 +107,7 @@ def _delete_queue(
 
 
 def _delete_binding(client: ManagementClient, vhost: str, binding: Binding) -> None:
-    base = bindings_path(vhost, binding)
+    base = kind_of_resource(binding).path(binding, vhost)
     want = Binding(
         source=binding.source,
         destination=binding.destination,

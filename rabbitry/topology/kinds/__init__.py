@@ -10,12 +10,13 @@ or ``in_vhosts()``, or looks a kind up with ``kind_of``, and never asks which ki
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from rabbitry.topology.kinds.kind import Kind
 from rabbitry.topology.primitives import KIND_ORDER, Primitive, ResourceKey
 
 
-def _modules() -> tuple[Kind, ...]:
+def _modules() -> tuple[Kind[Any], ...]:
     found = []
     for name in KIND_ORDER:
         kind = importlib.import_module(f"{__name__}.{name}").KIND
@@ -25,29 +26,31 @@ def _modules() -> tuple[Kind, ...]:
     return tuple(found)
 
 
-_REGISTRY: tuple[Kind, ...] = _modules()
+_REGISTRY: tuple[Kind[Any], ...] = _modules()
 """Every kind, in dependency order (creation; deletion runs it backwards)."""
 
-_BY_NAME: dict[str, tuple[int, Kind]] = {kind.name: (i, kind) for i, kind in enumerate(_REGISTRY)}
+_BY_NAME: dict[str, tuple[int, Kind[Any]]] = {
+    kind.name: (i, kind) for i, kind in enumerate(_REGISTRY)
+}
 """Each kind's place in ``_REGISTRY`` and itself, by name (a test may register another)."""
 
 
-def registered() -> tuple[Kind, ...]:
+def registered() -> tuple[Kind[Any], ...]:
     """Every kind, in dependency order (creation; deletion runs it backwards)."""
     return _REGISTRY
 
 
-def in_vhosts() -> tuple[Kind, ...]:
+def in_vhosts() -> tuple[Kind[Any], ...]:
     """The kinds that live inside a vhost, in creation order (``Vhost.members``)."""
     return tuple(kind for kind in _REGISTRY if kind.vhost_field)
 
 
-def kind_of(name: str) -> Kind:
+def kind_of(name: str) -> Kind[Any]:
     """The kind named ``name`` (``Primitive.kind``, a key's ``kind``)."""
     return _BY_NAME[name][1]
 
 
-def kind_of_resource(resource: Primitive) -> Kind:
+def kind_of_resource(resource: Primitive) -> Kind[Any]:
     """The kind of ``resource``."""
     return _BY_NAME[resource.kind][1]
 

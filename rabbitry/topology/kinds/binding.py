@@ -5,7 +5,7 @@ delete and a create. The API addresses one with arguments by the broker's proper
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
 from rabbitry.topology.primitives import Binding, DestinationType, Primitive, ResourceKey, Vhost
@@ -14,33 +14,8 @@ if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
 
 
-def binding_doc(b: Binding) -> dict[str, Any]:
-    """The binding as definitions files write it."""
-    return {
-        "source": b.source,
-        "destination": b.destination,
-        "destination_type": b.destination_type.value,
-        "routing_key": b.routing_key,
-        "arguments": b.arguments,
-    }
-
-
-def bindings_path(vhost: str, binding: Binding) -> str:
-    """Where the API lists (and takes) the bindings between the binding's two ends."""
-    to = "q" if binding.destination_type.value == "queue" else "e"
-    return (
-        f"/bindings/{segment(vhost)}/e/{segment(binding.source)}"
-        f"/{to}/{segment(binding.destination)}"
-    )
-
-
-class BindingKind(Kind):
-    name = "binding"
+class BindingKind(Kind[Binding], name="binding", field="bindings", imported=3):
     primitive = Binding
-    vhost_field = "bindings"
-    section = "bindings"
-    imported = True
-    import_rank = 3
     compares_fields = False
 
     def describe(self, key: ResourceKey) -> str:
@@ -70,7 +45,7 @@ class BindingKind(Kind):
                 )
             )
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Binding]:
         """All but those of the default exchange and those to or from what was left out."""
         gone_exchanges = reading.gone.get("exchange", set())
         gone_queues = reading.gone.get("queue", set())
@@ -80,13 +55,12 @@ class BindingKind(Kind):
                 continue  # the default exchange's implicit bindings are not declared
             to_queue = item.get("destination_type", "queue") == "queue"
             destination = item["destination"]
-            if source in gone_exchanges or destination in (
+            gone = source in gone_exchanges or destination in (
                 gone_queues if to_queue else gone_exchanges
-            ):
-                reading.left_out.append(
-                    f"binding {reading.vhost}/{source} -> {destination}:"
-                    " to or from an object left out"
-                )
+            )
+            if gone:
+                line = f"binding {reading.vhost}/{source} -> {destination}"
+                reading.left_out.append(f"{line}: to or from an object left out")
                 continue
             yield Binding.trusted(
                 source=source,
@@ -96,17 +70,26 @@ class BindingKind(Kind):
                 arguments=dict(item.get("arguments") or {}),
             )
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Binding)
+    def path(self, resource: Binding, vhost: str) -> str:
+        """Where the API lists (and takes) the bindings between the binding's two ends."""
+        to = "q" if resource.destination_type.value == "queue" else "e"
+        ends = f"e/{segment(resource.source)}/{to}/{segment(resource.destination)}"
+        return f"/bindings/{segment(vhost)}/{ends}"
+
+    def puts(self, resource: Binding, vhost: str, observed: Primitive | None) -> list[Write]:
         body = {"routing_key": resource.routing_key, "arguments": resource.arguments}
-        return [Write("POST", bindings_path(vhost, resource), body)]
+        return [Write("POST", self.path(resource, vhost), body)]
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Binding)
-        return binding_doc(resource)
+    def definitions_entry(self, resource: Binding) -> JSONDict:
+        return {
+            "source": resource.source,
+            "destination": resource.destination,
+            "destination_type": resource.destination_type.value,
+            "routing_key": resource.routing_key,
+            "arguments": resource.arguments,
+        }
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Binding)
+    def exported(self, resource: Binding, vhost: Vhost | None) -> Document:
         out: Document = {"source": resource.source, "destination": resource.destination}
         if resource.destination_type is not DestinationType.QUEUE:
             out["destination_type"] = resource.destination_type.value

@@ -4,44 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
-from rabbitry.topology.kinds.kind import (
-    Document,
-    JSONDict,
-    Kind,
-    Reading,
-    Write,
-    enum_or_none,
-    segment,
-)
+from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, enum_or_none, segment
 from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange
-from rabbitry.topology.primitives import JSON, Exchange, ExchangeType, Primitive, Vhost
+from rabbitry.topology.primitives import JSON, Exchange, ExchangeType, Vhost
 from rabbitry.topology.spec.arguments import ExchangeArguments
 
 if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
 
 
-def exchange_doc(e: Exchange) -> dict[str, Any]:
-    """The exchange as the management API and definitions files write it."""
-    return {
-        "name": e.name,
-        "type": str(e.type),
-        "durable": e.durable,
-        "auto_delete": e.auto_delete,
-        "internal": e.internal,
-        "arguments": e.arguments,
-    }
-
-
-class ExchangeKind(Kind):
-    name = "exchange"
+class ExchangeKind(Kind[Exchange], name="exchange", field="exchanges", imported=2):
     primitive = Exchange
-    vhost_field = "exchanges"
-    section = "exchanges"
-    imported = True
 
     def declare(self, draft: VhostDraft) -> None:
         for spec in draft.spec.exchanges:
@@ -63,10 +39,8 @@ class ExchangeKind(Kind):
             )
             draft.guard("exchange", spec.name, spec.protect, spec.on_remove)
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Exchange]:
         for item in items:
-            # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
-            exchange_type = enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
             arguments = item.get("arguments") or {}
             why = plugin_exchange(arguments, item["name"])
             if why:
@@ -76,6 +50,8 @@ class ExchangeKind(Kind):
                 else:
                     reading.left_out.append(line)
                 continue
+            # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
+            exchange_type = enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
             yield Exchange.trusted(
                 name=item["name"],
                 type=exchange_type,
@@ -85,23 +61,20 @@ class ExchangeKind(Kind):
                 arguments=dict(arguments),
             )
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Exchange)
-        body = exchange_doc(resource)
-        del body["name"]
-        return [Write("PUT", f"/exchanges/{segment(vhost)}/{segment(resource.name)}", body)]
+    def path(self, resource: Exchange, vhost: str) -> str:
+        return f"/exchanges/{segment(vhost)}/{segment(resource.name)}"
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, Exchange)
-        path = f"/exchanges/{segment(vhost)}/{segment(observed.name)}"
-        return Write("DELETE", path, allow=(404,))
+    def definitions_entry(self, resource: Exchange) -> JSONDict:
+        return {
+            "name": resource.name,
+            "type": str(resource.type),
+            "durable": resource.durable,
+            "auto_delete": resource.auto_delete,
+            "internal": resource.internal,
+            "arguments": resource.arguments,
+        }
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Exchange)
-        return exchange_doc(resource)
-
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Exchange)
+    def exported(self, resource: Exchange, vhost: Vhost | None) -> Document:
         out: Document = {"name": resource.name}
         if resource.type is not ExchangeType.DIRECT:
             out["type"] = str(resource.type)

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from rabbitry.topology.kinds.kind import Document, Kind, Write, segment
-from rabbitry.topology.primitives import GlobalParameter, Primitive, Vhost
+from rabbitry.topology.kinds.kind import Document, Kind, segment
+from rabbitry.topology.primitives import GlobalParameter, Vhost
 
 
-class GlobalParameterKind(Kind):
-    name = "global_parameter"
+class GlobalParameterKind(Kind[GlobalParameter], name="global_parameter"):
     primitive = GlobalParameter
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, GlobalParameter)
-        body = {"name": resource.name, "value": resource.value}
-        return [Write("PUT", f"/global-parameters/{segment(resource.name)}", body)]
+    def path(self, resource: GlobalParameter, vhost: str) -> str:
+        return f"/global-parameters/{segment(resource.name)}"
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, GlobalParameter)
-        return Write("DELETE", f"/global-parameters/{segment(observed.name)}", allow=(404,))
+    def body(self, resource: GlobalParameter, vhost: str) -> Document:
+        return self.exported(resource, None)
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, GlobalParameter)
+    def exported(self, resource: GlobalParameter, vhost: Vhost | None) -> Document:
         return {"name": resource.name, "value": resource.value}
 
 

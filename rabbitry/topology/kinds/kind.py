@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from urllib.parse import quote
 
 from rabbitry.topology.primitives import GLOBAL, JSON, Primitive, ResourceKey, Vhost
@@ -93,14 +93,21 @@ class Reading:
         self.left_out.append(line)
 
 
-class Kind:
-    """One kind of broker object. A module ``rabbitry.topology.kinds.<name>`` defines ``KIND``,
-    an instance of a subclass of this; ``rabbitry.topology.kinds`` finds it by its name in
-    ``primitives.ResourceKind``."""
+P = TypeVar("P", bound=Primitive)
+Hashes = Mapping[str, tuple[str, str]]
+"""User name -> (password hash, hashing algorithm), as the broker holds them."""
+
+
+class Kind(Generic[P]):
+    """One kind of broker object, whose primitive is ``P``. A module
+    ``rabbitry.topology.kinds.<name>`` defines ``KIND``, an instance of a subclass of this;
+    ``rabbitry.topology.kinds`` finds it by its name in ``primitives.ResourceKind``. A kind
+    written through one management API path (``path``, ``body``) needs no ``puts`` nor
+    ``deletion`` of its own."""
 
     name: ClassVar[str]
     """The kind's name: ``Primitive.kind``, the first part of its keys."""
-    primitive: ClassVar[type[Primitive]]
+    primitive: type[P]
     vhost_field: ClassVar[str | None] = None
     """The field of ``Vhost`` (and of the spec's vhost) that holds objects of this kind; None
     for what is not inside a vhost."""
@@ -120,8 +127,29 @@ class Kind:
     """Nothing compared beside its fields (``compared`` and ``more_differences`` are the
     base's): the planner's comparison of 50,000 objects skips the calls."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        field: str | None = None,
+        section: str | None = None,
+        listing: str | None = None,
+        imported: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The kind's settings, given in its class statement: ``name``, ``field`` (its
+        ``vhost_field``), ``section`` (the same as ``field`` unless given), ``listing``, and
+        ``imported``: its ``import_rank`` when a definitions import makes it."""
         super().__init_subclass__(**kwargs)
+        if name is not None:
+            cls.name = name
+        if field is not None:
+            cls.vhost_field = field
+            cls.section = section or field
+        if listing is not None:
+            cls.listing = listing
+        if imported is not None:
+            cls.imported, cls.import_rank = True, imported
         cls.fields_only = (
             cls.compared is Kind.compared and cls.more_differences is Kind.more_differences
         )
@@ -149,60 +177,68 @@ class Kind:
         """Whether an answer of its ``section`` is of this kind (a section two kinds share)."""
         return True
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[P]:
         """The broker's answers of its ``section`` as primitives (those ``reads`` takes)."""
         raise NotImplementedError(f"{self.name} is not read from a vhost's definitions")
 
     # -- writing ------------------------------------------------------------------------------
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
+    def path(self, resource: P, vhost: str) -> str:
+        """The management API path of ``resource`` in ``vhost``."""
+        raise NotImplementedError(f"{self.name} has no path of its own")
+
+    def body(self, resource: P, vhost: str) -> JSON:
+        """What a PUT to its ``path`` sends: by default its definitions entry, but its name
+        (the path holds it)."""
+        body = self.definitions_entry(resource)
+        del body["name"]
+        return body
+
+    def puts(self, resource: P, vhost: str, observed: Primitive | None) -> list[Write]:
         """The requests that create or update ``resource`` (``observed``: what the broker has
         of it, if anything)."""
-        raise NotImplementedError(f"cannot apply {type(resource).__name__}")
+        return [Write("PUT", self.path(resource, vhost), self.body(resource, vhost))]
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
+    def deletion(self, observed: P, vhost: str) -> Write:
         """The request that deletes ``observed``."""
-        raise NotImplementedError(f"cannot delete {type(observed).__name__}")
+        return Write("DELETE", self.path(observed, vhost), allow=(404,))
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        """Its entry in a vhost's definitions import (``section``)."""
-        raise TypeError(f"{type(resource).__name__} is not part of a vhost definitions import")
+    def definitions_entry(self, resource: P) -> JSONDict:
+        """Its entry in a definitions document (``section``)."""
+        raise NotImplementedError(f"cannot apply {type(resource).__name__}")
 
     # -- comparing ----------------------------------------------------------------------------
 
-    def compared(self, desired: Primitive, observed: Primitive) -> Primitive:
+    def compared(self, desired: P, observed: P) -> P:
         """``desired`` as it is compared with ``observed`` (a setting the broker does not keep
         is not asked for again)."""
         return desired
 
-    def more_differences(
-        self,
-        desired: Primitive,
-        observed: Primitive,
-        password_hashes: Mapping[str, tuple[str, str]],
-    ) -> list[str]:
+    def more_differences(self, desired: P, observed: P, hashes: Hashes) -> list[str]:
         """What differs beside its settings (a password, checked against the broker's hash)."""
         return []
 
-    def comparable(self, observed: Primitive, desired: Primitive) -> Primitive:
+    def comparable(self, observed: P, desired: P) -> P:
         """``observed`` as its recorded digest was made (a setting the broker does not keep
         counts as what was asked, not as drift)."""
         return observed
 
     # -- exporting ----------------------------------------------------------------------------
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
+    def exported(self, resource: P, vhost: Vhost | None) -> Document:
         """Its entry in the spec document (defaults left out)."""
+        defaults = type(resource)._defaults
         return {
             name: value
             for name, value in resource.model_dump(mode="json").items()
-            if name not in type(resource)._defaults or value != type(resource)._defaults[name]
+            if name not in defaults or value != defaults[name]
         }
 
 
 __all__ = [
     "GLOBAL",
     "Document",
+    "Hashes",
     "JSONDict",
     "Kind",
     "Reading",

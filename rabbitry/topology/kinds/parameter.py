@@ -6,24 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
-from rabbitry.topology.primitives import Parameter, Primitive, ResourceKey, Vhost
+from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, segment
+from rabbitry.topology.primitives import Parameter, ResourceKey, Vhost
 
 if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
 
 
-def parameter_path(vhost: str, parameter: Parameter) -> str:
-    return f"/parameters/{segment(parameter.component)}/{segment(vhost)}/{segment(parameter.name)}"
-
-
-class ParameterKind(Kind):
-    name = "parameter"
+class ParameterKind(Kind[Parameter], name="parameter", field="parameters", imported=0):
     primitive = Parameter
-    vhost_field = "parameters"
-    section = "parameters"
-    imported = True
-    import_rank = 0
 
     def describe(self, key: ResourceKey) -> str:
         component, name = key.identity
@@ -31,38 +22,29 @@ class ParameterKind(Kind):
         return f"parameter {where}{component}/{name}"
 
     def declare(self, draft: VhostDraft) -> None:
-        for param in draft.spec.parameters:
-            draft.parameters.append(
-                Parameter(component=param.component, name=param.name, value=param.value)
-            )
+        draft.parameters.extend(
+            Parameter(component=spec.component, name=spec.name, value=spec.value)
+            for spec in draft.spec.parameters
+        )
 
     def reads(self, item: JSONDict) -> bool:
         return item.get("component") not in ("operator_policy", "vhost-limits")
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Parameter]:
         for item in items:
             yield Parameter(component=item["component"], name=item["name"], value=item.get("value"))
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Parameter)
-        body = {
-            "component": resource.component,
-            "vhost": vhost,
-            "name": resource.name,
-            "value": resource.value,
-        }
-        return [Write("PUT", parameter_path(vhost, resource), body)]
+    def path(self, resource: Parameter, vhost: str) -> str:
+        where = f"{segment(resource.component)}/{segment(vhost)}"
+        return f"/parameters/{where}/{segment(resource.name)}"
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, Parameter)
-        return Write("DELETE", parameter_path(vhost, observed), allow=(404,))
+    def body(self, resource: Parameter, vhost: str) -> JSONDict:
+        return {"component": resource.component, "vhost": vhost, **self.exported(resource, None)}
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Parameter)
-        return {"component": resource.component, "name": resource.name, "value": resource.value}
+    def definitions_entry(self, resource: Parameter) -> JSONDict:
+        return self.exported(resource, None)
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Parameter)
+    def exported(self, resource: Parameter, vhost: Vhost | None) -> Document:
         return {"component": resource.component, "name": resource.name, "value": resource.value}
 
 

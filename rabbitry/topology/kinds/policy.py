@@ -1,46 +1,27 @@
-"""A user policy: changed in place by the broker."""
+"""A user policy: changed in place by the broker (and, through ``PolicyKind``'s class settings,
+an operator policy: ``operator_policy``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from rabbitry.topology.kinds.exported_arguments import split_arguments
-from rabbitry.topology.kinds.kind import (
-    Document,
-    JSONDict,
-    Kind,
-    Reading,
-    Write,
-    enum_or_none,
-    segment,
-)
-from rabbitry.topology.primitives import ApplyTo, Policy, Primitive, Vhost
+from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, enum_or_none, segment
+from rabbitry.topology.primitives import ApplyTo, Policy, Vhost
 from rabbitry.topology.spec.arguments import KnownKeys, PolicyDefinition
 
 if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
 
-
-def policy_body(p: Policy) -> dict[str, Any]:
-    """The policy as the management API takes it (without its name)."""
-    return {
-        "pattern": p.pattern,
-        "apply-to": p.apply_to.value,
-        "priority": p.priority,
-        "definition": p.definition,
-    }
+AnyPolicy = TypeVar("AnyPolicy", bound=Policy)
 
 
-class PolicyKind(Kind):
-    name = "policy"
-    primitive = Policy
-    vhost_field = "policies"
-    section = "policies"
-    imported = True
-    import_rank = 1
+class PolicyKind(Kind[AnyPolicy]):
+    """A policy of the API collection ``api``, applying to ``default_apply_to`` unless it says,
+    its definition's keys checked by ``definition_model``."""
+
     api: ClassVar[str] = "policies"
-    """The API's collection of them."""
     default_apply_to: ClassVar[ApplyTo] = ApplyTo.ALL
     definition_model: ClassVar[type[KnownKeys]] = PolicyDefinition
 
@@ -59,41 +40,45 @@ class PolicyKind(Kind):
             for spec in getattr(draft.spec, field)
         )
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[AnyPolicy]:
         for item in items:
-            yield Policy(
-                name=item["name"],
-                pattern=item["pattern"],
-                apply_to=enum_or_none(ApplyTo, item.get("apply-to")) or ApplyTo.ALL,
-                priority=int(item.get("priority", 0)),
-                definition=dict(item.get("definition") or {}),
-            )
+            yield self.of(item["name"], item)
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Policy)
-        path = f"/{self.api}/{segment(vhost)}/{segment(resource.name)}"
-        return [Write("PUT", path, policy_body(resource))]
+    def of(self, name: str, item: JSONDict) -> AnyPolicy:
+        """The policy ``name`` as the API describes it (``item``)."""
+        return self.primitive(
+            name=name,
+            pattern=item.get("pattern", ""),
+            apply_to=enum_or_none(ApplyTo, item.get("apply-to")) or self.default_apply_to,
+            priority=int(item.get("priority", 0)),
+            definition=dict(item.get("definition") or {}),
+        )
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, Policy)
-        path = f"/{self.api}/{segment(vhost)}/{segment(observed.name)}"
-        return Write("DELETE", path, allow=(404,))
+    def path(self, resource: AnyPolicy, vhost: str) -> str:
+        return f"/{self.api}/{segment(vhost)}/{segment(resource.name)}"
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Policy)
-        return {"name": resource.name, **policy_body(resource)}
+    def definitions_entry(self, resource: AnyPolicy) -> JSONDict:
+        return {
+            "name": resource.name,
+            "pattern": resource.pattern,
+            "apply-to": resource.apply_to.value,
+            "priority": resource.priority,
+            "definition": resource.definition,
+        }
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Policy)
+    def exported(self, resource: AnyPolicy, vhost: Vhost | None) -> Document:
         out: Document = {"name": resource.name, "pattern": resource.pattern}
         if resource.apply_to is not self.default_apply_to:
             out["apply_to"] = resource.apply_to.value
         if resource.priority:
             out["priority"] = resource.priority
-        split_arguments(
-            out, resource.definition, self.definition_model, "definition", "unchecked_definition"
-        )
+        model = self.definition_model
+        split_arguments(out, resource.definition, model, "definition", "unchecked_definition")
         return out
 
 
-KIND = PolicyKind()
+class UserPolicyKind(PolicyKind[Policy], name="policy", field="policies", imported=1):
+    primitive = Policy
+
+
+KIND = UserPolicyKind()

@@ -5,20 +5,12 @@ empty reads the broker first: ``provisioner.writes`` does it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
-from rabbitry.topology.kinds.kind import (
-    Document,
-    JSONDict,
-    Kind,
-    Reading,
-    Write,
-    enum_or_none,
-    segment,
-)
+from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, enum_or_none, segment
 from rabbitry.topology.plugin_objects import plugin_queue
-from rabbitry.topology.primitives import JSON, Primitive, Queue, QueueType, Vhost
+from rabbitry.topology.primitives import JSON, Queue, QueueType, Vhost
 from rabbitry.topology.spec.arguments import QueueArguments
 
 if TYPE_CHECKING:
@@ -26,45 +18,25 @@ if TYPE_CHECKING:
     from rabbitry.topology.spec.model import QueueSpec
 
 
-def queue_doc(queue: Queue) -> dict[str, Any]:
-    """The queue as the management API and definitions files write it."""
-    return {
-        "name": queue.name,
-        "durable": queue.durable,
-        "auto_delete": queue.auto_delete,
-        "arguments": queue.wire_arguments(),
-    }
-
-
 def queue_arguments(spec: QueueSpec) -> dict[str, JSON]:
     """A queue's declared arguments; a periodic queue is consumed by one worker at a time, so
     that one process sees every copy of an occurrence (``rabbitry.consumer.periodic``)."""
-    arguments: dict[str, JSON] = {
-        **spec.arguments.as_broker_dict(),
-        **spec.unchecked_arguments,
-    }
+    arguments: dict[str, JSON] = {**spec.arguments.as_broker_dict(), **spec.unchecked_arguments}
     if spec.periodic is not None:
         arguments.setdefault("x-single-active-consumer", True)
     return arguments
 
 
-def queue_path(vhost: str, name: str) -> str:
-    return f"/queues/{segment(vhost)}/{segment(name)}"
-
-
-class QueueKind(Kind):
-    name = "queue"
+class QueueKind(Kind[Queue], name="queue", field="queues", imported=2):
     primitive = Queue
-    vhost_field = "queues"
-    section = "queues"
-    imported = True
 
     def declare(self, draft: VhostDraft) -> None:
         for spec in draft.spec.queues:
+            queue_type = spec.type or draft.default_queue_type
             draft.queues.append(
                 Queue.trusted(
                     name=spec.name,
-                    type=spec.type or draft.default_queue_type,
+                    type=queue_type,
                     durable=spec.durable,
                     auto_delete=spec.auto_delete,
                     arguments=queue_arguments(spec),
@@ -72,15 +44,14 @@ class QueueKind(Kind):
             )
             draft.guard("queue", spec.name, spec.protect, spec.on_remove)
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Queue]:
         for item in items:
             arguments = dict(item.get("arguments") or {})
             why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
             if why:
                 # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
-                reading.leave_out(
-                    "queue", item["name"], f"queue {reading.vhost}/{item['name']}: {why}"
-                )
+                line = f"queue {reading.vhost}/{item['name']}: {why}"
+                reading.leave_out("queue", item["name"], line)
                 continue
             queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
             yield Queue.trusted(
@@ -91,23 +62,19 @@ class QueueKind(Kind):
                 arguments=arguments,
             )
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Queue)
-        body = queue_doc(resource)
-        del body["name"]
-        return [Write("PUT", queue_path(vhost, resource.name), body)]
+    def path(self, resource: Queue, vhost: str) -> str:
+        """Deleted there whatever it holds (``--force``)."""
+        return f"/queues/{segment(vhost)}/{segment(resource.name)}"
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        """Deleted whatever it holds (``--force``)."""
-        assert isinstance(observed, Queue)
-        return Write("DELETE", queue_path(vhost, observed.name), allow=(404,))
+    def definitions_entry(self, resource: Queue) -> JSONDict:
+        return {
+            "name": resource.name,
+            "durable": resource.durable,
+            "auto_delete": resource.auto_delete,
+            "arguments": resource.wire_arguments(),
+        }
 
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Queue)
-        return queue_doc(resource)
-
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Queue)
+    def exported(self, resource: Queue, vhost: Vhost | None) -> Document:
         default_type = (vhost.default_queue_type if vhost else None) or QueueType.CLASSIC
         out: Document = {"name": resource.name}
         if resource.type is not default_type:

@@ -3,11 +3,11 @@ back or printed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from rabbitry.topology.kinds.kind import (
     Document,
+    Hashes,
     JSONDict,
     Kind,
     Write,
@@ -27,13 +27,14 @@ def user_of(item: JSONDict, limits: Any) -> User:
     return User(name=item["name"], tags=tuple(tags_of(item.get("tags"))), limits=limits_of(limits))
 
 
-class UserKind(Kind):
-    name = "user"
+class UserKind(Kind[User], name="user"):
     primitive = User
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, User)
-        body: dict[str, Any] = {"tags": ",".join(resource.tags)}
+    def path(self, resource: User, vhost: str) -> str:
+        return f"/users/{segment(resource.name)}"
+
+    def body(self, resource: User, vhost: str) -> JSONDict:
+        body: JSONDict = {"tags": ",".join(resource.tags)}
         if resource.password is not None:
             body["password"] = resource.password.get_secret_value()
         elif resource.password_hash is not None:
@@ -41,25 +42,17 @@ class UserKind(Kind):
             body["hashing_algorithm"] = resource.hashing_algorithm
         else:
             body["password_hash"] = ""  # no password: the user can only use other mechanisms
-        writes = [Write("PUT", f"/users/{segment(resource.name)}", body)]
+        return body
+
+    def puts(self, resource: User, vhost: str, observed: Primitive | None) -> list[Write]:
+        writes = super().puts(resource, vhost, observed)
         if resource.limits or getattr(observed, "limits", None):
-            writes += limit_writes(
-                f"/user-limits/{segment(resource.name)}", resource.limits, LIMITS
-            )
+            limits_path = f"/user-limits/{segment(resource.name)}"
+            writes += limit_writes(limits_path, resource.limits, LIMITS)
         return writes
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, User)
-        return Write("DELETE", f"/users/{segment(observed.name)}", allow=(404,))
-
-    def more_differences(
-        self,
-        desired: Primitive,
-        observed: Primitive,
-        password_hashes: Mapping[str, tuple[str, str]],
-    ) -> list[str]:
-        assert isinstance(desired, User)
-        stored_hash, algorithm = password_hashes.get(desired.name, ("", ""))
+    def more_differences(self, desired: User, observed: User, hashes: Hashes) -> list[str]:
+        stored_hash, algorithm = hashes.get(desired.name, ("", ""))
         if desired.password is not None:
             if not password_matches(desired.password.get_secret_value(), stored_hash, algorithm):
                 return ["password differs"]
@@ -67,17 +60,15 @@ class UserKind(Kind):
             return ["password_hash differs"]
         return []
 
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, User)
+    def exported(self, resource: User, vhost: Vhost | None) -> Document:
         out: Document = {"name": resource.name}
         if resource.password_hash is not None:
             out["password_hash"] = resource.password_hash
         elif resource.password is not None:
             # Same password, never the password itself: a fresh salted hash of it, made as the
             # broker makes it (its algorithm, a 4-byte salt)
-            out["password_hash"] = hash_password(
-                resource.password.get_secret_value(), resource.hashing_algorithm
-            )
+            secret = resource.password.get_secret_value()
+            out["password_hash"] = hash_password(secret, resource.hashing_algorithm)
         if "password_hash" in out and resource.hashing_algorithm != DEFAULT_ALGORITHM:
             out["hashing_algorithm"] = resource.hashing_algorithm
         if resource.tags:

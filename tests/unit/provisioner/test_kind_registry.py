@@ -20,7 +20,7 @@ from rabbitry.provisioner.planner import Action, plan
 from rabbitry.provisioner.state import BrokerState, observed_vhost
 from rabbitry.topology import kinds
 from rabbitry.topology.document import spec_document
-from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
+from rabbitry.topology.kinds.kind import JSONDict, Kind, Reading, segment
 from rabbitry.topology.kinds.vhost import VhostKind
 from rabbitry.topology.primitives import (
     KIND_ORDER,
@@ -98,38 +98,23 @@ class ToyVhost(Vhost):
         yield from self.toys
 
 
-class ToyKind(Kind):
-    """The toy's module: everything specific to it."""
+class ToyKind(Kind[Toy], name="toy", field="toys", imported=2):
+    """The toy's module: what is specific to it (written and exported as the base does)."""
 
-    name = "toy"
     primitive = Toy
-    vhost_field = "toys"
-    section = "toys"
-    imported = True
 
     def describe(self, key: ResourceKey) -> str:
         return f"toy {key.name} in {key.vhost}"
 
-    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Primitive]:
+    def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Toy]:
         for item in items:
             yield Toy(name=item["name"], size=item.get("size", 1))
 
-    def puts(self, resource: Primitive, vhost: str, observed: Primitive | None) -> list[Write]:
-        assert isinstance(resource, Toy)
-        path = f"/toys/{segment(vhost)}/{segment(resource.name)}"
-        return [Write("PUT", path, {"size": resource.size})]
+    def path(self, resource: Toy, vhost: str) -> str:
+        return f"/toys/{segment(vhost)}/{segment(resource.name)}"
 
-    def deletion(self, observed: Primitive, vhost: str) -> Write:
-        assert isinstance(observed, Toy)
-        return Write("DELETE", f"/toys/{segment(vhost)}/{segment(observed.name)}", allow=(404,))
-
-    def definitions_entry(self, resource: Primitive) -> JSONDict:
-        assert isinstance(resource, Toy)
+    def definitions_entry(self, resource: Toy) -> JSONDict:
         return {"name": resource.name, "size": resource.size}
-
-    def exported(self, resource: Primitive, vhost: Vhost | None) -> Document:
-        assert isinstance(resource, Toy)
-        return {"name": resource.name} | ({"size": resource.size} if resource.size != 1 else {})
 
 
 class ToyVhostKind(VhostKind):
