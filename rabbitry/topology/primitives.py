@@ -199,33 +199,35 @@ class Primitive(BaseModel):
         return self.model_dump(mode="json")
 
 
-class Exchange(Primitive):
+class Declared(Primitive):
+    """What AMQP declares (exchanges, queues): named in its vhost, of a type each kind says,
+    durable or not, deleted with its last user or not. The fields keep this order in every
+    kind (a kind's own ``type`` takes its place): plans and saved plans write them so."""
+
+    name: str
+    type: Any
+    durable: bool = True
+    auto_delete: bool = False
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+class Exchange(Declared):
     """An exchange; ``arguments`` carries ``alternate-exchange`` and plugin arguments."""
 
     kind: ClassVar[str] = "exchange"
-    name: str
     type: AnyExchangeType = ExchangeType.DIRECT
-    durable: bool = True
-    auto_delete: bool = False
     internal: bool = False
     arguments: dict[str, JSON] = Field(default_factory=dict)
 
-    def identity(self) -> tuple[str, ...]:
-        return (self.name,)
 
-
-class Queue(Primitive):
+class Queue(Declared):
     """A queue; ``type`` is kept out of ``arguments`` (it is ``x-queue-type`` on the wire)."""
 
     kind: ClassVar[str] = "queue"
-    name: str
     type: QueueType = QueueType.CLASSIC
-    durable: bool = True
-    auto_delete: bool = False
     arguments: dict[str, JSON] = Field(default_factory=dict)
-
-    def identity(self) -> tuple[str, ...]:
-        return (self.name,)
 
     def wire_arguments(self) -> dict[str, JSON]:
         """Arguments as declared on the broker, ``x-queue-type`` included."""

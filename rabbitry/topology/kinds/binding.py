@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class BindingKind(Kind[Binding], name="binding", field="bindings", imported=3):
     primitive = Binding
+    entry_fields = ("source", "destination", "destination_type", "routing_key", "arguments")
     compares_fields = False
 
     def describe(self, key: ResourceKey) -> str:
@@ -35,15 +36,8 @@ class BindingKind(Kind[Binding], name="binding", field="bindings", imported=3):
 
     def declare(self, draft: VhostDraft) -> None:
         for spec in draft.spec.bindings:
-            draft.bindings.append(
-                Binding.trusted(
-                    source=spec.source,
-                    destination=spec.destination,
-                    destination_type=spec.destination_type,
-                    routing_key=spec.routing_key,
-                    arguments=dict(spec.arguments),
-                )
-            )
+            ends = {name: getattr(spec, name) for name in self.entry_fields[:-1]}
+            draft.bindings.append(Binding.trusted(**ends, arguments=dict(spec.arguments)))
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Binding]:
         """All but those of the default exchange and those to or from what was left out."""
@@ -79,15 +73,6 @@ class BindingKind(Kind[Binding], name="binding", field="bindings", imported=3):
     def puts(self, resource: Binding, vhost: str, observed: Primitive | None) -> list[Write]:
         body = {"routing_key": resource.routing_key, "arguments": resource.arguments}
         return [Write("POST", self.path(resource, vhost), body)]
-
-    def definitions_entry(self, resource: Binding) -> JSONDict:
-        return {
-            "source": resource.source,
-            "destination": resource.destination,
-            "destination_type": resource.destination_type.value,
-            "routing_key": resource.routing_key,
-            "arguments": resource.arguments,
-        }
 
     def exported(self, resource: Binding, vhost: Vhost | None) -> Document:
         out: Document = {"source": resource.source, "destination": resource.destination}

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class ExchangeKind(Kind[Exchange], name="exchange", field="exchanges", imported=2):
     primitive = Exchange
+    entry_fields = ("name", "type", "durable", "auto_delete", "internal", "arguments")
 
     def declare(self, draft: VhostDraft) -> None:
         for spec in draft.spec.exchanges:
@@ -27,16 +28,8 @@ class ExchangeKind(Kind[Exchange], name="exchange", field="exchanges", imported=
             }
             if spec.alternate_exchange is not None:
                 arguments["alternate-exchange"] = spec.alternate_exchange
-            draft.exchanges.append(
-                Exchange.trusted(
-                    name=spec.name,
-                    type=spec.type,
-                    durable=spec.durable,
-                    auto_delete=spec.auto_delete,
-                    internal=spec.internal,
-                    arguments=arguments,
-                )
-            )
+            declared = {name: getattr(spec, name) for name in self.entry_fields[:-1]}
+            draft.exchanges.append(Exchange.trusted(**declared, arguments=arguments))
             draft.guard("exchange", spec.name, spec.protect, spec.on_remove)
 
     def observed(self, items: Iterable[JSONDict], reading: Reading) -> Iterator[Exchange]:
@@ -63,16 +56,6 @@ class ExchangeKind(Kind[Exchange], name="exchange", field="exchanges", imported=
 
     def path(self, resource: Exchange, vhost: str) -> str:
         return f"/exchanges/{segment(vhost)}/{segment(resource.name)}"
-
-    def definitions_entry(self, resource: Exchange) -> JSONDict:
-        return {
-            "name": resource.name,
-            "type": str(resource.type),
-            "durable": resource.durable,
-            "auto_delete": resource.auto_delete,
-            "internal": resource.internal,
-            "arguments": resource.arguments,
-        }
 
     def exported(self, resource: Exchange, vhost: Vhost | None) -> Document:
         out: Document = {"name": resource.name}

@@ -8,15 +8,16 @@ from rabbitry.topology.primitives import GlobalParameter, Vhost
 
 class GlobalParameterKind(Kind[GlobalParameter], name="global_parameter"):
     primitive = GlobalParameter
+    entry_fields = ("name", "value")
 
     def path(self, resource: GlobalParameter, vhost: str) -> str:
         return f"/global-parameters/{segment(resource.name)}"
 
     def body(self, resource: GlobalParameter, vhost: str) -> Document:
-        return self.exported(resource, None)
+        return self.definitions_entry(resource)
 
     def exported(self, resource: GlobalParameter, vhost: Vhost | None) -> Document:
-        return {"name": resource.name, "value": resource.value}
+        return self.definitions_entry(resource)
 
 
 KIND = GlobalParameterKind()

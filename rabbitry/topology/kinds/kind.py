@@ -12,6 +12,7 @@ Nothing here talks to a broker: a write is a ``Write``, data the provisioner sen
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -55,6 +56,16 @@ def enum_or_none(enum_type: Any, value: Any) -> Any:
         return enum_type._value2member_map_.get(value)
     except TypeError:  # a value that cannot be hashed is no member's
         return None
+
+
+def wire_fields(resource: Primitive, names: Iterable[str]) -> JSONDict:
+    """The fields ``names`` of ``resource`` as the management API spells and writes them
+    (``apply-to`` is the field ``apply_to``; an enum as its value)."""
+    out: JSONDict = {}
+    for name in names:
+        value = getattr(resource, name.replace("-", "_"))
+        out[name] = value.value if isinstance(value, enum.Enum) else value
+    return out
 
 
 def limit_writes(path: str, limits: Mapping[str, int], known: tuple[str, ...]) -> list[Write]:
@@ -121,6 +132,8 @@ class Kind(Generic[P]):
     import_rank: ClassVar[int] = 2
     """Its place in a definitions import: what it refers to comes in an earlier chunk or the
     same one (``provisioner.import_plan``)."""
+    entry_fields: ClassVar[tuple[str, ...]] = ()
+    """The fields of its definitions entry, in the API's spelling and order."""
     compares_fields: ClassVar[bool] = True
     """False when its key is all of it: found is equal, nothing to compare."""
     fields_only: ClassVar[bool] = True
@@ -204,8 +217,10 @@ class Kind(Generic[P]):
         return Write("DELETE", self.path(observed, vhost), allow=(404,))
 
     def definitions_entry(self, resource: P) -> JSONDict:
-        """Its entry in a definitions document (``section``)."""
-        raise NotImplementedError(f"cannot apply {type(resource).__name__}")
+        """Its entry in a definitions document (``section``): its ``entry_fields``."""
+        if not self.entry_fields:
+            raise NotImplementedError(f"cannot apply {type(resource).__name__}")
+        return wire_fields(resource, self.entry_fields)
 
     # -- comparing ----------------------------------------------------------------------------
 

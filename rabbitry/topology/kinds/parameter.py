@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 class ParameterKind(Kind[Parameter], name="parameter", field="parameters", imported=0):
     primitive = Parameter
+    entry_fields = ("component", "name", "value")
 
     def describe(self, key: ResourceKey) -> str:
         component, name = key.identity
@@ -41,11 +42,8 @@ class ParameterKind(Kind[Parameter], name="parameter", field="parameters", impor
     def body(self, resource: Parameter, vhost: str) -> JSONDict:
         return {"component": resource.component, "vhost": vhost, **self.exported(resource, None)}
 
-    def definitions_entry(self, resource: Parameter) -> JSONDict:
-        return self.exported(resource, None)
-
     def exported(self, resource: Parameter, vhost: Vhost | None) -> Document:
-        return {"component": resource.component, "name": resource.name, "value": resource.value}
+        return self.definitions_entry(resource)
 
 
 KIND = ParameterKind()

@@ -24,6 +24,7 @@ class PolicyKind(Kind[AnyPolicy]):
     api: ClassVar[str] = "policies"
     default_apply_to: ClassVar[ApplyTo] = ApplyTo.ALL
     definition_model: ClassVar[type[KnownKeys]] = PolicyDefinition
+    entry_fields = ("name", "pattern", "apply-to", "priority", "definition")
 
     def declare(self, draft: VhostDraft) -> None:
         """The spec's policies of this kind: the checked keys of each definition, then the
@@ -56,15 +57,6 @@ class PolicyKind(Kind[AnyPolicy]):
 
     def path(self, resource: AnyPolicy, vhost: str) -> str:
         return f"/{self.api}/{segment(vhost)}/{segment(resource.name)}"
-
-    def definitions_entry(self, resource: AnyPolicy) -> JSONDict:
-        return {
-            "name": resource.name,
-            "pattern": resource.pattern,
-            "apply-to": resource.apply_to.value,
-            "priority": resource.priority,
-            "definition": resource.definition,
-        }
 
     def exported(self, resource: AnyPolicy, vhost: Vhost | None) -> Document:
         out: Document = {"name": resource.name, "pattern": resource.pattern}

@@ -8,7 +8,15 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from rabbitry.topology.kinds.exported_arguments import flags, split_arguments
-from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, enum_or_none, segment
+from rabbitry.topology.kinds.kind import (
+    Document,
+    JSONDict,
+    Kind,
+    Reading,
+    enum_or_none,
+    segment,
+    wire_fields,
+)
 from rabbitry.topology.plugin_objects import plugin_queue
 from rabbitry.topology.primitives import JSON, Queue, QueueType, Vhost
 from rabbitry.topology.spec.arguments import QueueArguments
@@ -67,12 +75,9 @@ class QueueKind(Kind[Queue], name="queue", field="queues", imported=2):
         return f"/queues/{segment(vhost)}/{segment(resource.name)}"
 
     def definitions_entry(self, resource: Queue) -> JSONDict:
-        return {
-            "name": resource.name,
-            "durable": resource.durable,
-            "auto_delete": resource.auto_delete,
-            "arguments": resource.wire_arguments(),
-        }
+        entry = wire_fields(resource, ("name", "durable", "auto_delete"))
+        entry["arguments"] = resource.wire_arguments()  # its type among them, as declared
+        return entry
 
     def exported(self, resource: Queue, vhost: Vhost | None) -> Document:
         default_type = (vhost.default_queue_type if vhost else None) or QueueType.CLASSIC
