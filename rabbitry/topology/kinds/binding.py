@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from rabbitry.topology.kinds.kind import Document, JSONDict, Kind, Reading, Write, segment
-from rabbitry.topology.primitives import Binding, DestinationType, Primitive, ResourceKey, Vhost
+from rabbitry.topology.kinds.kind import JSONDict, Kind, Reading, Write, segment
+from rabbitry.topology.primitives import Binding, DestinationType, Primitive, ResourceKey
 
 if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
@@ -73,16 +73,6 @@ class BindingKind(Kind[Binding], name="binding", field="bindings", imported=3):
     def puts(self, resource: Binding, vhost: str, observed: Primitive | None) -> list[Write]:
         body = {"routing_key": resource.routing_key, "arguments": resource.arguments}
         return [Write("POST", self.path(resource, vhost), body)]
-
-    def exported(self, resource: Binding, vhost: Vhost | None) -> Document:
-        out: Document = {"source": resource.source, "destination": resource.destination}
-        if resource.destination_type is not DestinationType.QUEUE:
-            out["destination_type"] = resource.destination_type.value
-        if resource.routing_key:
-            out["routing_key"] = resource.routing_key
-        if resource.arguments:
-            out["arguments"] = dict(resource.arguments)
-        return out
 
 
 KIND = BindingKind()

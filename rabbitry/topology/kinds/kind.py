@@ -241,12 +241,16 @@ class Kind(Generic[P]):
     # -- exporting ----------------------------------------------------------------------------
 
     def exported(self, resource: P, vhost: Vhost | None) -> Document:
-        """Its entry in the spec document (defaults left out)."""
-        defaults = type(resource)._defaults
+        """Its entry in the spec document: its fields, those at their defaults left out."""
+        kind = type(resource)
+        dumped = resource.model_dump(mode="json")
         return {
-            name: value
-            for name, value in resource.model_dump(mode="json").items()
-            if name not in defaults or value != defaults[name]
+            name: dumped[name]
+            for name in kind.model_fields  # in their order (a trusted object's may differ)
+            if not (
+                (name in kind._defaults and dumped[name] == kind._defaults[name])
+                or (name in kind._factories and dumped[name] == kind._factories[name]())
+            )
         }
 
 
