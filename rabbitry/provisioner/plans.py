@@ -12,7 +12,8 @@ import enum
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.protection import desired_guards
@@ -49,8 +50,11 @@ class Change:
 
     action: Action
     key: ResourceKey
+    """Which object: ``(kind, vhost, *identity)``, read by name (``key.kind``, ...)."""
     desired: Primitive | None = None
+    """What the spec wants (None: a deletion or a retain)."""
     observed: Primitive | None = None
+    """What the broker holds (None: nothing yet)."""
     reasons: tuple[str, ...] = ()
     """Why (fields that differ, or what forced it), one short line each; secrets never included."""
     drift: bool = False
@@ -71,13 +75,17 @@ class Change:
         if type(self.key) is not ResourceKey:  # the plain tuple of its parts, named
             object.__setattr__(self, "key", ResourceKey(self.key))
 
-    @property
-    def kind(self) -> str:
-        return self.key.kind
+    if TYPE_CHECKING:
 
-    @property
-    def vhost(self) -> str:
-        return self.key.vhost
+        @property
+        def kind(self) -> str: ...
+
+        @property
+        def vhost(self) -> str: ...
+
+    else:  # its key's, read at every change of a large plan: getters in C
+        kind = property(attrgetter("key.kind"))
+        vhost = property(attrgetter("key.vhost"))
 
     @property
     def title(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 from rabbitry.topology.primitives import GLOBAL, JSON, Primitive, ResourceKey, Vhost
@@ -104,6 +104,20 @@ class Reading:
         self.left_out.append(line)
 
 
+class KindSettings(TypedDict, total=False):
+    """What a kind's class statement may say of it: ``class QueueKind(Kind[Queue],
+    name="queue", field="queues", imported=2)``."""
+
+    name: str
+    """Its ``name``."""
+    field: str
+    """Its ``vhost_field``, and its ``section`` unless that is given too."""
+    section: str
+    listing: str
+    imported: int
+    """A definitions import makes it, at this ``import_rank``."""
+
+
 P = TypeVar("P", bound=Primitive)
 Hashes = Mapping[str, tuple[str, str]]
 """User name -> (password hash, hashing algorithm), as the broker holds them."""
@@ -140,29 +154,18 @@ class Kind(Generic[P]):
     """Nothing compared beside its fields (``compared`` and ``more_differences`` are the
     base's): the planner's comparison of 50,000 objects skips the calls."""
 
-    def __init_subclass__(
-        cls,
-        *,
-        name: str | None = None,
-        field: str | None = None,
-        section: str | None = None,
-        listing: str | None = None,
-        imported: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """The kind's settings, given in its class statement: ``name``, ``field`` (its
-        ``vhost_field``), ``section`` (the same as ``field`` unless given), ``listing``, and
-        ``imported``: its ``import_rank`` when a definitions import makes it."""
-        super().__init_subclass__(**kwargs)
-        if name is not None:
-            cls.name = name
-        if field is not None:
-            cls.vhost_field = field
-            cls.section = section or field
-        if listing is not None:
-            cls.listing = listing
-        if imported is not None:
-            cls.imported, cls.import_rank = True, imported
+    def __init_subclass__(cls, **settings: Unpack[KindSettings]) -> None:
+        """The kind's settings, given in its class statement (``KindSettings``)."""
+        super().__init_subclass__()
+        if "name" in settings:
+            cls.name = settings["name"]
+        if "field" in settings:
+            cls.vhost_field = settings["field"]
+            cls.section = settings.get("section", settings["field"])
+        if "listing" in settings:
+            cls.listing = settings["listing"]
+        if "imported" in settings:
+            cls.imported, cls.import_rank = True, settings["imported"]
         cls.fields_only = (
             cls.compared is Kind.compared and cls.more_differences is Kind.more_differences
         )
