@@ -24,7 +24,7 @@ from rabbitry.topology.primitives import (
     ResourceKey,
     Topology,
 )
-from rabbitry.topology.versions import NO_DEPRECATIONS, Use, Verdict, Version, parse_version
+from rabbitry.topology.versions import NO_DEPRECATIONS, Use, Verdict, Version, judge, parse_version
 
 __all__ = [
     "BrokerCapabilities",
@@ -200,7 +200,7 @@ def missing(
     for item in needs:
         if item.kind == "version" and broker.version:
             if item.key is None or declared(item.key):
-                judged = versions.judge(item.uses, broker.version, deprecated=broker.deprecated)
+                judged = judge(item.uses, broker.version, deprecated=broker.deprecated)
                 problems.extend(v.message(item.because) for v in judged if v.refused)
         elif item.kind == "plugin" and not _has_plugin(broker, item.what):
             problems.append(
@@ -238,7 +238,7 @@ def notices(
     noted: list[str] = []
     for item in needs:
         if item.kind == "version":
-            for v in versions.judge(item.uses, version, upgrading_from):
+            for v in judge(item.uses, version, upgrading_from):
                 (refused if v.refused else noted).append(v.message(item.because, runs))
     return refused, noted
 
@@ -368,7 +368,7 @@ def _judged(
             continue
         known = shared.get(id(item.uses))
         if known is None:
-            judged = versions.judge(item.uses, version, deprecated=deprecated)
+            judged = judge(item.uses, version, deprecated=deprecated)
             known = shared[id(item.uses)] = (item.uses, judged)
         verdicts = known[1]
         if not verdicts:

@@ -62,7 +62,8 @@ def rank(name: str) -> int:
 
 def describe_key(key: ResourceKey) -> str:
     """A short human name: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
-    return _BY_NAME[key[0]][1].describe(ResourceKey(key))
+    named = ResourceKey(key)  # a plain tuple of its parts too
+    return _BY_NAME[named.kind][1].describe(named)
 
 
 __all__ = [
