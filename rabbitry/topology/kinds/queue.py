@@ -13,9 +13,9 @@ from rabbitry.topology.kinds.kind import (
     JSONDict,
     Kind,
     Reading,
+    entry_reader,
     enum_or_none,
     segment,
-    wire_fields,
 )
 from rabbitry.topology.plugin_objects import plugin_queue
 from rabbitry.topology.primitives import JSON, Queue, QueueType, Vhost
@@ -75,7 +75,7 @@ class QueueKind(Kind[Queue], name="queue", field="queues", imported=2):
         return f"/queues/{segment(vhost)}/{segment(resource.name)}"
 
     def definitions_entry(self, resource: Queue) -> JSONDict:
-        entry = wire_fields(resource, ("name", "durable", "auto_delete"))
+        entry = _FLAGS(resource)
         entry["arguments"] = resource.wire_arguments()  # its type among them, as declared
         return entry
 
@@ -88,5 +88,7 @@ class QueueKind(Kind[Queue], name="queue", field="queues", imported=2):
         split_arguments(out, resource.arguments, QueueArguments, "arguments", "unchecked_arguments")
         return out
 
+
+_FLAGS = entry_reader(Queue, ("name", "durable", "auto_delete"))
 
 KIND = QueueKind()
