@@ -31,8 +31,8 @@ from rabbitry.provisioner.status import (
 )
 from rabbitry.provisioner.target import Target
 from rabbitry.topology import expand
+from rabbitry.topology.kinds import describe_key
 from rabbitry.topology.patterns.sharding import Sharding, shardings
-from rabbitry.topology.primitives import describe_key
 from rabbitry.uri import mask_uri
 
 EXIT_NOT_HEALTHY = 3

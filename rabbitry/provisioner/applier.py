@@ -35,13 +35,13 @@ from rabbitry.provisioner.broker_documents import (
     definitions_for,
 )
 from rabbitry.provisioner.import_plan import (
-    BATCHED,
     IMPORT_POLL_MAX,
     IMPORT_STALL,
     PUT_FIRST,
     declared_apart,
     import_chunks,
     import_timeout,
+    imported,
 )
 from rabbitry.provisioner.migration import (
     STEPS,
@@ -56,9 +56,7 @@ from rabbitry.provisioner.refusals import refusals, refuse, self_harm, taken_ove
 from rabbitry.provisioner.state import observed_vhost
 from rabbitry.topology.primitives import (
     Binding,
-    OperatorPolicy,
     Parameter,
-    Policy,
     Primitive,
     Queue,
     ResourceKey,
@@ -248,14 +246,8 @@ class Applier:
         for change in todo:
             resource = change.desired
             assert resource is not None
-            batched = change.action in (Action.CREATE, Action.REPLACE) and isinstance(
-                resource, BATCHED
-            )
-            batched = batched or (
-                change.action is Action.CREATE
-                and isinstance(resource, Policy)
-                and not isinstance(resource, OperatorPolicy)
-            )
+            # what a definitions import makes (policies are never replaced: changed in place)
+            batched = change.action in (Action.CREATE, Action.REPLACE) and imported(change)
             if isinstance(resource, Parameter) and resource.component == "shovel":
                 # made once the imports are in: a shovel started before its queues declares
                 # them itself, without their arguments (an import makes parameters first)

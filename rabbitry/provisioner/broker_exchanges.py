@@ -43,7 +43,7 @@ def missing_exchanges(plan: Plan, exists: Callable[[str, str], bool]) -> list[Di
     """The bindings of the plan whose ``amq.*`` end the broker does not have: ``exists(vhost,
     name)`` answers for vhosts that exist now; in a vhost the plan creates only the broker's
     own exchanges exist."""
-    created = {c.key[1] for c in plan.changes if c.kind == "vhost" and c.action is Action.CREATE}
+    created = {c.vhost for c in plan.changes if c.kind == "vhost" and c.action is Action.CREATE}
     problems: list[Diagnostic] = []
     for vhost, name in sorted(reserved_ends(plan)):
         there = name in BROKER_EXCHANGES if vhost in created else exists(vhost, name)

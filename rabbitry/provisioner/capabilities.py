@@ -15,6 +15,7 @@ from functools import cached_property
 
 from rabbitry.diagnostics import Address, Diagnostic
 from rabbitry.management.client import ManagementClient
+from rabbitry.topology import versions
 from rabbitry.topology.primitives import (
     ExchangeType,
     Primitive,
@@ -23,19 +24,7 @@ from rabbitry.topology.primitives import (
     ResourceKey,
     Topology,
 )
-from rabbitry.topology.versions import (
-    NO_DEPRECATIONS,
-    Use,
-    Verdict,
-    Version,
-    format_version,
-    judge,
-    parse_version,
-    uses_of_exchange,
-    uses_of_policy,
-    uses_of_queue,
-    uses_of_vhost,
-)
+from rabbitry.topology.versions import NO_DEPRECATIONS, Use, Verdict, Version, judge, parse_version
 
 __all__ = [
     "BrokerCapabilities",
@@ -86,7 +75,7 @@ class BrokerCapabilities:
 
     @property
     def version_text(self) -> str:
-        return format_version(self.version)
+        return versions.format_version(self.version)
 
 
 PLUGIN_OF_EXCHANGE: dict[str, str] = {
@@ -118,12 +107,12 @@ def requirements(topology: Topology) -> list[Need]:
     for vhost in topology.vhosts:
         where = f"vhost {vhost.name}"
         if vhost.protected_from_deletion:
-            version(where, uses_of_vhost(vhost.protected_from_deletion), vhost, vhost.name)
+            version(where, versions.uses_of_vhost(vhost.protected_from_deletion), vhost, vhost.name)
         for exchange in vhost.exchanges:
             label = f"exchange {exchange.name} ({where})"
             uses = by_type.get(exchange.type)
             if uses is None:
-                uses = by_type[exchange.type] = tuple(uses_of_exchange(exchange.type))
+                uses = by_type[exchange.type] = tuple(versions.uses_of_exchange(exchange.type))
             version(label, uses, exchange, vhost.name)
             plugin = PLUGIN_OF_EXCHANGE.get(exchange.type)
             if plugin:
@@ -146,10 +135,15 @@ def requirements(topology: Topology) -> list[Need]:
                 need("stream_queue", "feature_flag", f"{label} dead-letters at-least-once")
         for policy in vhost.policies:
             label = f"policy {policy.name} ({where})"
-            version(label, uses_of_policy(policy.apply_to, policy.definition), policy, vhost.name)
+            version(
+                label,
+                versions.uses_of_policy(policy.apply_to, policy.definition),
+                policy,
+                vhost.name,
+            )
         for policy in vhost.operator_policies:
             label = f"operator policy {policy.name} ({where})"
-            capped = uses_of_policy(policy.apply_to, policy.definition, operator=True)
+            capped = versions.uses_of_policy(policy.apply_to, policy.definition, operator=True)
             version(label, capped, policy, vhost.name)
         for policy in (*vhost.policies, *vhost.operator_policies):
             label = f"policy {policy.name} ({where})"
@@ -175,9 +169,9 @@ def _queue_uses(
         shape = (queue.type, queue.durable, by_broker, tuple(queue.arguments.items()))
         known = seen.get(shape)
     except TypeError:  # an argument whose value cannot be hashed
-        return tuple(uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker))
+        return tuple(versions.uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker))
     if known is None:
-        uses = uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker)
+        uses = versions.uses_of_queue(queue.type, queue.durable, queue.arguments, by_broker)
         known = seen[shape] = tuple(uses)
     return known
 

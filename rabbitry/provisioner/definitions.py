@@ -37,8 +37,9 @@ from rabbitry.errors import SpecError, SpecProblem
 from rabbitry.provisioner.definitions_check import check_definitions
 from rabbitry.provisioner.names import LOCK_PREFIX, stack_name
 from rabbitry.provisioner.ownership import RECORD_PREFIX
-from rabbitry.provisioner.state import limits_of, observed_vhost, tags_of
+from rabbitry.provisioner.state import observed_vhost
 from rabbitry.provisioner.strict_json import loads
+from rabbitry.topology.kinds.kind import limits_of, tags_of
 from rabbitry.topology.primitives import GlobalParameter, Topology, User, Vhost
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM
 from rabbitry.topology.versions import (

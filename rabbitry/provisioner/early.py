@@ -85,22 +85,22 @@ def guess_vhosts(text: str) -> list[str]:
     return [m[2] for m in names.finditer(lines, key.end(), end)]
 
 
+DEFINITIONS_SECTIONS = (
+    "users",
+    "vhosts",
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "global_parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
+"""The lists of objects a RabbitMQ definitions file holds."""
+
 DEFINITIONS_KEYS = frozenset(
-    {
-        "rabbit_version",
-        "rabbitmq_version",
-        "product_version",
-        "vhosts",
-        "users",
-        "permissions",
-        "topic_permissions",
-        "parameters",
-        "global_parameters",
-        "policies",
-        "queues",
-        "exchanges",
-        "bindings",
-    }
+    {"rabbit_version", "rabbitmq_version", "product_version", *DEFINITIONS_SECTIONS}
 )
 """Top-level keys of a RabbitMQ definitions file; a spec has ``version:`` instead."""
 

@@ -1,13 +1,14 @@
 """What differs between an object the spec wants and the one the broker has, as short lines
-for the plan (pure); secrets masked, argument maps compared key by key."""
+for the plan (pure); secrets masked, argument maps compared key by key. The algorithm is here;
+what a kind compares beside its fields is its module's (``rabbitry.topology.kinds``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rabbitry.provisioner.state import BrokerState
-from rabbitry.topology.primitives import Primitive, User, Vhost, canonical_json, same_json
-from rabbitry.topology.spec.passwords import password_matches
+from rabbitry.topology.kinds import kind_of_resource
+from rabbitry.topology.primitives import Primitive, canonical_json, same_json
 from rabbitry.uri import mask_text
 
 
@@ -62,36 +63,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def user_differences(desired: User, observed: User, state: BrokerState) -> list[str]:
-    lines = field_differences(desired, observed)
-    stored_hash, algorithm = state.password_hashes.get(desired.name, ("", ""))
-    if desired.password is not None:
-        if not password_matches(desired.password.get_secret_value(), stored_hash, algorithm):
-            lines.append("password differs")
-    elif desired.password_hash is not None and desired.password_hash != stored_hash:
-        lines.append("password_hash differs")
-    return lines
-
-
-__all__ = ["field_differences", "user_differences"]
-
-
-def vhost_differences(desired: Vhost, observed: Vhost) -> list[str]:
-    """A broker that keeps no deletion protection (before 4.0.6: the version table warns of
-    it) is not asked for it again at every plan."""
-    if observed.protected_from_deletion is None:
-        desired = desired.model_copy(update={"protected_from_deletion": None})
-    return field_differences(desired, observed)
+def differences(desired: Primitive, observed: Primitive, state: BrokerState) -> list[str]:
+    """What differs between the object the spec wants and the broker's, as its kind compares
+    them: its fields (``field_differences``), then what its kind checks beside them."""
+    kind = kind_of_resource(desired)
+    if not kind.compares_fields:
+        return []  # its key is all of it: found is equal
+    if kind.fields_only:
+        return field_differences(desired, observed)
+    lines = field_differences(kind.compared(desired, observed), observed)
+    return lines + kind.more_differences(desired, observed, state.password_hashes)
 
 
 def comparable(observed: Primitive, desired: Primitive) -> Primitive:
-    """``observed`` as its recorded digest was made: a setting the broker does not keep
-    (a vhost's deletion protection before 4.0.6) counts as what was asked, not as drift."""
-    if (
-        isinstance(observed, Vhost)
-        and isinstance(desired, Vhost)
-        and observed.protected_from_deletion is None
-    ):
-        protected = desired.protected_from_deletion
-        return observed.model_copy(update={"protected_from_deletion": protected})
-    return observed
+    """``observed`` as its recorded digest was made (``Kind.comparable``)."""
+    made: Primitive = kind_of_resource(observed).comparable(observed, desired)
+    return made
+
+
+__all__ = ["comparable", "differences", "field_differences"]

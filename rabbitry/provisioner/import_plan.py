@@ -4,14 +4,8 @@ with what HTTP timeouts (pure): the broker's own bulk path, the fastest there is
 from __future__ import annotations
 
 from rabbitry.provisioner.plans import Action, Change
-from rabbitry.topology.primitives import (
-    Binding,
-    Exchange,
-    Parameter,
-    Policy,
-    Queue,
-    QueueType,
-)
+from rabbitry.topology.kinds import kind_of
+from rabbitry.topology.primitives import Queue, QueueType
 
 
 def declared_apart(change: Change) -> bool:
@@ -30,12 +24,7 @@ def _import_rank(change: Change) -> int:
     before the queues and exchanges: a policy made in a vhost that already holds them is
     matched against every one (at 21,000 queues, several seconds a policy), one made first
     costs nothing."""
-    resource = change.desired
-    if isinstance(resource, Parameter):
-        return 0
-    if isinstance(resource, Policy):
-        return 1
-    return 3 if isinstance(resource, Binding) else 2
+    return kind_of(change.kind).import_rank
 
 
 def import_chunks(changes: list[Change], size: int, whole: int = 0) -> list[list[Change]]:
@@ -71,16 +60,18 @@ PUT_FIRST = frozenset({"vhost", "user", "permission"})
 permissions come after the imports: RabbitMQ 4.3 refuses one for an exchange that does not
 exist yet (HTTP 400 no_such_exchange), and the exchange may be in the same plan."""
 
-BATCHED = (Exchange, Queue, Binding, Parameter)
-"""Kinds created through the definitions import (policies too, but not operator policies)."""
+
+def imported(change: Change) -> bool:
+    """Whether a definitions import can make the object of ``change`` (its kind says)."""
+    return kind_of(change.kind).imported
 
 
 __all__ = [
-    "BATCHED",
     "IMPORT_POLL_MAX",
     "IMPORT_STALL",
     "PUT_FIRST",
     "declared_apart",
     "import_chunks",
     "import_timeout",
+    "imported",
 ]

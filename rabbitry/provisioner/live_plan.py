@@ -104,7 +104,7 @@ def _unreachable_shovels(client: ManagementClient, the_plan: Plan) -> list[Diagn
     only when the plan declares a shovel."""
     user = client.username
     if not user or not any(
-        c.kind == "parameter" and c.key[2] == "shovel" and c.action in DECLARING
+        c.kind == "parameter" and c.key.name == "shovel" and c.action in DECLARING
         for c in the_plan.changes
     ):
         return []

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rabbitry.errors import RecordUnreadable as RecordUnreadable
-from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json, describe_key
+from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.primitives import Primitive, ResourceKey, canonical_json
 
 RECORD_PREFIX = "rabbitry.stack."
 FORMAT_VERSION = 2
@@ -127,13 +128,13 @@ class OwnershipRecord:
                     " it from a backup of the broker's definitions, or remove it and adopt the"
                     " stack's objects again",
                 )
-            managed[parts[1:]] = parts[0]
+            managed[ResourceKey(parts[1:])] = parts[0]
         guards: dict[ResourceKey, frozenset[str]] = {}
         packed = value.get("guards")
         for entry in _unpack(stack, packed) if isinstance(packed, str) else ():
             parts = tuple(map(str, entry))
             if len(parts) >= 3:  # [guard,guard, kind, vhost, *identity]
-                guards[parts[1:]] = frozenset(parts[0].split(",")) - {""}
+                guards[ResourceKey(parts[1:])] = frozenset(parts[0].split(",")) - {""}
         return cls(stack, managed, tuple(value.get("operations", [])), guards)
 
     def replace_managed(self, managed: Mapping[ResourceKey, str]) -> OwnershipRecord:
@@ -142,7 +143,7 @@ class OwnershipRecord:
 
     def vhosts(self) -> set[str]:
         """Vhosts this stack has objects in (including ones no longer in the spec)."""
-        return {key[1] for key in self.managed if key[1]}
+        return {key.vhost for key in self.managed if key.vhost}
 
 
 def _pack(entries: list[list[str]]) -> str:
@@ -263,10 +264,10 @@ def holdings(record: OwnershipRecord, vhosts: Iterable[str] = ()) -> StackHoldin
     counts: dict[str, Counter[str]] = {}
     pending = 0
     for key, fingerprint in record.managed.items():
-        vhost = key[1]
+        vhost = key.vhost
         if only and vhost and vhost not in only:
             continue
-        counts.setdefault(vhost, Counter())[key[0]] += 1
+        counts.setdefault(vhost, Counter())[key.kind] += 1
         pending += fingerprint == PENDING
     return StackHoldings(
         record.stack,
@@ -318,8 +319,8 @@ def stacks_on(
         key: stacks
         for key, stacks in owners_by_key(records).items()
         if len(stacks) > 1
-        and key[0] not in SHARED_KINDS
-        and (not only or key[1] in only or not key[1])
+        and key.kind not in SHARED_KINDS
+        and (not only or key.vhost in only or not key.vhost)
     }
     broken = {stack: str(problem) for stack, problem in (unreadable or {}).items()}
     return StacksOnBroker(tuple(held), contested, broken)

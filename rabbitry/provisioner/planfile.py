@@ -40,6 +40,7 @@ from rabbitry.provisioner.planner import owners_of
 from rabbitry.provisioner.plans import Action, Change, Plan
 from rabbitry.provisioner.relayout import DelayRelayout
 from rabbitry.provisioner.state import BrokerState
+from rabbitry.topology.kinds import describe_key, kind_of
 from rabbitry.topology.primitives import (
     KIND_ORDER,
     GlobalParameter,
@@ -50,7 +51,6 @@ from rabbitry.topology.primitives import (
     User,
     Vhost,
     canonical_json,
-    describe_key,
 )
 from rabbitry.topology.spec.passwords import DEFAULT_ALGORITHM, hash_password
 
@@ -58,21 +58,6 @@ FORMAT = "rabbitry-plan"
 FORMAT_VERSION = 2
 """2: pinned to the cluster's id and management URLs, salted fingerprints, observed parameters
 without their values (1 held the broker's current secrets: it is refused, to be made again)."""
-
-
-def _classes_of_kinds() -> dict[str, type[Primitive]]:
-    """Each kind of ``KIND_ORDER`` -> its primitive class (the first one defined for it)."""
-    found: dict[str, type[Primitive]] = {}
-    todo = [Primitive]
-    while todo:
-        for cls in todo.pop(0).__subclasses__():
-            found.setdefault(getattr(cls, "kind", ""), cls)
-            todo.append(cls)
-    return {kind: found[kind] for kind in KIND_ORDER}
-
-
-KINDS = _classes_of_kinds()
-"""The class a plan file's change of each kind is read into."""
 
 
 def fingerprint(resource: Primitive | None, salt: str) -> str | None:
@@ -129,10 +114,11 @@ def _primitive_json(resource: Primitive | None, observed: bool = False) -> dict[
 def _primitive(data: Any, where: str) -> Primitive | None:
     if data is None:
         return None
-    if not isinstance(data, dict) or data.get("kind") not in KINDS:
+    if not isinstance(data, dict) or data.get("kind") not in KIND_ORDER:
         raise PlanError(f"{where}: not an object of a kind rabbitry plans")
     fields = {k: v for k, v in data.items() if k != "kind"}
-    return KINDS[data["kind"]].model_validate(fields)
+    read: Primitive = kind_of(data["kind"]).primitive.model_validate(fields)
+    return read
 
 
 def _topology_json(topology: Topology) -> dict[str, Any]:
@@ -302,8 +288,10 @@ class SavedPlan:
             changes = tuple(_change(item, where, vhosts) for item in data["changes"])
             stack = str(data["stack"])
             record = OwnershipRecord.from_value(stack, data["record"])
-            seen = {tuple(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
-            excluded = frozenset(tuple(str(p) for p in key) for key in data.get("excluded", ()))
+            seen = {ResourceKey(str(p) for p in entry[1:]): entry[0] for entry in data["seen"]}
+            excluded = frozenset(
+                ResourceKey(str(p) for p in key) for key in data.get("excluded", ())
+            )
             warnings = tuple(str(w) for w in data.get("warnings", ()))
             relayouts = tuple(DelayRelayout.from_json(r) for r in data.get("delay_relayouts", ()))
             plan = Plan(stack, changes, record, warnings, topology, excluded, relayouts)
@@ -390,7 +378,7 @@ def _change_json(change: Change) -> dict[str, Any]:
 
 
 def _change(item: dict[str, Any], where: str, vhosts: Mapping[str, Vhost]) -> Change:
-    key = tuple(str(part) for part in item["key"])
+    key = ResourceKey(str(part) for part in item["key"])
     desired = _primitive(item.get("desired"), f"{where}: {describe_key(key)}")
     if isinstance(desired, Vhost) and desired.name in vhosts:
         desired = vhosts[desired.name]  # with its objects, as the plan had it

@@ -28,12 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from rabbitry.provisioner.field_diff import (
-    comparable,
-    field_differences,
-    user_differences,
-    vhost_differences,
-)
+from rabbitry.provisioner import field_diff
+from rabbitry.provisioner.field_diff import comparable
 from rabbitry.provisioner.migration import (
     STEPS,
     estimate_seconds,
@@ -60,8 +56,8 @@ from rabbitry.provisioner.protection import (
 from rabbitry.provisioner.relayout import delay_relayouts
 from rabbitry.provisioner.state import BrokerState
 from rabbitry.provisioner.targeting import parse_target, targeted
+from rabbitry.topology.kinds import describe_key, rank
 from rabbitry.topology.primitives import (
-    KIND_ORDER,
     Binding,
     DestinationType,
     Exchange,
@@ -69,9 +65,7 @@ from rabbitry.topology.primitives import (
     QueueType,
     ResourceKey,
     Topology,
-    User,
     Vhost,
-    describe_key,
 )
 
 
@@ -89,7 +83,7 @@ def owners_of(
     owners = other_owners.get(key, ())
     if action is Action.RETAIN:
         return ()  # only this stack's record changes
-    if owners and key[0] in SHARED_KINDS and action in (Action.CREATE, Action.ADOPT):
+    if owners and key.kind in SHARED_KINDS and action in (Action.CREATE, Action.ADOPT):
         return ()
     return owners
 
@@ -157,8 +151,8 @@ def _declared(
     for key, resource in want.items():
         existing = have.get(key)
         recorded = record.managed.get(key)
-        if key[0] == "queue" and (key[1], key[2]) in interrupted:
-            step = interrupted[(key[1], key[2])].step
+        if key.kind == "queue" and (key.vhost, key.name) in interrupted:
+            step = interrupted[(key.vhost, key.name)].step
             reason = f"finish the migration an earlier apply left at step {step!r}"
             changes.append(Change(Action.REPLACE, key, resource, existing, (reason,)))
             continue
@@ -170,15 +164,7 @@ def _declared(
             reasons = ("deleted outside rabbitry",) if applied else ()
             changes.append(Change(Action.CREATE, key, resource, None, reasons, drift=applied))
             continue
-        if key[0] == "binding":
-            # a binding's key is all of it, arguments as canonical JSON: found is equal
-            differences = []
-        elif isinstance(resource, User) and isinstance(existing, User):
-            differences = user_differences(resource, existing, state)
-        elif isinstance(resource, Vhost) and isinstance(existing, Vhost):
-            differences = vhost_differences(resource, existing)
-        else:
-            differences = field_differences(resource, existing)
+        differences = field_diff.differences(resource, existing, state)
         if not differences:
             if recorded is None:
                 changes.append(Change(Action.ADOPT, key, resource, existing, ("already matches",)))
@@ -187,7 +173,7 @@ def _declared(
                 changes.append(Change(Action.ADOPT, key, resource, existing, (reason,)))
             continue
         drift = applied and recorded != digest(comparable(existing, resource))
-        if key[0] in REPLACED_KINDS:
+        if key.kind in REPLACED_KINDS:
             protected = PROTECT in wanted_guards.get(key, ())
             changes.append(
                 _replacement(key, resource, existing, differences, drift, protected, state)
@@ -213,10 +199,10 @@ def _replacement(
     stats = state.queue_stats.get(key)
     if protected:
         differences.append(protection_reason(in_spec=True))
-    elif key[0] == "queue":
+    elif key.kind == "queue":
         moved = stats.messages if stats else None
         differences.append(
-            f"migrate through {temp_name(key[2])}: {moved or 0} message(s), bindings"
+            f"migrate through {temp_name(key.name)}: {moved or 0} message(s), bindings"
             f" kept throughout (about {estimate_seconds(moved):.1f} s)"
         )
         differences.append("steps: " + ", ".join(STEPS))
@@ -255,7 +241,7 @@ def _rebound(
             if (
                 isinstance(resource, Binding)
                 and key not in planned
-                and _touches(resource, key[1], replaced)
+                and _touches(resource, key.vhost, replaced)
             ):
                 changes.append(
                     Change(Action.CREATE, key, resource, have.get(key), ("re-bound after replace",))
@@ -290,7 +276,7 @@ def _removed(
             "count_note": stats.note if stats else "",
         }
         if key in retained or (
-            isinstance(existing, Binding) and _touches(existing, key[1], retained)
+            isinstance(existing, Binding) and _touches(existing, key.vhost, retained)
         ):
             reason = (
                 "on_remove: retain: stays on the broker as it is, no longer owned by this stack"
@@ -307,24 +293,26 @@ def _removed(
             continue
         if isinstance(existing, Vhost) and existing.protected_from_deletion:
             warnings.append(
-                f"vhost {key[1]!r} is no longer in the spec but the broker protects it from"
+                f"vhost {key.vhost!r} is no longer in the spec but the broker protects it from"
                 " deletion (protected_from_deletion): it is left in place; to delete it, apply it"
                 " with protected_from_deletion: false first"
             )
             continue
-        if key[0] == "vhost":
+        if key.kind == "vhost":
             # Deleting a vhost deletes everything in it: only when all of it is ours to delete.
             strangers = [
-                k for k in have if k[1] == key[1] and k[0] != "vhost" and k not in doomed_set
+                k
+                for k in have
+                if k.vhost == key.vhost and k.kind != "vhost" and k not in doomed_set
             ]
             if strangers:
                 warnings.append(
-                    f"vhost {key[1]!r} is no longer in the spec but holds {len(strangers)}"
+                    f"vhost {key.vhost!r} is no longer in the spec but holds {len(strangers)}"
                     " object(s) rabbitry does not manage (for example "
                     f"{describe_key(strangers[0])}): it is left in place"
                 )
                 continue
-        if isinstance(existing, Binding) and _touches(existing, key[1], dropped):
+        if isinstance(existing, Binding) and _touches(existing, key.vhost, dropped):
             continue  # dropped by the replace or migration already
         changes.append(
             Change(Action.DELETE, key, None, existing, ("no longer in the spec",), **counts)
@@ -401,10 +389,10 @@ def _binds_into(change: Change, queues: set[ResourceKey]) -> bool:
 
 
 def _order(change: Change) -> tuple[int, int, ResourceKey]:
-    rank = KIND_ORDER.index(change.kind)
+    place = rank(change.kind)
     if change.action is Action.DELETE:
-        return (1, -rank, change.key)
-    return (0, rank, change.key)
+        return (1, -place, change.key)
+    return (0, place, change.key)
 
 
 __all__ = [

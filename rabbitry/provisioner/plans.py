@@ -12,12 +12,14 @@ import enum
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from rabbitry.provisioner.ownership import OwnershipRecord, digest
 from rabbitry.provisioner.protection import desired_guards
 from rabbitry.provisioner.relayout import DelayRelayout
-from rabbitry.topology.primitives import Primitive, ResourceKey, Topology, describe_key
+from rabbitry.topology.kinds import describe_key
+from rabbitry.topology.primitives import Primitive, ResourceKey, Topology
 
 
 class Action(enum.StrEnum):
@@ -48,8 +50,11 @@ class Change:
 
     action: Action
     key: ResourceKey
+    """Which object: ``(kind, vhost, *identity)``, read by name (``key.kind``, ...)."""
     desired: Primitive | None = None
+    """What the spec wants (None: a deletion or a retain)."""
     observed: Primitive | None = None
+    """What the broker holds (None: nothing yet)."""
     reasons: tuple[str, ...] = ()
     """Why (fields that differ, or what forced it), one short line each; secrets never included."""
     drift: bool = False
@@ -66,13 +71,21 @@ class Change:
     protected: bool = False
     """The object is guarded ``protect: true``: apply refuses this delete or replace."""
 
-    @property
-    def kind(self) -> str:
-        return self.key[0]
+    def __post_init__(self) -> None:
+        if type(self.key) is not ResourceKey:  # the plain tuple of its parts, named
+            object.__setattr__(self, "key", ResourceKey(self.key))
 
-    @property
-    def vhost(self) -> str:
-        return self.key[1]
+    if TYPE_CHECKING:
+
+        @property
+        def kind(self) -> str: ...
+
+        @property
+        def vhost(self) -> str: ...
+
+    else:  # its key's, read at every change of a large plan: getters in C
+        kind = property(attrgetter("key.kind"))
+        vhost = property(attrgetter("key.vhost"))
 
     @property
     def title(self) -> str:

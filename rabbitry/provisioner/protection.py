@@ -43,7 +43,7 @@ def desired_guards(topology: Topology) -> dict[ResourceKey, frozenset[str]]:
     out: dict[ResourceKey, set[str]] = {}
     for vhost in topology.vhosts:
         for kind, name, guard in vhost.guards:
-            out.setdefault((kind, vhost.name, name), set()).add(guard)
+            out.setdefault(ResourceKey.of(kind, vhost.name, name), set()).add(guard)
     return {key: frozenset(flags) for key, flags in out.items()}
 
 

@@ -130,9 +130,11 @@ class PassReport:
     """What one pass found and did."""
 
     ok: bool
+    """The pass read, planned and applied without an error (``error`` says the one it met)."""
     started: float
     """Wall-clock time the pass started (epoch seconds)."""
     seconds: float
+    """How long it took, on the monotonic clock."""
     drift: Mapping[str, int] = field(default_factory=dict)
     """Kind -> changes the pass's plan found (what differs from the spec)."""
     applied: tuple[str, ...] = ()

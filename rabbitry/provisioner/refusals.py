@@ -30,8 +30,7 @@ def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[Dia
     for change in plan.changes:
         if change.action is Action.DELETE and not prune:
             continue
-        kind, _, *rest = change.key
-        if kind == "user" and rest == [connected]:
+        if change.kind == "user" and change.key.identity == (connected,):
             was, will = change.observed, change.desired
             if change.action is Action.DELETE:
                 problems.append((change, f"it deletes user {connected!r}"))
@@ -42,7 +41,11 @@ def self_harm(plan: Plan, connected: str | None, prune: bool = True) -> list[Dia
                     )
                 if {"password differs", "password_hash differs"} & set(change.reasons):
                     problems.append((change, f"it changes the password of user {connected!r}"))
-        elif kind == "permission" and rest == [connected] and change.action is Action.DELETE:
+        elif (
+            change.kind == "permission"
+            and change.key.identity == (connected,)
+            and change.action is Action.DELETE
+        ):
             problems.append(
                 (change, f"it removes the permissions of user {connected!r} in {change.vhost}")
             )

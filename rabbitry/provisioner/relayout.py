@@ -132,13 +132,13 @@ def _touches_levels(change: PlannedChange, vhost: str, delay: str) -> bool:
     exchanges, or a binding from one of them (the patterns that read a key live on their
     source; the mark's own bindings into the levels belong to its layout alone)."""
     key = change.key
-    if key[1] != vhost or key[0] not in ("queue", "exchange", "binding"):
+    if key.vhost != vhost or key.kind not in ("queue", "exchange", "binding"):
         return False
     if str(change.action) == "adopt":
         return False
     if str(change.action) == "create" and change.drift:
         return False  # put back after a hand deletion: the layout it had
-    return is_level_object(delay, key[2])  # a queue's or exchange's name, a binding's source
+    return is_level_object(delay, key.name)  # a queue's or exchange's name, a binding's source
 
 
 def delay_relayouts(
@@ -203,7 +203,7 @@ def _counts(
     held: list[tuple[str, int]] = []
     uncounted: list[str] = []
     for name in queues:
-        stats = queue_stats.get(("queue", vhost, name))
+        stats = queue_stats.get(ResourceKey.of("queue", vhost, name))
         if stats is None:
             continue  # gone since the read: holds nothing
         if stats.source != "amqp":

@@ -57,9 +57,9 @@ def unreachable_shovels(plan: Plan, user: str, reachable: Iterable[str]) -> list
         if change.action not in DECLARING:
             continue
         if change.kind == "vhost":
-            can.add(change.key[1])  # the broker grants a vhost's creator full permissions
-        elif change.kind == "permission" and change.key[2:] == (user,):
-            can.add(change.key[1])
+            can.add(change.vhost)  # the broker grants a vhost's creator full permissions
+        elif change.kind == "permission" and change.key.identity == (user,):
+            can.add(change.vhost)
     problems: list[Diagnostic] = []
     for change in plan.changes:
         desired = change.desired

@@ -14,23 +14,15 @@ from typing import Any
 from rabbitry.errors import BrokerError, ObjectNotFound, RecordUnreadable
 from rabbitry.management.client import ManagementClient, q
 from rabbitry.provisioner.ownership import OwnershipRecord, owners_by_key, records_from
-from rabbitry.topology.plugin_objects import BROKER_EXCHANGE_WHY, plugin_exchange, plugin_queue
+from rabbitry.topology.kinds import in_vhosts, kind_of
+from rabbitry.topology.kinds.kind import Reading
+from rabbitry.topology.kinds.user import user_of
+from rabbitry.topology.kinds.vhost import VhostKind
 from rabbitry.topology.primitives import (
     GLOBAL,
-    ApplyTo,
-    Binding,
-    DestinationType,
-    Exchange,
-    ExchangeType,
     GlobalParameter,
-    OperatorPolicy,
-    Parameter,
-    Permission,
-    Policy,
-    Queue,
-    QueueType,
+    Primitive,
     ResourceKey,
-    TopicPermission,
     Topology,
     User,
     Vhost,
@@ -84,10 +76,11 @@ class QueueStatsReader(Mapping[ResourceKey, QueueStats]):
         return QueueStats(messages, consumers, source="amqp")
 
     def __getitem__(self, key: ResourceKey) -> QueueStats:
-        if key[0] != "queue" or len(key) != 3:
+        key = ResourceKey(key)  # a plain tuple of its parts finds it too
+        if key.kind != "queue" or len(key.identity) != 1:
             raise KeyError(key)  # only queues have statistics
         if key not in self.read:
-            _, vhost, name = key
+            vhost, name = key.vhost, key.name
             item = self.client.get_optional(f"/queues/{q(vhost)}/{q(name)}")
             self.read[key] = (
                 None
@@ -131,15 +124,6 @@ class BrokerState:
         return self.topology.resources()
 
 
-def _enum_or_none(enum_type: Any, value: Any) -> Any:
-    """The member of ``enum_type`` whose value is ``value`` (or which is ``value``), or None;
-    a dictionary lookup rather than the enum's call, once per object of a large vhost."""
-    try:
-        return enum_type._value2member_map_.get(value)
-    except TypeError:  # a value that cannot be hashed is no member's
-        return None
-
-
 def _taken(definitions: JSONDict, kind: str) -> Iterator[JSONDict]:
     """The answers of one kind, in order, each let go as soon as it is converted: the answers
     about a vhost of 50,000 objects and their primitives are never all held at once. A kind
@@ -167,14 +151,12 @@ def _read_vhosts(
             continue
         its_left_out: list[str] = []
         try:
+            objects = client.vhost_objects(name)
+            for kind in in_vhosts():  # the kinds the definitions do not hold: read apart
+                if kind.listing is not None and kind.section is not None:
+                    objects[kind.section] = client.get(kind.listing.format(vhost=q(name)))
             observed = observed_vhost(
-                name,
-                meta,
-                client.vhost_objects(name),
-                client.permissions(name),
-                client.topic_permissions(name),
-                limits.get(name),
-                left_out=its_left_out,
+                name, meta, objects, limits=limits.get(name), left_out=its_left_out
             )
         except ObjectNotFound:
             if vanished is None or client.vhost_exists(name):
@@ -202,14 +184,7 @@ def _read_users(
     if wanted:
         for item in client.users():
             if item["name"] in wanted:
-                tags = tags_of(item.get("tags"))
-                observed_users.append(
-                    User(
-                        name=item["name"],
-                        tags=tuple(tags),
-                        limits=limits_of(limits.get(item["name"])),
-                    )
-                )
+                observed_users.append(user_of(item, limits.get(item["name"])))
                 hashes[item["name"]] = (
                     item.get("password_hash", ""),
                     item.get("hashing_algorithm", ""),
@@ -227,184 +202,32 @@ def observed_vhost(
     *,
     left_out: list[str] | None = None,
 ) -> Vhost:
-    """Convert one vhost's management answers into a ``Vhost`` primitive; the lists are taken
-    out of ``definitions`` as they are read. What the broker made for its plugins (their
-    internal queues and exchanges, told by ``plugin_objects``, and the bindings to or from
-    them) is left out, one line each in ``left_out``; exchanges of types rabbitry does not know
-    are kept as they are."""
-    left = left_out if left_out is not None else []
-    exchanges, gone_exchanges = _observed_exchanges(name, definitions, left)
-    queues, gone_queues = _observed_queues(name, definitions, left)
-    bindings = _observed_bindings(name, definitions, left, gone_exchanges, gone_queues)
-    policies = [
-        Policy(
-            name=item["name"],
-            pattern=item["pattern"],
-            apply_to=_enum_or_none(ApplyTo, item.get("apply-to")) or ApplyTo.ALL,
-            priority=int(item.get("priority", 0)),
-            definition=dict(item.get("definition") or {}),
-        )
-        for item in _taken(definitions, "policies")
-    ]
-    operator_policies, parameters = _observed_parameters(definitions)
-    default_type = _enum_or_none(QueueType, meta.get("default_queue_type"))
-    metadata = meta.get("metadata") or {}
-    tags = tags_of(meta.get("tags", metadata.get("tags", [])))
-    # 4.0.6 on say it (false too, at the top of the vhost); an older broker keeps no such thing
-    protected = meta.get("protected_from_deletion", metadata.get("protected_from_deletion"))
-    return Vhost(
-        name=name,
-        description=str(meta.get("description", metadata.get("description", "")) or ""),
-        tags=tuple(tags),
-        default_queue_type=default_type,
-        protected_from_deletion=None if protected is None else protected is True,
-        limits=limits_of(limits),
-        exchanges=tuple(exchanges),
-        queues=tuple(queues),
-        bindings=tuple(bindings),
-        policies=tuple(policies),
-        operator_policies=tuple(operator_policies),
-        parameters=tuple(parameters),
-        permissions=tuple(
-            Permission(user=p["user"], configure=p["configure"], write=p["write"], read=p["read"])
-            for p in permissions
-        ),
-        topic_permissions=tuple(
-            TopicPermission(
-                user=p["user"], exchange=p["exchange"], write=p["write"], read=p["read"]
-            )
-            for p in topic_permissions
-        ),
-    )
-
-
-def _observed_exchanges(
-    name: str, definitions: JSONDict, left: list[str]
-) -> tuple[list[Exchange], set[str]]:
-    """The vhost's exchanges, and the names of those left out for a plugin (bindings to or
-    from them go too)."""
-    exchanges: list[Exchange] = []
-    gone_exchanges: set[str] = set()
-    for item in _taken(definitions, "exchanges"):
-        # a type rabbitry does not know (a plugin's) is kept as its name: it round-trips
-        exchange_type = _enum_or_none(ExchangeType, item.get("type")) or str(item.get("type"))
-        arguments = item.get("arguments") or {}
-        why = plugin_exchange(arguments, item["name"])
-        if why:
-            if why is not BROKER_EXCHANGE_WHY:  # bindings from the broker's own stay
-                gone_exchanges.add(item["name"])
-            left.append(f"exchange {name}/{item['name']}: {why}")
-            continue
-        exchanges.append(
-            Exchange.trusted(
-                name=item["name"],
-                type=exchange_type,
-                durable=bool(item.get("durable", True)),
-                auto_delete=bool(item.get("auto_delete", False)),
-                internal=bool(item.get("internal", False)),
-                arguments=dict(arguments),
-            )
-        )
-    return exchanges, gone_exchanges
-
-
-def _observed_queues(
-    name: str, definitions: JSONDict, left: list[str]
-) -> tuple[list[Queue], set[str]]:
-    """The vhost's queues, and the names of those left out for a plugin."""
-    queues: list[Queue] = []
-    gone_queues: set[str] = set()
-    for item in _taken(definitions, "queues"):
-        arguments = dict(item.get("arguments") or {})
-        why = plugin_queue(item["name"], arguments, str(item.get("type") or ""))
-        if why:
-            # federation links, shard queues, MQTT and STOMP subscriptions: never rabbitry's
-            gone_queues.add(item["name"])
-            left.append(f"queue {name}/{item['name']}: {why}")
-            continue
-        queue_type = arguments.pop("x-queue-type", None) or item.get("type") or "classic"
-        queues.append(
-            Queue.trusted(
-                name=item["name"],
-                type=_enum_or_none(QueueType, queue_type) or QueueType.CLASSIC,
-                durable=bool(item.get("durable", True)),
-                auto_delete=bool(item.get("auto_delete", False)),
-                arguments=arguments,
-            )
-        )
-    return queues, gone_queues
-
-
-def _observed_bindings(
-    name: str,
-    definitions: JSONDict,
-    left: list[str],
-    gone_exchanges: set[str],
-    gone_queues: set[str],
-) -> list[Binding]:
-    """The vhost's bindings, but those of the default exchange and those to or from what
-    was left out."""
-    bindings: list[Binding] = []
-    for item in _taken(definitions, "bindings"):
-        source = item.get("source")
-        if not source:
-            continue  # the default exchange's implicit bindings are not declared
-        to_queue = item.get("destination_type", "queue") == "queue"
-        destination = item["destination"]
-        if source in gone_exchanges or destination in (gone_queues if to_queue else gone_exchanges):
-            left.append(f"binding {name}/{source} -> {destination}: to or from an object left out")
-            continue
-        bindings.append(
-            Binding.trusted(
-                source=source,
-                destination=destination,
-                destination_type=DestinationType(item.get("destination_type", "queue")),
-                routing_key=item.get("routing_key", ""),
-                arguments=dict(item.get("arguments") or {}),
-            )
-        )
-    return bindings
-
-
-def _observed_parameters(definitions: JSONDict) -> tuple[list[OperatorPolicy], list[Parameter]]:
-    """The vhost's operator policies and runtime parameters (its limits are read apart)."""
-    operator_policies: list[OperatorPolicy] = []
-    parameters: list[Parameter] = []
-    for item in _taken(definitions, "parameters"):
-        if item.get("component") == "operator_policy":
-            value = item.get("value") or {}
-            operator_policies.append(
-                OperatorPolicy(
-                    name=item["name"],
-                    pattern=value.get("pattern", ""),
-                    apply_to=_enum_or_none(ApplyTo, value.get("apply-to")) or ApplyTo.QUEUES,
-                    priority=int(value.get("priority", 0)),
-                    definition=dict(value.get("definition") or {}),
-                )
-            )
-        elif item.get("component") != "vhost-limits":
-            # a vhost's limits are a parameter to the broker too: read once, as its limits
-            parameters.append(
-                Parameter(component=item["component"], name=item["name"], value=item.get("value"))
-            )
-    return operator_policies, parameters
-
-
-def limits_of(value: Any) -> dict[str, int]:
-    """Limits as the API and definitions files write them: an object, a list of objects, or
-    [] for none; anything else is no limit."""
-    out: dict[str, int] = {}
-    for item in value if isinstance(value, list) else [value]:
-        if isinstance(item, Mapping):
-            out.update({str(k): int(v) for k, v in item.items() if isinstance(v, int | float)})
-    return out
-
-
-def tags_of(value: Any) -> tuple[str, ...]:
-    """Tags as a list, or as one comma-separated string (older brokers)."""
-    if isinstance(value, str):
-        return tuple(t for t in value.split(",") if t)
-    return tuple(str(t) for t in value or ())
+    """Convert one vhost's management answers into a ``Vhost`` primitive, kind after kind in
+    creation order, each by its module; the lists are taken out of ``definitions`` as they are
+    read. What the broker made for its plugins (their internal queues and exchanges, told by
+    ``plugin_objects``, and the bindings to or from them) is left out, one line each in
+    ``left_out``; exchanges of types rabbitry does not know are kept as they are."""
+    reading = Reading(name, left_out if left_out is not None else [])
+    apart = {"permissions": permissions, "topic_permissions": topic_permissions}
+    apart = {section: items for section, items in apart.items() if items}
+    shared: dict[str, list[JSONDict]] = {}
+    members: dict[str, tuple[Primitive, ...]] = {}
+    for kind in in_vhosts():
+        section = kind.section or ""
+        items: Iterable[JSONDict]
+        if section in apart:  # read from their own API paths
+            items = apart[section]
+        elif sum(other.section == section for other in in_vhosts()) > 1:
+            # a small list of more than one kind (parameters: operator policies and others)
+            if section not in shared:
+                shared[section] = list(_taken(definitions, section))
+            items = [item for item in shared[section] if kind.reads(item)]
+        else:
+            items = _taken(definitions, section)
+        members[kind.vhost_field or ""] = tuple(kind.observed(items, reading))
+    vhosts = kind_of("vhost")
+    assert isinstance(vhosts, VhostKind)
+    return vhosts.observed_vhost(name, meta, limits, members)
 
 
 def read_state(
@@ -431,9 +254,9 @@ def read_state(
         raise unreadable.pop(stack)
     record = records.get(stack) or OwnershipRecord(stack)
     wanted_vhosts = set(vhosts) | record.vhosts()
-    wanted_users = set(users) | {k[2] for k in record.keys if k[0] == "user"}
+    wanted_users = set(users) | {k.name for k in record.keys if k.kind == "user"}
     wanted_params = set(global_parameters) | {
-        k[2] for k in record.keys if k[0] == "global_parameter"
+        k.name for k in record.keys if k.kind == "global_parameter"
     }
 
     existing = {v["name"]: v for v in client.vhosts()}

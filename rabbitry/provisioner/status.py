@@ -57,8 +57,10 @@ class LinkState:
 
     vhost: str
     type: str
+    """What the link federates: ``exchange`` or ``queue`` (``name`` names it)."""
     name: str
     upstream: str
+    """The upstream the link reads from."""
     status: LinkStatus
     reason: str = ""
     """The broker's error for links in ``error`` (credentials masked)."""
@@ -163,9 +165,11 @@ class ShovelState:
     vhost: str
     name: str
     status: str
+    """``missing``, ``done``, or the state the broker reports (``running``, ...)."""
     reason: str = ""
     """The broker's error for a shovel that is not running (credentials masked)."""
     declared: bool = True
+    """In the spec (False: a dynamic shovel the broker runs that the spec does not declare)."""
 
     @property
     def healthy(self) -> bool:

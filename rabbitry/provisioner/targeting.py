@@ -9,6 +9,7 @@ from urllib.parse import unquote
 from rabbitry.errors import PlanError
 from rabbitry.provisioner.plans import REPLACED_KINDS, Action, Change, Plan
 from rabbitry.provisioner.relayout import touched_by
+from rabbitry.topology.kinds import kind_of
 from rabbitry.topology.primitives import KIND_ORDER, ResourceKey
 
 GLOBAL_KINDS = frozenset({"user", "global_parameter"})
@@ -24,7 +25,7 @@ def parse_target(text: str) -> ResourceKey:
             f"--target {text!r} is not KIND/VHOST/NAME (KIND one of {kinds}; user/NAME,"
             " vhost/NAME and global_parameter/NAME name no vhost; e.g. queue/shop/orders.work)"
         )
-    return (kind, "", *parts) if kind in GLOBAL_KINDS else (kind, *parts)
+    return ResourceKey((kind, "", *parts) if kind in GLOBAL_KINDS else (kind, *parts))
 
 
 def _selects(prefix: ResourceKey, key: ResourceKey) -> bool:
@@ -43,12 +44,11 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
         if not any(_selects(prefix, key) for key in known):
             raise PlanError(f"--target {text!r} names nothing in the spec or on the broker")
     by_key = {c.key: c for c in the_plan.changes}
+    # what refers to an object (a binding to its ends) is declared again when it is replaced
     rebound: dict[ResourceKey, list[ResourceKey]] = {}
     for change in the_plan.changes:
-        if change.kind == "binding":
-            _, vhost, source, dtype, dest, *_ = change.key
-            rebound.setdefault(("exchange", vhost, source), []).append(change.key)
-            rebound.setdefault((dtype, vhost, dest), []).append(change.key)
+        for needed in kind_of(change.kind).needs(change.key):
+            rebound.setdefault(needed, []).append(change.key)
     selected = {k for k in by_key if any(_selects(p, k) for p in prefixes)}
     frontier = list(selected)
     while frontier:
@@ -69,14 +69,10 @@ def targeted(the_plan: Plan, targets: Sequence[str]) -> Plan:
 def _needs(change: Change, rebound: dict[ResourceKey, list[ResourceKey]]) -> list[ResourceKey]:
     key = change.key
     needs: list[ResourceKey] = []
-    if key[0] != "vhost" and key[1]:
-        needs.append(("vhost", key[1]))
-    if key[0] == "binding":
-        _, vhost, source, dtype, dest, *_ = key
-        needs += [("exchange", vhost, source), (dtype, vhost, dest)]
-    elif key[0] in ("permission", "topic_permission"):
-        needs.append(("user", "", key[2]))
-    elif key[0] in REPLACED_KINDS and change.action is Action.REPLACE:
+    if key.kind != "vhost" and key.vhost:
+        needs.append(ResourceKey.of("vhost", key.vhost))
+    needs += kind_of(key.kind).needs(key)
+    if key.kind in REPLACED_KINDS and change.action is Action.REPLACE:
         needs += rebound.get(key, [])
     return needs
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeAlias, get_args
+from operator import itemgetter
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeAlias, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import PydanticUndefined
@@ -20,8 +21,50 @@ from rabbitry.topology.queue_types import QueueType as QueueType  # defined apar
 from rabbitry.uri import mask_value
 
 JSON: TypeAlias = Any
-ResourceKey: TypeAlias = tuple[str, ...]
-"""Identity of one broker object: ``(kind, vhost, ...)``; cluster-wide objects use vhost ''."""
+
+
+class ResourceKey(tuple[str, ...]):
+    """Identity of one broker object: ``(kind, vhost, *identity)``, named. Cluster-wide objects
+    (users, global parameters) have vhost ''; a vhost's own key is ``("vhost", name)``.
+
+    A tuple still: it compares, hashes and sorts as the plain tuple of its parts (plans, saved
+    plan files and ownership records hold it as that list), so a plain tuple finds it in a
+    dict. ``ResourceKey(parts)`` makes one from any iterable of parts; ``key.identity`` names
+    the parts after the vhost as the kind's module does (``rabbitry.topology.kinds``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, kind: str, vhost: str, *identity: str) -> ResourceKey:
+        return cls((kind, vhost, *identity))
+
+    if TYPE_CHECKING:
+
+        @property
+        def kind(self) -> str: ...
+
+        @property
+        def vhost(self) -> str:
+            """The vhost the object lives in ('' for cluster-wide; a vhost's own name)."""
+
+    else:  # read at every object of a plan: a getter in C
+        kind = property(itemgetter(0), doc="The kind's name (``Primitive.kind``).")
+        vhost = property(
+            itemgetter(1),
+            doc="The vhost the object lives in ('' for cluster-wide; a vhost's own name).",
+        )
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """What names the object within its vhost (``Primitive.identity``)."""
+        return tuple(self[2:])
+
+    @property
+    def name(self) -> str:
+        """The first part of its identity: the name of a queue, exchange, policy, user or
+        global parameter, a binding's source, a parameter's component, a permission's user;
+        a vhost's own name."""
+        return self[2] if len(self) > 2 else self[1]
 
 
 class ExchangeType(enum.StrEnum):
@@ -149,40 +192,42 @@ class Primitive(BaseModel):
         raise NotImplementedError
 
     def key(self, vhost: str) -> ResourceKey:
-        return (self.kind, vhost, *self.identity())
+        return ResourceKey((self.kind, vhost, *self.identity()))
 
     def settings(self) -> JSON:
         """What is compared to decide whether the broker's object matches the desired one."""
         return self.model_dump(mode="json")
 
 
-class Exchange(Primitive):
+class Declared(Primitive):
+    """What AMQP declares (exchanges, queues): named in its vhost, of a type each kind says,
+    durable or not, deleted with its last user or not. The fields keep this order in every
+    kind (a kind's own ``type`` takes its place): plans and saved plans write them so."""
+
+    name: str
+    type: Any
+    durable: bool = True
+    auto_delete: bool = False
+
+    def identity(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+class Exchange(Declared):
     """An exchange; ``arguments`` carries ``alternate-exchange`` and plugin arguments."""
 
     kind: ClassVar[str] = "exchange"
-    name: str
     type: AnyExchangeType = ExchangeType.DIRECT
-    durable: bool = True
-    auto_delete: bool = False
     internal: bool = False
     arguments: dict[str, JSON] = Field(default_factory=dict)
 
-    def identity(self) -> tuple[str, ...]:
-        return (self.name,)
 
-
-class Queue(Primitive):
+class Queue(Declared):
     """A queue; ``type`` is kept out of ``arguments`` (it is ``x-queue-type`` on the wire)."""
 
     kind: ClassVar[str] = "queue"
-    name: str
     type: QueueType = QueueType.CLASSIC
-    durable: bool = True
-    auto_delete: bool = False
     arguments: dict[str, JSON] = Field(default_factory=dict)
-
-    def identity(self) -> tuple[str, ...]:
-        return (self.name,)
 
     def wire_arguments(self) -> dict[str, JSON]:
         """Arguments as declared on the broker, ``x-queue-type`` included."""
@@ -335,7 +380,7 @@ class Vhost(Primitive):
         return ()
 
     def key(self, vhost: str = "") -> ResourceKey:
-        return ("vhost", self.name)
+        return ResourceKey(("vhost", self.name))
 
     def settings(self) -> JSON:
         out: dict[str, JSON] = {"description": self.description, "tags": sorted(self.tags)}
@@ -415,23 +460,3 @@ ResourceKind = Literal[
 
 KIND_ORDER: tuple[ResourceKind, ...] = get_args(ResourceKind)
 """Dependency order for creation; deletion runs it backwards."""
-
-
-def describe_key(key: ResourceKey) -> str:
-    """A short human name: ``queue orders/work``, ``binding orders/ex -> queue q [rk]``."""
-    kind, vhost, *rest = key
-    where = f"{vhost}/" if vhost else ""
-    if kind == "vhost":
-        return f"vhost {vhost}"
-    if kind == "binding":
-        source, dtype, dest, rk, args = rest
-        shown_source = source or "(default exchange)"
-        extra = f" {args}" if args != "{}" else ""
-        return f"binding {where}{shown_source} -> {dtype} {dest} [{rk}]{extra}"
-    if kind == "parameter":
-        component, name = rest
-        return f"parameter {where}{component}/{name}"
-    if kind == "topic_permission":
-        user, exchange = rest
-        return f"topic_permission {where}{user}@{exchange}"
-    return f"{kind.replace('_', ' ')} {where}{'/'.join(rest)}"

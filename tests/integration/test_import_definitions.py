@@ -16,21 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitry.cli import cli
+from rabbitry.provisioner.early import DEFINITIONS_SECTIONS
 
 from .conftest import Broker, with_credentials
 
-KINDS = (
-    "users",
-    "vhosts",
-    "permissions",
-    "topic_permissions",
-    "parameters",
-    "global_parameters",
-    "policies",
-    "queues",
-    "exchanges",
-    "bindings",
-)
+KINDS = DEFINITIONS_SECTIONS
 
 # Definitions files and their import differ between releases (rabbit_version, exported kinds).
 pytestmark = pytest.mark.versions

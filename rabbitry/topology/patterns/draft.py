@@ -29,6 +29,15 @@ class VhostDraft:
     """Queues that retry through the broker's delayed retry (``retry: {via: broker}``)."""
     guards: list[tuple[str, str, str]] = field(default_factory=list)
     """(kind, name, guard): objects the spec protects or retains (``Vhost.guards``)."""
+    more: dict[str, list[primitives.Primitive]] = field(default_factory=dict)
+    """Objects of the kinds the draft keeps no list of, by their ``Vhost`` field."""
+
+    def guard(self, kind: str, name: str, protect: bool, on_remove: str) -> None:
+        """Note what the spec says of an object's removal (``protect``, ``on_remove``)."""
+        if protect:
+            self.guards.append((kind, name, "protect"))
+        if on_remove == "retain":
+            self.guards.append((kind, name, "retain"))
 
     @property
     def default_queue_type(self) -> primitives.QueueType:
@@ -53,6 +62,7 @@ class VhostDraft:
             topic_permissions=tuple(self.topic_permissions),
             retried_by_broker=tuple(self.retried_by_broker),
             guards=tuple(self.guards),
+            **{name: tuple(objects) for name, objects in self.more.items()},
         )
 
 

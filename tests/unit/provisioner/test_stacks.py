@@ -26,8 +26,8 @@ from rabbitry.provisioner.state import BrokerState
 from rabbitry.topology.primitives import Queue, ResourceKey, Topology, User, Vhost
 
 V = "shared"
-SHARED_Q = ("queue", V, "qshared")
-VHOST = ("vhost", V)
+SHARED_Q = ResourceKey.of("queue", V, "qshared")
+VHOST = ResourceKey.of("vhost", V)
 
 
 def topology(stack: str, *queues: str) -> Topology:
@@ -135,10 +135,12 @@ def test_records_come_from_the_global_parameters_and_skip_other_parameters() -> 
 
 
 def test_stacks_are_listed_per_vhost_with_counts_and_contested_objects() -> None:
-    user = ("user", "", "app")
+    user = ResourceKey.of("user", "", "app")
     every = records(
-        A=record("A", VHOST, SHARED_Q, ("queue", V, "qa"), user),
-        B=OwnershipRecord("B", {VHOST: "x", SHARED_Q: "x", ("queue", "other", "q"): ""}),
+        A=record("A", VHOST, SHARED_Q, ResourceKey.of("queue", V, "qa"), user),
+        B=OwnershipRecord(
+            "B", {VHOST: "x", SHARED_Q: "x", ResourceKey.of("queue", "other", "q"): ""}
+        ),
     )
     listed = stacks_on(every).to_json()
     assert listed["format_version"] == 1
