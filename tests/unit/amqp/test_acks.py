@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from rabbitry.consumer.acks import AckTracker, ack_frame, nack_frame, reject_frame
+from rabbitry.amqp.acks import AckTracker, ack_frame, nack_frame, reject_frame
 
 _ACK = struct.Struct(">BHIHHQBB")
 
