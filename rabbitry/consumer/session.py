@@ -9,10 +9,9 @@ otherwise ``start_refused`` holds the error and the session closes the connectio
 The channel stays in confirm mode (retries and parking are confirmed publishes on the same
 channel: ``basic.ack`` from the broker confirms a publish, ``basic.ack`` from the client
 settles a delivery; the two never mix up). After the handshake it sets the prefetch and starts
-one consumer per queue. Deliveries are parsed here without a general-purpose decoder: the
-``basic.deliver`` fields by offset, the content header's properties kept raw for
-``IncomingMessage`` to decode on demand, single-frame bodies sliced out. Everything else goes
-through the publisher session's handling (pamqp).
+one consumer per queue. Deliveries are assembled without a general-purpose decoder by
+``rabbitry.amqp.deliveries`` (the properties kept raw for ``IncomingMessage`` to decode on
+demand); everything else goes through the publisher session's handling (pamqp).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from pamqp import commands
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
+from rabbitry.amqp.deliveries import DeliveryAssembler, RawDelivery
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
@@ -37,7 +37,6 @@ from rabbitry.errors import TopologyMissing
 _HEAD = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
 _U64 = struct.Struct(">Q")
-_CONTENT = struct.Struct(">HHQH")
 _BASIC = 60
 _DELIVER = 60
 _ACK = 80
@@ -88,11 +87,7 @@ class ConsumerSession(Session):
         self.paused: set[int] = set()
         """Consumers not started when the channel opens (their queue's kill switch is open)."""
         self.stopping = False
-        self._incoming: list[Any] | None = None  # tag, consumer, redelivered, exchange, key
-        self._flags = 0
-        self._props = b""
-        self._size = 0
-        self._parts: list[bytes] = []
+        self._assembler = DeliveryAssembler()
 
     # -- consuming --------------------------------------------------------------------------------
 
@@ -161,8 +156,7 @@ class ConsumerSession(Session):
                 self._consume(index)
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        self._incoming = None
-        self._parts = []
+        self._assembler.drop()
         super()._channel_closed(frame)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -175,8 +169,9 @@ class ConsumerSession(Session):
         end = len(buf)
         offset = 0
         unpack_head = _HEAD.unpack_from
-        inbox = self.inbox
         tracker = self.tracker
+        assembler = self._assembler
+        delivered: RawDelivery | None
         try:
             while end - offset >= 8:
                 kind, _, size = unpack_head(buf, offset)
@@ -187,17 +182,16 @@ class ConsumerSession(Session):
                 if buf[stop] != 0xCE:
                     raise frames.FrameError(f"frame of type {kind} does not end with 0xCE")
                 offset = stop + 1
-                if kind == 3 and self._incoming is not None:
-                    self._parts.append(bytes(buf[start:stop]))
-                    self._size -= size
-                    if self._size <= 0:
-                        self._deliver(inbox)
+                if kind == 3 and assembler.pending:
+                    delivered = assembler.body(bytes(buf[start:stop]))
+                    if delivered is not None:
+                        self._deliver(delivered)
                     continue
                 if kind == 1:
                     cls, method = _CLASS_METHOD.unpack_from(buf, start)
                     if cls == _BASIC:
                         if method == _DELIVER:
-                            self._incoming = _parse_deliver(buf, start + 4)
+                            assembler.deliver(buf, start + 4)
                             continue
                         if method in (_ACK, _NACK):
                             tag = _U64.unpack_from(buf, start + 4)[0]
@@ -207,14 +201,10 @@ class ConsumerSession(Session):
                             else:
                                 tracker.nack(tag, multiple)
                             continue
-                elif kind == 2 and self._incoming is not None:
-                    _, _, body_size, flags = _CONTENT.unpack_from(buf, start)
-                    self._flags = flags
-                    self._props = bytes(buf[start + 14 : stop])
-                    self._size = body_size
-                    self._parts = []
-                    if body_size == 0:
-                        self._deliver(inbox)
+                elif kind == 2 and assembler.pending:
+                    delivered = assembler.header(buf, start, stop)
+                    if delivered is not None:
+                        self._deliver(delivered)
                     continue
                 elif kind == frames.FRAME_HEARTBEAT:
                     continue
@@ -226,19 +216,15 @@ class ConsumerSession(Session):
             if offset:
                 del buf[:offset]
 
-    def _deliver(self, inbox: list[IncomingMessage]) -> None:
-        incoming = self._incoming
-        assert incoming is not None
-        self._incoming = None
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        tag, consumer, redelivered, exchange, key = incoming
+    def _deliver(self, delivered: RawDelivery) -> None:
+        tag, consumer_tag, redelivered, exchange, key, flags, props, body = delivered
+        consumer = _consumer_index(consumer_tag)
         queue = self.subscriptions[consumer].queue if consumer >= 0 else ""
         message = IncomingMessage(
-            tag, consumer, redelivered, exchange, key, self._flags, self._props, body, queue
+            tag, consumer, redelivered, exchange, key, flags, props, body, queue
         )
         message.generation = self.generation
-        inbox.append(message)
+        self.inbox.append(message)
 
     def _other(self, channel: int, frame: Any) -> None:
         if channel == PROBE_CHANNEL:
@@ -272,19 +258,3 @@ def _consumer_index(tag: str | None) -> int:
         except ValueError:
             return -1
     return -1
-
-
-def _parse_deliver(buf: bytearray, p: int) -> list[Any]:
-    """consumer tag, delivery tag, redelivered, exchange, routing key of a basic.deliver."""
-    n = buf[p]
-    tag_text = bytes(buf[p + 1 : p + 1 + n]).decode()
-    p += 1 + n
-    tag = _U64.unpack_from(buf, p)[0]
-    redelivered = bool(buf[p + 8] & 1)
-    p += 9
-    n = buf[p]
-    exchange = bytes(buf[p + 1 : p + 1 + n]).decode()
-    p += 1 + n
-    n = buf[p]
-    key = bytes(buf[p + 1 : p + 1 + n]).decode()
-    return [tag, _consumer_index(tag_text), redelivered, exchange, key]
