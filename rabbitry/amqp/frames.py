@@ -275,10 +275,7 @@ class FrameReader:
         unpack_ack = _ACK_BODY.unpack_from
         while end - offset >= 7:
             if buffer[offset] == 0x41:  # "AMQP": the server refused our protocol version
-                raise FrameError(
-                    "the broker answered with another AMQP protocol version: "
-                    + bytes(buffer[offset : offset + 8]).hex()
-                )
+                raise version_refused(bytes(buffer[offset : offset + 8]))
             kind, channel, size = unpack_head(buffer, offset)
             stop = offset + 7 + size
             if stop >= end:
@@ -304,6 +301,11 @@ class FrameReader:
         if offset:
             del buffer[:offset]
         return events
+
+
+def version_refused(header: bytes) -> FrameError:
+    """The error of a broker that answered with its protocol header (another version)."""
+    return FrameError(f"the broker answered with another AMQP protocol version: {header.hex()}")
 
 
 def unmarshal(data: bytes) -> tuple[int, int, Any]:

@@ -9,14 +9,13 @@ otherwise ``start_refused`` holds the error and the session closes the connectio
 The channel stays in confirm mode (retries and parking are confirmed publishes on the same
 channel: ``basic.ack`` from the broker confirms a publish, ``basic.ack`` from the client
 settles a delivery; the two never mix up). After the handshake it sets the prefetch and starts
-one consumer per queue. Deliveries are assembled without a general-purpose decoder by
-``rabbitry.amqp.deliveries`` (the properties kept raw for ``IncomingMessage`` to decode on
+one consumer per queue. Frames are read by ``rabbitry.amqp.consuming`` (deliveries assembled
+without a general-purpose decoder, the properties kept raw for ``IncomingMessage`` to decode on
 demand); everything else goes through the publisher session's handling (pamqp).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,22 +24,15 @@ from pamqp import commands
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
-from rabbitry.amqp.deliveries import DeliveryAssembler, RawDelivery
+from rabbitry.amqp.consuming import ConsumingSession
+from rabbitry.amqp.deliveries import RawDelivery
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
-from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.preflight import BrokerFacts, StartCheck
 from rabbitry.consumer.probe import PROBE_CHANNEL, Probe
 from rabbitry.errors import TopologyMissing
 
-_HEAD = struct.Struct(">BHI")
-_CLASS_METHOD = struct.Struct(">HH")
-_U64 = struct.Struct(">Q")
-_BASIC = 60
-_DELIVER = 60
-_ACK = 80
-_NACK = 120
 CONSUMER_TAG_PREFIX = "rabbitry."
 
 
@@ -53,7 +45,7 @@ class Subscription:
     """basic.consume arguments (e.g. ``x-priority``)."""
 
 
-class ConsumerSession(Session):
+class ConsumerSession(ConsumingSession):
     """Publisher session that also consumes; ``inbox`` collects parsed deliveries."""
 
     def __init__(
@@ -87,7 +79,6 @@ class ConsumerSession(Session):
         self.paused: set[int] = set()
         """Consumers not started when the channel opens (their queue's kill switch is open)."""
         self.stopping = False
-        self._assembler = DeliveryAssembler()
 
     # -- consuming --------------------------------------------------------------------------------
 
@@ -156,67 +147,12 @@ class ConsumerSession(Session):
                 self._consume(index)
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        self._assembler.drop()
+        self._drop_delivery()
         super()._channel_closed(frame)
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float = 0.0) -> None:
-        """Feed bytes from the socket: deliveries land in ``inbox``, confirms in the tracker."""
-        self.last_received = now
-        buf = self._reader._buffer
-        buf += data
-        end = len(buf)
-        offset = 0
-        unpack_head = _HEAD.unpack_from
-        tracker = self.tracker
-        assembler = self._assembler
-        delivered: RawDelivery | None
-        try:
-            while end - offset >= 8:
-                kind, _, size = unpack_head(buf, offset)
-                start = offset + 7
-                stop = start + size
-                if stop >= end:
-                    break
-                if buf[stop] != 0xCE:
-                    raise frames.FrameError(f"frame of type {kind} does not end with 0xCE")
-                offset = stop + 1
-                if kind == 3 and assembler.pending:
-                    delivered = assembler.body(bytes(buf[start:stop]))
-                    if delivered is not None:
-                        self._deliver(delivered)
-                    continue
-                if kind == 1:
-                    cls, method = _CLASS_METHOD.unpack_from(buf, start)
-                    if cls == _BASIC:
-                        if method == _DELIVER:
-                            assembler.deliver(buf, start + 4)
-                            continue
-                        if method in (_ACK, _NACK):
-                            tag = _U64.unpack_from(buf, start + 4)[0]
-                            multiple = bool(buf[start + 12] & 1)
-                            if method == _ACK:
-                                tracker.ack(tag, multiple)
-                            else:
-                                tracker.nack(tag, multiple)
-                            continue
-                elif kind == 2 and assembler.pending:
-                    delivered = assembler.header(buf, start, stop)
-                    if delivered is not None:
-                        self._deliver(delivered)
-                    continue
-                elif kind == frames.FRAME_HEARTBEAT:
-                    continue
-                _, chan, obj = frames.unmarshal(bytes(buf[offset - size - 8 : offset]))
-                self._other(chan, obj)
-        except struct.error as exc:  # a method frame too short for what its class and id say
-            raise frames.FrameError(f"a frame of type {kind} is too short: {exc}") from None
-        finally:
-            if offset:
-                del buf[:offset]
-
-    def _deliver(self, delivered: RawDelivery) -> None:
+    def _delivered(self, delivered: RawDelivery) -> None:
         tag, consumer_tag, redelivered, exchange, key, flags, props, body = delivered
         consumer = _consumer_index(consumer_tag)
         queue = self.subscriptions[consumer].queue if consumer >= 0 else ""
@@ -226,7 +162,7 @@ class ConsumerSession(Session):
         message.generation = self.generation
         self.inbox.append(message)
 
-    def _other(self, channel: int, frame: Any) -> None:
+    def _frame(self, channel: int, frame: Any) -> None:
         if channel == PROBE_CHANNEL:
             probe = self._probe
             if probe is not None and not probe.done:
@@ -248,7 +184,7 @@ class ConsumerSession(Session):
         else:
             if isinstance(frame, commands.Connection.Start):
                 self.server_properties = dict(frame.server_properties or {})
-            self._frame(channel, frame)
+            super()._frame(channel, frame)
 
 
 def _consumer_index(tag: str | None) -> int:
