@@ -22,16 +22,6 @@ _ACK = struct.Struct(">BHIHHQBB")  # frame type, channel, size, class, method, t
 _ACK_SIZE = 13
 BASIC_REJECT = 90
 
-__all__ = [
-    "BASIC_ACK",
-    "BASIC_NACK",
-    "BASIC_REJECT",
-    "AckTracker",
-    "ack_frame",
-    "nack_frame",
-    "reject_frame",
-]
-
 
 def ack_frame(channel: int, tag: int, multiple: bool) -> bytes:
     return _ACK.pack(
