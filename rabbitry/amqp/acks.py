@@ -29,10 +29,18 @@ def ack_frame(channel: int, tag: int, multiple: bool) -> bytes:
     )
 
 
-def nack_frame(channel: int, tag: int, requeue: bool) -> bytes:
-    """``basic.nack`` of one message (bits: multiple=0, requeue)."""
+def nack_frame(channel: int, tag: int, requeue: bool, multiple: bool = False) -> bytes:
+    """``basic.nack`` of one message, or with ``multiple`` of every one up to ``tag`` (bits:
+    multiple, requeue)."""
     return _ACK.pack(
-        FRAME_METHOD, channel, _ACK_SIZE, BASIC_CLASS, BASIC_NACK, tag, 2 if requeue else 0, 0xCE
+        FRAME_METHOD,
+        channel,
+        _ACK_SIZE,
+        BASIC_CLASS,
+        BASIC_NACK,
+        tag,
+        (2 if requeue else 0) | (1 if multiple else 0),
+        0xCE,
     )
 
 

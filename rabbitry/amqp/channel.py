@@ -33,6 +33,7 @@ from pamqp import commands
 from pamqp.exceptions import PAMQPException
 
 from rabbitry.amqp import frames
+from rabbitry.amqp.acks import ack_frame, nack_frame
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import ConfirmTracker
 from rabbitry.amqp.connector import Outage, connect
@@ -350,15 +351,14 @@ class Channel:
         return session.deliveries.popleft()
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        self._session.out += _method(60, 80, struct.pack(">Q", delivery_tag) + _bits(multiple))
+        self._session.out += ack_frame(CHANNEL, delivery_tag, multiple)
         self._session.settled(delivery_tag, multiple)
         self._send_soon()
 
     def nack(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
         """Give deliveries back (``requeue``, in their order) or drop them; tag 0 with
         ``multiple``: every delivery not yet settled."""
-        payload = struct.pack(">Q", delivery_tag) + _bits(multiple, requeue)
-        self._session.out += _method(60, 120, payload)
+        self._session.out += nack_frame(CHANNEL, delivery_tag, requeue, multiple)
         self._session.settled(delivery_tag, multiple)
         self._send_soon()
 
