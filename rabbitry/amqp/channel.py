@@ -5,7 +5,7 @@ They declare (passively, mostly), bind, purge, consume and settle one call at a 
 the publisher and the workers stream. ``ChannelSession`` is the publisher's ``Session`` (the
 same handshake, heartbeats and connection close) with one channel outside confirm mode whose
 method replies, refusals and deliveries it keeps for the driver; it reads frames as the
-workers' session does (``consuming``: deliveries assembled by ``deliveries``); no I/O.
+workers' session does (``consuming``: deliveries read by offset); no I/O.
 ``Channel`` drives it over the blocking transport (``SocketWire``).
 
 A method the broker refuses (a passive declare of something missing: 404) closes the channel,
@@ -38,7 +38,7 @@ from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import ConfirmTracker
 from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.consuming import ConsumingSession
-from rabbitry.amqp.deliveries import RawDelivery
+from rabbitry.amqp.deliveries import DeliverFields
 from rabbitry.amqp.message import CHANNEL, Body, MessageBuilder
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.session import State
@@ -114,23 +114,16 @@ class ChannelSession(ConsumingSession):
         else:  # channel.open-ok and close, a consumer the broker cancelled
             super()._frame(channel, frame)
 
-    def _delivered(self, delivered: RawDelivery) -> None:
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
         # the tools read the properties as pamqp's (their public type), decoded at once
-        properties = commands.Basic.Properties()
+        decoded = commands.Basic.Properties()
         try:
-            properties.unmarshal(delivered.flags, delivered.properties)
+            decoded.unmarshal(flags, properties)
         except (PAMQPException, ValueError, struct.error) as exc:
             raise frames.FrameError(f"a content header cannot be read: {exc}") from None
+        tag, consumer_tag, redelivered, exchange, key = fields
         self.deliveries.append(
-            Delivered(
-                delivered.consumer_tag,
-                delivered.delivery_tag,
-                delivered.redelivered,
-                delivered.exchange,
-                delivered.routing_key,
-                properties,
-                delivered.body,
-            )
+            Delivered(consumer_tag, tag, redelivered, exchange, key, decoded, body)
         )
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:

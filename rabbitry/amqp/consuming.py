@@ -1,9 +1,9 @@
 """The read loop of a session that receives deliveries: the publisher's ``Session`` with
-deliveries assembled off the wire (``deliveries.DeliveryAssembler``) instead of through pamqp.
+deliveries read off the wire (``deliveries``) instead of through pamqp.
 
 Both consuming roles read through it: the worker's session (``rabbitry.consumer.session``) and
 the tools' plain channel (``channel.ChannelSession``). Each frame is found by its head; a
-delivery's three parts go to the assembler, publisher confirms (``basic.ack``/``basic.nack``)
+delivery's three parts go to ``_delivered``, publisher confirms (``basic.ack``/``basic.nack``)
 to the tracker, heartbeats nowhere, and every other frame through pamqp to ``_frame``. A
 subclass says what a finished delivery becomes (``_delivered``). No I/O.
 """
@@ -13,30 +13,42 @@ from __future__ import annotations
 import struct
 
 from rabbitry.amqp import frames
-from rabbitry.amqp.deliveries import DeliveryAssembler, RawDelivery
+from rabbitry.amqp.deliveries import (
+    CONTENT_HEADER,
+    DeliverFields,
+    parse_deliver,
+)
 from rabbitry.amqp.session import Session
 
 _HEAD = struct.Struct(">BHI")
 _CLASS_METHOD = struct.Struct(">HH")
 _U64 = struct.Struct(">Q")
+_BASIC = frames.BASIC_CLASS
 _DELIVER = 60
 _ACK = frames.BASIC_ACK
 _NACK = frames.BASIC_NACK
 
 
 class ConsumingSession(Session):
-    """A session whose deliveries come to ``_delivered`` as ``RawDelivery`` values."""
+    """A session whose deliveries come to ``_delivered`` whole."""
 
-    _assembler: DeliveryAssembler | None = None
-    """The delivery in progress, made at the first bytes read (``Session`` makes the rest)."""
+    # the delivery in progress: its deliver fields (None: none), then its content header
+    _incoming: DeliverFields | None = None
+    _flags = 0
+    _properties = b""
+    _size = 0
+    _parts: list[bytes]
 
-    def _delivered(self, delivered: RawDelivery) -> None:
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
+        """A whole delivery: its ``basic.deliver`` fields, property flags and bytes (for
+        ``properties.decode_properties``), body. Four arguments, no object: one per delivery
+        would cost more than the rest of its parse."""
         raise NotImplementedError
 
     def _drop_delivery(self) -> None:
         """The channel closed: the delivery in progress went back to its queue."""
-        if self._assembler is not None:
-            self._assembler.drop()
+        self._incoming = None
+        self._parts = []
 
     def receive(self, data: bytes, now: float = 0.0) -> None:
         """Feed bytes from the socket: deliveries to ``_delivered``, confirms to the tracker."""
@@ -46,11 +58,8 @@ class ConsumingSession(Session):
         end = len(buf)
         offset = 0
         unpack_head = _HEAD.unpack_from
+        unpack_content = CONTENT_HEADER.unpack_from
         tracker = self.tracker
-        assembler = self._assembler
-        if assembler is None:
-            assembler = self._assembler = DeliveryAssembler()
-        delivered: RawDelivery | None
         kind = 0
         try:
             while end - offset >= 8:
@@ -64,16 +73,20 @@ class ConsumingSession(Session):
                 if buf[stop] != 0xCE:
                     raise frames.FrameError(f"frame of type {kind} does not end with 0xCE")
                 offset = stop + 1
-                if kind == 3 and assembler.pending:
-                    delivered = assembler.body(bytes(buf[start:stop]))
-                    if delivered is not None:
-                        self._delivered(delivered)
+                if kind == 3 and self._incoming is not None:
+                    parts = self._parts
+                    parts.append(bytes(buf[start:stop]))
+                    self._size -= size
+                    if self._size <= 0:
+                        body = parts[0] if len(parts) == 1 else b"".join(parts)
+                        self._delivered(self._incoming, self._flags, self._properties, body)
+                        self._incoming = None
                     continue
                 if kind == 1:
                     cls, method = _CLASS_METHOD.unpack_from(buf, start)
-                    if cls == frames.BASIC_CLASS:
+                    if cls == _BASIC:
                         if method == _DELIVER:
-                            assembler.deliver(buf, start + 4)
+                            self._incoming = parse_deliver(buf, start + 4)
                             continue
                         if method in (_ACK, _NACK):
                             tag = _U64.unpack_from(buf, start + 4)[0]
@@ -83,10 +96,15 @@ class ConsumingSession(Session):
                             else:
                                 tracker.nack(tag, multiple)
                             continue
-                elif kind == 2 and assembler.pending:
-                    delivered = assembler.header(buf, start, stop)
-                    if delivered is not None:
-                        self._delivered(delivered)
+                elif kind == 2 and self._incoming is not None:
+                    _, _, body_size, flags = unpack_content(buf, start)
+                    self._flags = flags
+                    self._properties = bytes(buf[start + CONTENT_HEADER.size : stop])
+                    self._size = body_size
+                    self._parts = []
+                    if body_size == 0:
+                        self._delivered(self._incoming, flags, self._properties, b"")
+                        self._incoming = None
                     continue
                 elif kind == frames.FRAME_HEARTBEAT:
                     continue

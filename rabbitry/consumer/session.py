@@ -25,7 +25,7 @@ from pamqp import commands
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.consuming import ConsumingSession
-from rabbitry.amqp.deliveries import RawDelivery
+from rabbitry.amqp.deliveries import DeliverFields
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
@@ -152,12 +152,12 @@ class ConsumerSession(ConsumingSession):
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _delivered(self, delivered: RawDelivery) -> None:
-        tag, consumer_tag, redelivered, exchange, key, flags, props, body = delivered
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
+        tag, consumer_tag, redelivered, exchange, key = fields
         consumer = _consumer_index(consumer_tag)
         queue = self.subscriptions[consumer].queue if consumer >= 0 else ""
         message = IncomingMessage(
-            tag, consumer, redelivered, exchange, key, flags, props, body, queue
+            tag, consumer, redelivered, exchange, key, flags, properties, body, queue
         )
         message.generation = self.generation
         self.inbox.append(message)

@@ -1,62 +1,62 @@
-"""Deliveries assembled off the wire: what pamqp writes for a broker, read back by offset."""
+"""Deliveries read off the wire by the consuming read loop: what pamqp writes for a broker,
+read back by offset into one delivery, however the bytes arrive."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 
-from rabbitry.amqp.deliveries import DeliveryAssembler, RawDelivery
+from rabbitry.amqp.confirms import ConfirmTracker
+from rabbitry.amqp.consuming import ConsumingSession
+from rabbitry.amqp.deliveries import DeliverFields
+from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.properties import PROPERTY_BITS, decode_properties
+from rabbitry.amqp.settings import ConnectionSettings
 
 
-def _payload(value: object) -> bytes:
-    """The payload of one frame (after type, channel and size; before the frame end)."""
-    raw = frame.marshal(value, 1)  # type: ignore[arg-type]
-    return raw[7:-1]
+class Collecting(ConsumingSession):
+    def __init__(self) -> None:
+        super().__init__(ConnectionSettings(), ConfirmTracker(), MessageBuilder())
+        self.got: list[tuple[DeliverFields, int, bytes, bytes]] = []
+
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
+        self.got.append((fields, flags, properties, body))
 
 
-def _assemble(body: bytes, pieces: int, *, redelivered: bool = False) -> RawDelivery | None:
-    assembler = DeliveryAssembler()
-    deliver = commands.Basic.Deliver(
-        consumer_tag="rabbitry.3",
-        delivery_tag=2**40 + 7,
-        redelivered=redelivered,
-        exchange="orders.eu",
-        routing_key="eu.new",
-    )
-    assembler.deliver(_payload(deliver), 4)
-    assert assembler.pending
-    props = commands.Basic.Properties(message_id="m-1", headers={"n": 1})
-    head = _payload(header.ContentHeader(0, len(body), props))
-    done = assembler.header(bytearray(b"xx" + head + b"yy"), 2, 2 + len(head))
+def delivery(body: bytes, pieces: int, *, redelivered: bool = False, **props: Any) -> bytes:
+    deliver = commands.Basic.Deliver("rabbitry.3", 2**40 + 7, redelivered, "orders.eu", "eu.new")
+    data = frame.marshal(deliver, 1)
+    data += frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties(**props)), 1)
     step = max(1, -(-len(body) // pieces))
     for start in range(0, len(body), step):
-        assert done is None
-        done = assembler.body(_payload(pamqp_body.ContentBody(body[start : start + step])))
-    assert not assembler.pending
-    return done
+        data += frame.marshal(pamqp_body.ContentBody(body[start : start + step]), 1)
+    return data
 
 
-def test_a_delivery_of_several_body_frames_is_one_message() -> None:
-    done = _assemble(b"0123456789" * 5, 3, redelivered=True)
-    assert done is not None
-    assert done.delivery_tag == 2**40 + 7 and done.consumer_tag == "rabbitry.3"
-    assert done.redelivered and done.exchange == "orders.eu" and done.routing_key == "eu.new"
-    assert done.body == b"0123456789" * 5
-    assert done.flags == PROPERTY_BITS["message_id"] | PROPERTY_BITS["headers"]
-    assert decode_properties(done.flags, done.properties) == {
-        "message_id": "m-1",
-        "headers": {"n": 1},
-    }
-
-
-def test_an_empty_body_ends_with_the_header() -> None:
-    done = _assemble(b"", 1)
-    assert done is not None and done.body == b"" and not done.redelivered
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
+def test_a_delivery_of_several_body_frames_is_one_message_however_the_bytes_arrive(
+    chunk: int,
+) -> None:
+    session = Collecting()
+    data = delivery(b"0123456789" * 5, 3, redelivered=True, message_id="m-1", headers={"n": 1})
+    data += delivery(b"", 1)  # an empty body has no body frame: the header ends it
+    for start in range(0, len(data), chunk):
+        session.receive(data[start : start + chunk])
+    (fields, flags, raw, body), (empty_fields, _, _, empty) = session.got
+    assert fields == (2**40 + 7, "rabbitry.3", True, "orders.eu", "eu.new")
+    assert body == b"0123456789" * 5
+    assert flags == PROPERTY_BITS["message_id"] | PROPERTY_BITS["headers"]
+    assert decode_properties(flags, raw) == {"message_id": "m-1", "headers": {"n": 1}}
+    assert empty == b"" and not empty_fields[2]
 
 
 def test_a_closed_channel_drops_the_delivery_in_progress() -> None:
-    assembler = DeliveryAssembler()
-    assembler.deliver(_payload(commands.Basic.Deliver("t", 1, False, "", "q")), 4)
-    assembler.drop()
-    assert not assembler.pending
+    session = Collecting()
+    data = delivery(b"abc", 1)
+    session.receive(data[: len(data) - 11])  # the deliver and header frames, not the body's
+    session._drop_delivery()
+    session.receive(data[len(data) - 11 :])  # a body frame of no delivery: read as pamqp's
+    assert session.got == []
