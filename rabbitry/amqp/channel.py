@@ -4,8 +4,9 @@ exact queue counts, the shard check, the Spark driver's checks, the publisher's 
 They declare (passively, mostly), bind, purge, consume and settle one call at a time, where
 the publisher and the workers stream. ``ChannelSession`` is the publisher's ``Session`` (the
 same handshake, heartbeats and connection close) with one channel outside confirm mode whose
-method replies, refusals and deliveries it keeps for the driver; no I/O. ``Channel`` drives it
-over the blocking transport (``SocketWire``).
+method replies, refusals and deliveries it keeps for the driver; it reads frames as the
+workers' session does (``consuming``: deliveries read by offset); no I/O.
+``Channel`` drives it over the blocking transport (``SocketWire``).
 
 A method the broker refuses (a passive declare of something missing: 404) closes the channel,
 not the connection: the call raises ``ChannelRefused`` and the channel opens again for the next
@@ -28,16 +29,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
-from pamqp import body as pamqp_body
-from pamqp import commands, header
+from pamqp import commands
+from pamqp.exceptions import PAMQPException
 
 from rabbitry.amqp import frames
+from rabbitry.amqp.acks import ack_frame, nack_frame
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.confirms import ConfirmTracker
 from rabbitry.amqp.connector import Outage, connect
+from rabbitry.amqp.consuming import ConsumingSession
+from rabbitry.amqp.deliveries import DeliverFields
 from rabbitry.amqp.message import CHANNEL, Body, MessageBuilder
 from rabbitry.amqp.reconnect import Reconnect
-from rabbitry.amqp.session import Session, State
+from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.errors import BrokerError, ChannelRefused, ConnectionLost
 from rabbitry.uri import mask_text
@@ -76,7 +80,7 @@ _REPLIES = (
 )
 
 
-class ChannelSession(Session):
+class ChannelSession(ConsumingSession):
     """A connection with one channel (no confirm mode): ``replies`` in order, ``refused`` when
     the broker closed the channel (it is opened again at once), ``deliveries`` as they came."""
 
@@ -85,10 +89,6 @@ class ChannelSession(Session):
         self.replies: deque[Any] = deque()
         self.refused: ChannelRefused | None = None
         self.deliveries: deque[Delivered] = deque()
-        self._deliver: commands.Basic.Deliver | None = None
-        self._properties = commands.Basic.Properties()
-        self._left = 0
-        self._parts: list[bytes] = []
         self.server_properties: dict[str, Any] = {}
         """What the broker said of itself in ``connection.start`` (``cluster_name`` names it)."""
 
@@ -109,39 +109,21 @@ class ChannelSession(Session):
     def _frame(self, channel: int, frame: Any) -> None:
         if channel != CHANNEL:
             super()._frame(channel, frame)
-        elif isinstance(frame, commands.Basic.Deliver):
-            self._deliver = frame
-        elif isinstance(frame, header.ContentHeader) and self._deliver is not None:
-            self._properties = frame.properties
-            self._left = frame.body_size
-            self._parts = []
-            if not self._left:
-                self._delivered()
-        elif isinstance(frame, pamqp_body.ContentBody) and self._deliver is not None:
-            self._parts.append(frame.value)
-            self._left -= len(frame.value)
-            if self._left <= 0:
-                self._delivered()
         elif isinstance(frame, _REPLIES):
             self.replies.append(frame)
         else:  # channel.open-ok and close, a consumer the broker cancelled
             super()._frame(channel, frame)
 
-    def _delivered(self) -> None:
-        method = self._deliver
-        assert method is not None
-        self._deliver = None
-        parts = self._parts
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
+        # the tools read the properties as pamqp's (their public type), decoded at once
+        decoded = commands.Basic.Properties()
+        try:
+            decoded.unmarshal(flags, properties)
+        except (PAMQPException, ValueError, struct.error) as exc:
+            raise frames.FrameError(f"a content header cannot be read: {exc}") from None
+        tag, consumer_tag, redelivered, exchange, key = fields
         self.deliveries.append(
-            Delivered(
-                method.consumer_tag or "",
-                method.delivery_tag or 0,
-                bool(method.redelivered),
-                method.exchange,
-                method.routing_key or "",
-                self._properties,
-                parts[0] if len(parts) == 1 else b"".join(parts),
-            )
+            Delivered(consumer_tag, tag, redelivered, exchange, key, decoded, body)
         )
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
@@ -150,7 +132,7 @@ class ChannelSession(Session):
         self.refused = ChannelRefused(frame.reply_code or 0, mask_text(frame.reply_text))
         self.replies.clear()
         self.deliveries.clear()
-        self._deliver = None
+        self._drop_delivery()
         self.state = State.OPENING_CHANNEL
         self.out += frames.method_frame(CHANNEL, commands.Channel.Open())
 
@@ -362,15 +344,14 @@ class Channel:
         return session.deliveries.popleft()
 
     def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        self._session.out += _method(60, 80, struct.pack(">Q", delivery_tag) + _bits(multiple))
+        self._session.out += ack_frame(CHANNEL, delivery_tag, multiple)
         self._session.settled(delivery_tag, multiple)
         self._send_soon()
 
     def nack(self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True) -> None:
         """Give deliveries back (``requeue``, in their order) or drop them; tag 0 with
         ``multiple``: every delivery not yet settled."""
-        payload = struct.pack(">Q", delivery_tag) + _bits(multiple, requeue)
-        self._session.out += _method(60, 120, payload)
+        self._session.out += nack_frame(CHANNEL, delivery_tag, requeue, multiple)
         self._session.settled(delivery_tag, multiple)
         self._send_soon()
 

@@ -19,6 +19,7 @@ from pamqp import frame as pamqp_frame
 from pamqp.base import Frame
 from pamqp.exceptions import PAMQPException
 
+from rabbitry.amqp.properties import PROPERTY_FLAGS
 from rabbitry.errors import FrameError
 
 FRAME_METHOD = 1
@@ -41,16 +42,6 @@ _ACK_BODY = struct.Struct(">HHQB")  # class, method, delivery tag, bits
 _HEADER_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
 _SHORTSTR_MAX = 255
 
-PROPERTY_FLAGS = {
-    name: 1 << (15 - position)
-    for position, name in enumerate((
-        "content type", "content encoding", "headers", "delivery mode", "priority",
-        "correlation id", "reply-to", "expiration", "message id", "timestamp", "message type",
-        "user id", "app id",
-    ))
-}  # fmt: skip
-"""The flag bit of each basic property in a content header, by the name errors give it: in wire
-order, the first property in the highest bit."""
 FLAG_HEADERS = PROPERTY_FLAGS["headers"]
 FLAG_MESSAGE_ID = PROPERTY_FLAGS["message id"]
 FLAG_TIMESTAMP = PROPERTY_FLAGS["timestamp"]
@@ -284,10 +275,7 @@ class FrameReader:
         unpack_ack = _ACK_BODY.unpack_from
         while end - offset >= 7:
             if buffer[offset] == 0x41:  # "AMQP": the server refused our protocol version
-                raise FrameError(
-                    "the broker answered with another AMQP protocol version: "
-                    + bytes(buffer[offset : offset + 8]).hex()
-                )
+                raise version_refused(bytes(buffer[offset : offset + 8]))
             kind, channel, size = unpack_head(buffer, offset)
             stop = offset + 7 + size
             if stop >= end:
@@ -313,6 +301,11 @@ class FrameReader:
         if offset:
             del buffer[:offset]
         return events
+
+
+def version_refused(header: bytes) -> FrameError:
+    """The error of a broker that answered with its protocol header (another version)."""
+    return FrameError(f"the broker answered with another AMQP protocol version: {header.hex()}")
 
 
 def unmarshal(data: bytes) -> tuple[int, int, Any]:

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from rabbitry.amqp import tracing
+from rabbitry.amqp.acks import AckTracker
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
 from rabbitry.amqp.message import MessageBuilder
 from rabbitry.amqp.reconnect import NodeWalk
 from rabbitry.amqp.settings import ConnectionSettings
-from rabbitry.consumer.acks import AckTracker
 from rabbitry.consumer.app import App, Route
 from rabbitry.consumer.builtins import Hooks, builtins
 from rabbitry.consumer.decision import (

@@ -8,58 +8,17 @@ would be wasted work on the hot path.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from pamqp import decode
-
+from rabbitry.amqp.properties import PROPERTY_BITS, decode_properties
 from rabbitry.policies.retry import failed_attempts
 
-_U64 = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
+_HEADERS = PROPERTY_BITS["headers"]
+_MESSAGE_ID = PROPERTY_BITS["message_id"]
+_REPLY_TO = PROPERTY_BITS["reply_to"]
 
-_NAMES = (
-    (1 << 15, "content_type", "s"),
-    (1 << 14, "content_encoding", "s"),
-    (1 << 13, "headers", "t"),
-    (1 << 12, "delivery_mode", "o"),
-    (1 << 11, "priority", "o"),
-    (1 << 10, "correlation_id", "s"),
-    (1 << 9, "reply_to", "s"),
-    (1 << 8, "expiration", "s"),
-    (1 << 7, "message_id", "s"),
-    (1 << 6, "timestamp", "q"),
-    (1 << 5, "type", "s"),
-    (1 << 4, "user_id", "s"),
-    (1 << 3, "app_id", "s"),
-    (1 << 2, "cluster_id", "s"),
-)
-
-
-def decode_properties(flags: int, raw: bytes) -> dict[str, Any]:
-    """The basic properties present in ``flags``, from their wire bytes."""
-    out: dict[str, Any] = {}
-    offset = 0
-    for bit, name, kind in _NAMES:
-        if not flags & bit:
-            continue
-        if kind == "s":
-            size = raw[offset]
-            out[name] = raw[offset + 1 : offset + 1 + size].decode("utf-8", "replace")
-            offset += 1 + size
-        elif kind == "o":
-            out[name] = raw[offset]
-            offset += 1
-        elif kind == "q":
-            out[name] = _U64.unpack_from(raw, offset)[0]
-            offset += 8
-        else:
-            size = _U32.unpack_from(raw, offset)[0]
-            _, table = decode.field_table(raw[offset : offset + 4 + size])
-            out[name] = table
-            offset += 4 + size
-    return out
+__all__ = ["IncomingMessage", "decode_properties"]  # decode_properties: imported from here too
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -96,7 +55,7 @@ class IncomingMessage:
 
     @property
     def message_id(self) -> str | None:
-        return self._text("message_id", 1 << 7)
+        return self._text("message_id", _MESSAGE_ID)
 
     @property
     def content_type(self) -> str | None:
@@ -110,7 +69,7 @@ class IncomingMessage:
     def reply_to(self) -> str | None:
         """Where the sender waits for a reply: the worker sends the handler's return value
         there (``Publisher.request`` names its direct reply-to)."""
-        return self._text("reply_to", 1 << 9)
+        return self._text("reply_to", _REPLY_TO)
 
     def _text(self, name: str, flag: int = 0) -> str | None:
         """The string property ``name``, None when absent; with its ``flag`` bit, an absent one
@@ -128,7 +87,7 @@ class IncomingMessage:
     @property
     def attempt(self) -> int:
         """This delivery's attempt number: 1 + the failures recorded in its headers."""
-        if not self._flags & (1 << 13):
+        if not self._flags & _HEADERS:
             return 1
         return 1 + failed_attempts(self.headers)
 
@@ -147,7 +106,7 @@ class IncomingMessage:
     ) -> IncomingMessage:
         """A delivery made in memory (tests, ``rabbitry.testing.handlers``): ``properties``
         by their AMQP names (``headers``, ``message_id``, ``content_type``, ``type``, ...)."""
-        known = {name: bit for bit, name, _ in _NAMES}
+        known = PROPERTY_BITS
         unknown = sorted(set(properties) - set(known))
         if unknown:
             raise TypeError(f"unknown message properties {unknown}; known: {sorted(known)}")

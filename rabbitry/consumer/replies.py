@@ -15,10 +15,11 @@ from typing import Any
 from rabbitry.amqp.codecs import Codec, is_model
 from rabbitry.amqp.confirms import Delivery
 from rabbitry.amqp.message import MessageBuilder, encode_body
+from rabbitry.amqp.properties import PROPERTY_BITS
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.errors import InvalidReply as InvalidReply
 
-REPLY_TO_FLAG = 1 << 9
+REPLY_TO_FLAG = PROPERTY_BITS["reply_to"]
 """The ``reply-to`` bit of a content header's property flags: tested without decoding."""
 
 

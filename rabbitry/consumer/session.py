@@ -9,15 +9,13 @@ otherwise ``start_refused`` holds the error and the session closes the connectio
 The channel stays in confirm mode (retries and parking are confirmed publishes on the same
 channel: ``basic.ack`` from the broker confirms a publish, ``basic.ack`` from the client
 settles a delivery; the two never mix up). After the handshake it sets the prefetch and starts
-one consumer per queue. Deliveries are parsed here without a general-purpose decoder: the
-``basic.deliver`` fields by offset, the content header's properties kept raw for
-``IncomingMessage`` to decode on demand, single-frame bodies sliced out. Everything else goes
-through the publisher session's handling (pamqp).
+one consumer per queue. Frames are read by ``rabbitry.amqp.consuming`` (deliveries assembled
+without a general-purpose decoder, the properties kept raw for ``IncomingMessage`` to decode on
+demand); everything else goes through the publisher session's handling (pamqp).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,22 +24,15 @@ from pamqp import commands
 
 from rabbitry.amqp import frames
 from rabbitry.amqp.confirms import ConfirmTracker, Delivery
+from rabbitry.amqp.consuming import ConsumingSession
+from rabbitry.amqp.deliveries import DeliverFields
 from rabbitry.amqp.message import CHANNEL, MessageBuilder
-from rabbitry.amqp.session import Session
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.preflight import BrokerFacts, StartCheck
 from rabbitry.consumer.probe import PROBE_CHANNEL, Probe
 from rabbitry.errors import TopologyMissing
 
-_HEAD = struct.Struct(">BHI")
-_CLASS_METHOD = struct.Struct(">HH")
-_U64 = struct.Struct(">Q")
-_CONTENT = struct.Struct(">HHQH")
-_BASIC = 60
-_DELIVER = 60
-_ACK = 80
-_NACK = 120
 CONSUMER_TAG_PREFIX = "rabbitry."
 
 
@@ -54,7 +45,7 @@ class Subscription:
     """basic.consume arguments (e.g. ``x-priority``)."""
 
 
-class ConsumerSession(Session):
+class ConsumerSession(ConsumingSession):
     """Publisher session that also consumes; ``inbox`` collects parsed deliveries."""
 
     def __init__(
@@ -88,11 +79,6 @@ class ConsumerSession(Session):
         self.paused: set[int] = set()
         """Consumers not started when the channel opens (their queue's kill switch is open)."""
         self.stopping = False
-        self._incoming: list[Any] | None = None  # tag, consumer, redelivered, exchange, key
-        self._flags = 0
-        self._props = b""
-        self._size = 0
-        self._parts: list[bytes] = []
 
     # -- consuming --------------------------------------------------------------------------------
 
@@ -161,86 +147,22 @@ class ConsumerSession(Session):
                 self._consume(index)
 
     def _channel_closed(self, frame: commands.Channel.Close) -> None:
-        self._incoming = None
-        self._parts = []
+        self._drop_delivery()
         super()._channel_closed(frame)
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float = 0.0) -> None:
-        """Feed bytes from the socket: deliveries land in ``inbox``, confirms in the tracker."""
-        self.last_received = now
-        buf = self._reader._buffer
-        buf += data
-        end = len(buf)
-        offset = 0
-        unpack_head = _HEAD.unpack_from
-        inbox = self.inbox
-        tracker = self.tracker
-        try:
-            while end - offset >= 8:
-                kind, _, size = unpack_head(buf, offset)
-                start = offset + 7
-                stop = start + size
-                if stop >= end:
-                    break
-                if buf[stop] != 0xCE:
-                    raise frames.FrameError(f"frame of type {kind} does not end with 0xCE")
-                offset = stop + 1
-                if kind == 3 and self._incoming is not None:
-                    self._parts.append(bytes(buf[start:stop]))
-                    self._size -= size
-                    if self._size <= 0:
-                        self._deliver(inbox)
-                    continue
-                if kind == 1:
-                    cls, method = _CLASS_METHOD.unpack_from(buf, start)
-                    if cls == _BASIC:
-                        if method == _DELIVER:
-                            self._incoming = _parse_deliver(buf, start + 4)
-                            continue
-                        if method in (_ACK, _NACK):
-                            tag = _U64.unpack_from(buf, start + 4)[0]
-                            multiple = bool(buf[start + 12] & 1)
-                            if method == _ACK:
-                                tracker.ack(tag, multiple)
-                            else:
-                                tracker.nack(tag, multiple)
-                            continue
-                elif kind == 2 and self._incoming is not None:
-                    _, _, body_size, flags = _CONTENT.unpack_from(buf, start)
-                    self._flags = flags
-                    self._props = bytes(buf[start + 14 : stop])
-                    self._size = body_size
-                    self._parts = []
-                    if body_size == 0:
-                        self._deliver(inbox)
-                    continue
-                elif kind == frames.FRAME_HEARTBEAT:
-                    continue
-                _, chan, obj = frames.unmarshal(bytes(buf[offset - size - 8 : offset]))
-                self._other(chan, obj)
-        except struct.error as exc:  # a method frame too short for what its class and id say
-            raise frames.FrameError(f"a frame of type {kind} is too short: {exc}") from None
-        finally:
-            if offset:
-                del buf[:offset]
-
-    def _deliver(self, inbox: list[IncomingMessage]) -> None:
-        incoming = self._incoming
-        assert incoming is not None
-        self._incoming = None
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        tag, consumer, redelivered, exchange, key = incoming
+    def _delivered(self, fields: DeliverFields, flags: int, properties: bytes, body: bytes) -> None:
+        tag, consumer_tag, redelivered, exchange, key = fields
+        consumer = _consumer_index(consumer_tag)
         queue = self.subscriptions[consumer].queue if consumer >= 0 else ""
         message = IncomingMessage(
-            tag, consumer, redelivered, exchange, key, self._flags, self._props, body, queue
+            tag, consumer, redelivered, exchange, key, flags, properties, body, queue
         )
         message.generation = self.generation
-        inbox.append(message)
+        self.inbox.append(message)
 
-    def _other(self, channel: int, frame: Any) -> None:
+    def _frame(self, channel: int, frame: Any) -> None:
         if channel == PROBE_CHANNEL:
             probe = self._probe
             if probe is not None and not probe.done:
@@ -262,7 +184,7 @@ class ConsumerSession(Session):
         else:
             if isinstance(frame, commands.Connection.Start):
                 self.server_properties = dict(frame.server_properties or {})
-            self._frame(channel, frame)
+            super()._frame(channel, frame)
 
 
 def _consumer_index(tag: str | None) -> int:
@@ -272,19 +194,3 @@ def _consumer_index(tag: str | None) -> int:
         except ValueError:
             return -1
     return -1
-
-
-def _parse_deliver(buf: bytearray, p: int) -> list[Any]:
-    """consumer tag, delivery tag, redelivered, exchange, routing key of a basic.deliver."""
-    n = buf[p]
-    tag_text = bytes(buf[p + 1 : p + 1 + n]).decode()
-    p += 1 + n
-    tag = _U64.unpack_from(buf, p)[0]
-    redelivered = bool(buf[p + 8] & 1)
-    p += 9
-    n = buf[p]
-    exchange = bytes(buf[p + 1 : p + 1 + n]).decode()
-    p += 1 + n
-    n = buf[p]
-    key = bytes(buf[p + 1 : p + 1 + n]).decode()
-    return [tag, _consumer_index(tag_text), redelivered, exchange, key]

@@ -48,11 +48,11 @@ class StreamSession(ConsumerSession):
         """Declare a durable queue (``declared`` names it once the broker answered)."""
         self.out += frames.queue_declare_frame(CHANNEL, queue, durable=True, arguments=arguments)
 
-    def _other(self, channel: int, frame: Any) -> None:
+    def _frame(self, channel: int, frame: Any) -> None:
         if isinstance(frame, commands.Queue.DeclareOk):
             self.declared.add(frame.queue or "")
         else:
-            super()._other(channel, frame)
+            super()._frame(channel, frame)
 
     def consume(self, queue: str, offset: int | str | dt.datetime) -> int:
         """Start a consumer at ``offset``; its index (``IncomingMessage.consumer``)."""

@@ -38,12 +38,12 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rabbitry.amqp.acks import ack_frame
 from rabbitry.amqp.blocking import Disconnected, SocketWire
 from rabbitry.amqp.connector import Outage, connect
 from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.reconnect import Reconnect
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
-from rabbitry.consumer.acks import ack_frame
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.consumer.stream_session import OFFSET_HEADER, StreamSession, offset_of
 from rabbitry.errors import (

@@ -20,7 +20,7 @@ from rabbitry.amqp.message import CHANNEL
 from rabbitry.amqp.session import State
 from rabbitry.amqp.settings import Backoff, ConnectionSettings
 from rabbitry.consumer.streams import StreamReader
-from rabbitry.errors import BrokerError
+from rabbitry.errors import BrokerError, FrameError
 from rabbitry.testing import ScriptedBroker
 from tests.unit.amqp.wire import frames_in
 
@@ -141,6 +141,13 @@ def test_a_refused_method_is_kept_and_the_channel_opens_again() -> None:
     ]
     session.receive(pamqp_frame.marshal(commands.Channel.OpenOk(), CHANNEL))
     assert session.ready
+
+
+def test_a_broker_that_answers_with_another_protocol_version_is_a_frame_error() -> None:
+    # the consuming read loop (amqp.consuming) waits for no frame of that "size"
+    session = ChannelSession(ConnectionSettings())
+    with pytest.raises(FrameError, match="another AMQP protocol version: 414d515000000901"):
+        session.receive(b"AMQP\x00\x00\x09\x01")
 
 
 def test_settling_with_multiple_forgets_the_buffered_deliveries_it_covers() -> None:

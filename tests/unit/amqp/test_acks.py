@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from rabbitry.consumer.acks import AckTracker, ack_frame, nack_frame, reject_frame
+from rabbitry.amqp.acks import AckTracker, ack_frame, nack_frame, reject_frame
 
 _ACK = struct.Struct(">BHIHHQBB")
 
@@ -25,6 +25,11 @@ def test_frames_match_pamqp() -> None:
     assert nack_frame(1, 9, True) == frame.marshal(
         commands.Basic.Nack(9, multiple=False, requeue=True), 1
     )
+    for multiple in (False, True):  # the tools' channel gives back a run of deliveries
+        for requeue in (False, True):
+            assert nack_frame(2, 2**40, requeue, multiple) == frame.marshal(
+                commands.Basic.Nack(2**40, multiple=multiple, requeue=requeue), 2
+            )
 
 
 def test_a_failed_return_is_a_basic_reject_which_quorum_queues_count() -> None:
