@@ -112,8 +112,10 @@ def test_binary_delays_arrive_in_due_order_without_head_of_line_blocking(applied
     for seconds in range(20, 0, -2):
         route = scheme.route(seconds * 0.5, "due")
         body = f"{seconds * 0.5}".encode()
-        channel.basic_publish(route.exchange, route.routing_key, body, mandatory=True)
+        # due from before the publish: the broker may hold the message (its TTL running) before
+        # this process, descheduled on a loaded machine, reads the clock after the call
         due[body] = time.monotonic() + route.delay_ms / 1000
+        channel.basic_publish(route.exchange, route.routing_key, body, mandatory=True)
     connection.close()
     arrivals = collect(applied, "due", len(due), timeout=20)
     assert len(arrivals) == len(due), "every delayed message arrives"
