@@ -115,6 +115,8 @@ def spec_file(tree: Path, vhost: str, objects: int, into: Path) -> Path:
         f"print(provision.spec_text({vhost!r}, {scale}))"
     )
     done = run_in(tree, [sys.executable, "-c", code], dict(os.environ))
+    if done.returncode != 0 or not done.stdout.strip():
+        raise SystemExit(f"{tree.name}: no spec from bench/provision.py: {done.stderr[-2000:]}")
     path = into / f"{tree.name}-{vhost}.yaml"
     path.write_text(done.stdout)
     return path
@@ -150,6 +152,12 @@ def main() -> None:
         before = checkout(args.before, Path(tmp))
         after = checkout(args.after, Path(tmp))
         trees = {"before": before, "after": after}
+        provisioning = "apply" in only or "plan" in only  # plan reads the vhost apply made
+        specs = {
+            side: spec_file(tree, f"bench.trees.{side}", args.objects, Path(tmp))
+            for side, tree in trees.items()
+            if provisioning
+        }
         for r in range(args.rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for side in order:
@@ -158,9 +166,8 @@ def main() -> None:
                     if kind in only:
                         got = client_run(tree, kind, args.url, args.messages, env)
                         results.setdefault((kind, side), []).append(got)
-                vhost = f"bench.trees.{side}"
-                spec = spec_file(tree, vhost, args.objects, Path(tmp))
-                if "apply" in only or "plan" in only:
+                if provisioning:
+                    vhost, spec = f"bench.trees.{side}", specs[side]
                     delete_vhost(args.management_url, vhost)
                     seconds = cli_seconds(tree, ["apply", str(spec), "--auto-approve"], env)
                     results.setdefault(("apply", side), []).append({"seconds": seconds})

@@ -21,9 +21,10 @@ pause (``Backoff.delay(round)``). After a lost connection the walk starts at the
 lost one: the node that just went away is tried last. With one node this is the plain rule:
 ``Backoff.delay(attempt)`` after each failure.
 
-A client that asks once (``amqp.channel.Channel``, the tools' channel) gives ``rounds=1``: every
-node is tried once, and when the last one fails too the rule raises ``ConnectionLost`` instead of
-pausing: a tool reports a broker it cannot reach rather than waiting through a back-off.
+A client that asks once (``amqp.channel.Channel``, the tools' channel, and the stream reader)
+gives ``rounds=1``: every node is tried once, and when the last one fails too the rule raises
+``ConnectionLost`` instead of pausing: a tool reports a broker it cannot reach rather than
+waiting through a back-off.
 """
 
 from __future__ import annotations
