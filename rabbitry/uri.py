@@ -201,3 +201,9 @@ def mask_value(value: object) -> object:
     if isinstance(value, list | tuple):
         return type(value)(mask_value(item) for item in value)
     return value
+
+
+def path_segment(name: str) -> str:
+    """One percent-encoded path segment of a URL (``/`` too: the default vhost's name), as the
+    management API's paths and a kind's writes spell a vhost or an object's name."""
+    return quote(name, safe="")

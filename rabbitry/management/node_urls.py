@@ -4,17 +4,15 @@ path joined under its API, and the certificates it trusts. No request is made he
 from __future__ import annotations
 
 import ssl
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from rabbitry.errors import BrokerError
-from rabbitry.uri import mask_uri, mask_with
+from rabbitry.uri import mask_uri, mask_with, path_segment
 
-
-def q(name: str) -> str:
-    """Percent-encode one path segment (``/`` included: it is the default vhost's name)."""
-    return quote(name, safe="")
+q = path_segment
+"""Percent-encode one path segment (``/`` included: it is the default vhost's name)."""
 
 
 def api_url(node: str, path: str) -> httpx.URL:

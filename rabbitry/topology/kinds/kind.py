@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypedDict, TypeVar, Unpack
-from urllib.parse import quote
 
 from rabbitry.topology.primitives import GLOBAL, JSON, Primitive, ResourceKey, Vhost
+from rabbitry.uri import path_segment
 
 if TYPE_CHECKING:
     from rabbitry.topology.patterns.draft import VhostDraft
@@ -30,9 +30,8 @@ Document = dict[str, Any]
 EntryReader = Callable[[Any], JSONDict]
 
 
-def segment(name: str) -> str:
-    """One percent-encoded path segment of the management API (``/`` too: the default vhost)."""
-    return quote(name, safe="")
+segment = path_segment
+"""One percent-encoded path segment of the management API (``/`` too: the default vhost)."""
 
 
 def limits_of(value: Any) -> dict[str, int]:
