@@ -99,12 +99,8 @@ def published_host_ports(client: DockerClient) -> dict[int, str]:
     new connection to the port. A stopped container would also want its ports back on start.
     """
     ports: dict[int, str] = {}
-    try:
-        containers = client.containers.list(all=True)
-    except Exception:
-        return ports
-    for container in containers:
-        attrs = container.attrs or {}
+    for attrs in engine_containers(client):
+        name = str(attrs.get("Name") or "").lstrip("/")
         tables = (
             (attrs.get("HostConfig") or {}).get("PortBindings") or {},
             (attrs.get("NetworkSettings") or {}).get("Ports") or {},
@@ -114,8 +110,32 @@ def published_host_ports(client: DockerClient) -> dict[int, str]:
                 for binding in bindings or []:
                     host_port = str(binding.get("HostPort") or "")
                     if host_port.isdigit():
-                        ports[int(host_port)] = str(container.name)
+                        ports[int(host_port)] = name
     return ports
+
+
+def engine_containers(
+    client: DockerClient, filters: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """What the engine says of each container, running or stopped (``inspect``'s answer).
+
+    The engine lists, then each container is read on its own; one removed in between (another
+    test's broker ending, say) is simply no longer there, not an error. ``client.containers.list``
+    would raise ``NotFound`` for it and fail the caller over a container it never cared about.
+    An engine that cannot list at all answers nothing: what asked will fail on its next call
+    with the engine's own error.
+    """
+    try:
+        summaries = client.api.containers(all=True, filters=dict(filters or {}))
+    except Exception:
+        return []
+    from docker.errors import NotFound
+
+    found = []
+    for summary in summaries:
+        with contextlib.suppress(NotFound):
+            found.append(client.api.inspect_container(summary["Id"]))
+    return found
 
 
 def port_is_free(port: int) -> bool:
@@ -245,14 +265,10 @@ def reap_orphans(client: DockerClient) -> list[str]:
         return []
     removed = []
     hostname = socket.gethostname()
-    try:
-        containers = client.containers.list(all=True, filters={"label": OWNER_LABEL})
-    except Exception:
-        return []
-    for container in containers:
-        label = (container.labels or {}).get(OWNER_LABEL, "")
+    for attrs in engine_containers(client, {"label": OWNER_LABEL}):
+        label = ((attrs.get("Config") or {}).get("Labels") or {}).get(OWNER_LABEL, "")
         if owner_is_gone(label, hostname):
             with contextlib.suppress(Exception):
-                container.remove(force=True)
-                removed.append(container.name)
+                client.api.remove_container(attrs["Id"], force=True)
+                removed.append(str(attrs.get("Name") or "").lstrip("/"))
     return removed

@@ -30,7 +30,7 @@ from rabbitry.testing import (
     find_engine,
     vhost_exists,
 )
-from rabbitry.testing.host import docker_client, free_port, require_engine
+from rabbitry.testing.host import docker_client, engine_containers, free_port, require_engine
 from rabbitry.testing.plugin import BrokerFactory
 
 CLI = [sys.executable, "-c", "from rabbitry.cli import main; main()"]
@@ -252,7 +252,7 @@ def test_dev_broker_keeps_clear_of_other_containers_ports_and_revives_a_silent_o
         )  # fmt: skip
         assert taken.returncode == 1
         assert f"host port {amqp} is published by container {first!r}" in taken.stderr
-        assert not [c for c in client.containers.list(all=True) if c.name == second]
+        assert not [c for c in engine_containers(client) if c["Name"].lstrip("/") == second]
 
         # `up` of the silent one brings it back, with the URL (password, ports) it had.
         again = subprocess.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,9 @@ from rabbitry.testing.host import (
     is_port_conflict,
     owner_is_gone,
     port_bindings,
+    published_host_ports,
     published_port,
+    reap_orphans,
 )
 
 pytest_plugins = ["pytester"]
@@ -491,3 +494,48 @@ def test_plugin_fails_the_broker_tests_when_the_broker_asked_for_cannot_be_had(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines([said])
     assert "secret" not in result.stdout.str()
+
+
+class _RacingEngineApi:
+    """An engine's API as docker-py calls it: it lists three containers, one of which is removed
+    before it can be read (another test's broker ending between the list and the inspect)."""
+
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.inspected: list[str] = []
+
+    def containers(self, all: bool, filters: dict[str, str]) -> list[dict[str, str]]:
+        return [{"Id": "a"}, {"Id": "gone"}, {"Id": "c"}]
+
+    def inspect_container(self, container_id: str) -> dict[str, object]:
+        from docker.errors import NotFound
+
+        self.inspected.append(container_id)
+        if container_id == "gone":
+            raise NotFound(f"no container with name or ID {container_id!r} found")
+        port = {"a": "35672", "c": "45672"}[container_id]
+        # c's owner was a process on this host that has exited; a's is on another host.
+        owner = f"{socket.gethostname()}:999999999:1" if container_id == "c" else "elsewhere:1:1"
+        return {
+            "Id": container_id,
+            "Name": f"/broker-{container_id}",
+            "Config": {"Labels": {"rabbitry.owner": owner}},
+            "HostConfig": {"PortBindings": {"5672/tcp": [{"HostIp": "", "HostPort": port}]}},
+        }
+
+    def remove_container(self, container_id: str, force: bool) -> None:
+        self.removed.append(container_id)
+
+
+class _RacingEngine:
+    def __init__(self) -> None:
+        self.api = _RacingEngineApi()
+
+
+def test_a_container_removed_while_the_engine_is_read_is_passed_over_not_an_error() -> None:
+    engine = _RacingEngine()
+    ports = published_host_ports(engine)  # type: ignore[arg-type]
+    assert ports == {35672: "broker-a", 45672: "broker-c"}
+    assert engine.api.inspected == ["a", "gone", "c"]
+    assert reap_orphans(engine) == ["broker-c"]  # type: ignore[arg-type]
+    assert engine.api.removed == ["c"]
