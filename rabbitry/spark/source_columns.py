@@ -18,11 +18,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rabbitry.spark.source_layout import Columns, layout_batch
 from rabbitry.spark.source_rows import PROPERTY_FIELDS, header_text
-from rabbitry.stream.columns import PROPERTY_SLOTS, MessageColumns, SectionEffect
+from rabbitry.stream.columns import PROPERTY_SLOTS, Layout, MessageColumns, SectionEffect
 from rabbitry.stream.frames import Chunk
 
-__all__ = ["BATCH_BYTES", "chunk_batches", "record_batch"]
+__all__ = ["BATCH_BYTES", "assemble", "chunk_batches", "record_batch"]
 
 BATCH_BYTES = 64 << 20
 """Body bytes per record batch, at most about: Arrow's binary offsets are 32-bit."""
@@ -35,19 +36,52 @@ def chunk_batches(
     chunks: Iterable[Chunk], stream: str, schema: pa.Schema, rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``chunks`` (cut to the range read) as record batches of ``schema``, in
-    order, each of whole chunks and at least ``rows`` rows (the last one fewer)."""
-    columns = MessageColumns()
-    offsets: list[int] = []
-    size = 0
+    order, each of whole chunks and at least ``rows`` rows (the last one fewer).
+
+    A batch whose messages are all laid out alike (one publisher's, mostly) is cut out by
+    Arrow a column at a time (``source_layout.layout_batch``); any other is read message by
+    message into ``MessageColumns``, which also finds the layout the next batch is tried with.
+    """
+    held: list[Chunk] = []
+    count = size = 0
+    layout: Layout | None = None
     for chunk in chunks:
+        held.append(chunk)
+        count += chunk.count
+        size += _size_of(chunk)
+        if count >= rows or size >= BATCH_BYTES:
+            batch, layout = _batch(held, stream, schema, layout)
+            yield batch
+            held, count, size = [], 0, 0
+    if count:
+        yield _batch(held, stream, schema, layout)[0]
+
+
+def _size_of(chunk: Chunk) -> int:
+    plain = chunk.plain_entries()
+    if plain is not None:
+        return len(plain[0])
+    return sum(map(len, chunk.records))
+
+
+def _batch(
+    held: list[Chunk], stream: str, schema: pa.Schema, layout: Layout | None
+) -> tuple[pa.RecordBatch, Layout | None]:
+    """One batch of ``held`` and the layout to try on the next one."""
+    if layout is None:
+        first = next((c for c in held if c.count), None)
+        if first is not None:
+            layout = MessageColumns.layout_of(first.records[0])
+    if layout is not None:
+        arrays = layout_batch(held, layout)
+        if arrays is not None:
+            return assemble(schema, arrays, stream), layout
+    columns = MessageColumns(layout)
+    offsets: list[int] = []
+    for chunk in held:
         columns.extend(chunk.records)
-        size += sum(map(len, chunk.records))
-        offsets.extend(range(chunk.first_offset, chunk.first_offset + len(chunk.records)))
-        if columns.count >= rows or size >= BATCH_BYTES:
-            yield record_batch(columns, stream, offsets, schema)
-            columns, offsets, size = MessageColumns(columns.layout), [], 0
-    if columns.count:
-        yield record_batch(columns, stream, offsets, schema)
+        offsets.extend(range(chunk.first_offset, chunk.first_offset + chunk.count))
+    return record_batch(columns, stream, offsets, schema), columns.layout
 
 
 def record_batch(
@@ -58,13 +92,35 @@ def record_batch(
     n = columns.count
     effects = columns.effects
     shared = effects[0] if n and effects.count(effects[0]) == n else None
-    stamps = _timestamps(columns, n)
+    strings = {
+        name: _sparse(columns.slots[_SLOT[name]], n, pa.string())
+        for name, _ in PROPERTY_FIELDS
+        if name in _SLOT and name != "timestamp"
+    }
+    arrays = Columns(
+        count=n,
+        bodies=_bodies(columns.bodies),
+        strings=strings,
+        millis=_sparse(columns.slots[_SLOT["timestamp"]], n, pa.int64()),
+        offsets=pa.array(offsets, pa.int64()),
+        shared=shared,
+        effects=effects,
+        later_headers=columns.headers,
+    )
+    return assemble(schema, arrays, stream)
+
+
+def assemble(schema: pa.Schema, arrays: Columns, stream: str) -> pa.RecordBatch:
+    """The record batch of ``schema`` (``rabbitry.spark.reader.arrow_schema``) that
+    ``arrays`` make, read from ``stream``."""
+    n, shared, effects = arrays.count, arrays.shared, arrays.effects
+    stamps = pc.multiply(arrays.millis, 1000).cast(_STAMP)
     children = []
     for (name, _), field in zip(PROPERTY_FIELDS, schema.field("properties").type, strict=True):
         if name == "timestamp":
             children.append(stamps)
-        elif name in _SLOT:
-            children.append(_sparse(columns.slots[_SLOT[name]], n, field.type))
+        elif name in arrays.strings:
+            children.append(arrays.strings[name].cast(field.type))
         else:
             children.append(_from_effects(effects, shared, n, field.type, name))
     properties = pa.StructArray.from_arrays(children, fields=list(schema.field("properties").type))
@@ -72,16 +128,16 @@ def record_batch(
         routing_keys = _repeated(shared.routing_key, n, pa.string())
     else:
         routing_keys = pa.array([e.routing_key for e in effects], pa.string())
-    arrays = [
-        _bodies(columns.bodies),
+    columns = [
+        arrays.bodies,
         routing_keys,
-        _headers(columns, shared, schema.field("headers").type),
+        _headers(arrays, schema.field("headers").type),
         properties,
         _repeated(stream, n, pa.string()),
-        pa.array(offsets, pa.int64()),
+        arrays.offsets,
         stamps,
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _repeated(value: Any, n: int, kind: pa.DataType) -> pa.Array:
@@ -110,11 +166,6 @@ def _sparse(slot: tuple[list[int], list[Any]], n: int, kind: pa.DataType) -> pa.
     return pa.array(dense, kind)
 
 
-def _timestamps(columns: MessageColumns, n: int) -> pa.Array:
-    millis = _sparse(columns.slots[_SLOT["timestamp"]], n, pa.int64())
-    return pc.multiply(millis, 1000).cast(_STAMP)
-
-
 def _from_effects(
     effects: list[SectionEffect], shared: SectionEffect | None, n: int, kind: pa.DataType, name: str
 ) -> pa.Array:
@@ -123,10 +174,10 @@ def _from_effects(
     return pa.array([e.properties.get(name) for e in effects], kind)
 
 
-def _headers(columns: MessageColumns, shared: SectionEffect | None, kind: pa.DataType) -> pa.Array:
+def _headers(arrays: Columns, kind: pa.DataType) -> pa.Array:
     """The headers map: each distinct headers dict made text once."""
-    n = columns.count
-    later = columns.headers
+    n, shared = arrays.count, arrays.shared
+    later = arrays.later_headers
     if not later and shared is not None and not shared.headers:
         return pa.MapArray.from_arrays(
             pa.array(itertools.repeat(0, n + 1), pa.int32()),
@@ -138,7 +189,10 @@ def _headers(columns: MessageColumns, shared: SectionEffect | None, kind: pa.Dat
     ends = [0]
     keys: list[str] = []
     values: list[str | None] = []
-    for row, effect in enumerate(columns.effects):
+    effects: Iterable[SectionEffect] = arrays.effects
+    if not arrays.effects and shared is not None:
+        effects = itertools.repeat(shared, n)
+    for row, effect in enumerate(effects):
         given = later.get(row, effect.headers)
         if given:
             pairs = texts.get(id(given))

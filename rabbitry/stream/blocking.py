@@ -218,8 +218,8 @@ class StreamClient:
                     if chunk.subscription_id != sub:
                         continue
                     self.session.credit(sub, 1)
-                    first, records = chunk.first_offset, chunk.records
-                    after = first + len(records)
+                    first = chunk.first_offset
+                    after = first + chunk.count
                     if not checked and after > start:
                         checked = True
                         if first > start and missing is not None:
@@ -227,11 +227,8 @@ class StreamClient:
                     if after <= start:
                         continue
                     if first < start or after > end:
-                        records = records[max(start - first, 0) : end - first]
-                        chunk = dataclasses.replace(
-                            chunk, first_offset=max(first, start), records=records
-                        )
-                    if records:
+                        chunk = chunk.cut(start, end)
+                    if chunk.count:
                         yield chunk
                     if after >= end:
                         return

@@ -143,6 +143,14 @@ class MessageColumns:
         """Per properties-section field: the rows that have it and its values (text; the
         creation time as milliseconds)."""
 
+    @staticmethod
+    def layout_of(record: memoryview) -> Layout | None:
+        """The layout of the message stored as ``record`` (None: none that ``Layout``
+        describes), read the long way."""
+        columns = MessageColumns()
+        columns.add(record)
+        return columns.layout
+
     def extend(self, records: list[memoryview]) -> None:
         """Append the messages stored as ``records``, in order."""
         at, count = 0, len(records)

@@ -12,7 +12,6 @@ import enum
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from rabbitry.errors import StreamProtocolError
 
@@ -168,14 +167,80 @@ class Reader:
         return self.buf[self.pos :]
 
 
-@dataclass(frozen=True)
 class Chunk:
-    """One delivered chunk: its first offset, its timestamp (ms) and its records in order."""
+    """One delivered chunk: its first offset, its timestamp (ms) and its records in order.
 
-    subscription_id: int
-    first_offset: int
-    timestamp_ms: int
-    records: list[memoryview]
+    Made from a Deliver frame (``chunk_records``), a chunk keeps the frame's entries and
+    cuts them into records only when ``records`` is first read: a reader that takes the
+    entries whole (``plain_entries``) pays nothing per record here. ``cut`` keeps a range of
+    offsets without reading the entries either.
+    """
+
+    __slots__ = ("_entries", "_records", "_skip", "count", "first_offset", "subscription_id",
+                 "timestamp_ms")  # fmt: skip
+
+    def __init__(
+        self,
+        subscription_id: int,
+        first_offset: int,
+        timestamp_ms: int,
+        records: list[memoryview] | None = None,
+        *,
+        entries: tuple[memoryview, int] | None = None,
+        skip: int = 0,
+        count: int | None = None,
+    ) -> None:
+        self.subscription_id = subscription_id
+        self.first_offset = first_offset
+        """The offset of the first record kept."""
+        self.timestamp_ms = timestamp_ms
+        self._records = records
+        self._entries = entries
+        """(entries as sent, how many) when made from a frame; the records kept are the
+        ``count`` from record ``_skip`` on."""
+        self._skip = skip
+        if count is None:
+            count = len(records) if records is not None else 0
+        self.count = count
+        """How many records this chunk holds (after a ``cut``)."""
+
+    @property
+    def records(self) -> list[memoryview]:
+        """The records kept, in order (cut from the entries on first reading)."""
+        if self._records is None:
+            data, entries = self._entries or (memoryview(b""), 0)
+            every = _records_of(data, entries)
+            if len(every) < self._skip + self.count:
+                raise StreamProtocolError(
+                    f"chunk at offset {self.first_offset - self._skip}: its entries hold"
+                    f" {len(every)} records, its header says {self._skip + self.count}"
+                )
+            self._records = every[self._skip : self._skip + self.count]
+        return self._records
+
+    def plain_entries(self) -> tuple[memoryview, int, int, int] | None:
+        """(entries as sent, how many, records to pass over, records kept) of a chunk made
+        from a frame; None for one made of records. Each entry is one record unless a
+        sub-entry batch is among them: the reader of these must check."""
+        if self._entries is None:
+            return None
+        data, entries = self._entries
+        return data, entries, self._skip, self.count
+
+    def cut(self, start: int, end: int) -> Chunk:
+        """The records of offsets ``start`` to ``end - 1`` that this chunk holds."""
+        first = max(self.first_offset, start)
+        stop = min(self.first_offset + self.count, end)
+        count = max(stop - first, 0)
+        at = first - self.first_offset
+        if self._records is not None:
+            return Chunk(self.subscription_id, first, self.timestamp_ms,
+                         self._records[at : at + count])  # fmt: skip
+        return Chunk(self.subscription_id, first, self.timestamp_ms, entries=self._entries,
+                     skip=self._skip + at, count=count)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"Chunk(first_offset={self.first_offset}, count={self.count})"
 
 
 def chunk_records(subscription_id: int, body: memoryview, *, check_crc: bool = False) -> Chunk:
@@ -185,7 +250,7 @@ def chunk_records(subscription_id: int, body: memoryview, *, check_crc: bool = F
     sub-entry batch (top bit set: compression, record count, sizes, then records).
     """
     try:
-        (_, chunk_type, entries, _records, timestamp, _epoch, first, crc, size, _trailer, _) = (
+        (_, chunk_type, entries, records, timestamp, _epoch, first, crc, size, _trailer, _) = (
             _CHUNK.unpack_from(body, 0)
         )
     except struct.error as exc:
@@ -195,22 +260,32 @@ def chunk_records(subscription_id: int, body: memoryview, *, check_crc: bool = F
         raise StreamProtocolError(f"deliver frame: chunk of {size} bytes has {len(data)}")
     if check_crc and zlib.crc32(data) & 0xFFFFFFFF != crc & 0xFFFFFFFF:
         raise StreamProtocolError(f"chunk at offset {first}: CRC mismatch")
-    records: list[memoryview] = []
     if chunk_type != 0:  # tracking or other internal chunks carry no user records
-        return Chunk(subscription_id, first, timestamp, records)
+        return Chunk(subscription_id, first, timestamp, [])
+    return Chunk(subscription_id, first, timestamp, entries=(data, entries), count=records)
+
+
+def _records_of(data: memoryview, entries: int) -> list[memoryview]:
+    """The records of a chunk's ``entries`` entries in ``data``."""
+    records: list[memoryview] = []
     pos = 0
     unpack = _U32.unpack_from
     append = records.append
-    for _ in range(entries):
-        head = data[pos]
-        if head & 0x80 == 0:
-            length = unpack(data, pos)[0]
-            pos += 4
-            append(data[pos : pos + length])
-            pos += length
-        else:
-            pos = _sub_batch(data, pos, head, records)
-    return Chunk(subscription_id, first, timestamp, records)
+    try:
+        for _ in range(entries):
+            head = data[pos]
+            if head & 0x80 == 0:
+                length = unpack(data, pos)[0]
+                pos += 4
+                append(data[pos : pos + length])
+                pos += length
+            else:
+                pos = _sub_batch(data, pos, head, records)
+    except (IndexError, struct.error) as exc:
+        raise StreamProtocolError(f"a chunk's entries are cut short ({exc})") from None
+    if pos > len(data):
+        raise StreamProtocolError(f"a chunk's entries run {pos - len(data)} bytes past its end")
+    return records
 
 
 def _sub_batch(data: memoryview, pos: int, head: int, records: list[memoryview]) -> int:

@@ -189,31 +189,61 @@ class Session:
     # --- input ------------------------------------------------------------------------------
 
     def receive(self, data: bytes | bytearray | memoryview) -> list[Event]:
-        """Every complete frame in the bytes so far, as events (handshake frames are handled)."""
-        buf = self._buffer
-        buf += data
+        """Every complete frame in the bytes so far, as events (handshake frames are handled).
+
+        Frames wholly in ``data`` are read in place: events keep views of ``data`` (bytes, or
+        a copy of what else is given), not copies; only a frame split between two reads is
+        put together in a buffer of its own.
+        """
+        if not isinstance(data, bytes):
+            data = bytes(data)
         events: list[Event] = []
-        pos, end = 0, len(buf)
-        view = memoryview(buf)
-        try:
-            while end - pos >= 4:
-                size = _U32.unpack_from(view, pos)[0]
-                if end - pos - 4 < size:
-                    break
-                if size < 4:
-                    raise StreamProtocolError(f"a frame of {size} bytes is shorter than its key")
-                # copied out: the buffer is cut below, events keep views of their frame
-                body = memoryview(bytes(view[pos + 4 : pos + 4 + size]))
-                pos += 4 + size
-                try:
-                    self._frame(body, events)
-                except (IndexError, struct.error) as exc:  # a frame shorter than its fields
-                    key = _U16.unpack_from(body, 0)[0]
-                    raise StreamProtocolError(f"a frame of key {key} is cut short: {exc}") from None
-        finally:
-            view.release()
-            del buf[:pos]
+        view = memoryview(data)
+        pos = 0
+        if self._buffer:
+            pos = self._complete(view, events)
+            if not pos:
+                return events
+        end = len(view)
+        while end - pos >= 4:
+            size = _U32.unpack_from(view, pos)[0]
+            if end - pos - 4 < size:
+                break
+            self._body(view[pos + 4 : pos + 4 + size], events)
+            pos += 4 + size
+        if pos < end:
+            self._buffer = bytearray(view[pos:])
         return events
+
+    def _complete(self, view: memoryview, events: list[Event]) -> int:
+        """Add to the frame begun in the buffer from ``view``; the bytes of ``view`` used when
+        the frame is whole (then read), 0 when all of ``view`` went into the buffer."""
+        buf = self._buffer
+        if len(buf) < 4:
+            used = min(4 - len(buf), len(view))
+            buf += view[:used]
+            if len(buf) < 4:
+                return 0
+        else:
+            used = 0
+        size = int(_U32.unpack_from(buf, 0)[0])
+        more = min(4 + size - len(buf), len(view) - used)
+        buf += view[used : used + more]
+        used += more
+        if len(buf) < 4 + size:
+            return 0
+        self._buffer = bytearray()
+        self._body(memoryview(bytes(buf))[4:], events)
+        return used
+
+    def _body(self, body: memoryview, events: list[Event]) -> None:
+        if len(body) < 4:
+            raise StreamProtocolError(f"a frame of {len(body)} bytes is shorter than its key")
+        try:
+            self._frame(body, events)
+        except (IndexError, struct.error) as exc:  # a frame shorter than its fields
+            key = _U16.unpack_from(body, 0)[0]
+            raise StreamProtocolError(f"a frame of key {key} is cut short: {exc}") from None
 
     def _frame(self, body: memoryview, events: list[Event]) -> None:
         key, _version = _U16.unpack_from(body, 0)[0], _U16.unpack_from(body, 2)[0]

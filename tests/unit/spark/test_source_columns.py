@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from rabbitry.spark.reader import arrow_batches, arrow_schema
 from rabbitry.spark.source_columns import chunk_batches
+from rabbitry.spark.source_layout import layout_batch
 from rabbitry.spark.source_rows import stream_row_of
 from rabbitry.stream import amqp10
 from rabbitry.stream.columns import MessageColumns
 from rabbitry.stream.errors import StreamProtocolError
-from rabbitry.stream.frames import Chunk
+from rabbitry.stream.frames import Chunk, chunk_records
 from tests.unit.stream.stored import STORED  # as the broker stores a Publisher's message
+from tests.unit.stream.test_frames import chunk, entry
 
 STAMP = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 # a message id given as a ulong (0x80), a section descriptor given as a ulong (0x80 ... 0x75)
@@ -68,10 +70,19 @@ def _column_path(chunks: list[Chunk], stream: str, rows: int = 4096) -> pa.Table
     return pa.Table.from_batches(batches, schema=arrow_schema())
 
 
-def _chunks(records: list[bytes], sizes: list[int], first: int = 0) -> list[Chunk]:
+def _chunks(
+    records: list[bytes], sizes: list[int], first: int = 0, *, frames: bool = False
+) -> list[Chunk]:
+    """Chunks of ``records``, ``sizes`` records each: made of records, or (``frames``) read
+    from Deliver frames as the stream client gets them."""
     out, at = [], 0
     for size in sizes:
-        out.append(Chunk(1, first + at, 0, [memoryview(r) for r in records[at : at + size]]))
+        part = records[at : at + size]
+        if frames:
+            data = chunk(b"".join(entry(r) for r in part), len(part), len(part), first=first + at)
+            out.append(chunk_records(1, memoryview(data)))
+        else:
+            out.append(Chunk(1, first + at, 0, [memoryview(r) for r in part]))
         at += size
     assert at == len(records)
     return out
@@ -114,13 +125,14 @@ def test_batches_hold_whole_chunks_and_at_least_the_rows_asked() -> None:
 @given(
     picks=st.lists(st.integers(0, len(SAMPLES) - 1), min_size=1, max_size=30),
     cut=st.integers(1, 8),
+    frames=st.booleans(),
 )
 def test_any_mix_of_messages_and_chunks_makes_the_rows_the_row_path_makes(
-    picks: list[int], cut: int
+    picks: list[int], cut: int, frames: bool
 ) -> None:
     records = [SAMPLES[i] for i in picks]
     sizes = [cut] * (len(records) // cut) + ([len(records) % cut] if len(records) % cut else [])
-    chunks = _chunks(records, sizes)
+    chunks = _chunks(records, sizes, frames=frames)
     assert _column_path(chunks, "s", rows=5).equals(_row_path(chunks, "s"))
 
 
@@ -146,3 +158,78 @@ def test_messages_laid_out_like_the_one_before_are_read_by_its_layout() -> None:
     assert _column_path(chunks, "s").equals(_row_path(chunks, "s"))
     other = amqp10.encode(b"x", message_id="id-1", routing_key="other", timestamp=STAMP)
     assert columns.layout.add(columns, [memoryview(other)], 0) == 0, "another routing key fits"
+
+
+def _publishers(n: int, *, length: int = 8) -> list[bytes]:
+    """One publisher's messages: ids of one length, bodies of many sizes, one routing key."""
+    return [
+        amqp10.encode(
+            b"b" * (i * 37 % 500),
+            message_id=f"id-{i:0{length}d}",
+            routing_key="k",
+            timestamp=STAMP + dt.timedelta(milliseconds=i),
+        )
+        for i in range(n)
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    cut=st.integers(1, 9),
+    start=st.integers(0, 10),
+    stop=st.integers(0, 10),
+    records=st.sampled_from(["stored", "encoded"]),
+)
+def test_a_batch_laid_out_alike_is_cut_by_arrow_into_the_rows_the_row_path_makes(
+    n: int, cut: int, start: int, stop: int, records: str
+) -> None:
+    messages = [STORED] * n if records == "stored" else _publishers(n)
+    sizes = [cut] * (n // cut) + ([n % cut] if n % cut else [])
+    frames = _chunks(messages, sizes, first=50, frames=True)
+    # the range read starts and ends inside chunks, as a task's range does
+    lo, hi = 50 + min(start, n - 1), max(50 + n - stop, 50 + min(start, n - 1) + 1)
+    kept = [c.cut(lo, hi) for c in frames if c.cut(lo, hi).count]
+    layout = MessageColumns.layout_of(memoryview(messages[0]))
+    assert layout is not None
+    assert layout_batch(kept, layout) is not None, "the layout path read the batch"
+    assert _column_path(kept, "s").equals(_row_path(kept, "s"))
+    offsets = _column_path(kept, "s").column("offset").to_pylist()
+    assert offsets == list(range(lo, hi))
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        amqp10.encode(b"x", message_id="id-00000001", routing_key="other", timestamp=STAMP),
+        amqp10.encode(b"x", message_id="id-000000001", routing_key="k", timestamp=STAMP),
+        amqp10.encode(b"x", message_id="id-0000000Z", routing_key="k", timestamp=STAMP).replace(
+            b"id-0000000Z", b"id-0000000\xff"
+        ),
+        # the body, then a footer: the data section is not the record's last bytes
+        amqp10.encode(b"xy", message_id="id-00000001", routing_key="k", timestamp=STAMP)
+        + b"\x00Sx\xc1\x01\x00",
+    ],
+    ids=["another routing key", "a longer id", "an id not UTF-8", "a footer"],
+)
+def test_a_batch_with_one_message_laid_out_otherwise_is_read_message_by_message(odd: bytes) -> None:
+    messages = _publishers(12)
+    messages[7] = odd
+    frames = _chunks(messages, [5, 7], frames=True)
+    layout = MessageColumns.layout_of(memoryview(messages[0]))
+    assert layout is not None
+    assert layout_batch(frames, layout) is None
+    assert _column_path(frames, "s").equals(_row_path(frames, "s"))
+
+
+def test_sub_entry_batches_and_chunks_made_of_records_are_read_message_by_message() -> None:
+    messages = _publishers(3)
+    inner = b"".join(entry(m) for m in messages[:2])
+    batch = bytes((0x80,)) + struct.pack(">HII", 2, len(inner), len(inner)) + inner
+    data = chunk(batch + entry(messages[2]), 2, 3)
+    with_batch = [chunk_records(1, memoryview(data))]
+    layout = MessageColumns.layout_of(memoryview(messages[0]))
+    assert layout is not None
+    assert layout_batch(with_batch, layout) is None
+    assert _column_path(with_batch, "s").equals(_row_path(with_batch, "s"))
+    assert layout_batch(_chunks(messages, [3]), layout) is None

@@ -57,3 +57,28 @@ def test_internal_chunks_hold_no_records() -> None:
 def test_a_cut_chunk_is_a_protocol_error() -> None:
     with pytest.raises(StreamProtocolError, match="has"):
         chunk_records(1, memoryview(chunk(entry(b"abc"), 1, 1)[:-1]))
+
+
+def test_a_chunk_cut_to_a_range_keeps_those_records_before_and_after_they_are_read() -> None:
+    data = chunk(b"".join(entry(bytes([65 + i]) * (i + 1)) for i in range(5)), 5, 5)
+    for read_first in (False, True):
+        got = chunk_records(1, memoryview(data))
+        if read_first:
+            assert len(got.records) == 5
+        cut = got.cut(101, 104)
+        assert (cut.first_offset, cut.count) == (101, 3)
+        assert [bytes(r) for r in cut.records] == [b"BB", b"CCC", b"DDDD"]
+        assert cut.cut(103, 200).count == 1 and cut.cut(0, 101).count == 0
+
+
+def test_entries_holding_fewer_records_than_the_header_says_are_a_protocol_error() -> None:
+    got = chunk_records(1, memoryview(chunk(entry(b"a"), 1, 2)))
+    assert got.count == 2
+    with pytest.raises(StreamProtocolError, match="its entries hold 1 records, its header says 2"):
+        _ = got.records
+
+
+def test_a_record_running_past_its_chunk_is_a_protocol_error() -> None:
+    got = chunk_records(1, memoryview(chunk(struct.pack(">I", 9) + b"abc", 1, 1)))
+    with pytest.raises(StreamProtocolError, match="past its end"):
+        _ = got.records

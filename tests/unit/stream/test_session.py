@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused
 from rabbitry.stream.frames import Key, Reader, frame
@@ -105,3 +107,36 @@ def test_a_frame_shorter_than_its_fields_is_a_stream_protocol_error(key: Key) ->
     session = Session(username="user", password="secret")
     with pytest.raises(StreamProtocolError, match=f"a frame of key {int(key)} is cut short"):
         session.receive(frame(key, b""))
+
+
+def _deliver(first: int, records: list[bytes]) -> bytes:
+    from tests.unit.stream.test_frames import chunk, entry
+
+    data = b"".join(entry(r) for r in records)
+    return frame(Key.DELIVER, b"\x01" + chunk(data, len(records), len(records), first=first))
+
+
+@given(st.lists(st.integers(min_value=1, max_value=400), max_size=6))
+def test_frames_cut_anywhere_between_reads_give_the_chunks_one_read_gives(cuts: list[int]) -> None:
+    stream = b"".join(_deliver(10 * i, [bytes([i]) * (50 + i), b"r" * i]) for i in range(4))
+    whole = Session(username="u", password="p").receive(stream)
+    session = Session(username="u", password="p")
+    got: list[object] = []
+    at = 0
+    for cut in sorted({min(c, len(stream)) for c in cuts}):
+        got += session.receive(stream[at:cut])
+        at = cut
+    got += session.receive(stream[at:])
+    assert [(c.first_offset, [bytes(r) for r in c.records]) for c in got] == [
+        (c.first_offset, [bytes(r) for r in c.records]) for c in whole
+    ]
+    assert len(got) == 4
+
+
+def test_a_frame_wholly_in_one_read_is_read_in_place_not_copied() -> None:
+    data = _deliver(0, [b"a" * 100]) + _deliver(1, [b"b" * 100])
+    session = Session(username="u", password="p")
+    first, second = session.receive(data)
+    for chunk in (first, second):
+        entries = chunk.plain_entries()
+        assert entries is not None and entries[0].obj is data
