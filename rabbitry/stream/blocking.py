@@ -46,10 +46,15 @@ __all__ = [
 DEFAULT_PORT = 5552
 DEFAULT_TLS_PORT = 5551
 READ_SIZE = 1 << 20
+_DIRECT = 4096
+"""The least of a frame still to come that is received straight into the frame's buffer."""
 INITIAL_CREDIT = 32
 """Chunks the broker may send ahead of the reader (one more is granted per chunk read): with
 8, a reader of 1 KB messages (chunks of about 56 KB) waited on the broker for over half of its
 time; 32 halved a read's time on a loaded 2-core machine (bench/spark_source.py)."""
+CREDIT_STEP = 8
+"""Chunks read before they are granted again, in one credit frame (the broker may still send
+``INITIAL_CREDIT - CREDIT_STEP`` ahead): one frame a chunk cost a send a chunk."""
 PUBLISH_WINDOW = 8192
 """Messages published and not yet confirmed, at most."""
 PUBLISH_BATCH = 500
@@ -93,6 +98,9 @@ class StreamClient:
             external=self.settings.external_auth,
             client_properties={"connection_name": self.settings.connection_name or "rabbitry"},
         )
+        self._timeout_now: float | None = self.settings.connect_timeout
+        self._received = bytearray(READ_SIZE)
+        """Where bytes are received (the session copies each frame out of it)."""
         self._events: list[Event] = []
         self._publishers = 0
         try:
@@ -114,15 +122,21 @@ class StreamClient:
     def _flush(self) -> None:
         out = self.session.out
         if out:
-            self._sock.settimeout(self.settings.connect_timeout)
+            self._timeout(self.settings.connect_timeout)
             self._sock.sendall(out)
             out.clear()
+
+    def _timeout(self, seconds: float) -> None:
+        # each change of a socket's timeout is a system call: made only when it changes
+        if seconds != self._timeout_now:
+            self._sock.settimeout(seconds)
+            self._timeout_now = seconds
 
     def send(self, *parts: bytes | memoryview) -> None:
         """Write what is due, then ``parts`` as they are: a publish frame's entries are not
         copied into the session's output."""
         self._flush()
-        self._sock.settimeout(self.settings.connect_timeout)
+        self._timeout(self.settings.connect_timeout)
         try:
             for part in parts:
                 self._sock.sendall(part)
@@ -132,16 +146,24 @@ class StreamClient:
     def _round(self, timeout: float) -> bool:
         """Write what is due, read once (up to ``timeout``); True when bytes came."""
         self._flush()
-        self._sock.settimeout(timeout)
+        self._timeout(timeout)
+        # the rest of a large frame begun (a chunk, mostly) straight into its place; else
+        # into one buffer reused, from which the session copies each frame out
+        into = self.session.into()
+        direct = into is not None and len(into) >= _DIRECT
         try:
-            data = self._sock.recv(READ_SIZE)
+            count = self._sock.recv_into(into if direct else self._received)  # type: ignore[arg-type]
         except TimeoutError:
             return False
         except OSError as exc:
             raise StreamUnavailable(f"the connection to {self.display} broke: {exc}") from None
-        if not data:
+        if not count:
             raise StreamUnavailable(f"{self.display} closed the stream-protocol connection")
-        for event in self.session.receive(data):
+        if direct:
+            events = self.session.received_into(count)
+        else:
+            events = self.session.receive(memoryview(self._received)[:count])
+        for event in events:
             if isinstance(event, Closed):
                 raise StreamRefused(
                     f"{self.display} closed the connection: {event.reason or event.code}",
@@ -208,6 +230,7 @@ class StreamClient:
             f"subscribing to stream {stream!r} at offset {start}",
         )
         checked = False
+        owed = 0
         last_seen = time.monotonic()
         try:
             while True:
@@ -217,7 +240,10 @@ class StreamClient:
                 for chunk in chunks:
                     if chunk.subscription_id != sub:
                         continue
-                    self.session.credit(sub, 1)
+                    owed += 1
+                    if owed >= CREDIT_STEP:
+                        self.session.credit(sub, owed)
+                        owed = 0
                     first = chunk.first_offset
                     after = first + chunk.count
                     if not checked and after > start:

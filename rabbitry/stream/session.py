@@ -31,6 +31,9 @@ __all__ = [
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_LARGEST_FRAME = 1 << 29
+"""A frame's size past which the bytes are taken for garbage, not a frame (512 MiB: a chunk
+of the largest messages a broker takes is far smaller)."""
 _U64 = struct.Struct(">Q")
 _HEAD = struct.Struct(">IHH")
 
@@ -102,7 +105,10 @@ class Session:
     """What the broker said of itself in the handshake's first answer (``cluster_name``,
     ``version``): which broker this is, beside another on the same host."""
     tuned_frame_max: int = 0
-    _buffer: bytearray = field(default_factory=bytearray)
+    _partial: bytearray = field(default_factory=lambda: bytearray(4))
+    """The frame being received: its size and then (once the size is known) room for all of
+    it; ``_have`` bytes of it came."""
+    _have: int = 0
     _correlation: int = 0
     _handshake: dict[int, Key] = field(default_factory=dict)
 
@@ -191,50 +197,72 @@ class Session:
     def receive(self, data: bytes | bytearray | memoryview) -> list[Event]:
         """Every complete frame in the bytes so far, as events (handshake frames are handled).
 
-        Frames wholly in ``data`` are read in place: events keep views of ``data`` (bytes, or
-        a copy of what else is given), not copies; only a frame split between two reads is
-        put together in a buffer of its own.
+        Frames wholly in ``data`` given as ``bytes`` are read in place (events keep views of
+        it); from a buffer the caller will reuse, each frame is copied out once. A frame cut
+        by the end of ``data`` is kept, in a buffer of its full size, for the next bytes:
+        ``into`` offers its missing part to be received straight into.
         """
-        if not isinstance(data, bytes):
-            data = bytes(data)
         events: list[Event] = []
         view = memoryview(data)
-        pos = 0
-        if self._buffer:
-            pos = self._complete(view, events)
-            if not pos:
-                return events
+        in_place = isinstance(data, bytes)
+        pos = self._fill(view, events) if self._have else 0
         end = len(view)
         while end - pos >= 4:
             size = _U32.unpack_from(view, pos)[0]
             if end - pos - 4 < size:
                 break
-            self._body(view[pos + 4 : pos + 4 + size], events)
+            body = view[pos + 4 : pos + 4 + size]
+            self._body(body if in_place else memoryview(bytes(body)), events)
             pos += 4 + size
         if pos < end:
-            self._buffer = bytearray(view[pos:])
+            self._fill(view[pos:], events)
         return events
 
-    def _complete(self, view: memoryview, events: list[Event]) -> int:
-        """Add to the frame begun in the buffer from ``view``; the bytes of ``view`` used when
-        the frame is whole (then read), 0 when all of ``view`` went into the buffer."""
-        buf = self._buffer
-        if len(buf) < 4:
-            used = min(4 - len(buf), len(view))
-            buf += view[:used]
-            if len(buf) < 4:
-                return 0
-        else:
-            used = 0
-        size = int(_U32.unpack_from(buf, 0)[0])
-        more = min(4 + size - len(buf), len(view) - used)
-        buf += view[used : used + more]
-        used += more
-        if len(buf) < 4 + size:
-            return 0
-        self._buffer = bytearray()
-        self._body(memoryview(bytes(buf))[4:], events)
-        return used
+    def into(self) -> memoryview | None:
+        """The missing part of the frame being received, to receive into (then say how much
+        came with ``received_into``); None when no frame is begun past its size."""
+        if self._have < 4:
+            return None
+        return memoryview(self._partial)[self._have :]
+
+    def received_into(self, count: int) -> list[Event]:
+        """``count`` bytes were received into what ``into`` gave: the frame's events when
+        it is whole now."""
+        self._have += count
+        events: list[Event] = []
+        if self._have == len(self._partial):
+            self._whole(events)
+        return events
+
+    def _fill(self, view: memoryview, events: list[Event]) -> int:
+        """Add what ``view`` holds of the frame being received (reading it when it is whole);
+        how many bytes of ``view`` that took."""
+        buf, have = self._partial, self._have
+        used = 0
+        if have < 4:
+            used = min(4 - have, len(view))
+            buf[have : have + used] = view[:used]
+            have += used
+            if have < 4:
+                self._have = have
+                return used
+            size = _U32.unpack_from(buf, 0)[0]
+            if size > _LARGEST_FRAME:
+                raise StreamProtocolError(f"a frame of {size} bytes: more than rabbitry reads")
+            buf = bytearray(4 + size)
+            buf[:4] = _U32.pack(size)
+            self._partial = buf
+        more = min(len(buf) - have, len(view) - used)
+        buf[have : have + more] = view[used : used + more]
+        self._have = have + more
+        if self._have == len(buf):
+            self._whole(events)
+        return used + more
+
+    def _whole(self, events: list[Event]) -> None:
+        frame = self._partial
+        self._partial, self._have = bytearray(4), 0
+        self._body(memoryview(frame)[4:], events)
 
     def _body(self, body: memoryview, events: list[Event]) -> None:
         if len(body) < 4:

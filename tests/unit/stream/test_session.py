@@ -140,3 +140,35 @@ def test_a_frame_wholly_in_one_read_is_read_in_place_not_copied() -> None:
     for chunk in (first, second):
         entries = chunk.plain_entries()
         assert entries is not None and entries[0].obj is data
+
+
+@given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=5))
+def test_the_rest_of_a_frame_received_into_its_place_gives_the_chunk_one_read_gives(
+    first: int, step: int
+) -> None:
+    data = _deliver(7, [b"x" * 150, b"yz"]) + _deliver(9, [b"w"])
+    [whole, after] = Session(username="u", password="p").receive(data)
+    session = Session(username="u", password="p")
+    got = session.receive(data[:first])
+    at = first
+    while (into := session.into()) is not None:
+        take = min(len(into), step + 1)
+        into[:take] = data[at : at + take]
+        got += session.received_into(take)
+        at += take
+    got += session.receive(data[at:])
+    assert [(c.first_offset, [bytes(r) for r in c.records]) for c in got] == [
+        (c.first_offset, [bytes(r) for r in c.records]) for c in (whole, after)
+    ]
+
+
+def test_frames_received_into_a_buffer_that_is_reused_are_copied_out() -> None:
+    buffer = bytearray(_deliver(0, [b"a" * 64]))
+    [chunk] = Session(username="u", password="p").receive(memoryview(buffer))
+    buffer[:] = bytes(len(buffer))  # the reader's next bytes
+    assert [bytes(r) for r in chunk.records] == [b"a" * 64]
+
+
+def test_a_frame_size_no_broker_sends_is_a_protocol_error() -> None:
+    with pytest.raises(StreamProtocolError, match="a frame of 4294967295 bytes"):
+        Session(username="u", password="p").receive(b"\xff\xff\xff\xff\x00")
