@@ -33,7 +33,10 @@ import pytest
 
 from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.consumer import App, AsyncWorker, Worker
+from rabbitry.errors import StreamUnavailable
 from rabbitry.publisher import AsyncPublisher, Backoff, ConnectionLost, Publisher, TLSHandshakeError
+from rabbitry.stream import amqp10
+from rabbitry.stream.blocking import StreamClient
 from rabbitry.testing.containers import BrokerContainer
 from rabbitry.testing.plugin import BrokerFactory
 from tests.integration.conftest import drain_ids as drain_channel
@@ -44,6 +47,7 @@ pytestmark = [pytest.mark.broker, TLS_GROUP]
 
 TLS_PORT = 5671
 MANAGEMENT_TLS_PORT = 15671
+STREAM_TLS_PORT = 5551
 CERT_DIR = "/etc/rabbitry/tls"
 USERNAME = "tls-user"
 PASSWORD = "tls-S3cret-pw"
@@ -138,8 +142,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def start_tls_broker(
     factory: BrokerFactory, certs: Certs, *, require_client_cert: bool
 ) -> BrokerContainer:
-    """A broker with a TLS listener on 5671 next to the plain one (which the checks use), and
-    the management API over https on 15671 next to plain http."""
+    """A broker with a TLS listener on 5671 next to the plain one (which the checks use), the
+    stream protocol over TLS on 5551 (the same certificates), and the management API over
+    https on 15671 next to plain http."""
     verify = "{verify,verify_peer},{fail_if_no_peer_cert,true}"
     if not require_client_cert:
         verify = "{verify,verify_none}"
@@ -153,13 +158,14 @@ def start_tls_broker(
     )
     erl_args = (
         f"-rabbit ssl_listeners [{TLS_PORT}] -rabbit ssl_options [{options}]"
+        f" -rabbitmq_stream ssl_listeners [{STREAM_TLS_PORT}]"
         f" -rabbitmq_management ssl_config {management}"
     )
     return factory(
         username=USERNAME,
         password=PASSWORD,
         mounts={CERT_DIR: certs.dir},
-        extra_ports=[TLS_PORT, MANAGEMENT_TLS_PORT],
+        extra_ports=[TLS_PORT, MANAGEMENT_TLS_PORT, STREAM_TLS_PORT],
         env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": erl_args},
     )
 
@@ -423,3 +429,28 @@ def test_every_tls_option_of_the_url_is_honoured_by_the_sync_and_async_clients(
         Publisher(amqps_url(container, certfile=files["certfile"], keyfile=files["keyfile"]),
                   backoff=fast).connect()  # fmt: skip
     assert len(drain_ids(container, "options")) == 8
+
+
+def test_a_stream_is_written_and_read_over_the_stream_protocols_tls_listener(
+    tls_broker: BrokerContainer, certs: Certs
+) -> None:
+    # messages of 1 KB in chunks larger than one read: frames cut between reads, over TLS
+    stream = f"tls.stream.{time.monotonic_ns()}"
+    connection = pika.BlockingConnection(pika.URLParameters(tls_broker.broker.amqp_url("/")))
+    connection.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    connection.close()
+    port = tls_broker.host_port(STREAM_TLS_PORT)
+    settings = ConnectionSettings.from_url(amqps_url(tls_broker, cacertfile=str(certs.ca)))
+    bodies = [f"{i:06d}".encode() * 170 for i in range(3000)]
+    with StreamClient(settings, port=port) as client:
+        messages = ((stream, i + 1, amqp10.encode(body)) for i, body in enumerate(bodies))
+        assert client.publish("tls-producer", messages).sent == len(bodies)
+        read = [
+            amqp10.decode(record).body
+            for chunk in client.read_chunks(stream, 0, len(bodies))
+            for record in chunk.records
+        ]
+    assert read == bodies
+    wrong = ConnectionSettings.from_url(amqps_url(tls_broker, cacertfile=str(certs.other_ca)))
+    with pytest.raises(StreamUnavailable, match="certificate verify failed"):
+        StreamClient(wrong, port=port)
