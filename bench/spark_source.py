@@ -1,7 +1,8 @@
 """Spark source speed: the rabbitmq source vs a plain Python stream consumer vs a parquet copy.
 
 Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
-        [--min-partitions 1] [--stream-port PORT] [--url URL] [--write-docs]
+        [--min-partitions 1] [--max-records-per-partition N] [--stream-port PORT] [--url URL]
+        [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
 fresh and filled once), same broker, same run:
@@ -153,6 +154,8 @@ def rstream_consumer(url: str, port: int, n: int) -> Result | None:
 
 
 PROTOCOLS = {"amqp": "AMQP 0-9-1", "stream": "stream protocol"}
+EXTRA_OPTIONS: dict[str, str] = {}
+"""More options of every read (``--max-records-per-partition``)."""
 
 
 def source(
@@ -171,6 +174,8 @@ def source(
     )
     if stream_port:
         reader = reader.option("stream_port", stream_port)
+    for key, value in EXTRA_OPTIONS.items():
+        reader = reader.option(key, value)
     if super_stream:
         return reader.option("super_stream", SUPER).load()
     return reader.option("stream", STREAM).load()
@@ -238,6 +243,11 @@ def render(
         f".venv/bin/python bench/spark_source.py --messages {args.messages}"
         f" --partitions {args.partitions} --min-partitions {args.min_partitions}"
         f" --rounds {args.rounds}"
+        + (
+            f" --max-records-per-partition {args.max_records_per_partition}"
+            if args.max_records_per_partition
+            else ""
+        )
         + (f" --stream-port {args.stream_port}" if args.stream_port else "")
         + " --write-docs",
         "```",
@@ -306,7 +316,14 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--min-partitions", type=int, default=1, help="the minPartitions option")
     parser.add_argument("--stream-port", type=int, help="stream protocol port: runs rstream too")
+    parser.add_argument(
+        "--max-records-per-partition",
+        type=int,
+        help="the maxRecordsPerPartition option (the source's default: 500,000)",
+    )
     args = parser.parse_args()
+    if args.max_records_per_partition:
+        EXTRA_OPTIONS["maxRecordsPerPartition"] = str(args.max_records_per_partition)
     url, n = args.url, args.messages
     print(f"broker {mask_uri(url)}, {n:,} messages of 1 KB; load {load_average()}", flush=True)
     load_before = load_average()

@@ -163,14 +163,15 @@ def ranges(
     max_per_partition: int | None,
     min_partitions: int = 1,
 ) -> list[OffsetRange]:
-    """Spark partitions for ``[start, end)`` per stream: one per stream, cut into pieces of at
-    most ``max_per_partition`` messages; empty ranges are left out. With ``min_partitions``
-    above the count that gives, each stream's range is cut instead into as many near-equal
-    pieces as its share of all the messages asks (``ceil(size * min_partitions / total)``,
-    at most one per message), as Spark's Kafka source does: a read then has at least
-    ``min_partitions`` pieces (fewer only when it has fewer messages), so one stream is read
-    by several tasks. Ordered by stream, then offset, so the same offsets always give the
-    same partitions."""
+    """Spark partitions for ``[start, end)`` per stream: one per stream, cut into as few
+    near-equal pieces as keep each to at most ``max_per_partition`` messages (``ceil(size /
+    max)``, as Spark's Kafka source cuts), never a full piece and a sliver beside it; empty
+    ranges are left out. ``min_partitions`` asks at least that many pieces in all: each stream
+    is cut into at least as many as its share of all the messages asks (``ceil(size *
+    min_partitions / total)``, at most one per message), so a read has at least
+    ``min_partitions`` pieces (fewer only when it has fewer messages) and one stream is read by
+    several tasks. Ordered by stream, then offset, so the same offsets always give the same
+    partitions."""
     sizes = {s: end[s] - start.get(s, end[s]) for s in end}
     total = sum(n for n in sizes.values() if n > 0)
     out: list[OffsetRange] = []
@@ -180,13 +181,8 @@ def ranges(
             continue
         step = max_per_partition or size
         shares = min(size, -(-size * min_partitions // total))  # ceiling
-        if shares <= -(-size // step):
-            out.extend(
-                OffsetRange(stream, at, min(at + step, first + size))
-                for at in range(first, first + size, step)
-            )
-            continue
-        cuts = [first + i * size // shares for i in range(shares + 1)]
+        pieces = max(shares, -(-size // step))
+        cuts = [first + i * size // pieces for i in range(pieces + 1)]
         out.extend(OffsetRange(stream, a, b) for a, b in itertools.pairwise(cuts))
     return out
 

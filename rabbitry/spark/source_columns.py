@@ -30,6 +30,9 @@ BATCH_BYTES = 64 << 20
 
 _SLOT = {name: i for i, name in enumerate(PROPERTY_SLOTS) if name is not None}
 _STAMP = pa.timestamp("us", tz="UTC")
+_MOST_MISSES = 4
+"""After this many batches in a row the layout path could not read, it is tried once every
+16 batches."""
 
 
 def chunk_batches(
@@ -42,19 +45,18 @@ def chunk_batches(
     Arrow a column at a time (``source_layout.layout_batch``); any other is read message by
     message into ``MessageColumns``, which also finds the layout the next batch is tried with.
     """
+    reader = _Batches(stream, schema)
     held: list[Chunk] = []
     count = size = 0
-    layout: Layout | None = None
     for chunk in chunks:
         held.append(chunk)
         count += chunk.count
         size += _size_of(chunk)
         if count >= rows or size >= BATCH_BYTES:
-            batch, layout = _batch(held, stream, schema, layout)
-            yield batch
+            yield reader.batch(held)
             held, count, size = [], 0, 0
     if count:
-        yield _batch(held, stream, schema, layout)[0]
+        yield reader.batch(held)
 
 
 def _size_of(chunk: Chunk) -> int:
@@ -64,24 +66,37 @@ def _size_of(chunk: Chunk) -> int:
     return sum(map(len, chunk.records))
 
 
-def _batch(
-    held: list[Chunk], stream: str, schema: pa.Schema, layout: Layout | None
-) -> tuple[pa.RecordBatch, Layout | None]:
-    """One batch of ``held`` and the layout to try on the next one."""
-    if layout is None:
-        first = next((c for c in held if c.count), None)
-        if first is not None:
-            layout = MessageColumns.layout_of(first.records[0])
-    if layout is not None:
-        arrays = layout_batch(held, layout)
-        if arrays is not None:
-            return assemble(schema, arrays, stream), layout
-    columns = MessageColumns(layout)
-    offsets: list[int] = []
-    for chunk in held:
-        columns.extend(chunk.records)
-        offsets.extend(range(chunk.first_offset, chunk.first_offset + chunk.count))
-    return record_batch(columns, stream, offsets, schema), columns.layout
+class _Batches:
+    """Batches of one read, in order: the layout found so far, and how many batches to read
+    message by message before the layout path is tried again after a batch it could not
+    read (messages of several publishers mixed would pay for trying it every time)."""
+
+    def __init__(self, stream: str, schema: pa.Schema) -> None:
+        self.stream, self.schema = stream, schema
+        self.layout: Layout | None = None
+        self.misses = 0
+        self.wait = 0
+
+    def batch(self, held: list[Chunk]) -> pa.RecordBatch:
+        if self.layout is None:
+            first = next((c for c in held if c.count), None)
+            if first is not None:
+                self.layout = MessageColumns.layout_of(first.records[0])
+        if self.layout is not None and self.wait == 0:
+            arrays = layout_batch(held, self.layout)
+            if arrays is not None:
+                self.misses = 0
+                return assemble(self.schema, arrays, self.stream)
+            self.misses += 1
+            self.wait = 1 << min(self.misses, _MOST_MISSES)
+        self.wait = max(self.wait - 1, 0)
+        columns = MessageColumns(self.layout)
+        offsets: list[int] = []
+        for chunk in held:
+            columns.extend(chunk.records)
+            offsets.extend(range(chunk.first_offset, chunk.first_offset + chunk.count))
+        self.layout = columns.layout
+        return record_batch(columns, self.stream, offsets, self.schema)
 
 
 def record_batch(

@@ -112,11 +112,11 @@ def test_a_capped_batch_reads_its_limit_exactly_when_the_backlog_is_larger(
         assert read == limit
 
 
-def test_ranges_are_one_per_stream_cut_at_the_partition_size() -> None:
+def test_ranges_are_one_per_stream_cut_into_near_equal_pieces_of_at_most_the_size() -> None:
     assert ranges({"a": 0, "b": 5}, {"a": 250, "b": 5}, 100) == [
-        OffsetRange("a", 0, 100),
-        OffsetRange("a", 100, 200),
-        OffsetRange("a", 200, 250),
+        OffsetRange("a", 0, 83),
+        OffsetRange("a", 83, 166),
+        OffsetRange("a", 166, 250),
     ]
     assert ranges({"b": 3, "a": 1}, {"a": 2, "b": 9}, None) == [
         OffsetRange("a", 1, 2),
@@ -130,6 +130,8 @@ def test_ranges_cover_each_offset_exactly_once(start: int, size: int, piece: int
     covered = [o for r in got for o in range(r.start, r.end)]
     assert covered == list(range(start, start + size))
     assert all(0 < r.size <= piece for r in got)
+    assert len(got) == -(-size // piece), "as few pieces as the size allows"
+    assert all(max(r.size for r in got) - r.size <= 1 for r in got), "near-equal"
 
 
 def test_min_partitions_cuts_one_stream_into_near_equal_pieces() -> None:
@@ -150,6 +152,20 @@ def test_min_partitions_cuts_one_stream_into_near_equal_pieces() -> None:
 
 def test_min_partitions_below_what_the_partition_size_gives_changes_nothing() -> None:
     assert ranges({"a": 0}, {"a": 250}, 100, min_partitions=2) == ranges({"a": 0}, {"a": 250}, 100)
+
+
+def test_a_range_just_past_the_partition_size_is_halved_not_cut_into_a_piece_and_a_sliver() -> None:
+    # 500,000 messages and one offset more (streams' offsets are not dense): two tasks of
+    # half each, not one task reading everything while the other reads one offset
+    assert ranges({"s": 0}, {"s": 500_001}, 500_000, min_partitions=2) == [
+        OffsetRange("s", 0, 250_000),
+        OffsetRange("s", 250_000, 500_001),
+    ]
+    assert [r.size for r in ranges({"s": 0}, {"s": 1_000_001}, 500_000)] == [
+        333_333,
+        333_334,
+        333_334,
+    ]
 
 
 @given(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -233,3 +234,24 @@ def test_sub_entry_batches_and_chunks_made_of_records_are_read_message_by_messag
     assert layout_batch(with_batch, layout) is None
     assert _column_path(with_batch, "s").equals(_row_path(with_batch, "s"))
     assert layout_batch(_chunks(messages, [3]), layout) is None
+
+
+def test_after_a_batch_the_layout_path_cannot_read_it_is_tried_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import rabbitry.spark.source_columns as source_columns
+
+    answers: list[bool] = []
+
+    def counted(chunks: list[Chunk], layout: Any) -> Any:
+        found = layout_batch(chunks, layout)
+        answers.append(found is not None)
+        return found
+
+    monkeypatch.setattr(source_columns, "layout_batch", counted)
+    messages = _publishers(84)
+    messages[1] = amqp10.encode(b"x", message_id="other", routing_key="k", timestamp=STAMP)
+    chunks = _chunks(messages, [4] * 21, frames=True)
+    assert _column_path(chunks, "s", rows=4).equals(_row_path(chunks, "s"))
+    # the first batch is read message by message, the next too (waiting), then by layout
+    assert answers == [False] + [True] * 19
