@@ -8,7 +8,7 @@ again reads the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -39,6 +39,7 @@ from rabbitry.topology.patterns.super_streams import ORDER, Partition, partition
 from rabbitry.uri import mask_text, mask_uri, split_uris
 
 if TYPE_CHECKING:
+    from rabbitry.amqp.settings import ConnectionSettings
     from rabbitry.stream.frames import Chunk
 
 MANAGEMENT_TIMEOUT = 10.0
@@ -76,7 +77,15 @@ class SourcePlan:
         return open_reader(self.options)
 
     def bounds(self, reader: StreamReader, *, patience: float = FIRST_WAIT) -> dict[str, Bounds]:
-        found = _checked(lambda: reader.bounds_of(self.streams, patience=patience))
+        """Each stream's bounds: over the stream protocol when the tasks read over it (a
+        stream's edge chunks say where it ends), else (and for a stream whose edge chunk holds
+        no message) by reading messages over AMQP 0-9-1 until they pause."""
+        found: dict[str, tuple[int, int]] = {}
+        if self.stream_port is not None:
+            found = _stream_bounds(reader.settings, self.stream_port, self.streams, patience)
+        rest = [s for s in self.streams if s not in found]
+        if rest:
+            found.update(_checked(lambda: reader.bounds_of(rest, patience=patience)))
         return {stream: Bounds(*found[stream]) for stream in self.streams}
 
     def offsets(
@@ -105,6 +114,22 @@ class SourcePlan:
             )
             for r in ranges(start, end, o.max_records_per_partition, o.min_partitions)
         ]
+
+
+def _stream_bounds(
+    settings: ConnectionSettings, port: int, streams: Sequence[str], patience: float
+) -> dict[str, tuple[int, int]]:
+    """``StreamClient.bounds`` of each of ``streams`` it can tell, on one connection."""
+    from rabbitry.errors import StreamProtocolError, StreamRefused, StreamUnavailable
+    from rabbitry.stream.blocking import StreamClient
+
+    try:
+        with StreamClient(settings, port=port) as client:
+            found = {s: client.bounds(s, patience=patience) for s in streams}
+    except (StreamRefused, StreamUnavailable, StreamProtocolError) as exc:
+        names = ", ".join(streams)
+        raise SparkSourceError(f"rabbitmq source, the bounds of {names}: {exc}") from None
+    return {s: b for s, b in found.items() if b is not None}
 
 
 def on_data_loss(losses: list[DataLoss], *, fail: bool, asked_by: str) -> None:

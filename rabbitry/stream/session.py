@@ -137,16 +137,20 @@ class Session:
         self,
         subscription_id: int,
         stream: str,
-        offset: int | None,
+        offset: int | OffsetSpec | None,
         credit: int,
         properties: dict[str, str] | None = None,
     ) -> int:
-        """From ``offset`` (None: the first message the stream holds)."""
-        spec = (
-            _U16.pack(OffsetSpec.FIRST)
-            if offset is None
-            else _U16.pack(OffsetSpec.OFFSET) + _U64.pack(offset)
-        )
+        """From ``offset`` (None: the first message the stream holds; ``OffsetSpec.LAST``:
+        the last chunk it holds)."""
+        if offset is None:
+            offset = OffsetSpec.FIRST
+        if isinstance(offset, OffsetSpec):
+            if offset not in (OffsetSpec.FIRST, OffsetSpec.LAST, OffsetSpec.NEXT):
+                raise ValueError(f"subscribe at {offset.name} needs a value: give the offset")
+            spec = _U16.pack(offset)
+        else:
+            spec = _U16.pack(OffsetSpec.OFFSET) + _U64.pack(offset)
         body = (
             _U8.pack(subscription_id)
             + frames.string(stream)

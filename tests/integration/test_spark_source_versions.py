@@ -23,9 +23,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import CaseInsensitiveDict
 
+from rabbitry.amqp.settings import ConnectionSettings
+from rabbitry.consumer.streams import StreamReader
 from rabbitry.spark.reader import SOURCE_TYPE, arrow_schema
 from rabbitry.spark.source import RabbitMQDataSource
 from rabbitry.spark.source_protocol import STREAM_URL_ENV, stream_port_from
+from rabbitry.stream.blocking import StreamClient
 from tests.integration.conftest import Broker, one_vhost_spec
 from tests.integration.test_spark_source import (
     REGIONS,
@@ -48,13 +51,17 @@ def protocol(request: pytest.FixtureRequest, rabbitmq_broker: Any) -> dict[str, 
     host, as ``rabbitry dev-broker env`` prints it; without one it is read over AMQP only)."""
     if request.param == "amqp":
         return {"protocol": "amqp"}
-    port = rabbitmq_broker.stream_port
-    if port is None and os.environ.get(STREAM_URL_ENV):
-        url = rabbitmq_broker.amqp_url()
-        port = stream_port_from(url, None, os.environ)
+    port = _stream_port(rabbitmq_broker)
     if port is None:
         return {"protocol": "amqp"}
     return {"protocol": "stream", "stream_port": str(port)}
+
+
+def _stream_port(rabbitmq_broker: Any) -> int | None:
+    port: int | None = rabbitmq_broker.stream_port
+    if port is None and os.environ.get(STREAM_URL_ENV):
+        port = stream_port_from(rabbitmq_broker.amqp_url(), None, os.environ)
+    return port
 
 
 def data_source(broker: Broker, **options: str) -> RabbitMQDataSource:
@@ -217,3 +224,30 @@ def test_offsets_retention_removed_fail_the_read_unless_failondataloss_is_false(
     )
     assert [r["offset"] for r in rest][:1] == [first]
     assert [r["properties"]["message_id"] for r in rest] == [f"m{i}" for i in range(since, 1040)]
+
+
+def test_stream_bounds_from_edge_chunks_are_the_bounds_read_message_by_message(
+    broker: Broker, rabbitmq_broker: Any
+) -> None:
+    """Over the stream protocol a stream's first and last chunk say where it begins and ends;
+    over AMQP 0-9-1 the messages are read until they pause. Both answer alike: for a stream
+    never written, one written in many chunks, and one whose first offsets retention removed."""
+    port = _stream_port(rabbitmq_broker)
+    if port is None:
+        pytest.fail(
+            f"no stream port for this broker: set {STREAM_URL_ENV} (dev-broker env prints it)"
+        )
+    declare_stream(broker, "never")
+    declare_stream(broker, "many")
+    for first in range(0, 900, 300):  # three runs of a publisher: chunks of several sizes
+        publish(broker, 300, queue="many", first=first, pad=first // 3)
+    retention_stream(broker)
+    lose_to_retention(broker)
+    settings = ConnectionSettings.from_url(broker.vhost_amqp_url)
+    with StreamClient(settings, port=port) as client:
+        edges = {s: client.bounds(s, patience=1.0) for s in ("never", "many", "kept")}
+    with StreamReader(broker.vhost_amqp_url) as reader:
+        read = reader.bounds_of(["never", "many", "kept"])
+    assert edges == read
+    assert edges["never"] == (0, 0) and edges["many"] == (0, 900)
+    assert edges["kept"] is not None and edges["kept"][0] > 40
