@@ -252,11 +252,7 @@ class StreamClient:
                     )
                 self._round(0.5)
         finally:
-            with contextlib.suppress(Exception):
-                if self.session.ready:
-                    self.session.unsubscribe(sub)
-                    self._flush()
-            self._events = [e for e in self._events if not isinstance(e, Chunk)]
+            self._unsubscribe(sub)
 
     def bounds(self, stream: str, *, patience: float) -> tuple[int, int] | None:
         """(first offset, offset after the last message) of ``stream``, from its first and its
@@ -291,11 +287,15 @@ class StreamClient:
                     return None
                 self._round(0.05)
         finally:
-            with contextlib.suppress(Exception):
-                if self.session.ready:
-                    self.session.unsubscribe(sub)
-                    self._flush()
-            self._events = [e for e in self._events if not isinstance(e, Chunk)]
+            self._unsubscribe(sub)
+
+    def _unsubscribe(self, sub: int) -> None:
+        """End subscription ``sub`` (if the connection still stands); drop chunks it left."""
+        with contextlib.suppress(Exception):
+            if self.session.ready:
+                self.session.unsubscribe(sub)
+                self._flush()
+        self._events = [e for e in self._events if not isinstance(e, Chunk)]
 
     # --- publishing -------------------------------------------------------------------------
 
