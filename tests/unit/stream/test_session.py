@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rabbitry.stream.errors import StreamProtocolError, StreamRefused
-from rabbitry.stream.frames import Key, Reader, frame
+from rabbitry.stream.frames import Key, OffsetSpec, Reader, frame
 from rabbitry.stream.session import Closed, Confirmed, PublishFailed, Response, Session
 
 
@@ -172,3 +172,24 @@ def test_frames_received_into_a_buffer_that_is_reused_are_copied_out() -> None:
 def test_a_frame_size_no_broker_sends_is_a_protocol_error() -> None:
     with pytest.raises(StreamProtocolError, match="a frame of 4294967295 bytes"):
         Session(username="u", password="p").receive(b"\xff\xff\xff\xff\x00")
+
+
+@pytest.mark.parametrize(
+    ("offset", "spec"),
+    [
+        (None, struct.pack(">H", OffsetSpec.FIRST)),
+        (OffsetSpec.LAST, struct.pack(">H", OffsetSpec.LAST)),
+        (41, struct.pack(">HQ", OffsetSpec.OFFSET, 41)),
+    ],
+    ids=["first", "last chunk", "an offset"],
+)
+def test_a_subscription_starts_where_it_is_asked(offset: object, spec: bytes) -> None:
+    session = Session(username="user", password="secret", vhost="vh")
+    handshake(session)
+    session.subscribe(3, "s", offset, 1)  # type: ignore[arg-type]
+    [(key, r)] = requests(session)
+    r.u32()  # correlation
+    assert key == Key.SUBSCRIBE and r.u8() == 3 and r.string() == "s"
+    assert bytes(r.buf[r.pos : r.pos + len(spec)]) == spec
+    with pytest.raises(ValueError, match="give the offset"):
+        session.subscribe(3, "s", OffsetSpec.TIMESTAMP, 1)
