@@ -134,16 +134,16 @@ class StreamClient:
         # the rest of a large frame begun (a chunk, mostly) straight into its place; else
         # into one buffer reused, from which the session copies each frame out
         into = self.session.into()
-        direct = into is not None and len(into) >= _DIRECT
+        direct = into if into is not None and len(into) >= _DIRECT else None
         try:
-            count = self._sock.recv_into(into if direct else self._received)  # type: ignore[arg-type]
+            count = self._sock.recv_into(self._received if direct is None else direct)
         except TimeoutError:
             return False
         except OSError as exc:
             raise StreamUnavailable(f"the connection to {self.display} broke: {exc}") from None
         if not count:
             raise StreamUnavailable(f"{self.display} closed the stream-protocol connection")
-        if direct:
+        if direct is not None:
             events = self.session.received_into(count)
         else:
             events = self.session.receive(memoryview(self._received)[:count])
