@@ -46,7 +46,8 @@ class Columns:
     shared: SectionEffect | None
     """The leading sections' effect when every message has the same; else see ``effects``."""
     effects: list[SectionEffect] = field(default_factory=list)
-    """Each message's effect, when they differ (empty when ``shared`` is given)."""
+    """Each message's effect, row by row; may be left empty when ``shared`` is given (the
+    layout path leaves it so: every row has ``shared``)."""
     later_headers: dict[int, dict[Any, Any]] = field(default_factory=dict)
     """Application properties after the properties section, by row."""
 
