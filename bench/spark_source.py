@@ -1,11 +1,19 @@
 """Spark source speed: the rabbitmq source vs a plain Python stream consumer vs a parquet copy.
 
 Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
-        [--min-partitions 1] [--max-records-per-partition N] [--stream-port PORT] [--url URL]
-        [--write-docs]
+        [--min-partitions 1] [--max-records-per-partition N] [--stream-port PORT]
+        [--writer amqp|stream] [--url URL] [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
-fresh and filled once), same broker, same run:
+fresh and filled once), same broker, same run. ``--writer`` says how they are written, which
+decides how the broker cuts them into chunks, and the broker's cost of sending a stream goes by
+the chunk (about 150 us of its CPU each on this machine kind):
+- ``amqp`` (the default): rabbitry's Publisher over AMQP 0-9-1 (window 1024, confirms); the
+  broker stores about 40 such messages a chunk;
+- ``stream``: a named producer over the stream protocol, as the Spark sink and the stream
+  clients write (frames of up to the negotiated frame size, a window of unconfirmed messages;
+  the same body with the same routing key); a few thousand messages a chunk.
+The messages a chunk holds on average are printed and reported. Read by:
 - plain consumer: one pika BlockingConnection consuming the stream from ``first`` (prefetch
   2000, a multiple ack every 1000) into a list in memory, until every message arrived.
 - Spark source: ``spark.read.format("rabbitmq")`` on ``local[2]``, over AMQP 0-9-1
@@ -38,14 +46,22 @@ import pika
 from results import Timed, arguments, broker_version, load_average, write_section
 from spark_sink import spark_session
 
+from rabbitry.amqp.settings import ConnectionSettings
 from rabbitry.publisher import Publisher
+from rabbitry.stream import amqp10
+from rabbitry.stream.blocking import DEFAULT_PORT, StreamClient
+from rabbitry.stream.producer import Producer, entries_of
 from rabbitry.uri import mask_uri
 
 SIZE = 1024
 BODY = b"x" * SIZE
 STREAM = "bench.source"
 SUPER = "bench.source.super"
-HEADING = "## Spark source (bench/spark_source.py)"
+HEADINGS = {
+    "amqp": "## Spark source (bench/spark_source.py)",
+    "stream": "## Spark source, streams written over the stream protocol"
+    " (bench/spark_source.py --writer stream)",
+}
 
 
 @dataclass
@@ -81,6 +97,35 @@ def fill(url: str, n: int, partitions: int) -> None:
                 (BODY for _ in range(share)), exchange=SUPER, routing_key=str(i)
             )
             assert all(d.ok for d in out)
+
+
+def fill_streamed(url: str, n: int, partitions: int, port: int) -> None:
+    """The same messages written by a named producer over the stream protocol."""
+    shares = [(STREAM, n, STREAM)] + [
+        (f"{SUPER}-{i}", n // partitions + (1 if i < n % partitions else 0), str(i))
+        for i in range(partitions)
+    ]
+    settings = ConnectionSettings.from_url(url)
+    with StreamClient(settings, port=port) as client, Producer(client, "bench.fill") as producer:
+        for stream, count, key in shares:
+            message = amqp10.encode(BODY, routing_key=key)
+            for start in range(0, count, 10_000):
+                ids = range(start + 1, min(count, start + 10_000) + 1)
+                offsets, entries = entries_of([(i, message) for i in ids])
+                producer.send(stream, offsets, entries)
+        producer.finish()
+
+
+def per_chunk(url: str, n: int, port: int) -> float:
+    """The messages a chunk of the stream holds, on average."""
+    settings = ConnectionSettings.from_url(url)
+    held = chunks = 0
+    with StreamClient(settings, port=port) as client:
+        for chunk in client.read_chunks(STREAM, 0, n + 1):
+            held, chunks = held + chunk.count, chunks + 1
+            if held >= n:
+                break
+    return held / chunks
 
 
 def plain_consumer(url: str, streams: list[str], n: int) -> Result:
@@ -232,12 +277,16 @@ def spark_runs(
 
 
 def render(
-    results: list[Result], args: argparse.Namespace, load: tuple[str, str], version: str
+    results: list[Result],
+    args: argparse.Namespace,
+    load: tuple[str, str],
+    version: str,
+    chunk_size: float,
 ) -> str:
     import pyspark
 
     lines = [
-        HEADING,
+        HEADINGS[args.writer],
         "",
         "```bash",
         f".venv/bin/python bench/spark_source.py --messages {args.messages}"
@@ -249,10 +298,18 @@ def render(
             else ""
         )
         + (f" --stream-port {args.stream_port}" if args.stream_port else "")
+        + (f" --writer {args.writer}" if args.writer != "amqp" else "")
         + " --write-docs",
         "```",
         "",
-        "1 KB messages in one stream and in a super stream, same broker, same run. The plain"
+        "1 KB messages in one stream and in a super stream, same broker, same run, written "
+        + (
+            "by rabbitry's Publisher over AMQP 0-9-1"
+            if args.writer == "amqp"
+            else "by a named producer over the stream protocol (as the Spark sink writes)"
+        )
+        + f": {chunk_size:,.0f} messages a chunk on average, and the broker's cost of sending"
+        " a stream goes by the chunk. The plain"
         " consumer is one pika connection reading every message from `first` into a list"
         " (prefetch 2000, a multiple ack every 1000). The source runs on `local[2]`, over AMQP"
         " 0-9-1 (`protocol=amqp`) and over the stream protocol (`protocol=stream`), timed from"
@@ -317,6 +374,12 @@ def main() -> None:
     parser.add_argument("--min-partitions", type=int, default=1, help="the minPartitions option")
     parser.add_argument("--stream-port", type=int, help="stream protocol port: runs rstream too")
     parser.add_argument(
+        "--writer",
+        choices=("amqp", "stream"),
+        default="amqp",
+        help="how the streams are written: over AMQP 0-9-1, or over the stream protocol",
+    )
+    parser.add_argument(
         "--max-records-per-partition",
         type=int,
         help="the maxRecordsPerPartition option (the source's default: 500,000)",
@@ -329,8 +392,17 @@ def main() -> None:
     load_before = load_average()
     names = fresh_streams(url, args.partitions)
     started = time.perf_counter()
-    fill(url, n, args.partitions)
-    print(f"filled in {time.perf_counter() - started:.1f} s", flush=True)
+    port = args.stream_port or DEFAULT_PORT
+    if args.writer == "stream":
+        fill_streamed(url, n, args.partitions, port)
+    else:
+        fill(url, n, args.partitions)
+    chunk_size = per_chunk(url, n, port)
+    print(
+        f"filled over {args.writer} in {time.perf_counter() - started:.1f} s,"
+        f" {chunk_size:,.0f} messages a chunk",
+        flush=True,
+    )
     spark = spark_session()
     # a read of ten messages starts the Python workers
     source(spark, url, False, protocol="stream", stream_port=args.stream_port).where(
@@ -367,13 +439,13 @@ def main() -> None:
     medians = [sorted(rs, key=lambda r: r.rate)[len(rs) // 2] for rs in runs.values()]
     order = {"stream": 0}
     medians.sort(key=lambda r: order.get(r.target, 1))
-    text = render(medians, args, (load_before, load_average()), broker_version(url))
+    text = render(medians, args, (load_before, load_average()), broker_version(url), chunk_size)
     print()
     print(text)
     fresh_streams(url, args.partitions)  # leave the streams empty
     if args.write_docs:
-        write_section(HEADING, text)
-        print(f"wrote {HEADING!r} in docs/benchmarks.md")
+        write_section(HEADINGS[args.writer], text)
+        print(f"wrote {HEADINGS[args.writer]!r} in docs/benchmarks.md")
 
 
 if __name__ == "__main__":
