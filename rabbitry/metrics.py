@@ -102,7 +102,7 @@ class RabbitryCollector(Collector):
         if self._workers is not None:
             workers = list(self._workers)
         else:
-            workers = [*worker_metrics.LIVE, worker_metrics.RETIRED]
+            workers = [*worker_metrics.LIVE, *worker_metrics.retired()]
         if self._publishers is not None:
             yield from _worker_families(workers)
             yield from _publisher_families(list(self._publishers), None)
@@ -114,20 +114,23 @@ class RabbitryCollector(Collector):
 _Kind = type[CounterMetricFamily] | type[GaugeMetricFamily]
 _WORKER_FAMILIES: tuple[tuple[str, _Kind, str, tuple[str, ...]], ...] = (
     ("messages", CounterMetricFamily, "Deliveries settled by the worker, by outcome.",
-     ("queue", "outcome")),
-    ("received", CounterMetricFamily, "Deliveries received.", ("queue",)),
+     ("vhost", "queue", "outcome")),
+    ("received", CounterMetricFamily, "Deliveries received.", ("vhost", "queue")),
     ("failures", CounterMetricFamily,
-     "Handler failures (each then retried, parked or rejected).", ("queue",)),
-    ("timeouts", CounterMetricFamily, "Handlers that ran past their time-to-run.", ("queue",)),
+     "Handler failures (each then retried, parked or rejected).", ("vhost", "queue")),
+    ("timeouts", CounterMetricFamily, "Handlers that ran past their time-to-run.",
+     ("vhost", "queue")),
     ("immediate_retries", CounterMetricFamily,
      "Handler calls made again in process after a failed call (immediate retries).",
-     ("queue",)),
-    ("retried", CounterMetricFamily, "Messages sent to a retry tier.", ("queue", "tier")),
-    ("in_flight", GaugeMetricFamily, "Deliveries received and not yet settled.", ("queue",)),
+     ("vhost", "queue")),
+    ("retried", CounterMetricFamily, "Messages sent to a retry tier.",
+     ("vhost", "queue", "tier")),
+    ("in_flight", GaugeMetricFamily, "Deliveries received and not yet settled.",
+     ("vhost", "queue")),
     ("kill_switch_state", GaugeMetricFamily,
-     "Workers whose kill switch of the queue is in this state.", ("queue", "state")),
+     "Workers whose kill switch of the queue is in this state.", ("vhost", "queue", "state")),
     ("kill_switch_trips", CounterMetricFamily,
-     "Times a kill switch stopped consuming the queue.", ("queue",)),
+     "Times a kill switch stopped consuming the queue.", ("vhost", "queue")),
 )  # fmt: skip
 """The labelled families of the workers, in the order they are served: name (after
 ``rabbitry_worker_``), kind, help and labels; their values are ``_WorkerSums.families[name]``."""
@@ -140,7 +143,7 @@ class _WorkerSums:
         self.families: dict[str, dict[tuple[str, ...], int]] = {
             name: defaultdict(int) for name, *_ in _WORKER_FAMILIES
         }
-        self.histogram: dict[str, list[Any]] = {}
+        self.histogram: dict[tuple[str, str], list[Any]] = {}
         self.reconnects = 0
 
     def add(self, worker: WorkerMetrics) -> None:
@@ -148,25 +151,26 @@ class _WorkerSums:
         for queue, counters in list(worker.queues.items()):
             self._add_queue(worker, queue, counters)
 
-    def _add_queue(self, worker: WorkerMetrics, queue: str, c: QueueCounters) -> None:
+    def _add_queue(self, worker: WorkerMetrics, name: str, c: QueueCounters) -> None:
         f = self.families
+        queue = (worker.vhost, name)
         tiers = sum(c.retried.values())
         handled = c.acked - tiers - c.parked - c.duplicates - c.cancelled - c.skipped
         settled = (handled, tiers, c.parked, c.rejected, c.requeued, c.duplicates, c.cancelled)
         for outcome, value in zip(OUTCOMES, (*settled, c.skipped), strict=True):
-            f["messages"][(queue, outcome)] += max(0, value)
-        f["received"][(queue,)] += c.received
-        f["failures"][(queue,)] += c.failed
-        f["timeouts"][(queue,)] += c.timeouts
-        f["immediate_retries"][(queue,)] += c.immediate_retries
+            f["messages"][(*queue, outcome)] += max(0, value)
+        f["received"][queue] += c.received
+        f["failures"][queue] += c.failed
+        f["timeouts"][queue] += c.timeouts
+        f["immediate_retries"][queue] += c.immediate_retries
         for tier, count in list(c.retried.items()):
-            f["retried"][(queue, tier)] += count
-        f["in_flight"][(queue,)] += worker.in_flight(queue)
+            f["retried"][(*queue, tier)] += count
+        f["in_flight"][queue] += worker.in_flight(name)
         if c.kill_switch and not worker.settled_only:
             for state in SWITCH_STATES:
-                f["kill_switch_state"][(queue, state)] += c.kill_switch == state
+                f["kill_switch_state"][(*queue, state)] += c.kill_switch == state
         if c.kill_switch_trips:
-            f["kill_switch_trips"][(queue,)] += c.kill_switch_trips
+            f["kill_switch_trips"][queue] += c.kill_switch_trips
         h = self.histogram.setdefault(queue, [[0] * len(c.latency_buckets), 0.0, 0])
         h[0] = [a + b for a, b in zip(h[0], c.latency_buckets, strict=True)]
         h[1] += c.latency_sum
@@ -183,10 +187,10 @@ def _worker_families(workers: list[WorkerMetrics]) -> Iterator[Metric]:
             family.add_metric(list(key), value)
         yield family
     hist = HistogramMetricFamily(
-        "rabbitry_worker_handler_seconds", "Handler run time.", labels=["queue"]
+        "rabbitry_worker_handler_seconds", "Handler run time.", labels=["vhost", "queue"]
     )
     for queue, (counts, total, count) in sorted(sums.histogram.items()):
-        hist.add_metric([queue], _buckets(LATENCY_BUCKETS, counts, count), sum_value=total)
+        hist.add_metric(list(queue), _buckets(LATENCY_BUCKETS, counts, count), sum_value=total)
     yield hist
     yield CounterMetricFamily(
         "rabbitry_worker_reconnects", "Connections re-established.", value=sums.reconnects

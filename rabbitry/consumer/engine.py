@@ -96,7 +96,7 @@ class WorkerCore:
         self._positions = self.streams.positions
         self._offsets = self.streams.offsets
         self.acks = AckTracker(batch=options.ack_batch)
-        self.metrics = WorkerMetrics()
+        self.metrics = WorkerMetrics(vhost=settings.vhost)
         self.session: ConsumerSession | None = None
         self.generation = 0
         self.outbox = Outbox(self)

@@ -1,9 +1,9 @@
-"""Worker counters: plain integers per queue on the hot path.
+"""Worker counters: plain integers per queue on the hot path, a worker's queues all of its vhost.
 
 ``rabbitry.metrics`` turns them into Prometheus metrics (through prometheus-client) when a
 scrape asks for them, so counting costs an integer increment and no lock. A worker's counters
-that are garbage-collected are added to ``RETIRED`` first, so the process's totals never go
-down (Prometheus counters are monotonic).
+that are garbage-collected are added to ``RETIRED`` (per vhost) first, so the process's totals
+never go down (Prometheus counters are monotonic).
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ _COUNTS = tuple(f.name for f in fields(QueueCounters) if f.type == "int")
 class WorkerMetrics:
     """Counters per queue of one worker (``rabbitry.metrics`` exposes every live one)."""
 
-    def __init__(self, *, live: bool = True) -> None:
+    def __init__(self, *, live: bool = True, vhost: str = "/") -> None:
+        self.vhost = vhost
+        """The vhost of the worker's queues: two queues of one name in two vhosts are two."""
         self.queues: dict[str, QueueCounters] = defaultdict(QueueCounters)
         self.reconnects = 0
         self.settled_only = False
@@ -100,17 +102,27 @@ class WorkerMetrics:
         return max(0, c.received - c.acked - c.rejected - c.requeued)
 
 
-RETIRED = WorkerMetrics(live=False)
-"""The summed counters of this process's workers that were garbage-collected."""
-RETIRED.settled_only = True
+RETIRED: dict[str, WorkerMetrics] = {}
+"""The summed counters of this process's workers that were garbage-collected, by vhost."""
 _retired_lock = threading.Lock()
+
+
+def retired() -> list[WorkerMetrics]:
+    """The retired workers' counters, one per vhost."""
+    with _retired_lock:
+        return list(RETIRED.values())
 
 
 def _retire(attributes: Mapping[str, object]) -> None:
     queues = attributes["queues"]
     reconnects = attributes["reconnects"]
-    assert isinstance(queues, dict) and isinstance(reconnects, int)
+    vhost = attributes["vhost"]
+    assert isinstance(queues, dict) and isinstance(reconnects, int) and isinstance(vhost, str)
     with _retired_lock:
-        RETIRED.reconnects += reconnects
+        into = RETIRED.get(vhost)
+        if into is None:
+            into = RETIRED[vhost] = WorkerMetrics(live=False, vhost=vhost)
+            into.settled_only = True
+        into.reconnects += reconnects
         for queue, counters in list(queues.items()):
-            RETIRED.queues[queue].add(counters)
+            into.queues[queue].add(counters)

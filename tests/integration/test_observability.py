@@ -81,21 +81,21 @@ def test_the_metrics_endpoint_counts_handled_retried_and_parked_messages(broker:
     finally:
         server.shutdown()
 
-    q = ("queue", "work")
+    q, v = ("queue", "work"), ("vhost", broker.vhost)
     scraped = (samples(text), samples(negotiated.text, openmetrics=True))
     for after, base in zip(scraped, before, strict=True):
         found = {key: value - base.get(key, 0.0) for key, value in after.items()}
         outcomes = {
             dict(labels)["outcome"]: value
             for (name, labels), value in found.items()
-            if name == "rabbitry_worker_messages_total"
+            if name == "rabbitry_worker_messages_total" and q in labels and v in labels
         }
         assert (outcomes["handled"], outcomes["retried"], outcomes["parked"]) == (5, 2, 2)
-        assert found[("rabbitry_worker_received_total", (q,))] == 9  # 5 + 2 x 2 attempts
-        assert found[("rabbitry_worker_failures_total", (q,))] == 4
-        assert found[("rabbitry_worker_retried_total", (q, ("tier", "300ms")))] == 2
-        assert found[("rabbitry_worker_in_flight", (q,))] == 0
-        assert found[("rabbitry_worker_handler_seconds_count", (q,))] == 9
+        assert found[("rabbitry_worker_received_total", (q, v))] == 9  # 5 + 2 x 2 attempts
+        assert found[("rabbitry_worker_failures_total", (q, v))] == 4
+        assert found[("rabbitry_worker_retried_total", (q, ("tier", "300ms"), v))] == 2
+        assert found[("rabbitry_worker_in_flight", (q, v))] == 0
+        assert found[("rabbitry_worker_handler_seconds_count", (q, v))] == 9
         assert found[("rabbitry_publisher_messages_total", (("outcome", "confirmed"),))] >= 7
         assert found[("rabbitry_publisher_confirm_seconds_count", ())] >= 7
     assert negotiated.headers["content-type"].startswith("application/openmetrics-text")

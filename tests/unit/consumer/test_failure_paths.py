@@ -141,8 +141,9 @@ def test_immediate_retries_are_counted_per_queue_in_the_worker_metrics(tmp_path:
     assert asyncio.run(async_harness.deliver_async("orders", b"x")).retried
     assert async_harness.metrics["orders"].immediate_retries == 2
     family = scrape(RabbitryCollector(workers=[harness.metrics, async_harness.metrics]))
-    assert family["rabbitry_worker_immediate_retries_total[('queue', 'orders')]"] == 4
-    assert family["rabbitry_worker_immediate_retries_total[('queue', 'plain')]"] == 0
+    v = ("vhost", harness.metrics.vhost)
+    assert family[f"rabbitry_worker_immediate_retries_total{[('queue', 'orders'), v]}"] == 4
+    assert family[f"rabbitry_worker_immediate_retries_total{[('queue', 'plain'), v]}"] == 0
 
 
 def test_sync_handlers_of_the_async_worker_are_called_again_too(tmp_path: Path) -> None:

@@ -68,16 +68,16 @@ def test_worker_counters_scrape_through_prometheus_client() -> None:
         samples = scrape(
             RabbitryCollector(workers=[metrics], publishers=[]), openmetrics=openmetrics
         )
-        q = ("queue", "orders.work")
-        assert samples[f"rabbitry_worker_received_total{[q]}"] == 7
-        assert samples[f"rabbitry_worker_failures_total{[q]}"] == 3
-        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q]}"] == 2
-        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'retried'), q]}"] == 2
-        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'parked'), q]}"] == 1
-        assert samples[f"rabbitry_worker_retried_total{[q, ('tier', '1s')]}"] == 2
-        assert samples[f"rabbitry_worker_in_flight{[q]}"] == 2
-        assert samples[f"rabbitry_worker_handler_seconds_bucket{[('le', '0.005'), q]}"] == 1
-        assert samples[f"rabbitry_worker_handler_seconds_count{[q]}"] == 1
+        q, v = ("queue", "orders.work"), ("vhost", "/")
+        assert samples[f"rabbitry_worker_received_total{[q, v]}"] == 7
+        assert samples[f"rabbitry_worker_failures_total{[q, v]}"] == 3
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q, v]}"] == 2
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'retried'), q, v]}"] == 2
+        assert samples[f"rabbitry_worker_messages_total{[('outcome', 'parked'), q, v]}"] == 1
+        assert samples[f"rabbitry_worker_retried_total{[q, ('tier', '1s'), v]}"] == 2
+        assert samples[f"rabbitry_worker_in_flight{[q, v]}"] == 2
+        assert samples[f"rabbitry_worker_handler_seconds_bucket{[('le', '0.005'), q, v]}"] == 1
+        assert samples[f"rabbitry_worker_handler_seconds_count{[q, v]}"] == 1
     assert metrics.total("retried") == 2
 
 
@@ -176,6 +176,6 @@ def test_a_skipped_stream_failure_is_its_own_outcome_not_a_handled_one() -> None
     counters.received = counters.acked = 3  # 2 handled, 1 failed and skipped
     counters.failed = counters.skipped = 1
     samples = scrape(RabbitryCollector(workers=[metrics], publishers=[]), openmetrics=False)
-    q = ("queue", "events")
-    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q]}"] == 2
-    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'skipped'), q]}"] == 1
+    q, v = ("queue", "events"), ("vhost", "/")
+    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'handled'), q, v]}"] == 2
+    assert samples[f"rabbitry_worker_messages_total{[('outcome', 'skipped'), q, v]}"] == 1

@@ -135,10 +135,11 @@ def test_the_state_and_the_trips_are_prometheus_metrics() -> None:
         for s in family.samples
     }
     state = "rabbitry_worker_kill_switch_state"
-    assert samples[(state, (("queue", "payments"), ("state", "open")))] == 1
-    assert samples[(state, (("queue", "payments"), ("state", "closed")))] == 0
+    v = ("vhost", harness.metrics.vhost)
+    assert samples[(state, (("queue", "payments"), ("state", "open"), v))] == 1
+    assert samples[(state, (("queue", "payments"), ("state", "closed"), v))] == 0
     assert not any(k[0] == state and ("queue", "emails") in k[1] for k in samples)
-    assert samples[("rabbitry_worker_kill_switch_trips_total", (("queue", "payments"),))] == 1
+    assert samples[("rabbitry_worker_kill_switch_trips_total", (("queue", "payments"), v))] == 1
 
 
 def test_a_harness_question_about_a_queue_without_a_switch_says_which_have_one() -> None:
