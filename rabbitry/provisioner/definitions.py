@@ -267,6 +267,16 @@ def check_server_named_bindings(
         raise SpecError(problems)
 
 
+def refused_at(data: JSONDict, version: Version, file: str | None = None) -> list[str]:
+    """What the broker at ``version`` would refuse of the definitions file (``plan
+    --target-version``: a file the broker of today takes, the version planned for may not)."""
+    try:
+        check_server_named_bindings(data, version, file, runs="the target is")
+    except SpecError as refused:
+        return [problem.message for problem in refused.problems]
+    return []
+
+
 def topology_from_definitions(
     data: JSONDict, name: str, file: str | None = None, version: Version | None = None
 ) -> Imported:

@@ -9,7 +9,7 @@ under the stack's lock, from what was read after an early claim when it held (``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -58,12 +58,15 @@ def plan_topology(
     target_version: Version | None = None,
     *,
     applying: bool = False,
+    refused_ahead: Sequence[str] = (),
 ) -> Plan:
     """Check the broker can hold ``topology``, then plan against what it has; message counts
     of queues it would replace or delete come exact from ``counter`` (an ``AmqpQueueCounter``)
     when it reaches them, from the management statistics otherwise. With ``target_version``,
-    the plan's warnings also say what the broker at that version would refuse or change.
-    ``applying``: the plan is for an apply, which ``refuse_unknown_owners`` may refuse."""
+    the plan's warnings also say what the broker at that version would refuse or change (with
+    ``refused_ahead``: what it would refuse that the topology no longer shows, a definitions
+    file's entries left out for today's broker). ``applying``: the plan is for an apply, which
+    ``refuse_unknown_owners`` may refuse."""
     report = check_capabilities(client, topology)
     _refuse(report, report.lacking(), "spec", "changed")
     state = _state_for(client, topology, topology.name, counter=counter)
@@ -83,7 +86,7 @@ def plan_topology(
     version_warnings = (
         *report.kept(declared),
         *report.notes,
-        *upgrade_warnings(report, target_version),
+        *upgrade_warnings(report, target_version, refused_ahead),
     )
     version_warnings += unknown_owner_warnings(state)
     if harm or version_warnings:
@@ -155,14 +158,18 @@ def declared_by(the_plan: Plan) -> Callable[[ResourceKey], bool]:
     return keys.__contains__
 
 
-def upgrade_warnings(report: CapabilityReport, target: Version | None) -> list[str]:
-    """What the spec would meet on the broker at ``target``: refusals first, then what the
-    target ignores or changes (a new default crossed on the way up)."""
+def upgrade_warnings(
+    report: CapabilityReport, target: Version | None, refused_ahead: Sequence[str] = ()
+) -> list[str]:
+    """What the spec would meet on the broker at ``target``: refusals first (``refused_ahead``,
+    found before the topology was made, among them), then what the target ignores or changes
+    (a new default crossed on the way up)."""
     if target is None:
         return []
     now = report.broker.version
     upgrading_from = now if now and now < target else None
     refused, noted = version_notices(report.needs, target, upgrading_from, "the target is")
+    refused = [*refused_ahead, *refused]
     shown = format_version(target)
     if not refused and not noted:
         return [f"RabbitMQ {shown}: nothing in this spec is refused or changed"]

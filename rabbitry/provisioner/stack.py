@@ -109,7 +109,8 @@ def plan(
         AmqpQueueCounter(target.endpoints) as counter,
         report.step("reading the broker's state"),
     ):
-        made = plan_topology(client, topology, counter, upgrade)
+        refused = _refused_ahead(spec, upgrade)
+        made = plan_topology(client, topology, counter, upgrade, refused_ahead=refused)
         the_plan = _targeted(made, targets, report)
         made_against = broker_identity(client) if save_to is not None else None
     shown = mask_uri(target.endpoints.management_url)
@@ -117,6 +118,18 @@ def plan(
     if save_to is not None and made_against is not None:
         write_private(save_to, SavedPlan.of(the_plan, made_against, shown).to_text())
     return the_plan
+
+
+def _refused_ahead(spec: str | Path | Spec, upgrade: Version | None) -> list[str]:
+    """What the version a plan looks ahead to would refuse of a definitions file that the
+    topology made for today's broker no longer shows (an entry left out)."""
+    if upgrade is None or not isinstance(spec, str | Path):
+        return []
+    from rabbitry.provisioner.definitions import refused_at
+    from rabbitry.provisioner.early import definitions_in
+
+    data = definitions_in(Path(spec))
+    return refused_at(data, upgrade, str(spec)) if data is not None else []
 
 
 def apply(

@@ -161,6 +161,28 @@ def test_a_server_named_binding_is_refused_exactly_where_the_broker_s_import_ref
         broker.http.delete(f"/global-parameters/{quote('rabbitry.stack.' + broker.stack)}")
 
 
+def test_a_plan_toward_4_3_says_it_would_refuse_a_binding_the_broker_takes_today(
+    broker: Broker,
+) -> None:
+    # a 3.x broker takes the file (the binding left out); a plan looking ahead to 4.3 warns
+    source = broker.tmp / f"{broker.stack}-ahead.json"
+    source.write_text(json.dumps(server_named_binding(broker.vhost, "3.7.13")))
+    planned = CliRunner().invoke(
+        cli,
+        ["plan", str(source), "--target-version", "4.3", "--management-url",
+         broker.management_url, "--url", broker.amqp_url],
+    )  # fmt: skip
+    if version_of(broker) >= (4, 0):  # the broker itself refuses it: so does the plan
+        assert planned.exit_code == 1, planned.output
+        assert "(the broker runs" in planned.output
+        return
+    assert planned.exit_code == 0, planned.output
+    assert "left out: binding" in planned.output
+    assert "RabbitMQ 4.3 would refuse: binding" in planned.output
+    assert "(the target is 4.3)" in planned.output
+    assert "nothing in this spec is refused" not in planned.output
+
+
 @pytest.mark.parametrize(
     ("apply_to", "definition"),
     [

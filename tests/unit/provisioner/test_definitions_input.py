@@ -12,6 +12,7 @@ import pytest
 from rabbitry.errors import SpecError
 from rabbitry.provisioner.definitions import (
     check_definitions,
+    refused_at,
     scoped,
     spec_of_definitions,
     topology_from_definitions,
@@ -409,3 +410,21 @@ def test_a_vhost_s_deletion_protection_comes_through_a_definitions_file(
         "vhosts"
     ]
     assert written.get("protected_from_deletion", False) is protected
+
+
+@pytest.mark.parametrize(("upgrade", "refused"), [((4, 3, 0), True), ((3, 13, 7), False)])
+def test_what_a_version_planned_for_would_refuse_of_a_file_today_s_broker_takes(
+    upgrade: tuple[int, ...], refused: bool
+) -> None:
+    """``plan --target-version 4.3`` against a 3.10 broker: the file is taken as 3.10 takes it
+    (the binding left out), and the version planned for is asked apart."""
+    data = server_named_binding("3.10.8")
+    imported = topology_from_definitions(data, "defs", "defs.json", version=(3, 10, 8))
+    assert "binding v/amq.topic -> amq.gen-x1" in "\n".join(imported.left_out)
+    found = refused_at(data, upgrade, "defs.json")
+    if refused:
+        (line,) = found
+        assert line.startswith("binding v/amq.topic -> amq.gen-x1 (routing key 'orders.#')")
+        assert "(the target is 4.3.0)" in line
+    else:
+        assert found == []
