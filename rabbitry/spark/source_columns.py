@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rabbitry.spark.source_layout import Columns, layout_batch
+from rabbitry.spark.source_layout import Columns, Scratch, layout_batch
 from rabbitry.spark.source_rows import PROPERTY_FIELDS, header_text
 from rabbitry.stream.columns import PROPERTY_SLOTS, Layout, MessageColumns, SectionEffect
 from rabbitry.stream.frames import Chunk
@@ -76,6 +76,7 @@ class _Batches:
         self.layout: Layout | None = None
         self.misses = 0
         self.wait = 0
+        self.scratch = Scratch()
 
     def batch(self, held: list[Chunk]) -> pa.RecordBatch:
         if self.layout is None:
@@ -83,7 +84,7 @@ class _Batches:
             if first is not None:
                 self.layout = MessageColumns.layout_of(first.records[0])
         if self.layout is not None and self.wait == 0:
-            arrays = layout_batch(held, self.layout)
+            arrays = layout_batch(held, self.layout, self.scratch)
             if arrays is not None:
                 self.misses = 0
                 return assemble(self.schema, arrays, self.stream)

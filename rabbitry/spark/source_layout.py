@@ -3,11 +3,12 @@
 One publisher's messages mostly differ only in their message id and such strings (of one
 length), their creation time and their body (``rabbitry.stream.columns.Layout``). For those
 the only work per message in Python is finding where each record ends; the chunks' entries are
-then joined into one buffer and read as one Arrow binary array, an item per record (its 4-byte
-size, then the record), and every column is a slice of all the items at once: the constant
-bytes compared, the body size checked against the record's, the strings and the creation time
-cut out, the bodies copied in one pass. A batch any message of which is laid out otherwise is
-not made here (``None``): the caller reads it message by message.
+then copied into one buffer (``Scratch``: the same buffer batch after batch) and read as one
+Arrow binary array, an item per record (its 4-byte size, then the record), and every column is
+a slice of all the items at once: the constant bytes compared, the body size checked against
+the record's, the strings and the creation time cut out, the bodies copied in one pass. A batch
+any message of which is laid out otherwise is not made here (``None``): the caller reads it
+message by message.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rabbitry.stream.amqp10 import PROPERTY_SLOTS
 from rabbitry.stream.columns import Layout, SectionEffect
 from rabbitry.stream.frames import Chunk
 
-__all__ = ["Columns", "layout_batch"]
+__all__ = ["Columns", "Scratch", "layout_batch"]
 
 _U32 = struct.Struct(">I")
 _TO_END = (1 << 31) - 1
@@ -52,10 +53,32 @@ class Columns:
     """Application properties after the properties section, by row."""
 
 
-def layout_batch(chunks: list[Chunk], layout: Layout) -> Columns | None:
+class Scratch:
+    """The buffer a batch's records are joined in, written over by the next batch of the same
+    read: a fresh buffer of a batch's size (up to 64 MiB) cost more in page faults than the
+    copy into it (0.65 s against 0.1 s of CPU for 500,000 1 KB messages). Nothing a batch's
+    columns hold shares it: every column is cut out of it into buffers of its own."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def joined(self, pieces: list[memoryview], size: int) -> pa.Buffer:
+        if len(self._buffer) < size:
+            self._buffer = bytearray(size)
+        buffer, at = self._buffer, 0
+        for piece in pieces:
+            buffer[at : at + len(piece)] = piece
+            at += len(piece)
+        return pa.py_buffer(memoryview(buffer)[:size])
+
+
+def layout_batch(
+    chunks: list[Chunk], layout: Layout, scratch: Scratch | None = None
+) -> Columns | None:
     """The columns of the records ``chunks`` keep when every one has ``layout``; None when
-    any has not, or a chunk holds a sub-entry batch or was read record by record."""
-    items = _items(chunks)
+    any has not, or a chunk holds a sub-entry batch or was read record by record. The records
+    are joined in ``scratch`` (a fresh one by default), which the columns do not keep."""
+    items = _items(chunks, scratch or Scratch())
     if items is None:
         return None
     records, offsets = items
@@ -96,7 +119,7 @@ def layout_batch(chunks: list[Chunk], layout: Layout) -> Columns | None:
     )
 
 
-def _items(chunks: list[Chunk]) -> tuple[pa.Array, pa.Array] | None:
+def _items(chunks: list[Chunk], scratch: Scratch) -> tuple[pa.Array, pa.Array] | None:
     """The records kept by ``chunks`` as one binary array (each item a record's 4-byte size,
     then the record) and their offsets; None when a chunk's entries are not plain records."""
     pieces: list[memoryview] = []
@@ -133,7 +156,7 @@ def _items(chunks: list[Chunk]) -> tuple[pa.Array, pa.Array] | None:
     n = len(offsets)
     if not n:
         return None
-    joined = pa.py_buffer(b"".join(pieces))
+    joined = scratch.joined(pieces, base)
     records = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(array("i", ends)), joined])
     return records, pa.array(offsets, pa.int64())
 

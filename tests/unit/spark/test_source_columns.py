@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rabbitry.spark.reader import arrow_batches, arrow_schema
 from rabbitry.spark.source_columns import chunk_batches
-from rabbitry.spark.source_layout import layout_batch
+from rabbitry.spark.source_layout import Scratch, layout_batch
 from rabbitry.spark.source_rows import stream_row_of
 from rabbitry.stream import amqp10
 from rabbitry.stream.columns import MessageColumns
@@ -243,8 +243,8 @@ def test_after_a_batch_the_layout_path_cannot_read_it_is_tried_again_later(
 
     answers: list[bool] = []
 
-    def counted(chunks: list[Chunk], layout: Any) -> Any:
-        found = layout_batch(chunks, layout)
+    def counted(chunks: list[Chunk], layout: Any, scratch: Any) -> Any:
+        found = layout_batch(chunks, layout, scratch)
         answers.append(found is not None)
         return found
 
@@ -255,3 +255,27 @@ def test_after_a_batch_the_layout_path_cannot_read_it_is_tried_again_later(
     assert _column_path(chunks, "s", rows=4).equals(_row_path(chunks, "s"))
     # the first batch is read message by message, the next too (waiting), then by layout
     assert answers == [False] + [True] * 19
+
+
+def test_a_batch_keeps_nothing_of_the_buffer_the_next_batch_is_joined_in() -> None:
+    """The records of each batch are joined in one buffer the next batch writes over: a batch
+    already handed on must hold its own copies (a column sharing that buffer would change)."""
+    first = _publishers(40)
+    second = [amqp10.encode(b"y" * (i * 53 % 700), message_id=f"ix-{i:08d}", routing_key="k",
+              timestamp=STAMP) for i in range(40)]  # fmt: skip
+    chunks = _chunks(first, [8] * 5, frames=True) + _chunks(second, [8] * 5, 40, frames=True)
+    expected = [_row_path(chunks[:5], "s"), _row_path(chunks[5:], "s")]
+    batches = list(chunk_batches(chunks, "s", arrow_schema(), 40))
+    assert len(batches) == 2
+    for batch, rows in zip(batches, expected, strict=True):
+        assert pa.Table.from_batches([batch]).equals(rows)
+    scratch = Scratch()
+    layout = MessageColumns.layout_of(memoryview(first[0]))
+    assert layout is not None
+    kept = layout_batch(chunks[:5], layout, scratch)
+    assert kept is not None
+    bodies, ids = kept.bodies.to_pylist(), kept.strings["message_id"].to_pylist()
+    assert layout_batch(chunks[5:], layout, scratch) is not None  # the same buffer, written over
+    assert kept.bodies.to_pylist() == bodies
+    assert kept.strings["message_id"].to_pylist() == ids == [f"id-{i:08d}" for i in range(40)]
+    assert bodies[1] == b"b" * 37
