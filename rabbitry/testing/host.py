@@ -121,7 +121,8 @@ def engine_containers(
 
     The engine lists, then each container is read on its own; one removed in between (another
     test's broker ending, say) is simply no longer there, not an error. ``client.containers.list``
-    would raise ``NotFound`` for it and fail the caller over a container it never cared about.
+    would raise for it and fail the caller over a container it never cared about. Docker
+    answers such a read 404 (``NotFound``); Podman 500, "no such container".
     An engine that cannot list at all answers nothing: what asked will fail on its next call
     with the engine's own error.
     """
@@ -129,12 +130,16 @@ def engine_containers(
         summaries = client.api.containers(all=True, filters=dict(filters or {}))
     except Exception:
         return []
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     found = []
     for summary in summaries:
-        with contextlib.suppress(NotFound):
+        try:
             found.append(client.api.inspect_container(summary["Id"]))
+        except APIError as error:
+            said = str(error.explanation or "").lower()
+            if not (isinstance(error, NotFound) or "no such container" in said):
+                raise
     return found
 
 

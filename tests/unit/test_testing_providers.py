@@ -498,9 +498,11 @@ def test_plugin_fails_the_broker_tests_when_the_broker_asked_for_cannot_be_had(
 
 class _RacingEngineApi:
     """An engine's API as docker-py calls it: it lists three containers, one of which is removed
-    before it can be read (another test's broker ending between the list and the inspect)."""
+    before it can be read (another test's broker ending between the list and the inspect), and
+    says so as Docker does (404) or as Podman does (500, "no such container")."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "docker") -> None:
+        self.engine = engine
         self.removed: list[str] = []
         self.inspected: list[str] = []
 
@@ -508,11 +510,16 @@ class _RacingEngineApi:
         return [{"Id": "a"}, {"Id": "gone"}, {"Id": "c"}]
 
     def inspect_container(self, container_id: str) -> dict[str, object]:
-        from docker.errors import NotFound
+        from docker.errors import APIError, NotFound
 
         self.inspected.append(container_id)
-        if container_id == "gone":
+        if container_id == "gone" and self.engine == "docker":
             raise NotFound(f"no container with name or ID {container_id!r} found")
+        if container_id == "gone":
+            said = f"container {container_id} does not exist in database: no such container"
+            raise APIError("500 Server Error: Internal Server Error", explanation=said)
+        if container_id == "broken":
+            raise APIError("500 Server Error: Internal Server Error", explanation="disk full")
         port = {"a": "35672", "c": "45672"}[container_id]
         # c's owner was a process on this host that has exited; a's is on another host.
         owner = f"{socket.gethostname()}:999999999:1" if container_id == "c" else "elsewhere:1:1"
@@ -528,14 +535,26 @@ class _RacingEngineApi:
 
 
 class _RacingEngine:
-    def __init__(self) -> None:
-        self.api = _RacingEngineApi()
+    def __init__(self, engine: str = "docker") -> None:
+        self.api = _RacingEngineApi(engine)
 
 
-def test_a_container_removed_while_the_engine_is_read_is_passed_over_not_an_error() -> None:
-    engine = _RacingEngine()
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+def test_a_container_removed_while_the_engine_is_read_is_passed_over_not_an_error(
+    kind: str,
+) -> None:
+    engine = _RacingEngine(kind)
     ports = published_host_ports(engine)  # type: ignore[arg-type]
     assert ports == {35672: "broker-a", 45672: "broker-c"}
     assert engine.api.inspected == ["a", "gone", "c"]
     assert reap_orphans(engine) == ["broker-c"]  # type: ignore[arg-type]
     assert engine.api.removed == ["c"]
+
+
+def test_an_engine_error_other_than_a_removed_container_is_not_passed_over() -> None:
+    from docker.errors import APIError
+
+    engine = _RacingEngine()
+    engine.api.containers = lambda all, filters: [{"Id": "a"}, {"Id": "broken"}]  # type: ignore[method-assign]
+    with pytest.raises(APIError, match="500"):
+        published_host_ports(engine)  # type: ignore[arg-type]
