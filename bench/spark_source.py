@@ -87,14 +87,18 @@ def fresh_streams(url: str, partitions: int) -> list[str]:
     return names
 
 
+def share(n: int, partitions: int, i: int) -> int:
+    """The messages partition ``i`` of the super stream gets of ``n``."""
+    return n // partitions + (1 if i < n % partitions else 0)
+
+
 def fill(url: str, n: int, partitions: int) -> None:
     with Publisher(url, window=1024) as publisher:
         out = publisher.publish_many((BODY for _ in range(n)), routing_key=STREAM)
         assert all(d.ok for d in out)
         for i in range(partitions):
-            share = n // partitions + (1 if i < n % partitions else 0)
             out = publisher.publish_many(
-                (BODY for _ in range(share)), exchange=SUPER, routing_key=str(i)
+                (BODY for _ in range(share(n, partitions, i))), exchange=SUPER, routing_key=str(i)
             )
             assert all(d.ok for d in out)
 
@@ -102,8 +106,7 @@ def fill(url: str, n: int, partitions: int) -> None:
 def fill_streamed(url: str, n: int, partitions: int, port: int) -> None:
     """The same messages written by a named producer over the stream protocol."""
     shares = [(STREAM, n, STREAM)] + [
-        (f"{SUPER}-{i}", n // partitions + (1 if i < n % partitions else 0), str(i))
-        for i in range(partitions)
+        (f"{SUPER}-{i}", share(n, partitions, i), str(i)) for i in range(partitions)
     ]
     settings = ConnectionSettings.from_url(url)
     with StreamClient(settings, port=port) as client, Producer(client, "bench.fill") as producer:
