@@ -104,12 +104,12 @@ def plan(
         **broker,
     )
     topology = target.topology_alone()
+    refused = _refused_ahead(spec, upgrade)  # of the file, read once already: no broker read
     with (
         target.client or target.endpoints.management() as client,
         AmqpQueueCounter(target.endpoints) as counter,
         report.step("reading the broker's state"),
     ):
-        refused = _refused_ahead(spec, upgrade)
         made = plan_topology(client, topology, counter, upgrade, refused_ahead=refused)
         the_plan = _targeted(made, targets, report)
         made_against = broker_identity(client) if save_to is not None else None
