@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +31,7 @@ from rabbitry.testing import (
     find_engine,
     vhost_exists,
 )
+from rabbitry.testing.container_recipe import STREAM_READ_AHEAD
 from rabbitry.testing.host import docker_client, engine_containers, free_port, require_engine
 from rabbitry.testing.plugin import BrokerFactory
 
@@ -179,6 +181,12 @@ def test_dev_broker_outlives_the_command(tmp_path: Path, monkeypatch: pytest.Mon
         assert f"@127.0.0.1:{stream_port}/" in env
         assert answers_stream_protocol("127.0.0.1", stream_port)
 
+        def run(*argv: str) -> tuple[int, str]:
+            code, output = container.exec_run(list(argv))
+            return int(code), output.decode(errors="replace")
+
+        assert read_ahead_of(run) == f"{{ok,{STREAM_READ_AHEAD}}}"
+
         again = runner.invoke(cli, ["dev-broker", "up", "--name", name])
         assert again.exit_code == 0, again.output
         assert (
@@ -201,11 +209,23 @@ def answers_stream_protocol(host: str, port: int) -> bool:
     return len(header) == 8 and struct.unpack(">H", header[4:6])[0] == 0x8011
 
 
+def read_ahead_of(run: Callable[..., tuple[int, str]]) -> str:
+    """The broker's stream read-ahead as its node holds it (``run``: a command in its container)."""
+    code, output = run(
+        "rabbitmqctl", "-q", "eval", "application:get_env(rabbit, stream_read_ahead)."
+    )
+    assert code == 0, output
+    return output.strip()
+
+
 @pytest.mark.broker
 def test_container_brokers_offer_the_stream_protocol(rabbitmq_broker_factory: Any) -> None:
-    broker = rabbitmq_broker_factory().broker
+    handle = rabbitmq_broker_factory()
+    broker = handle.broker
     assert broker.stream_port is not None
     assert answers_stream_protocol(broker.host, broker.stream_port)
+    # and read streams of small chunks ahead (RabbitMQ 4.2.1+; older ones keep it unread)
+    assert read_ahead_of(handle.exec) == f"{{ok,{STREAM_READ_AHEAD}}}"
 
 
 def _silence(container: Any) -> None:

@@ -410,6 +410,7 @@ def test_container_brokers_enable_streams_advertised_where_published() -> None:
     assert "rabbitmq_stream" in env["RABBITMQ_ENABLED_PLUGINS"].split(",")
     assert env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"] == (
         '-rabbitmq_stream advertised_host "127.0.0.1" -rabbitmq_stream advertised_port 40001'
+        " -rabbit stream_read_ahead 1048576"  # read by RabbitMQ 4.2.1+: small chunks read fast
     )
     with pytest.raises(ValueError, match="5552"):
         start_broker(extra_ports=[5552])
