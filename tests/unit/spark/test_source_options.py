@@ -10,7 +10,7 @@ import pytest
 from rabbitry.consumer.message import IncomingMessage
 from rabbitry.spark.offsets import OffsetKind
 from rabbitry.spark.options import SourceOptionError
-from rabbitry.spark.reader import SOURCE_TYPE, arrow_batches
+from rabbitry.spark.reader import BATCH_ROWS, SOURCE_TYPE, arrow_batches
 from rabbitry.spark.source_options import DEFAULT_PARTITION_SIZE, SourceOptions
 from rabbitry.spark.source_rows import COLUMNS, PROPERTY_FIELDS, header_text, row_of
 
@@ -113,9 +113,9 @@ def test_rows_become_arrow_batches_of_the_schema_spark_expects() -> None:
 
     assert tuple(SOURCE_TYPE.names) == COLUMNS
     message = IncomingMessage.build(b"x", queue="s", message_id="m", headers={"k": "v"})
-    rows = [row_of(message, "s", i) for i in range(5000)]
+    rows = [row_of(message, "s", i) for i in range(BATCH_ROWS + 904)]
     batches = list(arrow_batches(rows))
-    assert [b.num_rows for b in batches] == [4096, 904]
+    assert [b.num_rows for b in batches] == [BATCH_ROWS, 904]
     assert all(b.schema.equals(to_arrow_schema(SOURCE_TYPE, timezone="UTC")) for b in batches)
     first = batches[0].slice(0, 1).to_pylist()[0]
     assert (first["offset"], first["headers"], first["properties"]["message_id"]) == (
