@@ -52,21 +52,37 @@ such messages over the stream protocol on RabbitMQ 4.3: the broker's CPU 1.6 -> 
 2.0 -> 0.65 s; streams of large chunks read as before (bench/spark_source.py, docs/spark.md)."""
 
 
+ERL_ARGS = "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"
+
+
 def stream_environment(advertised_host: str, advertised_port: int) -> dict[str, str]:
     """Container variables enabling the stream protocol, advertised at the published address,
     and its readers' read-ahead (``STREAM_READ_AHEAD``).
 
     Both images start ``rabbitmq-server``, which reads these two variables itself. A caller's
-    own ``RABBITMQ_ENABLED_PLUGINS`` (a broker without the stream plugin, say) wins over these.
+    own ``RABBITMQ_ENABLED_PLUGINS`` (a broker without the stream plugin, say) wins over these;
+    a caller's own Erlang arguments are added before them (``with_caller_environment``).
     """
     return {
         "RABBITMQ_ENABLED_PLUGINS": ",".join(DEFAULT_PLUGINS),
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
+        ERL_ARGS: (
             f'-rabbitmq_stream advertised_host "{advertised_host}" '
             f"-rabbitmq_stream advertised_port {advertised_port} "
             f"-rabbit stream_read_ahead {STREAM_READ_AHEAD}"
         ),
     }
+
+
+def with_caller_environment(streams: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` over ``streams``, but for the Erlang arguments, which are joined: the caller's
+    come first, so where both set one parameter (``-rabbit stream_read_ahead``, say) the
+    caller's value is the broker's (Erlang keeps the first of a parameter given twice), and
+    the stream settings the caller does not name stay (a TLS listener given this way would
+    otherwise leave the stream port advertised as the container's own)."""
+    merged = {**streams, **env}
+    if env.get(ERL_ARGS) and streams.get(ERL_ARGS):
+        merged[ERL_ARGS] = f"{env[ERL_ARGS]} {streams[ERL_ARGS]}"
+    return merged
 
 
 class NetworkName:
@@ -138,7 +154,7 @@ class ContainerRecipe:
             password=self.password,
             erlang_cookie=self.erlang_cookie,
             nodename=self.nodename,
-            env={**streams, **self.env},
+            env=with_caller_environment(streams, self.env),
         ).items():
             container.with_env(key, value)
         extra: dict[str, Any] = {"labels": {OWNER_LABEL: self.owner, ROLE_LABEL: "test-broker"}}
@@ -167,6 +183,7 @@ def ports_in_use(engine: ContainerEngine) -> Collection[int]:
 
 __all__ = [
     "DEFAULT_PLUGINS",
+    "ERL_ARGS",
     "STREAM_PORT",
     "STREAM_READ_AHEAD",
     "ChosenPorts",
@@ -175,4 +192,5 @@ __all__ = [
     "PortRequest",
     "ports_in_use",
     "stream_environment",
+    "with_caller_environment",
 ]

@@ -228,6 +228,21 @@ def test_container_brokers_offer_the_stream_protocol(rabbitmq_broker_factory: An
     assert read_ahead_of(handle.exec) == f"{{ok,{STREAM_READ_AHEAD}}}"
 
 
+@pytest.mark.broker
+def test_a_callers_erlang_arguments_add_to_the_stream_ones(rabbitmq_broker_factory: Any) -> None:
+    """Given with ``env``, they join rabbitry's: the stream port stays advertised where it is
+    published, and a parameter both set is the caller's."""
+    handle = rabbitmq_broker_factory(
+        env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-rabbit stream_read_ahead 8192"}
+    )
+    assert read_ahead_of(handle.exec) == "{ok,8192}"
+    code, output = handle.exec(
+        "rabbitmqctl", "-q", "eval", "application:get_env(rabbitmq_stream, advertised_port)."
+    )
+    assert code == 0, output
+    assert output.strip() == f"{{ok,{handle.broker.stream_port}}}"
+
+
 def _silence(container: Any) -> None:
     """Kill the container's processes behind the engine's back, as a host that ends a session
     does: the engine goes on reporting it as running, and its port forwarding stays. Where the

@@ -21,7 +21,7 @@ from rabbitry.testing import (
     broker_from_urls,
     choose_provider,
 )
-from rabbitry.testing.container_recipe import stream_environment
+from rabbitry.testing.container_recipe import ERL_ARGS, stream_environment, with_caller_environment
 from rabbitry.testing.containers import start_broker
 from rabbitry.testing.engine import (
     ContainerEngine,
@@ -414,6 +414,20 @@ def test_container_brokers_enable_streams_advertised_where_published() -> None:
     )
     with pytest.raises(ValueError, match="5552"):
         start_broker(extra_ports=[5552])
+
+
+def test_a_callers_environment_wins_but_its_erlang_arguments_are_added() -> None:
+    streams = stream_environment("127.0.0.1", 40001)
+    env = with_caller_environment(
+        streams,
+        {
+            "RABBITMQ_ENABLED_PLUGINS": "rabbitmq_management",
+            ERL_ARGS: "-rabbit ssl_listeners [5671]",
+        },
+    )
+    assert env["RABBITMQ_ENABLED_PLUGINS"] == "rabbitmq_management"
+    assert env[ERL_ARGS] == "-rabbit ssl_listeners [5671] " + streams[ERL_ARGS]
+    assert with_caller_environment(streams, {}) == streams
 
 
 def test_dev_broker_state_lives_in_dot_rabbitry_or_the_cache(tmp_path: Path) -> None:
