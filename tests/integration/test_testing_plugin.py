@@ -209,13 +209,17 @@ def answers_stream_protocol(host: str, port: int) -> bool:
     return len(header) == 8 and struct.unpack(">H", header[4:6])[0] == 0x8011
 
 
-def read_ahead_of(run: Callable[..., tuple[int, str]]) -> str:
-    """The broker's stream read-ahead as its node holds it (``run``: a command in its container)."""
-    code, output = run(
-        "rabbitmqctl", "-q", "eval", "application:get_env(rabbit, stream_read_ahead)."
-    )
+def node_env(run: Callable[..., tuple[int, str]], app: str, key: str) -> str:
+    """An application parameter as the broker's node holds it, as Erlang prints it
+    (``run``: a command in its container)."""
+    code, output = run("rabbitmqctl", "-q", "eval", f"application:get_env({app}, {key}).")
     assert code == 0, output
     return output.strip()
+
+
+def read_ahead_of(run: Callable[..., tuple[int, str]]) -> str:
+    """The broker's stream read-ahead as its node holds it."""
+    return node_env(run, "rabbit", "stream_read_ahead")
 
 
 @pytest.mark.broker
@@ -236,11 +240,8 @@ def test_a_callers_erlang_arguments_add_to_the_stream_ones(rabbitmq_broker_facto
         env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-rabbit stream_read_ahead 8192"}
     )
     assert read_ahead_of(handle.exec) == "{ok,8192}"
-    code, output = handle.exec(
-        "rabbitmqctl", "-q", "eval", "application:get_env(rabbitmq_stream, advertised_port)."
-    )
-    assert code == 0, output
-    assert output.strip() == f"{{ok,{handle.broker.stream_port}}}"
+    advertised = node_env(handle.exec, "rabbitmq_stream", "advertised_port")
+    assert advertised == f"{{ok,{handle.broker.stream_port}}}"
 
 
 def _silence(container: Any) -> None:
