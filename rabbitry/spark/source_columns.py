@@ -51,19 +51,12 @@ def chunk_batches(
     for chunk in chunks:
         held.append(chunk)
         count += chunk.count
-        size += _size_of(chunk)
+        size += chunk.size
         if count >= rows or size >= BATCH_BYTES:
             yield reader.batch(held)
             held, count, size = [], 0, 0
     if count:
         yield reader.batch(held)
-
-
-def _size_of(chunk: Chunk) -> int:
-    plain = chunk.plain_entries()
-    if plain is not None:
-        return len(plain[0])
-    return sum(map(len, chunk.records))
 
 
 class _Batches:

@@ -124,6 +124,7 @@ def _items(chunks: list[Chunk], scratch: Scratch) -> tuple[pa.Array, pa.Array] |
     then the record) and their offsets; None when a chunk's entries are not plain records."""
     pieces: list[memoryview] = []
     ends = [0]
+    mark = ends.append
     offsets: list[int] = []
     base = 0
     unpack = _U32.unpack_from
@@ -136,21 +137,19 @@ def _items(chunks: list[Chunk], scratch: Scratch) -> tuple[pa.Array, pa.Array] |
             continue
         if skip + count > entries:
             return None  # fewer entries than records: a sub-entry batch among them
-        marks: list[int] = []
-        mark = marks.append
         pos = 0
         try:
-            for _ in range(skip + count):
+            for _ in range(skip):  # the records before the range read
                 pos += 4 + unpack(data, pos)[0]
-                mark(pos)
+            begin, shift = pos, base - pos  # where each record ends in the joined buffer
+            for _ in range(count):
+                pos += 4 + unpack(data, pos)[0]
+                mark(pos + shift)
         except struct.error:  # a sub-entry batch (its size has the top bit set), or cut short
             return None
         if pos > len(data):
             return None
-        begin = marks[skip - 1] if skip else 0
         pieces.append(data[begin:pos])
-        shift = base - begin
-        ends.extend([m + shift for m in marks[skip:]])
         base += pos - begin
         offsets.extend(range(chunk.first_offset, chunk.first_offset + count))
     n = len(offsets)

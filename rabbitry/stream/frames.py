@@ -176,8 +176,8 @@ class Chunk:
     offsets without reading the entries either.
     """
 
-    __slots__ = ("_entries", "_records", "_skip", "count", "first_offset", "subscription_id",
-                 "timestamp_ms")  # fmt: skip
+    __slots__ = ("_entries", "_records", "_skip", "count", "first_offset", "size",
+                 "subscription_id", "timestamp_ms")  # fmt: skip
 
     def __init__(
         self,
@@ -203,6 +203,8 @@ class Chunk:
             count = len(records) if records is not None else 0
         self.count = count
         """How many records this chunk holds (after a ``cut``)."""
+        self.size = len(entries[0]) if entries is not None else sum(map(len, records or ()))
+        """The bytes of its entries (all of them, also after a ``cut``), or of its records."""
 
     @property
     def records(self) -> list[memoryview]:

@@ -36,6 +36,7 @@ _LARGEST_FRAME = 1 << 29
 of the largest messages a broker takes is far smaller)."""
 _U64 = struct.Struct(">Q")
 _HEAD = struct.Struct(">IHH")
+_DELIVER = int(Key.DELIVER)
 
 
 class State(enum.Enum):
@@ -269,6 +270,10 @@ class Session:
         self._body(memoryview(frame)[4:], events)
 
     def _body(self, body: memoryview, events: list[Event]) -> None:
+        if len(body) > 5 and body[1] == _DELIVER and body[0] == 0:  # most of what comes:
+            # read before the general path's key and version
+            events.append(frames.chunk_records(body[4], body[5:]))
+            return
         if len(body) < 4:
             raise StreamProtocolError(f"a frame of {len(body)} bytes is shorter than its key")
         try:
