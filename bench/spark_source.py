@@ -2,7 +2,7 @@
 
 Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
         [--min-partitions 1] [--max-records-per-partition N] [--stream-port PORT]
-        [--writer amqp|stream] [--url URL] [--write-docs]
+        [--writer amqp|stream|confirm-each] [--url URL] [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
 fresh and filled once), same broker, same run. ``--writer`` says how they are written, which
@@ -12,7 +12,10 @@ the chunk (about 150 us of its CPU each on this machine kind):
   broker stores about 40 such messages a chunk;
 - ``stream``: a named producer over the stream protocol, as the Spark sink and the stream
   clients write (frames of up to the negotiated frame size, a window of unconfirmed messages;
-  the same body with the same routing key); a few thousand messages a chunk.
+  the same body with the same routing key); a few thousand messages a chunk;
+- ``confirm-each``: the Publisher over AMQP 0-9-1, each message confirmed before the next is
+  sent, as a publisher that waits for every confirm writes: one message a chunk (filling takes
+  about 0.33 ms a message here: give ``--messages 100000``).
 The messages a chunk holds on average are printed and reported. Read by:
 - plain consumer: one pika BlockingConnection consuming the stream from ``first`` (prefetch
   2000, a multiple ack every 1000) into a list in memory, until every message arrived.
@@ -61,6 +64,15 @@ HEADINGS = {
     "amqp": "## Spark source (bench/spark_source.py)",
     "stream": "## Spark source, streams written over the stream protocol"
     " (bench/spark_source.py --writer stream)",
+    "confirm-each": "## Spark source, streams of one message a chunk"
+    " (bench/spark_source.py --writer confirm-each)",
+}
+
+WRITTEN_BY = {
+    "amqp": "by rabbitry's Publisher over AMQP 0-9-1",
+    "stream": "by a named producer over the stream protocol (as the Spark sink writes)",
+    "confirm-each": "by rabbitry's Publisher over AMQP 0-9-1, each message confirmed before"
+    " the next",
 }
 
 
@@ -101,6 +113,17 @@ def fill(url: str, n: int, partitions: int) -> None:
                 (BODY for _ in range(share(n, partitions, i))), exchange=SUPER, routing_key=str(i)
             )
             assert all(d.ok for d in out)
+
+
+def fill_each(url: str, n: int, partitions: int) -> None:
+    """The same messages published one at a time, each confirmed before the next: a chunk
+    each, as a publisher that waits for every confirm (or a slow one) writes a stream."""
+    with Publisher(url) as publisher:
+        for _ in range(n):
+            assert publisher.publish(BODY, routing_key=STREAM).ok
+        for i in range(partitions):
+            for _ in range(share(n, partitions, i)):
+                assert publisher.publish(BODY, exchange=SUPER, routing_key=str(i)).ok
 
 
 def fill_streamed(url: str, n: int, partitions: int, port: int) -> None:
@@ -306,11 +329,7 @@ def render(
         "```",
         "",
         "1 KB messages in one stream and in a super stream, same broker, same run, written "
-        + (
-            "by rabbitry's Publisher over AMQP 0-9-1"
-            if args.writer == "amqp"
-            else "by a named producer over the stream protocol (as the Spark sink writes)"
-        )
+        + WRITTEN_BY[args.writer]
         + f": {chunk_size:,.0f} messages a chunk on average, and the broker's cost of sending"
         " a stream goes by the chunk. The plain"
         " consumer is one pika connection reading every message from `first` into a list"
@@ -378,9 +397,10 @@ def main() -> None:
     parser.add_argument("--stream-port", type=int, help="stream protocol port: runs rstream too")
     parser.add_argument(
         "--writer",
-        choices=("amqp", "stream"),
+        choices=("amqp", "stream", "confirm-each"),
         default="amqp",
-        help="how the streams are written: over AMQP 0-9-1, or over the stream protocol",
+        help="how the streams are written: over AMQP 0-9-1, over the stream protocol, or"
+        " over AMQP 0-9-1 one message at a time, each confirmed before the next (a chunk each)",
     )
     parser.add_argument(
         "--max-records-per-partition",
@@ -398,6 +418,8 @@ def main() -> None:
     port = args.stream_port or DEFAULT_PORT
     if args.writer == "stream":
         fill_streamed(url, n, args.partitions, port)
+    elif args.writer == "confirm-each":
+        fill_each(url, n, args.partitions)
     else:
         fill(url, n, args.partitions)
     chunk_size = per_chunk(url, n, port)

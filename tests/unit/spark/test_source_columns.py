@@ -122,6 +122,21 @@ def test_batches_hold_whole_chunks_and_at_least_the_rows_asked() -> None:
     assert [b.num_rows for b in batches] == [6, 4]
 
 
+@pytest.mark.parametrize("frames", [True, False], ids=["chunks of frames", "chunks of records"])
+def test_a_batch_is_also_cut_at_its_bytes(monkeypatch: pytest.MonkeyPatch, frames: bool) -> None:
+    """Arrow's binary offsets are 32-bit: a batch ends once its chunks hold ``BATCH_BYTES``
+    (whole chunks, whatever the rows asked)."""
+    import rabbitry.spark.source_columns as source_columns
+
+    chunks = _chunks([STORED] * 10, [3, 3, 3, 1], frames=frames)
+    entry_bytes = (4 if frames else 0) + len(STORED)  # a frame's entry holds the size too
+    assert [c.size for c in chunks] == [3 * entry_bytes] * 3 + [entry_bytes]
+    monkeypatch.setattr(source_columns, "BATCH_BYTES", 5 * entry_bytes)
+    batches = list(chunk_batches(chunks, "s", arrow_schema(), 1000))
+    assert [b.num_rows for b in batches] == [6, 4]
+    assert pa.Table.from_batches(batches).equals(_row_path(chunks, "s"))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     picks=st.lists(st.integers(0, len(SAMPLES) - 1), min_size=1, max_size=30),
