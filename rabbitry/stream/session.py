@@ -270,12 +270,15 @@ class Session:
         self._body(memoryview(frame)[4:], events)
 
     def _body(self, body: memoryview, events: list[Event]) -> None:
-        if len(body) > 5 and body[1] == _DELIVER and body[0] == 0:  # most of what comes:
-            # read before the general path's key and version
-            events.append(frames.chunk_records(body[4], body[5:]))
-            return
         if len(body) < 4:
             raise StreamProtocolError(f"a frame of {len(body)} bytes is shorter than its key")
+        if body[1] == _DELIVER and body[0] == 0:  # most of what comes: no Reader, no unpacks
+            try:
+                events.append(frames.chunk_records(body[4], body[5:]))
+            except IndexError as exc:  # no subscription id
+                cut = f"a frame of key {_DELIVER} is cut short: {exc}"
+                raise StreamProtocolError(cut) from None
+            return
         try:
             self._frame(body, events)
         except (IndexError, struct.error) as exc:  # a frame shorter than its fields
@@ -284,9 +287,6 @@ class Session:
 
     def _frame(self, body: memoryview, events: list[Event]) -> None:
         key, _version = _U16.unpack_from(body, 0)[0], _U16.unpack_from(body, 2)[0]
-        if key == Key.DELIVER:
-            events.append(frames.chunk_records(body[4], body[5:]))
-            return
         r = Reader(body, 4)
         if key == Key.PUBLISH_CONFIRM:
             publisher = r.u8()

@@ -31,7 +31,7 @@ from rabbitry.testing import (
     find_engine,
     vhost_exists,
 )
-from rabbitry.testing.container_recipe import STREAM_READ_AHEAD
+from rabbitry.testing.container_recipe import ERL_ARGS, STREAM_READ_AHEAD
 from rabbitry.testing.host import docker_client, engine_containers, free_port, require_engine
 from rabbitry.testing.plugin import BrokerFactory
 
@@ -236,9 +236,7 @@ def test_container_brokers_offer_the_stream_protocol(rabbitmq_broker_factory: An
 def test_a_callers_erlang_arguments_add_to_the_stream_ones(rabbitmq_broker_factory: Any) -> None:
     """Given with ``env``, they join rabbitry's: the stream port stays advertised where it is
     published, and a parameter both set is the caller's."""
-    handle = rabbitmq_broker_factory(
-        env={"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-rabbit stream_read_ahead 8192"}
-    )
+    handle = rabbitmq_broker_factory(env={ERL_ARGS: "-rabbit stream_read_ahead 8192"})
     assert read_ahead_of(handle.exec) == "{ok,8192}"
     advertised = node_env(handle.exec, "rabbitmq_stream", "advertised_port")
     assert advertised == f"{{ok,{handle.broker.stream_port}}}"
