@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import uuid
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -74,15 +75,26 @@ def stream_environment(advertised_host: str, advertised_port: int) -> dict[str, 
 
 
 def with_caller_environment(streams: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` over ``streams``, but for the Erlang arguments, which are joined: the caller's
-    come first, so where both set one parameter (``-rabbit stream_read_ahead``, say) the
-    caller's value is the broker's (Erlang keeps the first of a parameter given twice), and
-    the stream settings the caller does not name stay (a TLS listener given this way would
-    otherwise leave the stream port advertised as the container's own)."""
+    """``env`` over ``streams``, but for the Erlang arguments, which are joined: the caller's,
+    then those of ``streams`` the caller does not set. A parameter both set (``-rabbit
+    stream_read_ahead``, say) is given once, the caller's: given twice, RabbitMQ 4.0 and 3.10
+    keep the first and 4.3 the last (measured). The stream settings the caller does not name
+    stay (a TLS listener given this way would otherwise leave the stream port advertised as the
+    container's own)."""
     merged = {**streams, **env}
-    if env.get(ERL_ARGS) and streams.get(ERL_ARGS):
-        merged[ERL_ARGS] = f"{env[ERL_ARGS]} {streams[ERL_ARGS]}"
+    caller, ours = env.get(ERL_ARGS), streams.get(ERL_ARGS)
+    if caller and ours:
+        kept = [
+            f"-{app} {key} {value}"
+            for app, key, value in _PARAMETER.findall(ours)
+            if not re.search(rf"(?:^|\s)-{app}\s+{key}(?:\s|$)", caller)
+        ]
+        merged[ERL_ARGS] = " ".join([caller, *kept])
     return merged
+
+
+_PARAMETER = re.compile(r'-(\w+) (\w+) ("[^"]*"|\S+)')
+"""An application parameter as ``stream_environment`` writes it: ``-app key value``."""
 
 
 class NetworkName:

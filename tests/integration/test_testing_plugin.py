@@ -233,6 +233,7 @@ def test_container_brokers_offer_the_stream_protocol(rabbitmq_broker_factory: An
 
 
 @pytest.mark.broker
+@pytest.mark.versions  # 4.0 and 3.10 keep the first of a parameter given twice, 4.3 the last
 def test_a_callers_erlang_arguments_add_to_the_stream_ones(rabbitmq_broker_factory: Any) -> None:
     """Given with ``env``, they join rabbitry's: the stream port stays advertised where it is
     published, and a parameter both set is the caller's."""

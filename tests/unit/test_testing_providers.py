@@ -21,7 +21,12 @@ from rabbitry.testing import (
     broker_from_urls,
     choose_provider,
 )
-from rabbitry.testing.container_recipe import ERL_ARGS, stream_environment, with_caller_environment
+from rabbitry.testing.container_recipe import (
+    ERL_ARGS,
+    STREAM_READ_AHEAD,
+    stream_environment,
+    with_caller_environment,
+)
 from rabbitry.testing.containers import start_broker
 from rabbitry.testing.engine import (
     ContainerEngine,
@@ -428,6 +433,19 @@ def test_a_callers_environment_wins_but_its_erlang_arguments_are_added() -> None
     assert env["RABBITMQ_ENABLED_PLUGINS"] == "rabbitmq_management"
     assert env[ERL_ARGS] == "-rabbit ssl_listeners [5671] " + streams[ERL_ARGS]
     assert with_caller_environment(streams, {}) == streams
+
+
+def test_a_parameter_the_caller_sets_is_given_once_with_the_callers_value() -> None:
+    """RabbitMQ 4.0 keeps the first of a parameter given twice, 4.3 the last: so it is given once."""
+    streams = stream_environment("127.0.0.1", 40001)
+    args = with_caller_environment(streams, {ERL_ARGS: "-rabbit stream_read_ahead 8192"})[ERL_ARGS]
+    assert args.split().count("stream_read_ahead") == 1
+    assert args.startswith("-rabbit stream_read_ahead 8192 ")
+    assert '-rabbitmq_stream advertised_host "127.0.0.1"' in args
+    assert "-rabbitmq_stream advertised_port 40001" in args
+    # a longer name that merely starts like one of rabbitry's is not that parameter
+    other = with_caller_environment(streams, {ERL_ARGS: "-rabbit stream_read_ahead_limit 1"})
+    assert f"-rabbit stream_read_ahead {STREAM_READ_AHEAD}" in other[ERL_ARGS]
 
 
 def test_dev_broker_state_lives_in_dot_rabbitry_or_the_cache(tmp_path: Path) -> None:
