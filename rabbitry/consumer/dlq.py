@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from rabbitry.topology.spec.model import Spec
 
 _IDLE = 1.0
+_RETURN_WAIT = 5.0
 PARKING_SUFFIXES = (".parking", ".dead")
 """How rabbitry names the parking lots it declares (``parking: true``, ``dead_letter: true``)."""
 
@@ -230,6 +231,7 @@ class ParkingLot:
             self._channel.close()
             raise DlqError(f"no queue {queue!r} in this vhost ({exc.reply_text})") from None
         self.depth = int(declared.message_count or 0)
+        self._acked = 0
 
     def __enter__(self) -> ParkingLot:
         return self
@@ -293,6 +295,19 @@ class ParkingLot:
             self._consumer = None
         channel.nack(0, multiple=True, requeue=True)
         channel.flush()
+        self._until_returned()
+
+    def _until_returned(self) -> None:
+        """Wait (up to ``_RETURN_WAIT`` seconds) until the queue holds again every message it
+        held at the start less those acked here: the broker puts nacked messages back after it
+        answered the nack, and a ``show`` run at once after this one must not see them gone."""
+        expected = self.depth - self._acked
+        deadline = time.monotonic() + _RETURN_WAIT
+        while True:
+            ready = int(self._channel.queue_declare(self.queue, passive=True).message_count or 0)
+            if ready >= expected or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
 
     def replay(
         self,
@@ -359,6 +374,7 @@ class ParkingLot:
             for (parked, _), delivery in zip(sendable, deliveries, strict=True):
                 if delivery.ok:
                     self._channel.ack(parked.delivery_tag)
+                    self._acked += 1
                     report.moved += 1
                 else:
                     report.failed.append((parked.message_id, str(delivery.error)))
@@ -380,6 +396,7 @@ class ParkingLot:
                 continue
             if selection.accepts(parked):
                 self._channel.ack(parked.delivery_tag)
+                self._acked += 1
                 removed += 1
         self._return_all()
         return removed

@@ -225,6 +225,16 @@ class ScriptedBroker(ScriptedMethods):
         with self.lock:
             self._drop_in = frames
 
+    def lag_returns(self, declares: int) -> None:
+        """From now on a returned message (nacked with requeue, or unacked on a closed channel)
+        is back in its queue only once ``declares`` more declares of that queue were answered
+        without it, as a quorum queue puts it back after its log committed the return: a
+        count taken at once does not hold it yet. 0: back at once (the default)."""
+        if declares < 0:
+            raise ValueError(f"lag_returns needs a count of 0 or more, got {declares}")
+        with self.lock:
+            self._return_lag = declares
+
     def close_channel_on(self, method: str, code: int = 406, text: str | None = None) -> None:
         """The next time a client sends ``method`` (``queue.declare``, ``basic.publish``), close
         its channel with ``code`` (404 NOT_FOUND, 406 PRECONDITION_FAILED...) instead."""

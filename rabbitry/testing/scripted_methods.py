@@ -118,6 +118,7 @@ class ScriptedMethods(ScriptedServer):
                     consumer_count=self._consumer_count(name),
                 ),
             )
+        self._declared(name)
 
     def _queue_bind(self, c: _Connection, n: int, frame: commands.Queue.Bind) -> None:
         if not self._exists(c, n, queue=frame.queue, exchange=frame.exchange):
@@ -255,10 +256,7 @@ class ScriptedMethods(ScriptedServer):
             queue_name, message = channel.unacked.pop(t)
             touched.add(queue_name)
             if requeue:
-                queue = self.routing.queues.get(queue_name)
-                if queue is not None:
-                    message.redelivered = True
-                    queue.messages.appendleft(message)
+                self._give_back(queue_name, message)
         for queue_name in touched:
             self._dispatch(queue_name)
 

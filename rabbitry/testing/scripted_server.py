@@ -144,6 +144,9 @@ class ScriptedServer:
         self._blocked: str | None = None
         self._numbers = itertools.count(1)
         self._turns: dict[str, int] = {}
+        self._return_lag = 0
+        self._returning: list[list[Any]] = []
+        """Returned messages not back yet: [declares still to answer, queue name, message]."""
 
     # -- Peer: a client connects (``inprocess`` calls it) --------------------------------------
 
@@ -306,14 +309,39 @@ class ScriptedServer:
         """What a channel held unacked goes back to its queues, in order, as redelivered."""
         touched: set[str] = set()
         for _, (queue_name, message) in sorted(channel.unacked.items(), reverse=True):
-            queue = self.routing.queues.get(queue_name)
-            if queue is not None:
-                message.redelivered = True
-                queue.messages.appendleft(message)
+            if self._give_back(queue_name, message):
                 touched.add(queue_name)
         channel.unacked.clear()
         channel.consumers.clear()
         for queue_name in touched:
+            self._dispatch(queue_name)
+
+    def _give_back(self, queue_name: str, message: ScriptedMessage) -> bool:
+        """A returned (nacked, or unacked on a closed channel) message goes back to the front
+        of its queue, now or, with a return lag, later; whether its queue exists."""
+        queue = self.routing.queues.get(queue_name)
+        if queue is None:
+            return False
+        message.redelivered = True
+        if self._return_lag:
+            self._returning.append([self._return_lag, queue_name, message])
+        else:
+            queue.messages.appendleft(message)
+        return True
+
+    def _declared(self, queue_name: str) -> None:
+        """A declare of ``queue_name`` was answered: returns lagging behind it come nearer."""
+        landed = False
+        for entry in self._returning:
+            if entry[1] == queue_name:
+                entry[0] -= 1
+        for entry in [e for e in self._returning if e[0] <= 0]:
+            self._returning.remove(entry)
+            queue = self.routing.queues.get(entry[1])
+            if queue is not None:
+                queue.messages.appendleft(entry[2])
+                landed = True
+        if landed:
             self._dispatch(queue_name)
 
     def _send(
