@@ -2,7 +2,8 @@
 
 Usage:  python bench/spark_source.py [--messages 100000] [--partitions 4] [--rounds 1]
         [--min-partitions 1] [--max-records-per-partition N] [--stream-port PORT]
-        [--writer amqp|stream|confirm-each] [--url URL] [--write-docs]
+        [--writer amqp|stream|confirm-each] [--body same|json|random] [--url URL]
+        [--write-docs]
 Broker: --url, else $RABBITMQ_URL, else amqp://guest:guest@localhost:5672/.
 1 KB messages in one stream and in a super stream of ``--partitions`` partitions (both made
 fresh and filled once), same broker, same run. ``--writer`` says how they are written, which
@@ -16,6 +17,11 @@ the chunk (about 150 us of its CPU each on this machine kind):
 - ``confirm-each``: the Publisher over AMQP 0-9-1, each message confirmed before the next is
   sent, as a publisher that waits for every confirm writes: one message a chunk (filling takes
   about 0.33 ms a message here: give ``--messages 100000``).
+``--body`` says what the messages carry: ``same`` (the default), 1,024 times ``x`` in every
+message, which parquet stores as one dictionary entry, so that the parquet copy writes almost
+nothing; ``json``, order events of 0.6-1.4 KB (1 KB on average) each different (ids, items,
+prices, a note of words; zlib compresses them to about 40%), seeded so that every run writes the
+same; ``random``, 1 KB of random bytes each (encrypted or compressed payloads).
 The messages a chunk holds on average are printed and reported. Read by:
 - plain consumer: one pika BlockingConnection consuming the stream from ``first`` (prefetch
   2000, a multiple ack every 1000) into a list in memory, until every message arrived.
@@ -38,9 +44,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
+import json
+import os
+import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +69,12 @@ from rabbitry.uri import mask_uri
 
 SIZE = 1024
 BODY = b"x" * SIZE
+BODY_KINDS = {
+    "same": "1 KB bodies, all alike (1,024 times `x`)",
+    "json": "JSON order events of 0.6-1.4 KB (1 KB on average), each different (seeded: the same in every run)",
+    "random": "1 KB bodies of random bytes, each different",
+}
+_LETTERS = "etaoinshrdlucmfwypvbgkjqxz"
 STREAM = "bench.source"
 SUPER = "bench.source.super"
 HEADINGS = {
@@ -74,6 +91,14 @@ WRITTEN_BY = {
     "confirm-each": "by rabbitry's Publisher over AMQP 0-9-1, each message confirmed before"
     " the next",
 }
+
+
+def heading(args: argparse.Namespace) -> str:
+    """The docs section of a run: by how the streams were written and their bodies."""
+    if args.body == "same":
+        return HEADINGS[args.writer]
+    writer = f" --writer {args.writer}" if args.writer != "amqp" else ""
+    return f"## Spark source, {args.body} bodies (bench/spark_source.py --body {args.body}{writer})"
 
 
 @dataclass
@@ -104,40 +129,75 @@ def share(n: int, partitions: int, i: int) -> int:
     return n // partitions + (1 if i < n % partitions else 0)
 
 
-def fill(url: str, n: int, partitions: int) -> None:
+def bodies(kind: str, n: int, seed: int = 0) -> Iterator[bytes]:
+    """``n`` message bodies of ``kind`` (``BODY_KINDS``)."""
+    if kind == "same":
+        yield from itertools.repeat(BODY, n)
+        return
+    if kind == "random":
+        for _ in range(n):
+            yield os.urandom(SIZE)
+        return
+    rng = random.Random(seed)
+    vocabulary = [
+        "".join(rng.choices(_LETTERS[: rng.randint(8, 26)], k=rng.randint(2, 11)))
+        for _ in range(2000)
+    ]
+    text = " ".join(rng.choices(vocabulary, k=200_000))
+    for i in range(n):
+        items = ",".join(
+            f'{{"sku":"SKU-{rng.randrange(100_000):05d}","qty":{rng.randint(1, 9)},'
+            f'"price":{rng.randrange(100, 50_000) / 100}}}'
+            for _ in range(rng.randint(2, 7))
+        )
+        at = rng.randrange(len(text) - 1000)
+        note = text[at : at + rng.randint(350, 850)]
+        yield (
+            f'{{"order_id":"ord-{seed}-{i:09d}","customer":"cust-{rng.randrange(10**6):06d}",'
+            f'"placed_at":"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T'
+            f'{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z",'
+            f'"currency":"{rng.choice(("EUR", "USD", "GBP", "JPY"))}",'
+            f'"trace":"{rng.getrandbits(128):032x}","items":[{items}],'
+            f'"shipping":{{"postcode":"{rng.randrange(100_000):05d}","note":{json.dumps(note)}}}}}'
+        ).encode()
+
+
+def fill(url: str, n: int, partitions: int, kind: str = "same") -> None:
     with Publisher(url, window=1024) as publisher:
-        out = publisher.publish_many((BODY for _ in range(n)), routing_key=STREAM)
+        out = publisher.publish_many(bodies(kind, n), routing_key=STREAM)
         assert all(d.ok for d in out)
         for i in range(partitions):
             out = publisher.publish_many(
-                (BODY for _ in range(share(n, partitions, i))), exchange=SUPER, routing_key=str(i)
+                bodies(kind, share(n, partitions, i), seed=i + 1),
+                exchange=SUPER,
+                routing_key=str(i),
             )
             assert all(d.ok for d in out)
 
 
-def fill_each(url: str, n: int, partitions: int) -> None:
+def fill_each(url: str, n: int, partitions: int, kind: str = "same") -> None:
     """The same messages published one at a time, each confirmed before the next: a chunk
     each, as a publisher that waits for every confirm (or a slow one) writes a stream."""
     with Publisher(url) as publisher:
-        for _ in range(n):
-            assert publisher.publish(BODY, routing_key=STREAM).ok
+        for body in bodies(kind, n):
+            assert publisher.publish(body, routing_key=STREAM).ok
         for i in range(partitions):
-            for _ in range(share(n, partitions, i)):
-                assert publisher.publish(BODY, exchange=SUPER, routing_key=str(i)).ok
+            for body in bodies(kind, share(n, partitions, i), seed=i + 1):
+                assert publisher.publish(body, exchange=SUPER, routing_key=str(i)).ok
 
 
-def fill_streamed(url: str, n: int, partitions: int, port: int) -> None:
+def fill_streamed(url: str, n: int, partitions: int, port: int, kind: str = "same") -> None:
     """The same messages written by a named producer over the stream protocol."""
-    shares = [(STREAM, n, STREAM)] + [
-        (f"{SUPER}-{i}", share(n, partitions, i), str(i)) for i in range(partitions)
+    shares = [(STREAM, n, STREAM, 0)] + [
+        (f"{SUPER}-{i}", share(n, partitions, i), str(i), i + 1) for i in range(partitions)
     ]
     settings = ConnectionSettings.from_url(url)
     with StreamClient(settings, port=port) as client, Producer(client, "bench.fill") as producer:
-        for stream, count, key in shares:
-            message = amqp10.encode(BODY, routing_key=key)
+        for stream, count, key, seed in shares:
+            messages = (amqp10.encode(body, routing_key=key) for body in bodies(kind, count, seed))
             for start in range(0, count, 10_000):
                 ids = range(start + 1, min(count, start + 10_000) + 1)
-                offsets, entries = entries_of([(i, message) for i in ids])
+                offsets, entries = entries_of(list(zip(ids, messages, strict=False)))
                 producer.send(stream, offsets, entries)
         producer.finish()
 
@@ -312,7 +372,7 @@ def render(
     import pyspark
 
     lines = [
-        HEADINGS[args.writer],
+        heading(args),
         "",
         "```bash",
         f".venv/bin/python bench/spark_source.py --messages {args.messages}"
@@ -325,10 +385,12 @@ def render(
         )
         + (f" --stream-port {args.stream_port}" if args.stream_port else "")
         + (f" --writer {args.writer}" if args.writer != "amqp" else "")
+        + (f" --body {args.body}" if args.body != "same" else "")
         + " --write-docs",
         "```",
         "",
-        "1 KB messages in one stream and in a super stream, same broker, same run, written "
+        f"Messages in one stream and in a super stream, same broker, same run:"
+        f" {BODY_KINDS[args.body]}, written "
         + WRITTEN_BY[args.writer]
         + f": {chunk_size:,.0f} messages a chunk on average, and the broker's cost of sending"
         " a stream goes by the chunk. The plain"
@@ -403,6 +465,13 @@ def main() -> None:
         " over AMQP 0-9-1 one message at a time, each confirmed before the next (a chunk each)",
     )
     parser.add_argument(
+        "--body",
+        choices=tuple(BODY_KINDS),
+        default="same",
+        help="the messages' bodies: all alike (parquet stores them as one dictionary entry),"
+        " varied JSON order events, or random bytes",
+    )
+    parser.add_argument(
         "--max-records-per-partition",
         type=int,
         help="the maxRecordsPerPartition option (the source's default: 500,000)",
@@ -411,17 +480,17 @@ def main() -> None:
     if args.max_records_per_partition:
         EXTRA_OPTIONS["maxRecordsPerPartition"] = str(args.max_records_per_partition)
     url, n = args.url, args.messages
-    print(f"broker {mask_uri(url)}, {n:,} messages of 1 KB; load {load_average()}", flush=True)
+    print(f"broker {mask_uri(url)}, {n:,} messages: {BODY_KINDS[args.body]}", flush=True)
     load_before = load_average()
     names = fresh_streams(url, args.partitions)
     started = time.perf_counter()
     port = args.stream_port or DEFAULT_PORT
     if args.writer == "stream":
-        fill_streamed(url, n, args.partitions, port)
+        fill_streamed(url, n, args.partitions, port, args.body)
     elif args.writer == "confirm-each":
-        fill_each(url, n, args.partitions)
+        fill_each(url, n, args.partitions, args.body)
     else:
-        fill(url, n, args.partitions)
+        fill(url, n, args.partitions, args.body)
     chunk_size = per_chunk(url, n, port)
     print(
         f"filled over {args.writer} in {time.perf_counter() - started:.1f} s,"
@@ -469,8 +538,8 @@ def main() -> None:
     print(text)
     fresh_streams(url, args.partitions)  # leave the streams empty
     if args.write_docs:
-        write_section(HEADINGS[args.writer], text)
-        print(f"wrote {HEADINGS[args.writer]!r} in docs/benchmarks.md")
+        write_section(heading(args), text)
+        print(f"wrote {heading(args)!r} in docs/benchmarks.md")
 
 
 if __name__ == "__main__":
