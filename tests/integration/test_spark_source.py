@@ -21,7 +21,7 @@ import pika
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from rabbitry.consumer.streams import StreamReader
 from tests.integration.conftest import Broker, one_vhost_spec
@@ -238,6 +238,7 @@ def test_bad_options_fail_on_the_driver_with_clear_errors(
 
 FAIL_AT = 250
 """The offset whose task fails on its first attempt (local[2,2] tries it again)."""
+_PYTHON_WORKER_LOST = "Python worker failed to connect back"
 
 
 def run_until_all_read(
@@ -266,25 +267,40 @@ def run_until_all_read(
         (out / f".{name}").write_text(json.dumps(found))
         (out / f".{name}").replace(out / name)
 
-    stream = (
-        spark.readStream.format("rabbitmq")
-        .option("url", broker.vhost_amqp_url)
-        .option("stream", "ticks")
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", "150")
-        .options(**options)
-        .load()
-    )
-    query = (
-        stream.writeStream.foreachBatch(record)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    def start() -> StreamingQuery:
+        stream = (
+            spark.readStream.format("rabbitmq")
+            .option("url", broker.vhost_amqp_url)
+            .option("stream", "ticks")
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "150")
+            .options(**options)
+            .load()
+        )
+        return (
+            stream.writeStream.foreachBatch(record)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+    def running(query: StreamingQuery, restarts: list[str]) -> StreamingQuery:
+        """``query``, or a new one from the checkpoint when Spark lost a Python worker it
+        started (its 10 s wait for a new interpreter, on a loaded machine): a restart, which
+        must read nothing twice either. Any other error fails the test."""
+        error = query.exception()
+        if error is None:
+            return query
+        assert _PYTHON_WORKER_LOST in str(error) and len(restarts) < 2, error
+        restarts.append(str(error).splitlines()[0])
+        query.stop()
+        return start()
+
+    query, restarts = start(), []
     try:
         deadline = time.monotonic() + 240
         while len(seen(out)) < expect:
-            assert query.exception() is None, query.exception()
+            query = running(query, restarts)
             assert time.monotonic() < deadline, f"only {len(seen(out))} of {expect} ids read"
             time.sleep(0.3)
         # the last batch wrote its ids before Spark committed it: stop once it is committed,
@@ -292,7 +308,7 @@ def run_until_all_read(
         while max(batch_files(checkpoint / "commits"), default=-1) < max(
             batch_files(checkpoint / "offsets"), default=-1
         ):
-            assert query.exception() is None, query.exception()
+            query = running(query, restarts)
             assert time.monotonic() < deadline, "the last batch was never committed"
             time.sleep(0.1)
     finally:
@@ -335,7 +351,7 @@ def restart_without_the_last_commit_reads_each_message_once(
     failed = out.parent / "failed-once"
     assert failed.exists(), "no task failed: the injected failure never ran"
     runs = batches(out)
-    assert len(runs[replayed]) == 2, "the uncommitted batch was not run again"
+    assert len(runs[replayed]) >= 2, "the uncommitted batch was not run again"
     assert all(attempt == attempts[0] for attempts in runs.values() for attempt in attempts)
     counts = seen(out)
     assert set(counts) == {f"m{i}" for i in range(700)}
