@@ -231,7 +231,6 @@ class ParkingLot:
             self._channel.close()
             raise DlqError(f"no queue {queue!r} in this vhost ({exc.reply_text})") from None
         self.depth = int(declared.message_count or 0)
-        self._acked = 0
 
     def __enter__(self) -> ParkingLot:
         return self
@@ -287,21 +286,22 @@ class ParkingLot:
         if not self.any_queue:
             refuse_unless_parking_lot(self.queue, verb, self.parking_lots)
 
-    def _return_all(self) -> None:
-        """Stop consuming and give every unacked message back, in its order."""
+    def _return_all(self, acked: int = 0) -> None:
+        """Stop consuming and give every unacked message back, in its order (``acked``: how
+        many of those read were acked, the others to wait for)."""
         channel = self._channel
         if self._consumer is not None:
             channel.cancel(self._consumer)
             self._consumer = None
         channel.nack(0, multiple=True, requeue=True)
         channel.flush()
-        self._until_returned()
+        self._until_returned(self.depth - acked)
 
-    def _until_returned(self) -> None:
-        """Wait (up to ``_RETURN_WAIT`` seconds) until the queue holds again every message it
-        held at the start less those acked here: the broker puts nacked messages back after it
-        answered the nack, and a ``show`` run at once after this one must not see them gone."""
-        expected = self.depth - self._acked
+    def _until_returned(self, expected: int) -> None:
+        """Wait (up to ``_RETURN_WAIT`` seconds) until the queue holds ``expected`` messages
+        again (what it held at the start less those acked here): the broker puts nacked
+        messages back after it answered the nack, and a ``show`` run at once after this one
+        must not see them gone."""
         deadline = time.monotonic() + _RETURN_WAIT
         while True:
             ready = int(self._channel.queue_declare(self.queue, passive=True).message_count or 0)
@@ -374,14 +374,13 @@ class ParkingLot:
             for (parked, _), delivery in zip(sendable, deliveries, strict=True):
                 if delivery.ok:
                     self._channel.ack(parked.delivery_tag)
-                    self._acked += 1
                     report.moved += 1
                 else:
                     report.failed.append((parked.message_id, str(delivery.error)))
                 done += 1
                 if on_progress is not None:
                     on_progress(done, len(sendable))
-        self._return_all()
+        self._return_all(acked=report.moved)
         report.kept += len(report.failed)
         return report
 
@@ -396,9 +395,8 @@ class ParkingLot:
                 continue
             if selection.accepts(parked):
                 self._channel.ack(parked.delivery_tag)
-                self._acked += 1
                 removed += 1
-        self._return_all()
+        self._return_all(acked=removed)
         return removed
 
 
