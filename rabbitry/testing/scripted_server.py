@@ -331,17 +331,18 @@ class ScriptedServer:
 
     def _declared(self, queue_name: str) -> None:
         """A declare of ``queue_name`` was answered: returns lagging behind it come nearer."""
-        landed = False
+        due = []
         for entry in self._returning:
             if entry[1] == queue_name:
                 entry[0] -= 1
-        for entry in [e for e in self._returning if e[0] <= 0]:
+                if entry[0] <= 0:
+                    due.append(entry)
+        queue = self.routing.queues.get(queue_name)
+        for entry in due:  # in the order given back, as at once
             self._returning.remove(entry)
-            queue = self.routing.queues.get(entry[1])
             if queue is not None:
                 queue.messages.appendleft(entry[2])
-                landed = True
-        if landed:
+        if due:
             self._dispatch(queue_name)
 
     def _send(
